@@ -1,0 +1,311 @@
+//! The virtual disk: a store plus the fault engine. Executes one request at a time per caller;
+//! front ends (FUSE) call it from many threads. Delays are returned, not slept, so the front
+//! end can reply late from another thread without holding up other requests.
+
+pub mod store;
+
+use crate::fault::engine::{ArmedRule, Edit, block_span, flip_position};
+use crate::fault::log::{LogEntry, runs};
+use crate::fault::{Action, Engine, Op, Plan, Rule, StoreMode, Target};
+use anyhow::{Result, bail};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+pub use store::Store;
+
+/// Which store backs the disk (`--store`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum StoreSpec {
+    Ram,
+    File(PathBuf),
+    Device(PathBuf),
+}
+
+impl std::str::FromStr for StoreSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "ram" => Ok(StoreSpec::Ram),
+            Some(("file", p)) if !p.is_empty() => Ok(StoreSpec::File(p.into())),
+            Some(("device", p)) if !p.is_empty() => Ok(StoreSpec::Device(p.into())),
+            _ => Err(format!("`{s}` is not a store; allowed: ram, file:PATH, device:PATH")),
+        }
+    }
+}
+
+pub struct DiskConfig {
+    pub size: Option<u64>,
+    pub block_size: u32,
+    pub store: StoreSpec,
+    pub destructive: bool,
+    pub force: bool,
+}
+
+/// Result of one request, as the front end must report it.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub errno: Option<i32>,
+    pub delay: Option<Duration>,
+}
+
+pub struct Disk {
+    store: Box<dyn Store>,
+    pub engine: Engine,
+    block_size: u32,
+}
+
+pub fn check_block_size(bs: u64) -> Result<u32> {
+    if !(512..=65536).contains(&bs) || !bs.is_power_of_two() {
+        bail!("block size {bs} is not allowed; allowed: a power of two from 512B to 64KiB");
+    }
+    Ok(bs as u32)
+}
+
+impl Disk {
+    pub fn open(cfg: &DiskConfig) -> Result<Disk> {
+        let bs = check_block_size(cfg.block_size as u64)?;
+        let store: Box<dyn Store> = match &cfg.store {
+            StoreSpec::Ram => {
+                let Some(size) = cfg.size else { bail!("a RAM disk needs --size (e.g. --size 8GiB)") };
+                Box::new(store::RamStore::new(size)?)
+            }
+            StoreSpec::File(p) => Box::new(store::FileStore::open(p, cfg.size)?),
+            StoreSpec::Device(p) => {
+                let d = store::DeviceStore::open(p, cfg.destructive, cfg.force)?;
+                if cfg.size.is_some_and(|s| s != d.size()) {
+                    bail!("--size does not match the device ({} bytes); leave --size out for devices", d.size());
+                }
+                Box::new(d)
+            }
+        };
+        let size = store.size();
+        if size < bs as u64 * 16 || size % bs as u64 != 0 {
+            bail!("disk size {size} must be a multiple of the block size ({bs}) and at least 16 blocks");
+        }
+        Ok(Disk { store, engine: Engine::new(bs), block_size: bs })
+    }
+
+    pub fn size(&self) -> u64 {
+        self.store.size()
+    }
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+    pub fn describe_store(&self) -> String {
+        self.store.describe()
+    }
+
+    pub fn geometry(&self) -> crate::spec::rules::DiskGeometry {
+        crate::spec::rules::DiskGeometry { size: self.size(), block_size: self.block_size }
+    }
+
+    fn in_range(&self, off: u64, len: u64) -> bool {
+        off.checked_add(len).is_some_and(|e| e <= self.size())
+    }
+
+    /// Read into `buf`. Read-side corruption edits only the returned buffer.
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
+        if !self.in_range(off, buf.len() as u64) {
+            return Outcome { errno: Some(libc::EINVAL), delay: None };
+        }
+        if let Err(e) = self.store.read(off, buf) {
+            return io_outcome(e);
+        }
+        let plan = self.engine.plan(Op::Read, off, buf.len() as u64, Some(buf));
+        if plan.errno.is_none() {
+            apply_edits(&plan.edits, buf);
+        }
+        Outcome { errno: plan.errno, delay: plan.delay }
+    }
+
+    /// Write `data`. Write-side corruption lands in the stored copy.
+    pub fn write(&self, off: u64, data: &[u8]) -> Outcome {
+        if !self.in_range(off, data.len() as u64) {
+            return Outcome { errno: Some(libc::EINVAL), delay: None };
+        }
+        let plan = self.engine.plan(Op::Write, off, data.len() as u64, Some(data));
+        if plan.errno.is_some() {
+            return Outcome { errno: plan.errno, delay: plan.delay };
+        }
+        let edited;
+        let bytes = if plan.edits.is_empty() {
+            data
+        } else {
+            let mut copy = data.to_vec();
+            apply_edits(&plan.edits, &mut copy);
+            edited = copy;
+            &edited
+        };
+        let r = match plan.store {
+            StoreMode::Normal => self.store.write(off, bytes),
+            StoreMode::Skip => Ok(()),
+            StoreMode::Prefix(n) => self.store.write(off, &bytes[..n as usize]),
+            // a target beyond the disk loses the write (a misdirected write off the end)
+            StoreMode::Redirect(to) if self.in_range(to, bytes.len() as u64) => self.store.write(to, bytes),
+            StoreMode::Redirect(_) => Ok(()),
+        };
+        match r {
+            Ok(()) => Outcome { errno: None, delay: plan.delay },
+            Err(e) => io_outcome(e),
+        }
+    }
+
+    pub fn flush(&self) -> Outcome {
+        let plan = self.engine.plan(Op::Flush, 0, 0, None);
+        self.finish(plan, |s| s.flush())
+    }
+
+    pub fn discard(&self, off: u64, len: u64) -> Outcome {
+        if !self.in_range(off, len) {
+            return Outcome { errno: Some(libc::EINVAL), delay: None };
+        }
+        let plan = self.engine.plan(Op::Discard, off, len, None);
+        self.finish(plan, |s| s.discard(off, len))
+    }
+
+    fn finish(&self, plan: Plan, op: impl FnOnce(&dyn Store) -> std::io::Result<()>) -> Outcome {
+        if plan.errno.is_some() {
+            return Outcome { errno: plan.errno, delay: plan.delay };
+        }
+        match op(&*self.store) {
+            Ok(()) => Outcome { errno: None, delay: plan.delay },
+            Err(e) => io_outcome(e),
+        }
+    }
+
+    /// Arm rules; `rot` rules corrupt the stored data now (and stay listed with their counts).
+    pub fn arm(&self, rules: Vec<Rule>) -> Result<Vec<Arc<ArmedRule>>> {
+        let armed = self.engine.add(rules);
+        for r in &armed {
+            if let Action::Rot { at } = &r.rule.action {
+                self.rot(r, at)?;
+            }
+        }
+        Ok(armed)
+    }
+
+    /// Flip one bit in every stored block the rule's target selects.
+    fn rot(&self, r: &ArmedRule, at: &crate::fault::rule::FlipAt) -> Result<()> {
+        let bs = self.block_size as u64;
+        let mut block = vec![0u8; bs as usize];
+        let mut hit = Vec::new();
+        let mut rot_one = |b: u64, block: &mut [u8]| -> Result<bool> {
+            if r.rule.times.is_some_and(|t| hit.len() as u64 >= t) {
+                return Ok(false);
+            }
+            let (byte, bit) = flip_position(at, r.rule.seed, b, hit.len() as u64, bs);
+            block[byte as usize] ^= 1 << bit;
+            self.store.write(b * bs, block)?;
+            hit.push(b);
+            Ok(true)
+        };
+        match r.rule.target {
+            Target::Range { start, end } => {
+                for b in block_span(start, end, bs) {
+                    self.store.read(b * bs, &mut block)?;
+                    if !rot_one(b, &mut block)? {
+                        break;
+                    }
+                }
+            }
+            Target::Content { hash } => {
+                // scan the whole store: rot selects data by what it is, wherever it lives
+                let mut big = vec![0u8; 1 << 20];
+                let mut off = 0u64;
+                'scan: while off < self.size() {
+                    let n = (self.size() - off).min(big.len() as u64) as usize;
+                    self.store.read(off, &mut big[..n])?;
+                    for (i, c) in big[..n].chunks_exact(bs as usize).enumerate() {
+                        if crate::content::block_hash(c) == hash {
+                            block.copy_from_slice(c);
+                            if !rot_one(off / bs + i as u64, &mut block)? {
+                                break 'scan;
+                            }
+                        }
+                    }
+                    off += n as u64;
+                }
+            }
+            Target::Any => bail!("rot needs a target"),
+        }
+        let n = hit.len() as u64;
+        r.matched.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        r.fired.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        r.blocks.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+        for b in hit {
+            self.engine.log.push(LogEntry {
+                seq: 0,
+                t_us: self.engine.elapsed_us(),
+                rule: r.id,
+                action: "rot",
+                op: None,
+                offset: b * bs,
+                len: bs,
+                blocks: runs([b]),
+                detail: "bit flipped at rest".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn apply_edits(edits: &[Edit], buf: &mut [u8]) {
+    for e in edits {
+        e.apply(buf);
+    }
+}
+
+fn io_outcome(e: std::io::Error) -> Outcome {
+    Outcome { errno: Some(e.raw_os_error().unwrap_or(libc::EIO)), delay: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::rule::FlipAt;
+
+    fn disk() -> Disk {
+        Disk::open(&DiskConfig { size: Some(1 << 24), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false }).unwrap()
+    }
+
+    #[test]
+    fn write_flip_is_stored_read_flip_is_not() {
+        let d = disk();
+        let data = vec![0xAAu8; 8192];
+        d.arm(vec![Rule::new(Action::Bitflip { at: FlipAt::default() }, &[Op::Write], Target::Range { start: 0, end: 4096 })]).unwrap();
+        assert!(d.write(0, &data).errno.is_none());
+        d.engine.clear();
+        d.arm(vec![Rule::new(Action::Bitflip { at: FlipAt { byte: Some(1), bit: Some(1) } }, &[Op::Read], Target::Range { start: 4096, end: 8192 })]).unwrap();
+        let mut b = vec![0u8; 8192];
+        d.read(0, &mut b);
+        assert_eq!((b[0], b[4097]), (0xAB, 0xA8));
+        d.engine.clear();
+        d.read(0, &mut b);
+        assert_eq!((b[0], b[4097]), (0xAB, 0xAA), "read flip must not reach the store");
+    }
+
+    #[test]
+    fn rot_by_content_and_write_modes() {
+        let d = disk();
+        let mut blk = vec![0u8; 4096];
+        crate::content::fill_block(5, 0, &mut blk);
+        d.write(40960, &blk);
+        d.write(81920, &blk);
+        let h = crate::content::block_hash(&blk);
+        d.arm(vec![Rule::new(Action::Rot { at: FlipAt::default() }, &[], Target::Content { hash: h })]).unwrap();
+        let mut b = vec![0u8; 4096];
+        d.read(40960, &mut b);
+        assert_eq!(b[0], blk[0] ^ 1);
+        d.read(81920, &mut b);
+        assert_eq!(b[0], blk[0] ^ 1);
+        assert_eq!(d.engine.list()[0].blocks, 2);
+
+        d.engine.clear();
+        d.arm(vec![Rule::new(Action::MisdirectedWrite { shift: 4096 }, &[Op::Write], Target::Any)]).unwrap();
+        d.write(0, &blk);
+        d.read(0, &mut b);
+        assert!(b.iter().all(|x| *x == 0));
+        d.read(4096, &mut b);
+        assert_eq!(b, blk);
+    }
+}

@@ -1,0 +1,322 @@
+//! Where the disk's bytes live: sparse RAM (default), a file, or a real block device.
+
+use anyhow::{Context, Result, bail};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
+
+pub trait Store: Send + Sync {
+    fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()>;
+    fn write(&self, off: u64, data: &[u8]) -> io::Result<()>;
+    fn flush(&self) -> io::Result<()>;
+    /// Forget [off, off+len): reads return zeroes afterwards.
+    fn discard(&self, off: u64, len: u64) -> io::Result<()>;
+    fn size(&self) -> u64;
+    fn describe(&self) -> String;
+}
+
+const CHUNK_SHIFT: u32 = 16; // 64 KiB lock granularity
+const STRIPES: usize = 1024;
+
+/// Sparse RAM: an anonymous NORESERVE mapping. Untouched pages read as zeroes and cost no
+/// memory; discard gives pages back (MADV_DONTNEED). Concurrent requests to the same 64 KiB
+/// chunk are serialised by striped locks (only one lock is held at a time: no deadlock).
+pub struct RamStore {
+    base: *mut u8,
+    size: u64,
+    locks: Vec<RwLock<()>>,
+}
+
+// SAFETY: all access to the mapping goes through the stripe locks.
+unsafe impl Send for RamStore {}
+unsafe impl Sync for RamStore {}
+
+impl RamStore {
+    pub fn new(size: u64) -> Result<RamStore> {
+        // SAFETY: fresh anonymous mapping, checked for failure.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            bail!("cannot reserve {size} bytes of address space for the RAM store: {}", io::Error::last_os_error());
+        }
+        Ok(RamStore { base: p as *mut u8, size, locks: (0..STRIPES).map(|_| RwLock::new(())).collect() })
+    }
+
+    /// Visit [off, off+len) chunk by chunk under the chunk's lock.
+    fn chunks(&self, off: u64, len: u64, write: bool, mut f: impl FnMut(*mut u8, usize, usize)) -> io::Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.size) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut done = 0u64;
+        while done < len {
+            let pos = off + done;
+            let chunk_end = ((pos >> CHUNK_SHIFT) + 1) << CHUNK_SHIFT;
+            let n = (chunk_end - pos).min(len - done);
+            let stripe = &self.locks[(pos >> CHUNK_SHIFT) as usize % STRIPES];
+            // SAFETY: pos + n <= size, checked above.
+            let ptr = unsafe { self.base.add(pos as usize) };
+            if write {
+                let _g = stripe.write().unwrap();
+                f(ptr, done as usize, n as usize);
+            } else {
+                let _g = stripe.read().unwrap();
+                f(ptr, done as usize, n as usize);
+            }
+            done += n;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RamStore {
+    fn drop(&mut self) {
+        unsafe { libc::munmap(self.base as *mut _, self.size as usize) };
+    }
+}
+
+impl Store for RamStore {
+    fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        let out = buf.as_mut_ptr();
+        self.chunks(off, buf.len() as u64, false, |p, at, n| unsafe { std::ptr::copy_nonoverlapping(p, out.add(at), n) })
+    }
+    fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
+        let src = data.as_ptr();
+        self.chunks(off, data.len() as u64, true, |p, at, n| unsafe { std::ptr::copy_nonoverlapping(src.add(at), p, n) })
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        let page = 4096usize;
+        self.chunks(off, len, true, |p, _, n| unsafe {
+            // whole pages go back to the kernel; partial edges are zeroed
+            let a = p as usize;
+            let first = a.div_ceil(page) * page;
+            let last = (a + n) / page * page;
+            if first < last {
+                std::ptr::write_bytes(p, 0, first - a);
+                libc::madvise(first as *mut _, last - first, libc::MADV_DONTNEED);
+                std::ptr::write_bytes(last as *mut u8, 0, a + n - last);
+            } else {
+                std::ptr::write_bytes(p, 0, n);
+            }
+        })
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn describe(&self) -> String {
+        "ram".into()
+    }
+}
+
+/// A regular file (created sparse if missing). Discard punches holes.
+pub struct FileStore {
+    file: File,
+    path: PathBuf,
+    size: u64,
+}
+
+impl FileStore {
+    pub fn open(path: &Path, size: Option<u64>) -> Result<FileStore> {
+        let existed = path.exists();
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .with_context(|| format!("cannot open store file {}", path.display()))?;
+        let meta = file.metadata()?;
+        if !meta.file_type().is_file() {
+            bail!("{} is not a regular file; use --store device:{} --destructive for block devices", path.display(), path.display());
+        }
+        let size = match (size, existed) {
+            (Some(s), false) => {
+                file.set_len(s)?;
+                s
+            }
+            (Some(s), true) if s != meta.len() => bail!(
+                "store file {} is {} bytes but --size asks for {s}; leave --size out to use the file's size, or name a new file",
+                path.display(),
+                meta.len()
+            ),
+            (_, _) => meta.len(),
+        };
+        if size == 0 {
+            bail!("store file {} is empty; give --size to create it", path.display());
+        }
+        Ok(FileStore { file, path: path.to_owned(), size })
+    }
+}
+
+impl Store for FileStore {
+    fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, off)
+    }
+    fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(data, off)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        let r = unsafe {
+            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64)
+        };
+        if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn describe(&self) -> String {
+        format!("file:{}", self.path.display())
+    }
+}
+
+/// A real block device. Opened O_EXCL, which the kernel refuses while the device is mounted
+/// or otherwise claimed; refused if it carries a partition table or file system unless forced.
+pub struct DeviceStore {
+    file: File,
+    path: PathBuf,
+    size: u64,
+}
+
+impl DeviceStore {
+    pub fn open(path: &Path, destructive: bool, force: bool) -> Result<DeviceStore> {
+        if !destructive {
+            bail!(
+                "--store device:{} overwrites the device; add --destructive to confirm that its contents may be destroyed",
+                path.display()
+            );
+        }
+        let meta = std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
+        if !meta.file_type().is_block_device() {
+            bail!("{} is not a block device; use --store file:{} for regular files", path.display(), path.display());
+        }
+        if let Some(m) = mounted_at(path) {
+            bail!("{} is mounted on {m}; refusing to use a mounted device", path.display());
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_EXCL)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EBUSY) => anyhow::anyhow!("{} is in use (mounted, part of a RAID/LVM, or held by another program); refusing", path.display()),
+                _ => anyhow::anyhow!("cannot open {}: {e}", path.display()),
+            })?;
+        if let Some(sig) = signature(path)? {
+            if !force {
+                bail!("{} carries {sig}; refusing to overwrite it (add --force to destroy it)", path.display());
+            }
+        }
+        let mut size = 0u64;
+        // BLKGETSIZE64
+        if unsafe { libc::ioctl(file.as_raw_fd(), 0x8008_1272, &mut size) } != 0 {
+            bail!("cannot read the size of {}: {}", path.display(), io::Error::last_os_error());
+        }
+        Ok(DeviceStore { file, path: path.to_owned(), size })
+    }
+}
+
+/// Where a block device is mounted, from /proc/self/mountinfo (by device number).
+fn mounted_at(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = std::fs::metadata(path).ok()?.rdev();
+    let (maj, min) = (libc::major(rdev), libc::minor(rdev));
+    let want = format!("{maj}:{min}");
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        (f.get(2) == Some(&want.as_str())).then(|| f.get(4).unwrap_or(&"?").to_string())
+    })
+}
+
+/// A partition table or file-system signature on the device, as `blkid -p` sees it.
+fn signature(path: &Path) -> Result<Option<String>> {
+    let out = std::process::Command::new("blkid")
+        .args(["-p", "-o", "export"])
+        .arg(path)
+        .output()
+        .context("cannot run blkid (util-linux) to check the device for signatures")?;
+    // exit 2 = nothing found
+    if out.status.code() == Some(2) {
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let get = |k: &str| text.lines().find_map(|l| l.strip_prefix(k).map(|v| v.to_string()));
+    Ok(match (get("PTTYPE="), get("TYPE=")) {
+        (Some(pt), _) => Some(format!("a {pt} partition table")),
+        (_, Some(t)) => Some(format!("a {t} signature")),
+        _ if !out.status.success() => Some(format!("an unreadable signature (blkid exit {:?})", out.status.code())),
+        _ => None,
+    })
+}
+
+impl Store for DeviceStore {
+    fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.file.read_exact_at(buf, off)
+    }
+    fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
+        self.file.write_all_at(data, off)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+    fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        // BLKDISCARD; if the device cannot discard, write zeroes so reads match RAM/file semantics
+        let range = [off, len];
+        if unsafe { libc::ioctl(self.file.as_raw_fd(), 0x1277, range.as_ptr()) } == 0 {
+            return Ok(());
+        }
+        let zero = vec![0u8; 1 << 20];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(zero.len() as u64);
+            self.file.write_all_at(&zero[..n as usize], off + done)?;
+            done += n;
+        }
+        Ok(())
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn describe(&self) -> String {
+        format!("device:{}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ram_store_sparse_rw_discard() {
+        let s = RamStore::new(1 << 30).unwrap();
+        let mut b = vec![1u8; 200_000];
+        s.read(123, &mut b).unwrap();
+        assert!(b.iter().all(|x| *x == 0));
+        let d: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8 + 1).collect();
+        s.write(70_000, &d).unwrap();
+        s.read(70_000, &mut b).unwrap();
+        assert_eq!(b, d);
+        s.discard(80_000, 100_000).unwrap();
+        s.read(70_000, &mut b).unwrap();
+        assert_eq!(&b[..10_000], &d[..10_000]);
+        assert!(b[10_000..110_000].iter().all(|x| *x == 0));
+        assert_eq!(&b[110_000..], &d[110_000..]);
+        assert!(s.read((1 << 30) - 10, &mut b).is_err());
+    }
+}

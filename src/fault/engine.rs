@@ -1,0 +1,593 @@
+//! The matching engine. Every request the disk executes asks `plan` what to do with it.
+//!
+//! Rule sets are immutable snapshots swapped atomically (`ArcSwap`), so matching takes no lock.
+//! Per rule: offset rules live in an interval index (O(log n) per request), content rules in a
+//! hash map keyed by XXH3-128 (O(1) per block), and blocks are hashed only when a content rule
+//! exists for that op. Firing conditions (times, probability, window, after) use atomics.
+
+use super::index::IntervalIndex;
+use super::log::{FaultLog, LogEntry, runs};
+use super::rule::{Action, DelayDist, FlipAt, Fill, Op, OpSet, Rule, RuleId, Target};
+use crate::content::block_hash;
+use arc_swap::ArcSwap;
+use rand::SeedableRng;
+use rand_distr::Distribution;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// A rule as armed in the engine, with its live counters.
+pub struct ArmedRule {
+    pub id: RuleId,
+    pub rule: Rule,
+    /// Requests (offset/any rules) or blocks (content rules) that matched op + target.
+    pub matched: AtomicU64,
+    /// Times the action was applied.
+    pub fired: AtomicU64,
+    /// Device blocks affected by those firings.
+    pub blocks: AtomicU64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RuleStatus {
+    pub id: RuleId,
+    #[serde(flatten)]
+    pub rule: Rule,
+    pub matched: u64,
+    pub fired: u64,
+    pub blocks: u64,
+}
+
+/// An edit of request bytes; `pos` is relative to the start of the request buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Edit {
+    Flip { pos: usize, bit: u8 },
+    Fill { pos: usize, len: usize, fill: Fill, seed: u64 },
+}
+
+impl Edit {
+    pub fn apply(&self, buf: &mut [u8]) {
+        match *self {
+            Edit::Flip { pos, bit } => {
+                if let Some(b) = buf.get_mut(pos) {
+                    *b ^= 1 << bit;
+                }
+            }
+            Edit::Fill { pos, len, fill, seed } => {
+                let end = (pos + len).min(buf.len());
+                if pos >= end {
+                    return;
+                }
+                match fill {
+                    Fill::Zero => buf[pos..end].fill(0),
+                    Fill::Random => crate::content::fill_block(seed, 0x636f7272, &mut buf[pos..end]),
+                }
+            }
+        }
+    }
+}
+
+/// How a write is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum StoreMode {
+    #[default]
+    Normal,
+    /// Lost write: acknowledged, nothing stored.
+    Skip,
+    /// Torn write: only the first n bytes stored.
+    Prefix(u64),
+    /// Misdirected write: stored at this device offset instead.
+    Redirect(u64),
+}
+
+/// What the disk must do with one request.
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    pub errno: Option<i32>,
+    pub delay: Option<Duration>,
+    pub edits: Vec<Edit>,
+    pub store: StoreMode,
+}
+
+impl Plan {
+    pub fn is_clean(&self) -> bool {
+        self.errno.is_none() && self.delay.is_none() && self.edits.is_empty() && self.store == StoreMode::Normal
+    }
+}
+
+/// Identity hasher: content keys are already uniform 128-bit hashes.
+#[derive(Default)]
+struct IdHasher(u64);
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, b: &[u8]) {
+        for c in b.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 ^= u64::from_le_bytes(w);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        self.0 = v as u64;
+    }
+}
+type ContentMap = HashMap<u128, Vec<Arc<ArmedRule>>, BuildHasherDefault<IdHasher>>;
+
+#[derive(Default)]
+struct RuleSet {
+    all: Vec<Arc<ArmedRule>>,
+    any: Vec<Arc<ArmedRule>>,
+    ranges: Option<IntervalIndex<Arc<ArmedRule>>>,
+    content: ContentMap,
+    any_ops: OpSet,
+    range_ops: OpSet,
+    content_ops: OpSet,
+}
+
+impl RuleSet {
+    fn build(all: Vec<Arc<ArmedRule>>) -> RuleSet {
+        let mut s = RuleSet::default();
+        let mut ranges = Vec::new();
+        for r in &all {
+            if matches!(r.rule.action, Action::Rot { .. }) {
+                continue; // applied once at arm time, never matched against requests
+            }
+            match r.rule.target {
+                Target::Any => {
+                    s.any_ops = s.any_ops.union(r.rule.ops);
+                    s.any.push(r.clone());
+                }
+                Target::Range { start, end } => {
+                    s.range_ops = s.range_ops.union(r.rule.ops);
+                    ranges.push((start, end, r.clone()));
+                }
+                Target::Content { hash } => {
+                    s.content_ops = s.content_ops.union(r.rule.ops);
+                    s.content.entry(hash).or_default().push(r.clone());
+                }
+            }
+        }
+        if !ranges.is_empty() {
+            s.ranges = Some(IntervalIndex::build(ranges));
+        }
+        s.all = all;
+        s
+    }
+}
+
+pub struct Engine {
+    set: ArcSwap<RuleSet>,
+    edit: Mutex<()>,
+    next_id: AtomicU64,
+    start: Instant,
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    block_size: u64,
+    pub log: FaultLog,
+}
+
+/// Device-wide counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct EngineStats {
+    pub uptime_us: u64,
+    pub requests: u64,
+    pub bytes: u64,
+    pub rules: usize,
+    pub faults_logged: u64,
+    pub log_dropped: u64,
+}
+
+impl Engine {
+    pub fn new(block_size: u32) -> Engine {
+        Engine {
+            set: ArcSwap::from_pointee(RuleSet::default()),
+            edit: Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            start: Instant::now(),
+            requests: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            block_size: block_size as u64,
+            log: FaultLog::new(super::log::DEFAULT_LOG_CAP),
+        }
+    }
+
+    pub fn block_size(&self) -> u64 {
+        self.block_size
+    }
+
+    pub fn elapsed_us(&self) -> u64 {
+        self.start.elapsed().as_micros() as u64
+    }
+
+    /// Arm rules (one snapshot rebuild for the whole batch). Returns the armed rules so the
+    /// caller can apply at-rest actions (`rot`).
+    pub fn add(&self, rules: Vec<Rule>) -> Vec<Arc<ArmedRule>> {
+        let _g = self.edit.lock().unwrap();
+        let new: Vec<Arc<ArmedRule>> = rules
+            .into_iter()
+            .map(|rule| {
+                Arc::new(ArmedRule {
+                    id: self.next_id.fetch_add(1, Relaxed),
+                    rule,
+                    matched: AtomicU64::new(0),
+                    fired: AtomicU64::new(0),
+                    blocks: AtomicU64::new(0),
+                })
+            })
+            .collect();
+        let mut all = self.set.load().all.clone();
+        all.extend(new.iter().cloned());
+        self.set.store(Arc::new(RuleSet::build(all)));
+        new
+    }
+
+    /// Disarm rules by id; returns how many were removed.
+    pub fn remove(&self, ids: &[RuleId]) -> usize {
+        let _g = self.edit.lock().unwrap();
+        let cur = self.set.load();
+        let all: Vec<_> = cur.all.iter().filter(|r| !ids.contains(&r.id)).cloned().collect();
+        let n = cur.all.len() - all.len();
+        self.set.store(Arc::new(RuleSet::build(all)));
+        n
+    }
+
+    pub fn clear(&self) -> usize {
+        let _g = self.edit.lock().unwrap();
+        let n = self.set.load().all.len();
+        self.set.store(Arc::new(RuleSet::default()));
+        n
+    }
+
+    pub fn list(&self) -> Vec<RuleStatus> {
+        self.set
+            .load()
+            .all
+            .iter()
+            .map(|r| RuleStatus {
+                id: r.id,
+                rule: r.rule.clone(),
+                matched: r.matched.load(Relaxed),
+                fired: r.fired.load(Relaxed),
+                blocks: r.blocks.load(Relaxed),
+            })
+            .collect()
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        EngineStats {
+            uptime_us: self.elapsed_us(),
+            requests: self.requests.load(Relaxed),
+            bytes: self.bytes.load(Relaxed),
+            rules: self.set.load().all.len(),
+            faults_logged: self.log.total(),
+            log_dropped: self.log.dropped(),
+        }
+    }
+
+    /// Decide what happens to one request. `data` is the request's bytes: the write payload, or
+    /// for reads the bytes just read from the store (content rules look at them).
+    pub fn plan(&self, op: Op, offset: u64, len: u64, data: Option<&[u8]>) -> Plan {
+        let req_idx = self.requests.fetch_add(1, Relaxed);
+        let bytes_before = self.bytes.fetch_add(len, Relaxed);
+        let set = self.set.load();
+        let mut plan = Plan::default();
+        let (any, range, content) = (set.any_ops.has(op), set.range_ops.has(op), set.content_ops.has(op));
+        if !(any || range || content) {
+            return plan;
+        }
+        let ctx = Ctx { engine: self, op, offset, len, now_us: self.elapsed_us(), req_idx, bytes_before };
+        if any {
+            for r in &set.any {
+                if ctx.fires(r) {
+                    ctx.apply(r, &mut plan, offset, offset + len);
+                }
+            }
+        }
+        if range {
+            if let Some(idx) = &set.ranges {
+                idx.query(offset, offset + len.max(1), |s, e, r| {
+                    if ctx.fires(r) {
+                        ctx.apply(r, &mut plan, s.max(offset), e.min(offset + len));
+                    }
+                });
+            }
+        }
+        if content {
+            if let Some(data) = data {
+                self.match_content(&set, &ctx, data, &mut plan);
+            }
+        }
+        plan
+    }
+
+    /// Hash each fully covered, block-aligned chunk and look it up.
+    fn match_content(&self, set: &RuleSet, ctx: &Ctx, data: &[u8], plan: &mut Plan) {
+        let bs = self.block_size;
+        let first = ctx.offset.div_ceil(bs) * bs;
+        let mut pos = (first - ctx.offset) as usize;
+        while pos + bs as usize <= data.len() {
+            let h = block_hash(&data[pos..pos + bs as usize]);
+            if let Some(rules) = set.content.get(&h) {
+                let boff = ctx.offset + pos as u64;
+                for r in rules {
+                    if ctx.fires(r) {
+                        ctx.apply(r, plan, boff, boff + bs);
+                    }
+                }
+            }
+            pos += bs as usize;
+        }
+    }
+}
+
+/// One request being planned.
+struct Ctx<'a> {
+    engine: &'a Engine,
+    op: Op,
+    offset: u64,
+    len: u64,
+    now_us: u64,
+    req_idx: u64,
+    bytes_before: u64,
+}
+
+/// A uniform draw in [0,1) from (seed, n): reproducible per rule and match index.
+fn unit(seed: u64, n: u64) -> f64 {
+    (xxh3_64_with_seed(&n.to_le_bytes(), seed) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Ctx<'_> {
+    /// Op + conditions; counts the match and claims a firing.
+    fn fires(&self, r: &ArmedRule) -> bool {
+        let rule = &r.rule;
+        if !rule.ops.has(self.op) {
+            return false;
+        }
+        if let Some(w) = rule.window {
+            let t = self.now_us;
+            if t < w.from.as_micros() as u64 || w.to.is_some_and(|to| t >= to.as_micros() as u64) {
+                return false;
+            }
+        }
+        if self.req_idx < rule.after_requests || self.bytes_before < rule.after_bytes {
+            return false;
+        }
+        let n = r.matched.fetch_add(1, Relaxed);
+        if let Some(p) = rule.probability {
+            if unit(rule.seed, n) >= p {
+                return false;
+            }
+        }
+        match rule.times {
+            Some(t) => r.fired.fetch_update(Relaxed, Relaxed, |f| (f < t).then_some(f + 1)).is_ok(),
+            None => {
+                r.fired.fetch_add(1, Relaxed);
+                true
+            }
+        }
+    }
+
+    /// Apply a fired rule to the plan. [s, e) is the matched device range within the request.
+    fn apply(&self, r: &ArmedRule, plan: &mut Plan, s: u64, e: u64) {
+        let bs = self.engine.block_size;
+        let (req_s, req_e) = (self.offset, self.offset + self.len);
+        let whole = runs(block_span(req_s, req_e, bs));
+        let (blocks, detail) = match &r.rule.action {
+            Action::Bitflip { at } | Action::Rot { at } => {
+                let mut flipped = Vec::new();
+                let mut details = Vec::new();
+                for b in block_span(s, e, bs) {
+                    let (byte, bit) = flip_position(at, r.rule.seed, b, r.fired.load(Relaxed), bs);
+                    let dev = b * bs + byte as u64;
+                    if dev >= req_s && dev < req_e {
+                        plan.edits.push(Edit::Flip { pos: (dev - req_s) as usize, bit });
+                        flipped.push(b);
+                        details.push(format!("{byte}:{bit}"));
+                    }
+                }
+                (runs(flipped), format!("byte:bit {}", details.join(",")))
+            }
+            Action::Corrupt { offset, length, fill } => {
+                let mut hit = Vec::new();
+                for b in block_span(s, e, bs) {
+                    let bs0 = (b * bs).max(req_s);
+                    let from = b * bs + *offset as u64;
+                    let to = (b * bs + *offset as u64 + length.map(|l| l as u64).unwrap_or(bs)).min((b + 1) * bs);
+                    let (from, to) = (from.max(bs0), to.min(req_e));
+                    if from < to {
+                        plan.edits.push(Edit::Fill {
+                            pos: (from - req_s) as usize,
+                            len: (to - from) as usize,
+                            fill: *fill,
+                            seed: r.rule.seed ^ b,
+                        });
+                        hit.push(b);
+                    }
+                }
+                (runs(hit), format!("{fill:?} bytes {offset}..{}", length.map(|l| (offset + l).to_string()).unwrap_or("end".into())).to_lowercase())
+            }
+            Action::Error { errno } => {
+                plan.errno.get_or_insert(*errno);
+                (whole, super::rule::errno_name(*errno))
+            }
+            Action::Delay { delay } => {
+                let d = sample_delay(delay, r.rule.seed, r.fired.load(Relaxed));
+                plan.delay = Some(plan.delay.map_or(d, |p| p.max(d)));
+                (whole, crate::spec::units::format_duration(d))
+            }
+            Action::LostWrite => {
+                plan.store = StoreMode::Skip;
+                (whole, "not stored".into())
+            }
+            Action::TornWrite { keep } => {
+                let keep = (*keep).min(self.len);
+                plan.store = StoreMode::Prefix(keep);
+                (whole, format!("stored first {keep} bytes"))
+            }
+            Action::MisdirectedWrite { shift } => {
+                let to = self.offset.wrapping_add_signed(*shift);
+                plan.store = StoreMode::Redirect(to);
+                (whole, format!("stored at {to}"))
+            }
+        };
+        let nblocks: u64 = blocks.iter().map(|b| b[1]).sum();
+        r.blocks.fetch_add(nblocks, Relaxed);
+        self.engine.log.push(LogEntry {
+            seq: 0,
+            t_us: self.now_us,
+            rule: r.id,
+            action: r.rule.action.name(),
+            op: Some(self.op),
+            offset: self.offset,
+            len: self.len,
+            blocks,
+            detail,
+        });
+    }
+}
+
+/// Device blocks touched by [s, e).
+pub fn block_span(s: u64, e: u64, bs: u64) -> std::ops::Range<u64> {
+    if e <= s { s / bs..s / bs } else { s / bs..e.div_ceil(bs) }
+}
+
+/// (byte, bit) inside a block for a flip; random positions are drawn from (seed, block, n).
+pub fn flip_position(at: &FlipAt, seed: u64, block: u64, n: u64, bs: u64) -> (u32, u8) {
+    let h = xxh3_64_with_seed(&[block.to_le_bytes(), n.to_le_bytes()].concat(), seed);
+    let byte = at.byte.unwrap_or((h % bs) as u32).min(bs as u32 - 1);
+    let bit = at.bit.unwrap_or(((h >> 32) % 8) as u8);
+    (byte, bit)
+}
+
+fn sample_delay(d: &DelayDist, seed: u64, n: u64) -> Duration {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let secs = match *d {
+        DelayDist::Fixed(d) => return d,
+        DelayDist::Uniform { min, max } => {
+            rand_distr::Uniform::new_inclusive(min.as_secs_f64(), max.as_secs_f64()).unwrap().sample(&mut rng)
+        }
+        DelayDist::Normal { mean, stddev } => {
+            rand_distr::Normal::new(mean.as_secs_f64(), stddev.as_secs_f64()).unwrap().sample(&mut rng)
+        }
+        DelayDist::Lognormal { median, sigma } => {
+            rand_distr::LogNormal::new(median.as_secs_f64().ln(), sigma).unwrap().sample(&mut rng)
+        }
+        DelayDist::Pareto { scale, shape } => rand_distr::Pareto::new(scale.as_secs_f64(), shape).unwrap().sample(&mut rng),
+    };
+    // cap at one minute so a heavy tail cannot hang a request forever
+    Duration::from_secs_f64(secs.clamp(0.0, 60.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::rule::Window;
+
+    fn eng() -> Engine {
+        Engine::new(4096)
+    }
+
+    #[test]
+    fn no_rules_is_clean() {
+        let e = eng();
+        assert!(e.plan(Op::Write, 0, 4096, Some(&[0; 4096])).is_clean());
+        assert_eq!(e.stats().requests, 1);
+    }
+
+    #[test]
+    fn range_bitflip_only_in_range() {
+        let e = eng();
+        e.add(vec![Rule::new(Action::Bitflip { at: FlipAt::default() }, &[Op::Write], Target::Range { start: 8192, end: 12288 })]);
+        let p = e.plan(Op::Write, 0, 16384, None);
+        assert_eq!(p.edits, vec![Edit::Flip { pos: 8192, bit: 0 }]);
+        assert!(e.plan(Op::Read, 0, 16384, None).is_clean());
+        assert!(e.plan(Op::Write, 12288, 4096, None).is_clean());
+    }
+
+    #[test]
+    fn transient_fires_exactly_times() {
+        let e = eng();
+        let mut r = Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Any);
+        r.times = Some(3);
+        e.add(vec![r]);
+        let n = (0..10).filter(|_| e.plan(Op::Read, 0, 4096, None).errno.is_some()).count();
+        assert_eq!(n, 3);
+        assert_eq!(e.list()[0].fired, 3);
+        assert_eq!(e.list()[0].matched, 10);
+    }
+
+    #[test]
+    fn content_rule_hits_matching_block_only() {
+        let e = eng();
+        let mut data = vec![0u8; 3 * 4096];
+        crate::content::fill_block(1, 0, &mut data[0..4096]);
+        crate::content::fill_block(2, 0, &mut data[4096..8192]);
+        crate::content::fill_block(1, 0, &mut data[8192..]);
+        let h = block_hash(&data[0..4096]);
+        e.add(vec![Rule::new(Action::Bitflip { at: FlipAt { byte: Some(5), bit: Some(3) } }, &[Op::Write], Target::Content { hash: h })]);
+        let p = e.plan(Op::Write, 4096, data.len() as u64, Some(&data));
+        assert_eq!(p.edits, vec![Edit::Flip { pos: 5, bit: 3 }, Edit::Flip { pos: 8192 + 5, bit: 3 }]);
+        let log = e.log.since(0, 10);
+        assert_eq!(log.len(), 2);
+        assert_eq!(log[1].blocks, vec![[3, 1]]);
+    }
+
+    #[test]
+    fn probability_is_seeded_and_bounded() {
+        let e = eng();
+        let mut r = Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Any);
+        r.probability = Some(0.25);
+        r.seed = 9;
+        e.add(vec![r]);
+        let n = (0..40_000).filter(|_| e.plan(Op::Read, 0, 512, None).errno.is_some()).count();
+        // 40k Bernoulli(0.25): sd = 87; 5 sd bounds
+        assert!((9_565..=10_435).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn window_and_after() {
+        let e = eng();
+        let mut r = Rule::new(Action::Error { errno: libc::EIO }, &[Op::Write], Target::Any);
+        r.after_requests = 5;
+        let mut w = Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Any);
+        w.window = Some(Window { from: Duration::from_secs(3600), to: None });
+        e.add(vec![r, w]);
+        let fired: Vec<bool> = (0..7).map(|_| e.plan(Op::Write, 0, 512, None).errno.is_some()).collect();
+        assert_eq!(fired, vec![false, false, false, false, false, true, true]);
+        assert!(e.plan(Op::Read, 0, 512, None).is_clean());
+    }
+
+    #[test]
+    fn many_rules_and_remove() {
+        let e = eng();
+        let rules: Vec<Rule> = (0..100_000u64)
+            .map(|i| {
+                if i % 2 == 0 {
+                    Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Range { start: (1 << 40) + i * 4096, end: (1 << 40) + i * 4096 + 4096 })
+                } else {
+                    Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Content { hash: i as u128 * 7919 })
+                }
+            })
+            .collect();
+        let armed = e.add(rules);
+        assert!(e.plan(Op::Read, 0, 65536, Some(&vec![1u8; 65536])).is_clean());
+        assert_eq!(e.plan(Op::Read, (1 << 40) + 4096 * 10, 4096, None).errno, Some(libc::EIO));
+        assert_eq!(e.remove(&[armed[10].id]), 1);
+        assert!(e.plan(Op::Read, (1 << 40) + 4096 * 10, 4096, None).is_clean());
+    }
+
+    #[test]
+    fn delay_distributions_are_sane() {
+        let d = DelayDist::Lognormal { median: Duration::from_micros(100), sigma: 0.5 };
+        let mut v: Vec<Duration> = (0..2001).map(|n| sample_delay(&d, 1, n)).collect();
+        v.sort();
+        let med = v[1000].as_micros() as i64;
+        assert!((85..=115).contains(&med), "{med}");
+    }
+}

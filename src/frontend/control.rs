@@ -1,0 +1,95 @@
+//! The control socket: JSON lines over a Unix socket, one request per line, one reply per line.
+//!
+//! Requests: {"cmd":"add","rules":"<YAML rules document>"} | {"cmd":"list"} |
+//! {"cmd":"remove","ids":[1,2]} | {"cmd":"clear"} | {"cmd":"log","since":0,"max":1000} |
+//! {"cmd":"stats"}. Replies: {"ok":true,"result":...} or {"ok":false,"error":"..."}.
+
+use crate::disk::Disk;
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Deserialize)]
+#[serde(tag = "cmd", rename_all = "lowercase", deny_unknown_fields)]
+enum Request {
+    Add { rules: String },
+    List,
+    Remove { ids: Vec<u64> },
+    Clear,
+    Log { #[serde(default)] since: u64, #[serde(default = "default_max")] max: usize },
+    Stats,
+}
+
+fn default_max() -> usize {
+    10_000
+}
+
+/// Serve the socket on a background thread for the life of the process.
+pub fn start(path: &Path, disk: Arc<Disk>) -> Result<()> {
+    let _ = std::fs::remove_file(path);
+    let l = UnixListener::bind(path).with_context(|| format!("cannot bind control socket {}", path.display()))?;
+    std::thread::Builder::new().name("faultline-control".into()).spawn(move || {
+        for s in l.incoming().flatten() {
+            let d = disk.clone();
+            let _ = std::thread::Builder::new().name("faultline-client".into()).spawn(move || serve_client(s, &d));
+        }
+    })?;
+    Ok(())
+}
+
+fn serve_client(s: UnixStream, disk: &Disk) {
+    let Ok(mut w) = s.try_clone() else { return };
+    for line in BufReader::new(s).lines() {
+        let Ok(line) = line else { return };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let reply = match handle(&line, disk) {
+            Ok(v) => json!({"ok": true, "result": v}),
+            Err(e) => json!({"ok": false, "error": format!("{e:#}")}),
+        };
+        if writeln!(w, "{reply}").is_err() {
+            return;
+        }
+    }
+}
+
+fn handle(line: &str, disk: &Disk) -> Result<Value> {
+    let req: Request = serde_json::from_str(line).context("bad request (see docs/control.md)")?;
+    Ok(match req {
+        Request::Add { rules } => {
+            let rules = crate::spec::rules::parse_rules(&rules, "rules", disk.geometry()).map_err(anyhow::Error::msg)?;
+            let armed = disk.arm(rules)?;
+            json!({"ids": armed.iter().map(|r| r.id).collect::<Vec<_>>()})
+        }
+        Request::List => serde_json::to_value(disk.engine.list())?,
+        Request::Remove { ids } => {
+            let n = disk.engine.remove(&ids);
+            if n != ids.len() {
+                bail!("removed {n} of {} rules; the others do not exist (see `faultline fault list`)", ids.len());
+            }
+            json!({"removed": n})
+        }
+        Request::Clear => json!({"removed": disk.engine.clear()}),
+        Request::Log { since, max } => serde_json::to_value(disk.engine.log.since(since, max))?,
+        Request::Stats => serde_json::to_value(disk.engine.stats())?,
+    })
+}
+
+/// Client side: send one request, return its result.
+pub fn call(path: &Path, req: &Value) -> Result<Value> {
+    let mut s = UnixStream::connect(path).with_context(|| format!("cannot connect to {} (is `faultline serve` running?)", path.display()))?;
+    writeln!(s, "{req}")?;
+    let mut line = String::new();
+    BufReader::new(&s).read_line(&mut line)?;
+    let v: Value = serde_json::from_str(&line).context("bad reply from the control socket")?;
+    if v["ok"] == json!(true) {
+        Ok(v["result"].clone())
+    } else {
+        bail!("{}", v["error"].as_str().unwrap_or("unknown error"))
+    }
+}

@@ -1,0 +1,139 @@
+//! Late replies. A delayed request is executed at once and its reply handed here, so the FUSE
+//! threads keep serving other requests. One thread sleeps on a condvar until ~100 µs before the
+//! earliest deadline, then spin-waits: thread::sleep alone overshoots by ~75 µs (FUSE-NOTES.md).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+const SPIN: Duration = Duration::from_micros(100);
+
+struct Item {
+    at: Instant,
+    seq: u64,
+    job: Job,
+}
+impl PartialEq for Item {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Item {}
+impl PartialOrd for Item {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Item {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+struct Shared {
+    heap: Mutex<(BinaryHeap<Reverse<Item>>, bool)>,
+    cv: Condvar,
+    /// Bumped on every push so a spinning waiter notices an earlier deadline.
+    pushes: AtomicU64,
+}
+
+pub struct Delayer {
+    shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Delayer {
+    pub fn new() -> Delayer {
+        let shared = Arc::new(Shared { heap: Mutex::new((BinaryHeap::new(), false)), cv: Condvar::new(), pushes: AtomicU64::new(0) });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new().name("faultline-delay".into()).spawn(move || run(&s)).expect("spawn delay thread");
+        Delayer { shared, thread: Some(thread) }
+    }
+
+    /// Run `job` once `at` has passed.
+    pub fn at(&self, at: Instant, job: Job) {
+        let mut g = self.shared.heap.lock().unwrap();
+        let seq = self.shared.pushes.fetch_add(1, Ordering::Release);
+        g.0.push(Reverse(Item { at, seq, job }));
+        drop(g);
+        self.shared.cv.notify_one();
+    }
+}
+
+impl Default for Delayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn run(s: &Shared) {
+    let mut g = s.heap.lock().unwrap();
+    loop {
+        let now = Instant::now();
+        // everything due: run outside the lock
+        let mut due = Vec::new();
+        while g.0.peek().is_some_and(|Reverse(i)| i.at <= now) {
+            due.push(g.0.pop().unwrap().0.job);
+        }
+        if !due.is_empty() {
+            drop(g);
+            for j in due {
+                j();
+            }
+            g = s.heap.lock().unwrap();
+            continue;
+        }
+        if g.1 && g.0.is_empty() {
+            return;
+        }
+        match g.0.peek().map(|Reverse(i)| i.at) {
+            None => g = s.cv.wait(g).unwrap(),
+            Some(at) if at - now > SPIN => g = s.cv.wait_timeout(g, at - now - SPIN).unwrap().0,
+            Some(at) => {
+                let seen = s.pushes.load(Ordering::Acquire);
+                drop(g);
+                while Instant::now() < at && s.pushes.load(Ordering::Acquire) == seen {
+                    std::hint::spin_loop();
+                }
+                g = s.heap.lock().unwrap();
+            }
+        }
+    }
+}
+
+impl Drop for Delayer {
+    /// Pending replies are still sent (late, as asked) before the thread ends.
+    fn drop(&mut self) {
+        self.shared.heap.lock().unwrap().1 = true;
+        self.shared.cv.notify_one();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn fires_in_order_and_on_time() {
+        let d = Delayer::new();
+        let (tx, rx) = mpsc::channel();
+        let t0 = Instant::now();
+        for ms in [30u64, 10, 20] {
+            let tx = tx.clone();
+            d.at(t0 + Duration::from_millis(ms), Box::new(move || tx.send((ms, Instant::now())).unwrap()));
+        }
+        let got: Vec<(u64, Instant)> = (0..3).map(|_| rx.recv().unwrap()).collect();
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), vec![10, 20, 30]);
+        for (ms, at) in got {
+            assert!(at >= t0 + Duration::from_millis(ms));
+        }
+    }
+}

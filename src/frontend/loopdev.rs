@@ -1,0 +1,51 @@
+//! Loop devices through losetup(8): attach a file in direct-I/O mode, detach, inspect.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Attach `file` to a free loop device with direct I/O; returns /dev/loopN.
+pub fn attach(file: &Path, sector_size: u32) -> Result<PathBuf> {
+    let out = Command::new("losetup")
+        .args(["--find", "--show", "--direct-io=on", "--sector-size", &sector_size.to_string()])
+        .arg(file)
+        .output()
+        .context("cannot run losetup (util-linux)")?;
+    if !out.status.success() {
+        bail!("losetup could not attach {}: {}", file.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    // losetup falls back to buffered I/O silently when direct I/O is refused; we need it
+    let name = dev.file_name().unwrap_or_default().to_string_lossy().to_string();
+    let dio = std::fs::read_to_string(format!("/sys/block/{name}/loop/dio")).unwrap_or_default();
+    if dio.trim() != "1" {
+        let _ = detach(&dev);
+        bail!("{} was attached without direct I/O (sysfs dio={}); faultline needs it so every request reaches the disk", dev.display(), dio.trim());
+    }
+    Ok(dev)
+}
+
+pub fn detach(dev: &Path) -> Result<()> {
+    // udev may still hold the device briefly after a change; retry a little
+    let mut last = String::new();
+    for i in 0..50 {
+        let out = Command::new("losetup").arg("-d").arg(dev).output().context("cannot run losetup")?;
+        if out.status.success() {
+            return Ok(());
+        }
+        last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        if backing_file(dev).is_none() {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20 * (i + 1).min(10)));
+    }
+    bail!("losetup -d {}: {last}", dev.display())
+}
+
+/// The file a loop device is attached to, if any.
+pub fn backing_file(dev: &Path) -> Option<PathBuf> {
+    let name = dev.file_name()?.to_string_lossy().to_string();
+    let b = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).ok()?;
+    let b = b.trim();
+    (!b.is_empty()).then(|| PathBuf::from(b))
+}

@@ -1,0 +1,129 @@
+//! Exposing the disk to the kernel: a FUSE file attached to a loop device (/dev/loopN), and the
+//! control socket. No fault logic here.
+
+pub mod control;
+pub mod delay;
+pub mod fuse;
+pub mod loopdev;
+
+use crate::disk::Disk;
+use crate::stack::ledger::LedgerFile;
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Fail early, with the reason, where the front end cannot work.
+pub fn preflight() -> Result<()> {
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("faultline must run as root: it mounts FUSE and attaches loop devices");
+    }
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::metadata("/dev/fuse") {
+        Ok(m) if m.file_type().is_char_device() => {}
+        Ok(_) => bail!("/dev/fuse is not a character device; FUSE is unavailable here"),
+        Err(e) => bail!("/dev/fuse is missing ({e}); load the fuse module or run where FUSE is available (containers: --device /dev/fuse)"),
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        bail!("/dev/loop-control is missing: this kernel has no loop device support");
+    }
+    Ok(())
+}
+
+/// A disk exposed as a kernel block device.
+pub struct Exposed {
+    pub device: PathBuf,
+    pub mountpoint: PathBuf,
+    session: Option<fuser::BackgroundSession>,
+}
+
+impl Exposed {
+    /// Mount the disk as a FUSE file and attach it to a loop device, recording each step.
+    pub fn new(disk: Arc<Disk>, ledger: &mut LedgerFile) -> Result<Exposed> {
+        let base = crate::stack::ledger::run_dir();
+        let mountpoint = base.join(format!("mnt-{}-{}", std::process::id(), ledger.data.mounts.len()));
+        std::fs::create_dir_all(&mountpoint).with_context(|| format!("cannot create {}", mountpoint.display()))?;
+        ledger.update(|l| l.dirs.push(mountpoint.clone()))?;
+
+        let mut cfg = fuser::Config::default();
+        cfg.n_threads = Some(2);
+        cfg.clone_fd = true;
+        cfg.mount_options = vec![fuser::MountOption::FSName("faultline".into()), fuser::MountOption::Subtype("faultline".into())];
+        ledger.update(|l| l.mounts.push(mountpoint.clone()))?;
+        let bs = disk.block_size();
+        let session = fuser::Session::new(fuse::DiskFs::new(disk), &mountpoint, &cfg)
+            .with_context(|| format!("cannot mount FUSE at {}", mountpoint.display()))?
+            .spawn()
+            .context("cannot start the FUSE threads")?;
+        let mut me = Exposed { device: PathBuf::new(), mountpoint: mountpoint.clone(), session: Some(session) };
+        let file = mountpoint.join(fuse::FILE_NAME);
+        // the loop device's logical sector size: the disk's block size, at most 4 KiB
+        let device = loopdev::attach(&file, bs.min(4096))?;
+        ledger.update(|l| {
+            l.loops.push((device.clone(), file.clone()));
+            l.device = Some(device.clone());
+        })?;
+        me.device = device;
+        Ok(me)
+    }
+
+    /// Detach the loop device, then unmount (the other order reports busy).
+    pub fn teardown(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        let mut first_err = None;
+        if !self.device.as_os_str().is_empty() {
+            if let Err(e) = loopdev::detach(&self.device) {
+                first_err.get_or_insert(e);
+            }
+            self.device = PathBuf::new();
+        }
+        if let Some(s) = self.session.take() {
+            // umount_and_join unmounts and waits for the FUSE threads
+            if let Err(e) = s.umount_and_join() {
+                if crate::stack::ledger::is_mounted(&self.mountpoint) {
+                    if let Err(e2) = unmount(&self.mountpoint) {
+                        first_err.get_or_insert(e2.context(format!("after fuser: {e}")));
+                    }
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.mountpoint);
+        match first_err {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Exposed {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            eprintln!("faultline: teardown: {e:#}");
+        }
+    }
+}
+
+/// Unmount a FUSE mount point: plain umount with retries, lazy as the last resort.
+pub fn unmount(p: &Path) -> Result<()> {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())?;
+    for _ in 0..20 {
+        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            // EINVAL: not mounted (any more)
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                return Ok(());
+            }
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
+        return Ok(());
+    }
+    bail!("cannot unmount {}: {}", p.display(), std::io::Error::last_os_error())
+}

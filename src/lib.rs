@@ -1,0 +1,11 @@
+//! faultline: a virtual faulty disk (and, later, the workload and report around it).
+//! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend -> stack.
+
+pub mod content;
+pub mod disk;
+pub mod fault;
+pub mod frontend;
+pub mod spec;
+pub mod stack;
+pub mod workload;
+pub mod demo;

@@ -1,0 +1,204 @@
+//! The faultline CLI. Argument parsing and output only; the work is in the library.
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use faultline::disk::{DiskConfig, StoreSpec};
+use faultline::frontend::control;
+use faultline::spec::units::parse_size;
+use faultline::stack::{ledger, served::ServedDisk};
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "faultline", version, about = "A faulty virtual disk for storage-stack experiments")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve a faulty disk as /dev/loopN until SIGINT/SIGTERM; prints the device path first.
+    Serve {
+        /// Disk size, e.g. 8GiB (needed for ram and for a new store file).
+        #[arg(long, value_parser = size_arg)]
+        size: Option<u64>,
+        /// Logical block size: 512B..64KiB, a power of two.
+        #[arg(long, default_value = "4KiB", value_parser = size_arg)]
+        block_size: u64,
+        /// Backing store: ram | file:PATH | device:PATH.
+        #[arg(long, default_value = "ram")]
+        store: StoreSpec,
+        /// Confirm that a device store may be overwritten.
+        #[arg(long)]
+        destructive: bool,
+        /// Overwrite a device even if it carries a partition table or file system.
+        #[arg(long)]
+        force: bool,
+        /// YAML rules armed before the device appears (docs/rules.md).
+        #[arg(long)]
+        rules: Option<PathBuf>,
+        /// Control socket path (default: /run/faultline/<pid>.sock).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+    },
+    /// Talk to a running `faultline serve` through its control socket.
+    Fault {
+        /// Control socket (default: the only running faultline serve).
+        #[arg(long, global = true)]
+        socket: Option<PathBuf>,
+        #[command(subcommand)]
+        cmd: FaultCmd,
+    },
+    /// Release loop devices, FUSE mounts and directories left by faultline processes that died.
+    Cleanup,
+    /// Demo: RAM disk, a bit-flip and an EIO rule, write + read-back pass, table + results.json.
+    Demo {
+        #[arg(long, default_value = "256MiB", value_parser = size_arg)]
+        size: u64,
+        /// Bytes written and read back.
+        #[arg(long = "write", default_value = "64MiB", value_parser = size_arg)]
+        written: u64,
+        /// Results directory.
+        #[arg(long, default_value = "faultline-demo")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+#[derive(Subcommand)]
+enum FaultCmd {
+    /// Arm the rules in a YAML file ("-" reads stdin).
+    Add { file: PathBuf },
+    /// List armed rules with their counters (JSON).
+    List,
+    /// Disarm rules by id.
+    Remove { ids: Vec<u64> },
+    /// Disarm all rules.
+    Clear,
+    /// Print fault log entries as JSON lines.
+    Log {
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        #[arg(long, default_value_t = 10_000)]
+        max: usize,
+    },
+    /// Device counters (requests, bytes, faults).
+    Stats,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("faultline: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Serve { size, block_size, store, destructive, force, rules, socket } => {
+            serve(DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force }, rules, socket)
+        }
+        Cmd::Fault { socket, cmd } => fault(socket, cmd),
+        Cmd::Cleanup => {
+            let done = ledger::cleanup();
+            if done.is_empty() {
+                println!("nothing to clean up");
+            }
+            for l in done {
+                println!("{l}");
+            }
+            Ok(())
+        }
+        Cmd::Demo { size, written, out, seed } => faultline::demo::run(&faultline::demo::DemoOptions { size, written, out, seed }),
+    }
+}
+
+fn serve(cfg: DiskConfig, rules: Option<PathBuf>, socket: Option<PathBuf>) -> Result<()> {
+    faultline::disk::check_block_size(cfg.block_size as u64)?;
+    // catch signals from the start so a Ctrl-C during set-up still tears down
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let socket = socket.unwrap_or_else(|| ledger::run_dir().join(format!("{}.sock", std::process::id())));
+    let served = ServedDisk::start(
+        &cfg,
+        |d| match &rules {
+            Some(p) => faultline::spec::rules::parse_rules_file(p, d.geometry()).map_err(anyhow::Error::msg),
+            None => Ok(vec![]),
+        },
+        Some(&socket),
+    )?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", served.device().display())?;
+    out.flush()?;
+    drop(out);
+    eprintln!(
+        "faultline: serving {} ({} store, {} B blocks, {} rules) on {}; control socket {}; Ctrl-C to stop",
+        faultline::spec::units::format_size(served.disk.size()),
+        served.disk.describe_store(),
+        served.disk.block_size(),
+        served.disk.engine.list().len(),
+        served.device().display(),
+        socket.display()
+    );
+    let sig = signals.forever().next();
+    eprintln!("faultline: signal {}, tearing down", sig.unwrap_or(0));
+    served.teardown()
+}
+
+fn find_socket(socket: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(s) = socket {
+        return Ok(s);
+    }
+    let live: Vec<PathBuf> = ledger::live().into_iter().filter_map(|l| l.socket).collect();
+    match live.len() {
+        1 => Ok(live.into_iter().next().unwrap()),
+        0 => bail!("no running `faultline serve` found; start one or pass --socket"),
+        _ => bail!(
+            "{} faultline serve processes are running; pick one with --socket ({})",
+            live.len(),
+            live.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+fn fault(socket: Option<PathBuf>, cmd: FaultCmd) -> Result<()> {
+    let sock = find_socket(socket)?;
+    let req = match &cmd {
+        FaultCmd::Add { file } => {
+            let text = if file.as_os_str() == "-" {
+                std::io::read_to_string(std::io::stdin())?
+            } else {
+                std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+            };
+            json!({"cmd": "add", "rules": text})
+        }
+        FaultCmd::List => json!({"cmd": "list"}),
+        FaultCmd::Remove { ids } => json!({"cmd": "remove", "ids": ids}),
+        FaultCmd::Clear => json!({"cmd": "clear"}),
+        FaultCmd::Log { since, max } => json!({"cmd": "log", "since": since, "max": max}),
+        FaultCmd::Stats => json!({"cmd": "stats"}),
+    };
+    let res = control::call(&sock, &req).map_err(|e| {
+        // name the file in rule errors
+        match &cmd {
+            FaultCmd::Add { file } => anyhow::anyhow!("{}", e.to_string().replacen("rules:", &format!("{}:", file.display()), 1)),
+            _ => e,
+        }
+    })?;
+    match (&cmd, &res) {
+        (FaultCmd::Log { .. }, Value::Array(v)) => {
+            for e in v {
+                println!("{e}");
+            }
+        }
+        _ => println!("{}", serde_json::to_string_pretty(&res)?),
+    }
+    Ok(())
+}

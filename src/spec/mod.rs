@@ -1,0 +1,4 @@
+//! User-facing input: units and rules files. Parses and validates; never does I/O beyond reading the file.
+
+pub mod rules;
+pub mod units;

@@ -1,0 +1,473 @@
+//! Rules files (YAML; JSON is YAML too). Every key is documented in docs/rules.md.
+//!
+//! Parsing is two steps: serde-saphyr reads a flat raw struct (unknown keys and bad units are
+//! rejected with line/column), then `validate` checks which keys belong to which `type` and
+//! builds `fault::Rule`s. Every error names the source, line, column, the rule and what is allowed.
+
+use super::units::{Dur, Ratio, Size, parse_size};
+use crate::content::parse_hash;
+use crate::fault::rule::{Action, DelayDist, ERRNOS, Fill, FlipAt, Op, OpSet, Rule, Target, Window};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use std::fmt;
+use std::marker::PhantomData;
+
+pub const TYPES: &str = "bitflip, corrupt, error, delay, lost-write, torn-write, misdirected-write, rot";
+pub const OPS: &str = "read, write, flush, discard, any";
+
+/// What the rules are checked against.
+#[derive(Clone, Copy, Debug)]
+pub struct DiskGeometry {
+    pub size: u64,
+    pub block_size: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesFile {
+    rules: Vec<Spanned<RawRule>>,
+}
+
+/// Either a scalar word or a map: `target: any` / `target: {offset: 0, length: 4KiB}`.
+enum WordOr<M> {
+    Word(String),
+    Map(M),
+}
+
+impl<'de, M: Deserialize<'de>> Deserialize<'de> for WordOr<M> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<M>(PhantomData<M>);
+        impl<'de, M: Deserialize<'de>> Visitor<'de> for V<M> {
+            type Value = WordOr<M>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a word or a map")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+                Ok(WordOr::Word(s.to_string()))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+                M::deserialize(de::value::MapAccessDeserializer::new(m)).map(WordOr::Map)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// `op: read` or `op: [read, write]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// A number or a word (errno 5 / errno EIO; shift -4096 / shift -4KiB).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumOrWord {
+    Num(i64),
+    Word(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    offset: Option<Size>,
+    length: Option<Size>,
+    block: Option<u64>,
+    count: Option<u64>,
+    hash: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDelay {
+    distribution: String,
+    min: Option<Dur>,
+    max: Option<Dur>,
+    mean: Option<Dur>,
+    stddev: Option<Dur>,
+    median: Option<Dur>,
+    sigma: Option<f64>,
+    scale: Option<Dur>,
+    shape: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWindow {
+    from: Option<Dur>,
+    to: Option<Dur>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAfter {
+    requests: Option<u64>,
+    bytes: Option<Size>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+    op: Option<OneOrMany>,
+    target: Option<WordOr<RawTarget>>,
+    times: Option<u64>,
+    probability: Option<Ratio>,
+    seed: Option<u64>,
+    window: Option<RawWindow>,
+    after: Option<RawAfter>,
+    // bitflip / rot
+    byte: Option<u32>,
+    bit: Option<u8>,
+    random: Option<bool>,
+    // corrupt
+    offset: Option<Size>,
+    length: Option<Size>,
+    fill: Option<String>,
+    // error
+    errno: Option<NumOrWord>,
+    // delay
+    delay: Option<WordOr<RawDelay>>,
+    // torn-write
+    keep: Option<Size>,
+    // misdirected-write
+    shift: Option<NumOrWord>,
+}
+
+impl RawRule {
+    /// Type-specific keys present in this rule.
+    fn param_keys(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let mut k = |present: bool, name: &'static str| {
+            if present {
+                v.push(name)
+            }
+        };
+        k(self.byte.is_some(), "byte");
+        k(self.bit.is_some(), "bit");
+        k(self.random.is_some(), "random");
+        k(self.offset.is_some(), "offset");
+        k(self.length.is_some(), "length");
+        k(self.fill.is_some(), "fill");
+        k(self.errno.is_some(), "errno");
+        k(self.delay.is_some(), "delay");
+        k(self.keep.is_some(), "keep");
+        k(self.shift.is_some(), "shift");
+        v
+    }
+}
+
+/// Parse a rules document. `source` names it in errors (a file path, or "control socket").
+pub fn parse_rules(text: &str, source: &str, geo: DiskGeometry) -> Result<Vec<Rule>, String> {
+    let file: RulesFile = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
+    let mut out = Vec::with_capacity(file.rules.len());
+    for (i, r) in file.rules.into_iter().enumerate() {
+        let loc = &r.referenced;
+        let label = match &r.value.name {
+            Some(n) => format!("rule #{} ({n})", i + 1),
+            None => format!("rule #{}", i + 1),
+        };
+        let rule = validate(r.value, geo).map_err(|e| format!("{source}:{}:{}: {label}: {e}", loc.line(), loc.column()))?;
+        out.push(rule);
+    }
+    Ok(out)
+}
+
+pub fn parse_rules_file(path: &std::path::Path, geo: DiskGeometry) -> Result<Vec<Rule>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read rules file: {e}", path.display()))?;
+    parse_rules(&text, &path.display().to_string(), geo)
+}
+
+fn allowed_params(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "bitflip" | "rot" => &["byte", "bit", "random"],
+        "corrupt" => &["offset", "length", "fill"],
+        "error" => &["errno"],
+        "delay" => &["delay"],
+        "lost-write" => &[],
+        "torn-write" => &["keep"],
+        "misdirected-write" => &["shift"],
+        _ => &[],
+    }
+}
+
+fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
+    let bs = geo.block_size as u64;
+    let kind = r.kind.as_deref().ok_or_else(|| format!("missing `type`; allowed: {TYPES}"))?;
+    if !TYPES.split(", ").any(|t| t == kind) {
+        return Err(format!("unknown type `{kind}`; allowed: {TYPES}"));
+    }
+    let allowed = allowed_params(kind);
+    for k in r.param_keys() {
+        if !allowed.contains(&k) {
+            let list = if allowed.is_empty() { "none".to_string() } else { allowed.join(", ") };
+            return Err(format!("key `{k}` does not apply to type {kind}; its keys: {list}"));
+        }
+    }
+
+    let flip_at = || -> Result<FlipAt, String> {
+        if r.random == Some(true) {
+            if r.byte.is_some() || r.bit.is_some() {
+                return Err("`random: true` draws byte and bit; do not also give `byte`/`bit`".into());
+            }
+            return Ok(FlipAt { byte: None, bit: None });
+        }
+        let byte = r.byte.unwrap_or(0);
+        if byte as u64 >= bs {
+            return Err(format!("`byte: {byte}` is outside the block; allowed: 0..{}", bs - 1));
+        }
+        let bit = r.bit.unwrap_or(0);
+        if bit > 7 {
+            return Err(format!("`bit: {bit}` is not a bit number; allowed: 0..7"));
+        }
+        Ok(FlipAt { byte: Some(byte), bit: Some(bit) })
+    };
+
+    let action = match kind {
+        "bitflip" => Action::Bitflip { at: flip_at()? },
+        "rot" => Action::Rot { at: flip_at()? },
+        "corrupt" => {
+            let offset = r.offset.map(|s| s.0).unwrap_or(0);
+            if offset >= bs {
+                return Err(format!("`offset: {offset}` is outside the block; allowed: 0..{}", bs - 1));
+            }
+            let length = r.length.map(|s| s.0);
+            if let Some(l) = length {
+                if l == 0 || offset + l > bs {
+                    return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
+                }
+            }
+            let fill = match r.fill.as_deref().unwrap_or("random") {
+                "random" => Fill::Random,
+                "zero" | "zeroes" | "zeros" => Fill::Zero,
+                other => return Err(format!("unknown fill `{other}`; allowed: random, zero")),
+            };
+            Action::Corrupt { offset: offset as u32, length: length.map(|l| l as u32), fill }
+        }
+        "error" => Action::Error { errno: parse_errno(r.errno.as_ref())? },
+        "delay" => Action::Delay { delay: parse_delay(r.delay.ok_or("type delay needs `delay` (e.g. `delay: 100us` or `delay: {distribution: lognormal, median: 1ms, sigma: 0.5}`)")?)? },
+        "lost-write" => Action::LostWrite,
+        "torn-write" => {
+            let keep = r.keep.ok_or("type torn-write needs `keep` (bytes of each write that reach the disk, e.g. `keep: 2KiB`)")?.0;
+            Action::TornWrite { keep }
+        }
+        "misdirected-write" => {
+            let shift = match r.shift.ok_or("type misdirected-write needs `shift` (signed bytes, e.g. `shift: 1MiB` or `shift: -8KiB`)")? {
+                NumOrWord::Num(n) => n,
+                NumOrWord::Word(w) => {
+                    let (neg, t) = w.trim().strip_prefix('-').map(|t| (true, t)).unwrap_or((false, w.trim()));
+                    let v = parse_size(t)? as i64;
+                    if neg { -v } else { v }
+                }
+            };
+            if shift == 0 || shift.unsigned_abs() % bs != 0 {
+                return Err(format!("`shift: {shift}` must be a non-zero multiple of the block size ({bs})"));
+            }
+            Action::MisdirectedWrite { shift }
+        }
+        _ => unreachable!(),
+    };
+
+    // ops
+    let write_only = matches!(kind, "lost-write" | "torn-write" | "misdirected-write");
+    let ops = match &r.op {
+        None if kind == "rot" => OpSet::NONE,
+        None if write_only => OpSet::of(&[Op::Write]),
+        None if matches!(kind, "bitflip" | "corrupt") => OpSet::of(&[Op::Read, Op::Write]),
+        None => OpSet::of(&Op::ALL),
+        Some(_) if kind == "rot" => return Err("type rot corrupts data at rest when armed; it takes no `op`".into()),
+        Some(o) => {
+            let words: Vec<&str> = match o {
+                OneOrMany::One(s) => vec![s.as_str()],
+                OneOrMany::Many(v) => v.iter().map(|s| s.as_str()).collect(),
+            };
+            let mut ops = Vec::new();
+            for w in words {
+                match w {
+                    "any" => ops.extend(Op::ALL),
+                    "trim" => ops.push(Op::Discard),
+                    _ => ops.push(Op::ALL.into_iter().find(|o| o.name() == w).ok_or_else(|| format!("unknown op `{w}`; allowed: {OPS}"))?),
+                }
+            }
+            OpSet::of(&ops)
+        }
+    };
+    if write_only && ops != OpSet::of(&[Op::Write]) {
+        return Err(format!("type {kind} applies to writes only; use `op: write` or leave `op` out"));
+    }
+    if matches!(kind, "bitflip" | "corrupt") && (ops.has(Op::Flush) || ops.has(Op::Discard)) {
+        return Err(format!("type {kind} changes data; allowed ops: read, write"));
+    }
+
+    // target
+    let target = match r.target {
+        None => Target::Any,
+        Some(WordOr::Word(w)) if w == "any" => Target::Any,
+        Some(WordOr::Word(w)) => return Err(format!("unknown target `{w}`; allowed: any, {{offset, length}}, {{block, count}}, {{hash}}")),
+        Some(WordOr::Map(t)) => parse_target(t, geo)?,
+    };
+    if kind == "rot" && target == Target::Any {
+        return Err("type rot needs a `target` (an offset range or a content hash) to say which stored data rots".into());
+    }
+    if matches!(target, Target::Content { .. }) && (ops.has(Op::Flush) || ops.has(Op::Discard)) {
+        return Err("content targets match data; flush and discard carry none. Use `op: read` and/or `op: write`".into());
+    }
+
+    if r.times == Some(0) {
+        return Err("`times: 0` would never fire; give a count >= 1, or leave `times` out for every match".into());
+    }
+    let window = match r.window {
+        None => None,
+        Some(w) => {
+            let from = w.from.map(|d| d.0).unwrap_or_default();
+            let to = w.to.map(|d| d.0);
+            if to.is_some_and(|t| t <= from) {
+                return Err("window `to` must be later than `from`".into());
+            }
+            Some(Window { from, to })
+        }
+    };
+    let (after_requests, after_bytes) = r.after.map(|a| (a.requests.unwrap_or(0), a.bytes.map(|b| b.0).unwrap_or(0))).unwrap_or((0, 0));
+    Ok(Rule {
+        name: r.name,
+        action,
+        ops,
+        target,
+        times: r.times,
+        probability: r.probability.map(|p| p.0),
+        seed: r.seed.unwrap_or(0),
+        window,
+        after_requests,
+        after_bytes,
+    })
+}
+
+fn parse_errno(e: Option<&NumOrWord>) -> Result<i32, String> {
+    let names = || ERRNOS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ");
+    match e {
+        None => Ok(libc::EIO),
+        Some(NumOrWord::Num(n)) if (1..4096).contains(n) => Ok(*n as i32),
+        Some(NumOrWord::Num(n)) => Err(format!("errno {n} is out of range; allowed: 1..4095 or a name: {}", names())),
+        Some(NumOrWord::Word(w)) => ERRNOS
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(w))
+            .map(|(_, v)| *v)
+            .ok_or_else(|| format!("unknown errno `{w}`; allowed: {}", names())),
+    }
+}
+
+fn parse_delay(d: WordOr<RawDelay>) -> Result<DelayDist, String> {
+    let raw = match d {
+        WordOr::Word(w) => return super::units::parse_duration(&w).map(DelayDist::Fixed),
+        WordOr::Map(m) => m,
+    };
+    let need = |v: Option<Dur>, k: &str| v.map(|d| d.0).ok_or_else(|| format!("distribution {} needs `{k}`", raw.distribution));
+    let pos = |v: Option<f64>, k: &str| match v {
+        Some(x) if x > 0.0 && x.is_finite() => Ok(x),
+        Some(x) => Err(format!("`{k}: {x}` must be a positive number")),
+        None => Err(format!("distribution {} needs `{k}`", raw.distribution)),
+    };
+    let dist = match raw.distribution.as_str() {
+        "fixed" => DelayDist::Fixed(need(raw.mean.or(raw.min), "mean")?),
+        "uniform" => {
+            let (min, max) = (need(raw.min, "min")?, need(raw.max, "max")?);
+            if max < min {
+                return Err("uniform delay: `max` must be >= `min`".into());
+            }
+            DelayDist::Uniform { min, max }
+        }
+        "normal" => DelayDist::Normal { mean: need(raw.mean, "mean")?, stddev: need(raw.stddev, "stddev")? },
+        "lognormal" => {
+            let median = need(raw.median, "median")?;
+            if median.is_zero() {
+                return Err("lognormal delay: `median` must be > 0".into());
+            }
+            DelayDist::Lognormal { median, sigma: pos(raw.sigma, "sigma")? }
+        }
+        "pareto" => {
+            let scale = need(raw.scale, "scale")?;
+            if scale.is_zero() {
+                return Err("pareto delay: `scale` must be > 0".into());
+            }
+            DelayDist::Pareto { scale, shape: pos(raw.shape, "shape")? }
+        }
+        other => return Err(format!("unknown distribution `{other}`; allowed: fixed, uniform, normal, lognormal, pareto")),
+    };
+    Ok(dist)
+}
+
+fn parse_target(t: RawTarget, geo: DiskGeometry) -> Result<Target, String> {
+    let bs = geo.block_size as u64;
+    let byte_form = t.offset.is_some() || t.length.is_some();
+    let block_form = t.block.is_some() || t.count.is_some();
+    let forms = [byte_form, block_form, t.hash.is_some()].iter().filter(|x| **x).count();
+    if forms != 1 {
+        return Err("a target is exactly one of {offset, length} (bytes), {block, count} (disk blocks) or {hash} (XXH3-128 of a block)".into());
+    }
+    if let Some(h) = t.hash {
+        return Ok(Target::Content { hash: parse_hash(&h)? });
+    }
+    let (start, len) = if byte_form {
+        (t.offset.map(|s| s.0).unwrap_or(0), t.length.map(|s| s.0).unwrap_or(bs))
+    } else {
+        let b = t.block.unwrap_or(0);
+        (b.saturating_mul(bs), t.count.unwrap_or(1).saturating_mul(bs))
+    };
+    let end = start.saturating_add(len);
+    if len == 0 {
+        return Err("target length is 0; it would never match".into());
+    }
+    if end > geo.size {
+        return Err(format!("target [{start}, {end}) lies beyond the end of the disk ({} bytes)", geo.size));
+    }
+    Ok(Target::Range { start, end })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const GEO: DiskGeometry = DiskGeometry { size: 1 << 30, block_size: 4096 };
+
+    fn one(y: &str) -> Result<Rule, String> {
+        parse_rules(y, "t.yaml", GEO).map(|mut v| v.remove(0))
+    }
+
+    #[test]
+    fn full_rules() {
+        let v = parse_rules(
+            "rules:\n  - {type: bitflip, op: write, target: {block: 10, count: 2}, times: 1}\n  - type: error\n    errno: ENOSPC\n    op: [read]\n    probability: 10%\n    seed: 3\n  - {type: delay, delay: {distribution: uniform, min: 10us, max: 20us}, window: {from: 1s, to: 2s}}\n  - {type: misdirected-write, shift: -8KiB, after: {requests: 5}}\n",
+            "t.yaml",
+            GEO,
+        )
+        .unwrap();
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[0].target, Target::Range { start: 40960, end: 49152 });
+        assert_eq!(v[1].action, Action::Error { errno: libc::ENOSPC });
+        assert_eq!(v[1].probability, Some(0.1));
+        assert_eq!(v[3].action, Action::MisdirectedWrite { shift: -8192 });
+        assert_eq!(v[3].after_requests, 5);
+    }
+
+    #[test]
+    fn errors_name_line_and_allowed() {
+        let e = one("rules:\n  - type: bitflip\n    errno: EIO\n").unwrap_err();
+        assert!(e.starts_with("t.yaml:2:") && e.contains("`errno` does not apply to type bitflip") && e.contains("byte, bit, random"), "{e}");
+        let e = one("rules:\n  - {type: explode}\n").unwrap_err();
+        assert!(e.contains("unknown type `explode`") && e.contains("lost-write"), "{e}");
+        let e = one("rules:\n  - {type: error, colour: red}\n").unwrap_err();
+        assert!(e.contains("colour") && e.contains("t.yaml"), "{e}");
+        let e = one("rules:\n  - {type: delay, delay: 10 fortnights}\n").unwrap_err();
+        assert!(e.contains("fortnights"), "{e}");
+        let e = one("rules:\n  - {type: error, target: {offset: 2GiB}}\n").unwrap_err();
+        assert!(e.contains("beyond the end"), "{e}");
+        let e = one("rules:\n  - {type: error, errno: EWHAT}\n").unwrap_err();
+        assert!(e.contains("ENOSPC"), "{e}");
+        let e = one("rules: [ {type: error\n").unwrap_err();
+        assert!(e.starts_with("t.yaml: "), "{e}");
+    }
+}

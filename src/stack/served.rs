@@ -1,0 +1,77 @@
+//! A served disk: store + engine + FUSE/loop front end + control socket + ledger, started as
+//! one unit and torn down as one (explicitly, on drop, or by `faultline cleanup` after a crash).
+
+use crate::disk::{Disk, DiskConfig};
+use crate::fault::Rule;
+use crate::frontend::{self, Exposed};
+use crate::stack::ledger::LedgerFile;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub struct ServedDisk {
+    pub disk: Arc<Disk>,
+    exposed: Option<Exposed>,
+    ledger: Option<LedgerFile>,
+    pub socket: Option<PathBuf>,
+}
+
+impl ServedDisk {
+    /// `rules` are armed before the device appears, so no request escapes them.
+    pub fn start(cfg: &DiskConfig, rules: impl FnOnce(&Disk) -> Result<Vec<Rule>>, socket: Option<&Path>) -> Result<ServedDisk> {
+        frontend::preflight()?;
+        let disk = Arc::new(Disk::open(cfg)?);
+        disk.arm(rules(&disk)?)?;
+        let mut ledger = LedgerFile::create()?;
+        let mut me = ServedDisk { disk: disk.clone(), exposed: None, ledger: None, socket: None };
+        let exposed = Exposed::new(disk.clone(), &mut ledger);
+        me.ledger = Some(ledger);
+        me.exposed = Some(exposed?);
+        if let Some(s) = socket {
+            if let Some(parent) = s.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            me.ledger.as_mut().unwrap().update(|l| l.socket = Some(s.to_owned()))?;
+            frontend::control::start(s, disk)?;
+            me.socket = Some(s.to_owned());
+        }
+        Ok(me)
+    }
+
+    pub fn device(&self) -> &Path {
+        &self.exposed.as_ref().expect("exposed").device
+    }
+
+    pub fn teardown(mut self) -> Result<()> {
+        self.release()
+    }
+
+    fn release(&mut self) -> Result<()> {
+        let r = match self.exposed.take() {
+            Some(e) => e.teardown(),
+            None => Ok(()),
+        };
+        if let Some(s) = self.socket.take() {
+            let _ = std::fs::remove_file(s);
+        }
+        if let Some(l) = self.ledger.take() {
+            if r.is_ok() {
+                l.remove();
+            } else {
+                // keep the ledger so `faultline cleanup` can finish the job
+                let mut log = Vec::new();
+                crate::stack::ledger::release(&l.data, &mut log);
+                l.remove();
+            }
+        }
+        r
+    }
+}
+
+impl Drop for ServedDisk {
+    fn drop(&mut self) {
+        if let Err(e) = self.release() {
+            eprintln!("faultline: teardown: {e:#}");
+        }
+    }
+}
