@@ -181,6 +181,8 @@ pub struct EngineStats {
     pub rules: usize,
     pub faults_logged: u64,
     pub log_dropped: u64,
+    /// Delayed replies: how late after their deadline they went out.
+    pub delay_lateness: super::log::LatenessSummary,
 }
 
 impl Engine {
@@ -267,6 +269,7 @@ impl Engine {
             rules: self.set.load().all.len(),
             faults_logged: self.log.total(),
             log_dropped: self.log.dropped(),
+            delay_lateness: self.log.delay_lateness.summary(),
         }
     }
 

@@ -31,7 +31,45 @@ impl LogEntry {
     }
 }
 
+/// How late delayed replies actually went out (front end measured), in whole µs; the last
+/// bucket collects everything >= 1 ms late.
+pub struct Lateness {
+    buckets: Vec<AtomicU64>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LatenessSummary {
+    pub count: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub max_us_capped: u64,
+}
+
+impl Lateness {
+    fn new() -> Self {
+        Lateness { buckets: (0..1001).map(|_| AtomicU64::new(0)).collect() }
+    }
+    pub fn record(&self, late: std::time::Duration) {
+        let us = (late.as_micros() as usize).min(1000);
+        self.buckets[us].fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn summary(&self) -> LatenessSummary {
+        let c: Vec<u64> = self.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
+        let count: u64 = c.iter().sum();
+        let q = |f: f64| {
+            let want = ((count as f64) * f).ceil().max(1.0) as u64;
+            let mut acc = 0;
+            c.iter().position(|n| {
+                acc += n;
+                acc >= want
+            }).unwrap_or(0) as u64
+        };
+        LatenessSummary { count, p50_us: q(0.5), p99_us: q(0.99), max_us_capped: c.iter().rposition(|n| *n > 0).unwrap_or(0) as u64 }
+    }
+}
+
 pub struct FaultLog {
+    pub delay_lateness: Lateness,
     entries: Mutex<Vec<LogEntry>>,
     next_seq: AtomicU64,
     dropped: AtomicU64,
@@ -40,7 +78,7 @@ pub struct FaultLog {
 
 impl FaultLog {
     pub fn new(cap: usize) -> Self {
-        FaultLog { entries: Mutex::new(Vec::new()), next_seq: AtomicU64::new(0), dropped: AtomicU64::new(0), cap }
+        FaultLog { delay_lateness: Lateness::new(), entries: Mutex::new(Vec::new()), next_seq: AtomicU64::new(0), dropped: AtomicU64::new(0), cap }
     }
 
     pub fn push(&self, mut e: LogEntry) {

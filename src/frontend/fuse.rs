@@ -61,7 +61,15 @@ impl DiskFs {
         match o.delay {
             Some(d) if !d.is_zero() => {
                 let errno = o.errno;
-                self.delayer.at(Instant::now() + d, Box::new(move || reply(errno)));
+                let disk = self.disk.clone();
+                let at = Instant::now() + d;
+                self.delayer.at(
+                    at,
+                    Box::new(move || {
+                        disk.engine.log.delay_lateness.record(at.elapsed());
+                        reply(errno)
+                    }),
+                );
             }
             _ => reply(o.errno),
         }
