@@ -116,8 +116,8 @@ pub fn faultline_mounts() -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
-        .filter(|l| l.contains("fuse.faultline"))
         .map(|l| l.split(' ').nth(4).unwrap().to_string())
+        .filter(|m| m.starts_with("/run/faultline/mnt-"))
         .collect()
 }
 

@@ -1,0 +1,91 @@
+//! Bad input: clear error (file, line, what is allowed), non-zero exit, nothing left behind.
+
+mod common;
+use common::*;
+use std::process::{Command, Output};
+
+fn loops() -> String {
+    String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout).to_string()
+}
+
+/// Run `faultline serve` with this rules text and extra args; it must fail without leftovers.
+fn serve_fails(rules: &str, args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.yaml");
+    std::fs::write(&p, rules).unwrap();
+    let before = (loops(), faultline_mounts());
+    let out = Command::new(bin()).arg("serve").args(args).arg("--rules").arg(&p).output().unwrap();
+    check_failed(&out, before)
+}
+
+fn check_failed(out: &Output, before: (String, Vec<String>)) -> String {
+    assert!(!out.status.success(), "must fail");
+    assert!(out.stdout.is_empty(), "no device path may be printed on failure");
+    assert_eq!((loops(), faultline_mounts()), before, "something was left behind");
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn malformed_yaml() {
+    let e = serve_fails("rules:\n  - {type: error\n", &["--size", "16MiB"]);
+    assert!(e.contains("bad.yaml") && e.contains("error:"), "{e}");
+}
+
+#[test]
+fn unknown_key_names_line_and_key() {
+    let e = serve_fails("rules:\n  - type: error\n    op: read\n  - type: delay\n    dealy: 10us\n", &["--size", "16MiB"]);
+    assert!(e.contains("bad.yaml:") && e.contains("dealy"), "{e}");
+    assert!(e.contains(":5:") || e.contains(":4:"), "line of the bad key expected: {e}");
+}
+
+#[test]
+fn bad_units_and_values() {
+    let e = serve_fails("rules:\n  - {type: delay, delay: 10 parsecs}\n", &["--size", "16MiB"]);
+    assert!(e.contains("bad.yaml") && e.contains("parsecs") && e.contains("us"), "{e}");
+    let e = serve_fails("rules:\n  - {type: bitflip, op: write, bit: 9}\n", &["--size", "16MiB"]);
+    assert!(e.contains("bad.yaml:2:") && e.contains("allowed: 0..7"), "{e}");
+    let e = serve_fails("rules: []\n", &["--size", "16 MiBs"]);
+    assert!(e.contains("16 MiBs"), "{e}");
+    let e = serve_fails("rules: []\n", &["--size", "16MiB", "--block-size", "3000"]);
+    assert!(e.contains("512B to 64KiB"), "{e}");
+    let e = serve_fails("rules: []\n", &["--size", "16MiB", "--store", "tape:/dev/st0"]);
+    assert!(e.contains("ram, file:PATH, device:PATH"), "{e}");
+}
+
+#[test]
+fn device_store_needs_destructive_and_refuses_signatures() {
+    // a real block device: a loop device over a file carrying an ext4 signature
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img");
+    std::fs::write(&img, vec![0u8; 32 << 20]).unwrap();
+    assert!(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).status().unwrap().success());
+    let out = Command::new("losetup").args(["-f", "--show"]).arg(&img).output().unwrap();
+    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let store = format!("device:{dev}");
+    let e = serve_fails("rules: []\n", &["--store", &store]);
+    assert!(e.contains("--destructive"), "{e}");
+    let e = serve_fails("rules: []\n", &["--store", &store, "--destructive"]);
+    assert!(e.contains("ext4") && e.contains("--force"), "{e}");
+    Command::new("losetup").arg("-d").arg(&dev).status().unwrap();
+    // the signature is still there: nothing was written
+    let out = Command::new("blkid").arg("-p").arg(&img).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ext4"));
+}
+
+#[test]
+fn not_root() {
+    let before = (loops(), faultline_mounts());
+    let out = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(bin()).args(["serve", "--size", "16MiB"]).output().unwrap();
+    let e = check_failed(&out, before);
+    assert!(e.contains("must run as root"), "{e}");
+}
+
+#[test]
+fn missing_dev_fuse() {
+    // a private mount namespace where /dev is an empty tmpfs
+    let before = (loops(), faultline_mounts());
+    let script = format!("mount -t tmpfs none /dev && exec {} serve --size 16MiB", bin());
+    let out = Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]).output().unwrap();
+    let e = check_failed(&out, before);
+    assert!(e.contains("/dev/fuse is missing"), "{e}");
+}
