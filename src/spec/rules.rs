@@ -164,7 +164,14 @@ impl RawRule {
 
 /// Parse a rules document. `source` names it in errors (a file path, or "control socket").
 pub fn parse_rules(text: &str, source: &str, geo: DiskGeometry) -> Result<Vec<Rule>, String> {
-    let file: RulesFile = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
+    // rule files may hold 100,000s of rules: lift the parser's node budget accordingly
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_nodes = 50_000_000;
+    budget.max_events = 100_000_000;
+    budget.max_total_scalar_bytes = 1 << 30;
+    let mut opts = serde_saphyr::Options::default();
+    opts.budget = Some(budget);
+    let file: RulesFile = serde_saphyr::from_str_with_options(text, opts).map_err(|e| format!("{source}: {e}"))?;
     let mut out = Vec::with_capacity(file.rules.len());
     for (i, r) in file.rules.into_iter().enumerate() {
         let loc = &r.referenced;

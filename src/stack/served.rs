@@ -24,9 +24,16 @@ impl ServedDisk {
         disk.arm(rules(&disk)?)?;
         let mut ledger = LedgerFile::create()?;
         let mut me = ServedDisk { disk: disk.clone(), exposed: None, ledger: None, socket: None };
-        let exposed = Exposed::new(disk.clone(), &mut ledger);
+        match Exposed::new(disk.clone(), &mut ledger) {
+            Ok(e) => me.exposed = Some(e),
+            Err(e) => {
+                // undo whatever part was built (e.g. the mount point of a failed mount)
+                crate::stack::ledger::release(&ledger.data, &mut Vec::new());
+                ledger.remove();
+                return Err(e);
+            }
+        }
         me.ledger = Some(ledger);
-        me.exposed = Some(exposed?);
         if let Some(s) = socket {
             if let Some(parent) = s.parent() {
                 std::fs::create_dir_all(parent)?;
@@ -57,12 +64,8 @@ impl ServedDisk {
         if let Some(l) = self.ledger.take() {
             if r.is_ok() {
                 l.remove();
-            } else {
-                // keep the ledger so `faultline cleanup` can finish the job
-                let mut log = Vec::new();
-                crate::stack::ledger::release(&l.data, &mut log);
-                l.remove();
             }
+            // else: keep the ledger so `faultline cleanup` can finish the job
         }
         r
     }
