@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # bench/device.sh [ROUNDS] [SECONDS] -- faultline's disk vs its peers, side by side in one run.
 #
-# Peers (../shared/bench): ceiling loop over tmpfs, a minimal C libfuse RAM disk, nbdkit memory
-# + error/delay filters via nbdfuse. faultline: no rules, and with 50,000 content + 50,000
-# offset rules that never match. Each is measured with fio-points.sh, interleaved over ROUNDS
-# rounds; the median per point is kept. Last line:
+# Part 1: peers (../shared/bench: ceiling loop over tmpfs, a minimal C libfuse RAM disk, nbdkit
+# memory + error/delay filters via nbdfuse) and faultline without rules, each measured with
+# fio-points.sh, interleaved over ROUNDS rounds (median per point).
+# Part 2: rules overhead, A/B on one faultline disk: alternately no rules and 50,000 content +
+# 50,000 offset rules that never match (armed through the control socket), ROUNDS times each,
+# so process placement and device differences cancel out. Last line:
 #   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 rules_overhead_pct=P
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
 peers=${FAULTLINE_PEERS:-$top/../shared/bench}
-rounds=${1:-2}
-secs=${2:-5}
+rounds=${1:-5}
+secs=${2:-3}
 [ -d "$peers" ] || { echo "peer scripts not found at $peers (set FAULTLINE_PEERS)" >&2; exit 2; }
 bash "$top/scripts/setup.sh"
 fl="$top/target/release/faultline"
@@ -49,13 +51,23 @@ measure() { # name start-cmd stop-cmd
 }
 
 for r in $(seq "$rounds"); do
-  echo "== round $r/$rounds" >&2
+  echo "== peers, round $r/$rounds" >&2
   measure ceiling "bash $peers/ceiling-loop.sh start 1024" "bash $peers/ceiling-loop.sh stop"
   measure libfuse "bash $peers/peer-libfuse.sh start" "bash $peers/peer-libfuse.sh stop"
   measure nbdkit "bash $peers/peer-nbdkit.sh start" "bash $peers/peer-nbdkit.sh stop"
   measure faultline "start_faultline ''" "stop_faultline"
-  measure faultline+100k "start_faultline $work/rules.yaml" "stop_faultline"
 done
+
+echo "== rules overhead: one disk, rules armed and cleared in turn" >&2
+dev=$(start_faultline '')
+ctl() { "$fl" fault --socket "$work/fl.sock" "$@" >/dev/null; }
+for r in $(seq "$rounds"); do
+  ctl clear
+  echo "faultline-ab $(bash "$peers/fio-points.sh" "$dev" "$secs")" | tee -a "$work/results" >&2
+  ctl add "$work/rules.yaml"
+  echo "faultline-ab+100k $(bash "$peers/fio-points.sh" "$dev" "$secs")" | tee -a "$work/results" >&2
+done
+stop_faultline
 
 python3 - "$work/results" <<'PY'
 import sys, statistics
@@ -69,12 +81,13 @@ for line in open(sys.argv[1]):
 points = ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"]
 med = {n: {p: statistics.median(vals[n][p]) for p in points} for n in vals}
 print(f"{'IOPS (median)':<16}" + "".join(f"{p:>12}" for p in points))
-for n in ["ceiling", "libfuse", "nbdkit", "faultline", "faultline+100k"]:
+for n in ["ceiling", "libfuse", "nbdkit", "faultline", "faultline-ab", "faultline-ab+100k"]:
     print(f"{n:<16}" + "".join(f"{med[n][p]:>12.0f}" for p in points))
-fl, rl = med["faultline"], med["faultline+100k"]
+fl = med["faultline"]
+ab, rl = med["faultline-ab"], med["faultline-ab+100k"]
 r1 = {p: fl[p] / med["libfuse"][p] for p in points}
 r2 = {p: fl[p] / med["nbdkit"][p] for p in points}
-ov = {p: 100 * (1 - rl[p] / fl[p]) for p in points}
+ov = {p: 100 * (1 - rl[p] / ab[p]) for p in points}
 print("ratio vs libfuse " + " ".join(f"{p}={r1[p]:.2f}" for p in points))
 print("ratio vs nbdkit  " + " ".join(f"{p}={r2[p]:.2f}" for p in points))
 print("rules overhead % " + " ".join(f"{p}={ov[p]:.1f}" for p in points))

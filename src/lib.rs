@@ -7,5 +7,6 @@ pub mod fault;
 pub mod frontend;
 pub mod spec;
 pub mod stack;
+pub mod verify;
 pub mod workload;
 pub mod demo;

@@ -1,6 +1,9 @@
 //! Block content: the XXH3-128 identity of a block, and deterministic block bytes from a
 //! content id (so written data never has to be kept, only its id).
 
+pub mod profile;
+pub mod stream;
+
 use xxhash_rust::xxh3::xxh3_128;
 
 /// The content hash faultline matches on: XXH3-128 of one block-size chunk.

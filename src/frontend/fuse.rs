@@ -155,13 +155,17 @@ impl Filesystem for DiskFs {
     ) {
         let len = (size as u64).min(self.disk.size().saturating_sub(offset)) as usize;
         READ_BUF.with_borrow_mut(|buf| {
-            buf.resize(len, 0);
+            // grow only: shrinking and regrowing would zero-fill on every size change
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            let buf = &mut buf[..len];
             let o = self.disk.read(offset, buf);
             match (o.errno, o.delay) {
                 (Some(e), None) => reply.error(Errno::from_i32(e)),
                 (None, None) => reply.data(buf),
                 _ => {
-                    let data = buf.clone();
+                    let data = buf.to_vec();
                     self.complete(o, move |e| match e {
                         None => reply.data(&data),
                         Some(e) => reply.error(Errno::from_i32(e)),
