@@ -20,7 +20,7 @@ fn cleanup_after_kill9() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains(&format!("detached {}", dev.display())), "{text}");
     assert!(!faultline_mounts().contains(&mnt), "FUSE mount left behind: {text}");
-    assert_gone(&dev);
+    assert_gone(&dev, pid);
     assert!(!std::path::Path::new(&mnt).exists());
     assert!(!std::path::Path::new(&format!("/run/faultline/runs/{pid}.json")).exists());
     // a second cleanup finds nothing of this run

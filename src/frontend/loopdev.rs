@@ -31,7 +31,7 @@ pub fn detach(dev: &Path) -> Result<()> {
     for i in 0..50 {
         let out = Command::new("losetup").arg("-d").arg(dev).output().context("cannot run losetup")?;
         if out.status.success() {
-            return Ok(());
+            return wait_detached(dev);
         }
         last = String::from_utf8_lossy(&out.stderr).trim().to_string();
         if backing_file(dev).is_none() {
@@ -40,6 +40,20 @@ pub fn detach(dev: &Path) -> Result<()> {
         std::thread::sleep(std::time::Duration::from_millis(20 * (i + 1).min(10)));
     }
     bail!("losetup -d {}: {last}", dev.display())
+}
+
+/// `losetup -d` on a device someone still holds open (udev probing after a write, a client
+/// closing late) only marks it for auto-clear; wait until the kernel has really let go, so the
+/// FUSE file behind it can be unmounted cleanly.
+fn wait_detached(dev: &Path) -> Result<()> {
+    let t = std::time::Instant::now();
+    while backing_file(dev).is_some() {
+        if t.elapsed() > std::time::Duration::from_secs(10) {
+            bail!("{} is still attached 10 s after losetup -d: something holds it open (see `fuser -v {}`)", dev.display(), dev.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Ok(())
 }
 
 /// The file a loop device is attached to, if any.

@@ -152,6 +152,13 @@ pub fn run_block(w: &BlockWorkload, map: Arc<ContentMap>) -> Result<WorkloadResu
                 retry_time: Duration::ZERO,
             };
             while !stop.load(Relaxed) {
+                // claim the op before issuing it, so size/ops bounds are exact across threads
+                let b = done_bytes.fetch_add(w.block_size, Relaxed);
+                let o = done_ops.fetch_add(1, Relaxed);
+                if w.size.is_some_and(|s| b >= s) || w.ops.is_some_and(|n| o >= n) || w.duration.is_some_and(|d| start.elapsed() >= d) {
+                    stop.store(true, Relaxed);
+                    break;
+                }
                 let is_write = rng.random_range(0..100u8) < w.write_pct;
                 let blk = region_start + pattern.next_block();
                 let off = blk * w.block_size;
@@ -213,11 +220,6 @@ pub fn run_block(w: &BlockWorkload, map: Arc<ContentMap>) -> Result<WorkloadResu
                             stop.store(true, Relaxed);
                         }
                     }
-                }
-                let b = done_bytes.fetch_add(w.block_size, Relaxed) + w.block_size;
-                let o = done_ops.fetch_add(1, Relaxed) + 1;
-                if w.size.is_some_and(|s| b >= s) || w.ops.is_some_and(|n| o >= n) || w.duration.is_some_and(|d| start.elapsed() >= d) {
-                    stop.store(true, Relaxed);
                 }
             }
             outs.lock().unwrap().push(out);

@@ -79,10 +79,11 @@ impl Serve {
     /// SIGTERM, wait, and check that nothing was left behind.
     pub fn stop(mut self) {
         let mut c = self.child.take().unwrap();
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        let pid = c.id();
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let st = c.wait().unwrap();
         assert!(st.success(), "serve exited with {st}");
-        assert_gone(&self.dev);
+        assert_gone(&self.dev, pid);
     }
 
     pub fn pid(&self) -> u32 {
@@ -105,11 +106,15 @@ impl Drop for Serve {
     }
 }
 
-/// The loop device is detached and no faultline FUSE mount remains for it.
-pub fn assert_gone(dev: &Path) {
+/// The loop device of serve process `pid` is detached and none of its FUSE mounts remains.
+/// Tests run in parallel, so the same /dev/loopN may already serve another process's disk:
+/// only a backing file under this process's own mount point counts.
+pub fn assert_gone(dev: &Path, pid: u32) {
     let name = dev.file_name().unwrap().to_string_lossy().to_string();
     let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).unwrap_or_default();
-    assert!(!backing.contains("faultline") && !backing.contains("/disk"), "{} still attached to {backing}", dev.display());
+    let mine = format!("/run/faultline/mnt-{pid}-");
+    assert!(!backing.contains(&mine), "{} still attached to {backing}", dev.display());
+    assert!(!faultline_mounts().iter().any(|m| m.starts_with(&mine)), "FUSE mount of pid {pid} left behind");
 }
 
 pub fn faultline_mounts() -> Vec<String> {
