@@ -5,6 +5,7 @@ pub mod content;
 pub mod disk;
 pub mod fault;
 pub mod frontend;
+pub mod run;
 pub mod spec;
 pub mod stack;
 pub mod verify;

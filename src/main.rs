@@ -55,6 +55,21 @@ enum Cmd {
         #[command(subcommand)]
         cmd: FaultCmd,
     },
+    /// Run an experiment file (docs/experiment.md): disk + stack + workload + faults, verify,
+    /// write a results directory with report.html, print a summary table.
+    Run {
+        /// The experiment (YAML).
+        file: PathBuf,
+        /// Results directory (default: results/<name>-<unix time>); must be new or empty.
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+        /// Validate the file and print the setups, run nothing.
+        #[arg(long)]
+        check: bool,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Release loop devices, FUSE mounts and directories left by faultline processes that died.
     Cleanup,
     /// Measure a duplicate-content profile from real data (files, directories, devices).
@@ -165,6 +180,16 @@ fn run(cli: Cli) -> Result<()> {
             serve(DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force }, rules, socket)
         }
         Cmd::Fault { socket, cmd } => fault(socket, cmd),
+        Cmd::Run { file, out, check, quiet } => {
+            let exp = faultline::spec::experiment::parse_experiment_file(&file).map_err(anyhow::Error::msg)?;
+            if check {
+                for st in &exp.setups {
+                    println!("{}: stack {}, {} fault(s), repeat {}", st.name, st.stack.label(), st.faults.len(), st.repeat);
+                }
+                return Ok(());
+            }
+            faultline::run::run(&exp, &faultline::run::RunOptions { out, quiet }).map(|_| ())
+        }
         Cmd::Cleanup => {
             let done = ledger::cleanup();
             if done.is_empty() {

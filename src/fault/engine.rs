@@ -166,6 +166,8 @@ pub struct Engine {
     edit: Mutex<()>,
     next_id: AtomicU64,
     start: Instant,
+    /// µs after `start` at which the current epoch began (see `reset_epoch`).
+    epoch_us: AtomicU64,
     requests: AtomicU64,
     bytes: AtomicU64,
     block_size: u64,
@@ -192,6 +194,7 @@ impl Engine {
             edit: Mutex::new(()),
             next_id: AtomicU64::new(1),
             start: Instant::now(),
+            epoch_us: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             block_size: block_size as u64,
@@ -203,8 +206,17 @@ impl Engine {
         self.block_size
     }
 
+    /// µs since the epoch began (the disk's start, or the last `reset_epoch`).
     pub fn elapsed_us(&self) -> u64 {
-        self.start.elapsed().as_micros() as u64
+        (self.start.elapsed().as_micros() as u64).saturating_sub(self.epoch_us.load(Relaxed))
+    }
+
+    /// Start a new epoch: windows, `after` counts and log times measure from now. An experiment
+    /// calls this when its workload starts, so mkfs and mount do not count.
+    pub fn reset_epoch(&self) {
+        self.epoch_us.store(self.start.elapsed().as_micros() as u64, Relaxed);
+        self.requests.store(0, Relaxed);
+        self.bytes.store(0, Relaxed);
     }
 
     /// Arm rules (one snapshot rebuild for the whole batch). Returns the armed rules so the

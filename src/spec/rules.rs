@@ -30,7 +30,8 @@ struct RulesFile {
 }
 
 /// Either a scalar word or a map: `target: any` / `target: {offset: 0, length: 4KiB}`.
-enum WordOr<M> {
+#[derive(Clone)]
+pub(crate) enum WordOr<M> {
     Word(String),
     Map(M),
 }
@@ -55,7 +56,7 @@ impl<'de, M: Deserialize<'de>> Deserialize<'de> for WordOr<M> {
 }
 
 /// `op: read` or `op: [read, write]`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(untagged)]
 enum OneOrMany {
     One(String),
@@ -63,14 +64,14 @@ enum OneOrMany {
 }
 
 /// A number or a word (errno 5 / errno EIO; shift -4096 / shift -4KiB).
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(untagged)]
 enum NumOrWord {
     Num(i64),
     Word(String),
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawTarget {
     offset: Option<Size>,
@@ -78,9 +79,11 @@ struct RawTarget {
     block: Option<u64>,
     count: Option<u64>,
     hash: Option<String>,
+    /// experiments only: block N of file F, resolved by the workload
+    file: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawDelay {
     distribution: String,
@@ -94,23 +97,35 @@ struct RawDelay {
     shape: Option<f64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawWindow {
     from: Option<Dur>,
     to: Option<Dur>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawAfter {
     requests: Option<u64>,
     bytes: Option<Size>,
 }
 
-#[derive(Deserialize)]
+/// Experiments only: when the workload's progress arms the rule.
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
-struct RawRule {
+struct RawWhen {
+    every: Option<Size>,
+    after_ops: Option<u64>,
+    at: Option<Dur>,
+    /// How many times an `every` trigger fires at most.
+    count: Option<u64>,
+    after_workload: Option<bool>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawRule {
     name: Option<String>,
     #[serde(rename = "type")]
     kind: Option<String>,
@@ -137,9 +152,18 @@ struct RawRule {
     keep: Option<Size>,
     // misdirected-write
     shift: Option<NumOrWord>,
+    // experiments only (faultline run): schedule, how a workload target is matched, which disk
+    when: Option<RawWhen>,
+    by: Option<String>,
+    disk: Option<usize>,
+    allow_repeat: Option<bool>,
 }
 
 impl RawRule {
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
     /// Type-specific keys present in this rule.
     fn param_keys(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
@@ -179,7 +203,9 @@ pub fn parse_rules(text: &str, source: &str, geo: DiskGeometry) -> Result<Vec<Ru
             Some(n) => format!("rule #{} ({n})", i + 1),
             None => format!("rule #{}", i + 1),
         };
-        let rule = validate(r.value, geo).map_err(|e| format!("{source}:{}:{}: {label}: {e}", loc.line(), loc.column()))?;
+        let rule = no_experiment_keys(&r.value)
+            .and_then(|()| validate(r.value, geo))
+            .map_err(|e| format!("{source}:{}:{}: {label}: {e}", loc.line(), loc.column()))?;
         out.push(rule);
     }
     Ok(out)
@@ -188,6 +214,152 @@ pub fn parse_rules(text: &str, source: &str, geo: DiskGeometry) -> Result<Vec<Ru
 pub fn parse_rules_file(path: &std::path::Path, geo: DiskGeometry) -> Result<Vec<Rule>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read rules file: {e}", path.display()))?;
     parse_rules(&text, &path.display().to_string(), geo)
+}
+
+/// Keys that only make sense inside an experiment, where a workload runs.
+fn no_experiment_keys(r: &RawRule) -> Result<(), String> {
+    let used = [("when", r.when.is_some()), ("by", r.by.is_some()), ("disk", r.disk.is_some()), ("allow_repeat", r.allow_repeat.is_some())];
+    if let Some((k, _)) = used.iter().find(|(_, u)| *u) {
+        return Err(format!("`{k}` belongs to experiment files (faultline run), where a workload drives the schedule; a rules file arms every rule at once"));
+    }
+    if let Some(WordOr::Word(w)) = &r.target {
+        if DEFERRED_WORDS.contains(&w.as_str()) {
+            return Err(format!("target `{w}` is resolved by a workload and works only in experiment files (faultline run)"));
+        }
+    }
+    if let Some(WordOr::Map(t)) = &r.target {
+        if t.file.is_some() {
+            return Err("target `{file, block}` is resolved by a workload and works only in experiment files (faultline run)".into());
+        }
+    }
+    Ok(())
+}
+
+const DEFERRED_WORDS: [&str; 3] = ["last_written_block", "most_duplicated", "unique"];
+
+/// A target the workload resolves when the fault is armed (experiments only).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Deferred {
+    /// The last 4 KiB block of the write that fires the trigger (armed before it is issued).
+    LastWritten,
+    /// The content written most often.
+    MostDuplicated,
+    /// A content written exactly once.
+    Unique,
+    /// Block N (4 KiB) of file F of the file interface (`f3` or `3`).
+    FileBlock { file: usize, block: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Trigger {
+    /// At the start of the workload (the default; `rot` defaults to AfterWorkload).
+    Start,
+    /// Each time this many more bytes have been written (at most `count` times).
+    Every { bytes: u64, count: Option<u64> },
+    AfterOps(u64),
+    At(std::time::Duration),
+    /// After the workload (and deduplication), before verification: faults at rest.
+    AfterWorkload,
+}
+
+/// One fault of an experiment: an engine rule plus when to arm it and how to resolve its target.
+#[derive(Clone, Debug)]
+pub struct FaultSpec {
+    pub rule: Rule,
+    pub deferred: Option<Deferred>,
+    pub trigger: Trigger,
+    /// Resolve workload targets by content hash (true) or device offset (false); None: by
+    /// offset on a raw device, by content through a file system (where offsets are unknown).
+    pub by_content: Option<bool>,
+    /// Which disk of the setup (raid1 has two).
+    pub disk: usize,
+    pub allow_repeat: bool,
+    /// "rule #N (name)" for messages.
+    pub label: String,
+}
+
+/// Validate one fault of an experiment file (`line:col` are added by the caller).
+pub(crate) fn validate_fault(mut r: RawRule, geo: DiskGeometry, label: String) -> Result<FaultSpec, String> {
+    let deferred = match &r.target {
+        Some(WordOr::Word(w)) => match w.as_str() {
+            "last_written_block" => Some(Deferred::LastWritten),
+            "most_duplicated" => Some(Deferred::MostDuplicated),
+            "unique" => Some(Deferred::Unique),
+            "any" => None,
+            other => return Err(format!("unknown target `{other}`; allowed: any, last_written_block, most_duplicated, unique, {{file, block}}, {{offset, length}}, {{block, count}}, {{hash}}")),
+        },
+        Some(WordOr::Map(t)) if t.file.is_some() => {
+            if t.offset.is_some() || t.length.is_some() || t.count.is_some() || t.hash.is_some() {
+                return Err("a file target is `{file: F, block: N}` (block N, 4 KiB, of the workload's file F); no other keys".into());
+            }
+            let f = t.file.as_deref().unwrap();
+            let file = f.trim_start_matches('f').parse::<usize>().map_err(|_| format!("file `{f}` is not a workload file; allowed: f0, f1, ... (or 0, 1, ...)"))?;
+            Some(Deferred::FileBlock { file, block: t.block.unwrap_or(0) })
+        }
+        _ => None,
+    };
+    let when = r.when.take();
+    let by = r.by.take();
+    let disk = r.disk.take().unwrap_or(0);
+    let allow_repeat = r.allow_repeat.take().unwrap_or(false);
+    let is_rot = r.kind.as_deref() == Some("rot");
+    let by_content = match by.as_deref() {
+        None => None,
+        Some("content") => Some(true),
+        Some("offset") => Some(false),
+        Some(o) => return Err(format!("unknown `by: {o}`; allowed: offset, content")),
+    };
+    if by_content.is_some() && deferred.is_none() {
+        return Err("`by` says how a workload target is matched; it needs target last_written_block, most_duplicated, unique or {file, block}".into());
+    }
+    if by_content == Some(false) && matches!(deferred, Some(Deferred::MostDuplicated | Deferred::Unique)) {
+        return Err("most_duplicated and unique name a content, not an offset; leave out `by` (or `by: content`)".into());
+    }
+    if deferred.is_some() {
+        r.target = None;
+    }
+    let mut rule = if deferred.is_some() && is_rot {
+        // rot needs a target; the placeholder is replaced when the fault is armed
+        r.target = Some(WordOr::Map(RawTarget { offset: None, length: None, block: Some(0), count: None, hash: None, file: None }));
+        validate(r, geo)?
+    } else {
+        validate(r, geo)?
+    };
+    if deferred.is_some() {
+        rule.target = Target::Any;
+    }
+    let trigger = match when {
+        None if is_rot => Trigger::AfterWorkload,
+        None => Trigger::Start,
+        Some(w) => {
+            let n = [w.every.is_some(), w.after_ops.is_some(), w.at.is_some(), w.after_workload == Some(true)].iter().filter(|x| **x).count();
+            if n != 1 {
+                return Err("`when` is exactly one of {every: SIZE (written), count: N}, {after_ops: N}, {at: DURATION}, {after_workload: true}".into());
+            }
+            if w.count.is_some() && w.every.is_none() {
+                return Err("`count` limits an `every` trigger; use it with `every`".into());
+            }
+            if let Some(e) = w.every {
+                if e.0 == 0 {
+                    return Err("`every: 0` would fire without end; give a size such as 1GiB".into());
+                }
+                Trigger::Every { bytes: e.0, count: w.count }
+            } else if let Some(n) = w.after_ops {
+                Trigger::AfterOps(n)
+            } else if let Some(t) = w.at {
+                Trigger::At(t.0)
+            } else {
+                Trigger::AfterWorkload
+            }
+        }
+    };
+    if deferred == Some(Deferred::LastWritten) && matches!(trigger, Trigger::Start | Trigger::AfterWorkload) && !is_rot {
+        return Err("target last_written_block needs a `when` trigger ({every: SIZE}, {after_ops: N} or {at: DURATION}) that says which write".into());
+    }
+    if matches!(trigger, Trigger::Every { .. }) && deferred.is_none() {
+        return Err("an `every` trigger arms a fresh rule each time: give it a workload target (last_written_block, most_duplicated, unique) so each firing hits a new block".into());
+    }
+    Ok(FaultSpec { rule, deferred, trigger, by_content, disk, allow_repeat, label })
 }
 
 fn allowed_params(kind: &str) -> &'static [&'static str] {
@@ -476,5 +648,34 @@ mod tests {
         assert!(e.contains("ENOSPC"), "{e}");
         let e = one("rules: [ {type: error\n").unwrap_err();
         assert!(e.starts_with("t.yaml: "), "{e}");
+        let e = one("rules:\n  - {type: error, when: {at: 1s}}\n").unwrap_err();
+        assert!(e.contains("`when` belongs to experiment files"), "{e}");
+        let e = one("rules:\n  - {type: bitflip, target: most_duplicated}\n").unwrap_err();
+        assert!(e.contains("resolved by a workload"), "{e}");
+    }
+
+    fn fault(y: &str) -> Result<FaultSpec, String> {
+        let r: RawRule = serde_saphyr::from_str(y).map_err(|e| e.to_string())?;
+        validate_fault(r, GEO, "rule #1".into())
+    }
+
+    #[test]
+    fn experiment_faults() {
+        let f = fault("{type: bitflip, op: write, target: last_written_block, when: {every: 256MiB, count: 4}, times: 1}").unwrap();
+        assert_eq!(f.deferred, Some(Deferred::LastWritten));
+        assert_eq!(f.trigger, Trigger::Every { bytes: 256 << 20, count: Some(4) });
+        assert_eq!(f.rule.target, Target::Any);
+        let f = fault("{type: rot, target: most_duplicated}").unwrap();
+        assert_eq!((f.deferred, f.trigger), (Some(Deferred::MostDuplicated), Trigger::AfterWorkload));
+        let f = fault("{type: error, op: read, target: {file: f3, block: 2}, by: content}").unwrap();
+        assert_eq!(f.deferred, Some(Deferred::FileBlock { file: 3, block: 2 }));
+        assert_eq!(f.by_content, Some(true));
+        let f = fault("{type: error, op: read, target: {block: 7}, disk: 1}").unwrap();
+        assert_eq!((f.disk, f.trigger, f.deferred), (1, Trigger::Start, None));
+        assert!(fault("{type: bitflip, target: last_written_block}").unwrap_err().contains("needs a `when`"));
+        assert!(fault("{type: bitflip, target: {block: 1}, when: {every: 1GiB}}").unwrap_err().contains("workload target"));
+        assert!(fault("{type: bitflip, target: unique, by: offset}").unwrap_err().contains("name a content"));
+        assert!(fault("{type: bitflip, target: last_written_block, when: {every: 1GiB, at: 2s}}").unwrap_err().contains("exactly one of"));
+        assert!(fault("{type: bitflip, target: everything}").unwrap_err().contains("allowed: any, last_written_block"));
     }
 }

@@ -1,0 +1,315 @@
+//! `faultline run FILE`: one experiment in, one results directory out. Per setup and
+//! repetition: start the faultline disk(s), build the stack, arm the faults, run the workload
+//! with scheduled faults, make verification read the disk, verify, collect, tear down. Teardown
+//! happens on success, error and Ctrl-C (Drop of every part), and `faultline cleanup` after a crash.
+
+pub mod schedule;
+
+use crate::content::stream::Stream;
+use crate::disk::{Disk, DiskConfig};
+use crate::report::model as rm;
+use crate::spec::experiment::{Experiment, Setup, StackChoice};
+use crate::stack::served::ServedDisk;
+use crate::workload::{Maps, Progress, WorkloadResult};
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+pub struct RunOptions {
+    /// Results directory; default `results/<name>-<unix time>`.
+    pub out: Option<PathBuf>,
+    /// No progress bar (also when stderr is not a terminal).
+    pub quiet: bool,
+}
+
+/// Run every setup and repetition; returns the results directory.
+pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
+    crate::frontend::preflight()?;
+    let started = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let out = opts.out.clone().unwrap_or_else(|| PathBuf::from("results").join(format!("{}-{started}", exp.name)));
+    if out.exists() && std::fs::read_dir(&out).map(|mut d| d.next().is_some()).unwrap_or(false) {
+        bail!("results directory {} exists and is not empty; choose another with --out (nothing is overwritten)", out.display());
+    }
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    // Ctrl-C / SIGTERM stop the workload; everything built is then torn down in order
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone())?;
+    }
+    let experiment_json: serde_json::Value = serde_saphyr::from_str(&exp.text).unwrap_or(serde_json::Value::Null);
+    let mut results = rm::Results {
+        schema: rm::SCHEMA,
+        faultline_version: env!("CARGO_PKG_VERSION").to_string(),
+        name: exp.name.clone(),
+        started_unix: started,
+        experiment: experiment_json,
+        setups: Vec::new(),
+    };
+    let total: u32 = exp.setups.iter().map(|s| s.repeat).sum();
+    let mut n = 0;
+    for setup in &exp.setups {
+        let mut reps = Vec::new();
+        for rep in 0..setup.repeat {
+            n += 1;
+            if stop.load(Relaxed) {
+                bail!("interrupted; everything built was torn down; partial results not written");
+            }
+            let label = format!("[{n}/{total}] {} rep {}", setup.name, rep + 1);
+            let r = run_one(exp, setup, rep, &out, &label, &stop, opts.quiet).with_context(|| format!("setup `{}`, repetition {}", setup.name, rep + 1))?;
+            if stop.load(Relaxed) {
+                bail!("interrupted during {label}; everything built was torn down");
+            }
+            reps.push(r);
+        }
+        let mut s = rm::SetupResult { name: setup.name.clone(), stack: setup.stack.label(), description: setup.description.clone(), repetitions: reps, aggregate: Default::default() };
+        s.aggregate_now();
+        results.setups.push(s);
+    }
+    crate::report::write_dir(&out, &results)?;
+    print!("{}", crate::report::summary_table(&results));
+    println!("results: {}", out.display());
+    Ok(out)
+}
+
+/// Progress line on stderr: setup, bytes, ops, errors, elapsed.
+fn progress_thread(label: String, p: Arc<Progress>, size: Option<u64>, done: Arc<AtomicBool>, quiet: bool) -> Option<std::thread::JoinHandle<()>> {
+    use std::io::IsTerminal;
+    if quiet || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    Some(std::thread::spawn(move || {
+        let bar = match size {
+            Some(s) => indicatif::ProgressBar::new(s),
+            None => indicatif::ProgressBar::no_length(),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{prefix} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_prefix(label);
+        while !done.load(Relaxed) {
+            bar.set_position(p.bytes());
+            bar.set_message(format!("{} ops, {} errors", p.ops(), p.errors()));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    }))
+}
+
+/// Everything one repetition builds, dropped (torn down) in reverse order of creation.
+struct Built {
+    stack: Option<crate::stack::fs::Built>,
+    disks: Vec<ServedDisk>,
+}
+
+impl Built {
+    fn teardown(mut self) -> Result<()> {
+        let mut first = None;
+        if let Some(s) = self.stack.take() {
+            if let Err(e) = s.teardown() {
+                first.get_or_insert(e);
+            }
+        }
+        for d in self.disks.drain(..).rev() {
+            if let Err(e) = d.teardown() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
+    let t_rep = Instant::now();
+    let cfg = DiskConfig { size: Some(setup.disk.size), block_size: setup.disk.block_size, store: setup.disk.store.clone(), destructive: false, force: false };
+    let mut built = Built { stack: None, disks: Vec::new() };
+    for _ in 0..setup.stack.disks() {
+        built.disks.push(ServedDisk::start(&cfg, |_| Ok(vec![]), None)?);
+    }
+    let devices: Vec<PathBuf> = built.disks.iter().map(|d| d.device().to_owned()).collect();
+    let disks: Vec<Arc<Disk>> = built.disks.iter().map(|d| d.disk.clone()).collect();
+    let stack_spec = stack_spec(&setup.stack);
+    built.stack = Some(crate::stack::fs::Built::build(&stack_spec, &devices)?);
+    let mountpoint = built.stack.as_ref().and_then(|s| s.mountpoint.clone());
+
+    let mut notes = Vec::new();
+    // the faults' clock and counters start with the workload, not with mkfs
+    let seq0: Vec<u64> = disks.iter().map(|d| {
+        d.engine.reset_epoch();
+        d.engine.log.total()
+    }).collect();
+    let (static_faults, scheduled) = schedule::split(&setup.faults);
+    for f in static_faults {
+        disks[f.disk].arm(vec![f.rule.clone()])?;
+    }
+
+    let (wres, maps, verify) = match &setup.stack {
+        StackChoice::Command { cmd, timeout, .. } => {
+            let env_mount = mountpoint.clone();
+            let o = crate::stack::command::run_command(cmd, &devices, env_mount.as_deref(), *timeout, stop)?;
+            notes.push(format!("command exited with {} after {:.1} s", o.describe(), o.seconds));
+            if !o.stderr_tail.is_empty() {
+                notes.push(format!("command stderr (tail): {}", o.stderr_tail));
+            }
+            (None, None, None)
+        }
+        _ => {
+            let wy = exp.workload.as_ref().expect("validated: workload present");
+            let target = match &mountpoint {
+                Some(m) => crate::spec::workload::Where::Dir(m.clone()),
+                None => crate::spec::workload::Where::Device(devices[0].clone()),
+            };
+            let w = crate::spec::workload::resolve(wy, &exp.source, target).map_err(anyhow::Error::msg)?;
+            let maps = Maps::new(&w)?;
+            let stream = Stream::new(&w.profile, w.seed);
+            let sched = schedule::Scheduler::new(disks.clone(), scheduled, stream, w.seed, mountpoint.is_some());
+            let progress = Arc::new(Progress::new());
+            let done = Arc::new(AtomicBool::new(false));
+            let pb = progress_thread(label.to_string(), progress.clone(), w.size, done.clone(), quiet);
+            let p2 = progress.clone();
+            let ticker = schedule::spawn_ticker(sched.clone(), move || p2.ops(), done.clone());
+            let stopper = {
+                // Ctrl-C ends the workload early (its threads watch `progress.stop`)
+                let (stop, progress, done) = (stop.clone(), progress.clone(), done.clone());
+                std::thread::spawn(move || {
+                    while !done.load(Relaxed) {
+                        if stop.load(Relaxed) {
+                            progress.stop.store(true, Relaxed);
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                })
+            };
+            let observer: Arc<dyn crate::workload::WriteObserver> = sched.clone();
+            let res = crate::workload::run(&w, &maps, Some(observer), Some(&progress));
+            done.store(true, Relaxed);
+            let _ = ticker.join();
+            let _ = stopper.join();
+            if let Some(h) = pb {
+                let _ = h.join();
+            }
+            let res = res?;
+            if stop.load(Relaxed) {
+                return Err(anyhow::anyhow!("interrupted")).and(built.teardown());
+            }
+            let stack = built.stack.as_mut().unwrap();
+            stack.sync()?;
+            if matches!(setup.stack, StackChoice::Dedup { .. }) {
+                let d = stack.dedupe()?;
+                notes.push(format!("dedup: {d}"));
+            }
+            sched.after_workload(&|f: &mut dyn FnMut(Option<usize>, u64, u64)| maps.for_each_written(|file, off, id| f(file, off, id)));
+            let (firings, sched_notes) = sched.finish();
+            notes.extend(sched_notes);
+            for fr in &firings {
+                notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
+            }
+            // verification must read the disk, not the page cache
+            built.stack.as_mut().unwrap().cold_cache()?;
+            let v = crate::verify::verify(&maps)?;
+            maps.save(&out.join("maps").join(format!("{}-{}", setup.name, rep + 1)))?;
+            (Some(res), Some(()), Some(v))
+        }
+    };
+    let _ = maps;
+    notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
+
+    // what the engine did: every logged fault since the workload started, and rule counters
+    let mut faults = Vec::new();
+    let mut rules = Vec::new();
+    for (i, d) in disks.iter().enumerate() {
+        let names: std::collections::HashMap<u64, String> = d.engine.list().into_iter().map(|r| (r.id, r.rule.name.clone().unwrap_or_default())).collect();
+        for e in d.engine.log.since(seq0[i], usize::MAX) {
+            faults.push(rm::InjectedFault {
+                t_s: e.t_us as f64 / 1e6,
+                rule_id: e.rule,
+                rule: names.get(&e.rule).cloned().unwrap_or_default(),
+                action: e.action.to_string(),
+                op: e.op.map(|o| o.name().to_string()).unwrap_or_else(|| "at-rest".into()),
+                offset: e.offset,
+                len: e.len,
+                blocks: e.block_count(),
+                disk: i as u32,
+            });
+        }
+        if d.engine.log.dropped() > 0 {
+            notes.push(format!("disk {i}: the fault log dropped {} entries (cap); counters below are exact", d.engine.log.dropped()));
+        }
+        for r in d.engine.list() {
+            rules.push(rm::RuleCount {
+                id: r.id,
+                name: r.rule.name.clone().unwrap_or_default(),
+                action: r.rule.action.name().to_string(),
+                op: r.rule.ops.ops().iter().map(|o| o.name()).collect::<Vec<_>>().join("+"),
+                fired: r.fired,
+                blocks: r.blocks,
+            });
+        }
+    }
+    built.teardown()?;
+    Ok(repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verify, faults, rules, notes))
+}
+
+fn stack_spec(s: &StackChoice) -> crate::stack::fs::StackSpec {
+    use crate::stack::fs::StackSpec as S;
+    match s.clone() {
+        StackChoice::Raw => S::Raw,
+        StackChoice::Fs { kind, mkfs, mount } => S::Fs { kind: fs_kind(kind), mkfs, mount },
+        StackChoice::BtrfsRaid1 { mkfs, mount } => S::BtrfsRaid1 { mkfs, mount },
+        StackChoice::Dedup { kind, mkfs, mount } => S::Dedup { kind: fs_kind(kind), mkfs, mount },
+        StackChoice::Command { fs: None, .. } => S::Raw,
+        StackChoice::Command { fs: Some((kind, mkfs, mount)), .. } => S::Fs { kind: fs_kind(kind), mkfs, mount },
+    }
+}
+
+fn fs_kind(k: crate::spec::experiment::FsKind) -> crate::stack::fs::FsKind {
+    use crate::spec::experiment::FsKind as E;
+    use crate::stack::fs::FsKind as F;
+    match k {
+        E::Ext4 => F::Ext4,
+        E::Xfs => F::Xfs,
+        E::Btrfs => F::Btrfs,
+    }
+}
+
+fn op_stats(s: &crate::workload::LatencySummary) -> rm::OpStats {
+    rm::OpStats {
+        ops: s.ops,
+        bytes: s.bytes,
+        mean_us: s.mean_us,
+        stddev_us: s.stddev_us,
+        p50_us: s.p50_us,
+        p90_us: s.p90_us,
+        p99_us: s.p99_us,
+        p999_us: s.p999_us,
+        max_us: s.max_us,
+        iops: s.iops,
+        mib_s: s.mib_s,
+    }
+}
+
+fn repetition(
+    rep: u32,
+    seconds: f64,
+    w: Option<WorkloadResult>,
+    v: Option<crate::verify::VerifyReport>,
+    faults: Vec<rm::InjectedFault>,
+    rules: Vec<rm::RuleCount>,
+    notes: Vec<String>,
+) -> rm::Repetition {
+    let mut r = rm::Repetition { index: rep + 1, seconds, faults, rules, notes, ..Default::default() };
+    if let Some(w) = w {
+        r.read = op_stats(&w.read);
+        r.write = op_stats(&w.write);
+        r.timeseries = w.timeseries.iter().map(sample).collect();
+        r.io_errors = w.errors.clone();
+        r.failed_ios = w.failed_ios.len() as u64;
+        r.retries = w.retries;
+    }
+    if let Some(v) = v {
+        r.integrity = integrity(&v);
+    }
+    r
+}

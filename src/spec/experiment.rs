@@ -1,0 +1,323 @@
+//! Experiment files (`faultline run FILE`): disk + stack + workload + faults + repeat, and
+//! optionally `setups:` (a sweep: each setup overrides the stack, disk, faults or repeat of the
+//! base). Every key is documented in docs/experiment.md. Everything is validated before any
+//! disk is created; errors name the file, line, column and what is allowed.
+
+use super::rules::{DiskGeometry, FaultSpec, RawRule, WordOr, validate_fault};
+use super::units::{Dur, Size};
+use super::workload::WorkloadYaml;
+use crate::disk::StoreSpec;
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use std::time::Duration;
+
+pub const STACK_WORDS: &str = "raw, ext4, xfs, btrfs, btrfs-raid1, dedup (btrfs), dedup-xfs";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExperiment {
+    name: Option<String>,
+    description: Option<String>,
+    disk: Option<Spanned<RawDisk>>,
+    stack: Option<Spanned<WordOr<RawStack>>>,
+    workload: Option<Spanned<WorkloadYaml>>,
+    faults: Option<Vec<Spanned<RawRule>>>,
+    repeat: Option<Spanned<u32>>,
+    setups: Option<Vec<Spanned<RawSetup>>>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawDisk {
+    size: Option<Size>,
+    block_size: Option<Size>,
+    store: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStack {
+    fs: Option<String>,
+    mkfs: Option<Vec<String>>,
+    mount: Option<Vec<String>>,
+    raid1: Option<bool>,
+    dedup: Option<bool>,
+    command: Option<String>,
+    timeout: Option<Dur>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSetup {
+    name: String,
+    description: Option<String>,
+    disk: Option<Spanned<RawDisk>>,
+    stack: Option<Spanned<WordOr<RawStack>>>,
+    faults: Option<Vec<Spanned<RawRule>>>,
+    repeat: Option<Spanned<u32>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsKind {
+    Ext4,
+    Xfs,
+    Btrfs,
+}
+
+impl FsKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FsKind::Ext4 => "ext4",
+            FsKind::Xfs => "xfs",
+            FsKind::Btrfs => "btrfs",
+        }
+    }
+}
+
+/// What is built on the faultline disk(s).
+#[derive(Clone, Debug, PartialEq)]
+pub enum StackChoice {
+    Raw,
+    Fs { kind: FsKind, mkfs: Vec<String>, mount: Vec<String> },
+    /// btrfs with data and metadata raid1 over two faultline disks.
+    BtrfsRaid1 { mkfs: Vec<String>, mount: Vec<String> },
+    /// Files written with realistic duplicates, then deduplicated (duperemove) on btrfs or xfs.
+    Dedup { kind: FsKind, mkfs: Vec<String>, mount: Vec<String> },
+    /// A user command is the workload; on the raw device or on a file system.
+    Command { cmd: String, timeout: Option<Duration>, fs: Option<(FsKind, Vec<String>, Vec<String>)> },
+}
+
+impl StackChoice {
+    pub fn disks(&self) -> usize {
+        if matches!(self, StackChoice::BtrfsRaid1 { .. }) { 2 } else { 1 }
+    }
+    /// Does the workload see a directory (file interface) rather than the device?
+    pub fn has_fs(&self) -> bool {
+        match self {
+            StackChoice::Raw => false,
+            StackChoice::Command { fs, .. } => fs.is_some(),
+            _ => true,
+        }
+    }
+    pub fn label(&self) -> String {
+        match self {
+            StackChoice::Raw => "raw".into(),
+            StackChoice::Fs { kind, .. } => kind.name().into(),
+            StackChoice::BtrfsRaid1 { .. } => "btrfs-raid1".into(),
+            StackChoice::Dedup { kind, .. } => format!("dedup-{}", kind.name()),
+            StackChoice::Command { fs: None, .. } => "command".into(),
+            StackChoice::Command { fs: Some((k, ..)), .. } => format!("command-{}", k.name()),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DiskChoice {
+    pub size: u64,
+    pub block_size: u32,
+    pub store: StoreSpec,
+}
+
+/// One setup of an experiment, fully validated.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub name: String,
+    pub description: String,
+    pub disk: DiskChoice,
+    pub stack: StackChoice,
+    pub faults: Vec<FaultSpec>,
+    pub repeat: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    pub name: String,
+    pub description: String,
+    /// The file as written (echoed into results.json).
+    pub text: String,
+    pub source: String,
+    pub workload: Option<WorkloadYaml>,
+    pub setups: Vec<Setup>,
+}
+
+fn loc<T>(s: &Spanned<T>) -> String {
+    format!("{}:{}", s.referenced.line(), s.referenced.column())
+}
+
+pub fn parse_experiment_file(path: &std::path::Path) -> Result<Experiment, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read experiment file: {e}", path.display()))?;
+    parse_experiment(&text, &path.display().to_string())
+}
+
+pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> {
+    let raw: RawExperiment = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
+    let name = raw.name.clone().ok_or_else(|| format!("{source}: missing `name` (used for the results directory and the report)"))?;
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("{source}: `name: {name}` must be non-empty and contain no `/`"));
+    }
+    let workload = raw.workload.map(|w| w.value);
+    let base_repeat = match &raw.repeat {
+        Some(r) => repeat(r, source)?,
+        None => 1,
+    };
+    let base_disk = disk(raw.disk.as_ref(), None, source)?;
+    let base_stack = match &raw.stack {
+        Some(s) => stack(s, source)?,
+        None => StackChoice::Raw,
+    };
+    let mut setups = Vec::new();
+    match raw.setups {
+        None => {
+            let faults = faults(raw.faults, &base_disk, &base_stack, source)?;
+            setups.push(Setup { name: name.clone(), description: raw.description.clone().unwrap_or_default(), disk: base_disk, stack: base_stack, faults, repeat: base_repeat });
+        }
+        Some(list) => {
+            if list.is_empty() {
+                return Err(format!("{source}: `setups` is empty; give at least one setup, or leave the key out"));
+            }
+            for s in list {
+                let at = loc(&s);
+                let s = s.value;
+                if setups.iter().any(|x: &Setup| x.name == s.name) || s.name.is_empty() || s.name.contains('/') {
+                    return Err(format!("{source}:{at}: setup name `{}` must be unique, non-empty, without `/`", s.name));
+                }
+                let d = disk(s.disk.as_ref(), Some(&base_disk), source)?;
+                let st = match &s.stack {
+                    Some(x) => stack(x, source)?,
+                    None => base_stack.clone(),
+                };
+                // a setup's faults replace the base list (a baseline setup says `faults: []`)
+                let f = match s.faults {
+                    Some(f) => faults(Some(f), &d, &st, source)?,
+                    None => faults(clone_faults(&raw.faults, source)?, &d, &st, source)?,
+                };
+                let rep = match &s.repeat {
+                    Some(r) => repeat(r, source)?,
+                    None => base_repeat,
+                };
+                setups.push(Setup { name: s.name, description: s.description.unwrap_or_default(), disk: d, stack: st, faults: f, repeat: rep });
+            }
+        }
+    }
+    for s in &setups {
+        let needs_workload = !matches!(s.stack, StackChoice::Command { .. });
+        if needs_workload && workload.is_none() {
+            return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
+        }
+    }
+    Ok(Experiment { name, description: raw.description.unwrap_or_default(), text: text.to_string(), source: source.to_string(), workload, setups })
+}
+
+/// The base faults are re-read for each setup that inherits them (RawRule is consumed by
+/// validation): re-parse them from the document.
+fn clone_faults(f: &Option<Vec<Spanned<RawRule>>>, _source: &str) -> Result<Option<Vec<Spanned<RawRule>>>, String> {
+    Ok(f.as_ref().map(|v| v.iter().map(|s| Spanned { value: s.value.clone(), referenced: s.referenced, defined: s.defined }).collect()))
+}
+
+fn repeat(r: &Spanned<u32>, source: &str) -> Result<u32, String> {
+    if r.value == 0 || r.value > 1000 {
+        return Err(format!("{source}:{}: `repeat: {}` must be 1..1000", loc(r), r.value));
+    }
+    Ok(r.value)
+}
+
+fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -> Result<DiskChoice, String> {
+    let mut out = base.cloned().unwrap_or(DiskChoice { size: 1 << 30, block_size: 4096, store: StoreSpec::Ram });
+    let Some(d) = d else { return Ok(out) };
+    let at = loc(d);
+    if let Some(s) = d.value.size {
+        if s.0 < 64 << 20 {
+            return Err(format!("{source}:{at}: disk `size: {}` is too small; allowed: 64MiB or more", s.0));
+        }
+        out.size = s.0;
+    }
+    if let Some(b) = d.value.block_size {
+        out.block_size = crate::disk::check_block_size(b.0).map_err(|e| format!("{source}:{at}: {e}"))?;
+    }
+    if let Some(st) = &d.value.store {
+        out.store = st.parse::<StoreSpec>().map_err(|e| format!("{source}:{at}: {e}"))?;
+        if matches!(out.store, StoreSpec::Device(_)) {
+            return Err(format!("{source}:{at}: experiments use ram or file stores; a real device (destructive) is only served with `faultline serve --store device:PATH --destructive`"));
+        }
+    }
+    if out.size % out.block_size as u64 != 0 {
+        return Err(format!("{source}:{at}: disk size {} is not a multiple of the block size {}", out.size, out.block_size));
+    }
+    Ok(out)
+}
+
+fn fs_kind(w: &str, at: &str, source: &str) -> Result<FsKind, String> {
+    match w {
+        "ext4" => Ok(FsKind::Ext4),
+        "xfs" => Ok(FsKind::Xfs),
+        "btrfs" => Ok(FsKind::Btrfs),
+        o => Err(format!("{source}:{at}: unknown file system `{o}`; allowed: ext4, xfs, btrfs")),
+    }
+}
+
+fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackChoice, String> {
+    let at = loc(s);
+    let r = match &s.value {
+        WordOr::Word(w) => {
+            return match w.as_str() {
+                "raw" => Ok(StackChoice::Raw),
+                "ext4" | "xfs" | "btrfs" => Ok(StackChoice::Fs { kind: fs_kind(w, &at, source)?, mkfs: vec![], mount: vec![] }),
+                "btrfs-raid1" => Ok(StackChoice::BtrfsRaid1 { mkfs: vec![], mount: vec![] }),
+                "dedup" | "dedup-btrfs" => Ok(StackChoice::Dedup { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![] }),
+                "dedup-xfs" => Ok(StackChoice::Dedup { kind: FsKind::Xfs, mkfs: vec![], mount: vec![] }),
+                o => Err(format!("{source}:{at}: unknown stack `{o}`; allowed: {STACK_WORDS}, or a map {{fs, mkfs, mount, raid1, dedup, command, timeout}}")),
+            };
+        }
+        WordOr::Map(m) => m,
+    };
+    let mkfs = r.mkfs.clone().unwrap_or_default();
+    let mount = r.mount.clone().unwrap_or_default();
+    let kind = r.fs.as_deref().map(|f| fs_kind(f, &at, source)).transpose()?;
+    if let Some(cmd) = &r.command {
+        if r.raid1.is_some() || r.dedup.is_some() {
+            return Err(format!("{source}:{at}: a `command` stack runs on the raw device or on one file system (`fs`); raid1 and dedup are not available with it"));
+        }
+        if cmd.trim().is_empty() {
+            return Err(format!("{source}:{at}: `command` is empty"));
+        }
+        if kind.is_none() && (!mkfs.is_empty() || !mount.is_empty()) {
+            return Err(format!("{source}:{at}: `mkfs`/`mount` options need `fs`"));
+        }
+        return Ok(StackChoice::Command { cmd: cmd.clone(), timeout: r.timeout.map(|d| d.0), fs: kind.map(|k| (k, mkfs, mount)) });
+    }
+    if r.timeout.is_some() {
+        return Err(format!("{source}:{at}: `timeout` applies to a `command` stack"));
+    }
+    let Some(kind) = kind else {
+        return Err(format!("{source}:{at}: a stack map needs `fs` (ext4, xfs, btrfs) or `command`"));
+    };
+    match (r.raid1 == Some(true), r.dedup == Some(true)) {
+        (true, true) => Err(format!("{source}:{at}: choose `raid1` or `dedup`, not both")),
+        (true, false) if kind != FsKind::Btrfs => Err(format!("{source}:{at}: `raid1` is built with btrfs (no md/device-mapper here); use `fs: btrfs`")),
+        (true, false) => Ok(StackChoice::BtrfsRaid1 { mkfs, mount }),
+        (false, true) if kind == FsKind::Ext4 => Err(format!("{source}:{at}: `dedup` needs reflinks: `fs: btrfs` or `fs: xfs`")),
+        (false, true) => Ok(StackChoice::Dedup { kind, mkfs, mount }),
+        (false, false) => Ok(StackChoice::Fs { kind, mkfs, mount }),
+    }
+}
+
+fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskChoice, st: &StackChoice, source: &str) -> Result<Vec<FaultSpec>, String> {
+    let geo = DiskGeometry { size: d.size, block_size: d.block_size };
+    let mut out = Vec::new();
+    for (i, r) in list.unwrap_or_default().into_iter().enumerate() {
+        let at = loc(&r);
+        let label = match r.value.name() {
+            Some(n) => format!("fault #{} ({n})", i + 1),
+            None => format!("fault #{}", i + 1),
+        };
+        let f = validate_fault(r.value, geo, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
+        if f.disk >= st.disks() {
+            return Err(format!("{source}:{at}: {label}: `disk: {}` does not exist; this stack has {} disk(s): 0..{}", f.disk, st.disks(), st.disks() - 1));
+        }
+        if f.by_content == Some(false) && st.has_fs() {
+            return Err(format!("{source}:{at}: {label}: `by: offset` needs device offsets, which a file system hides; use `by: content` (the default on file systems)"));
+        }
+        out.push(f);
+    }
+    Ok(out)
+}
