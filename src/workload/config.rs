@@ -1,0 +1,184 @@
+//! What a workload is: a validated description built from flags or YAML (spec::workload).
+
+use super::pattern::Pattern;
+use crate::content::profile::Profile;
+use crate::content::stream::Stream;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Content is generated, mapped and verified in 4 KiB units whatever the I/O size.
+pub const CONTENT_BLOCK: u64 = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ErrorPolicy {
+    Stop,
+    Continue,
+    /// Retry a failed I/O up to N times with exponential backoff from 1 ms.
+    Retry(u32),
+}
+
+impl std::str::FromStr for ErrorPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "stop" => Ok(ErrorPolicy::Stop),
+            "continue" => Ok(ErrorPolicy::Continue),
+            _ => match s.strip_prefix("retry:").and_then(|n| n.parse().ok()) {
+                Some(n) => Ok(ErrorPolicy::Retry(n)),
+                None => Err(format!("`{s}` is not an error policy; allowed: stop, continue, retry:N")),
+            },
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    Psync,
+    IoUring,
+}
+
+impl std::str::FromStr for Engine {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "psync" => Ok(Engine::Psync),
+            "io_uring" | "io-uring" | "uring" => Ok(Engine::IoUring),
+            _ => Err(format!("`{s}` is not an engine; allowed: psync, io_uring")),
+        }
+    }
+}
+
+/// How writes reach stable storage. Block devices are always opened O_DIRECT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    /// Buffered (page cache); files are fsynced once at the end.
+    None,
+    /// O_DIRECT.
+    Direct,
+    /// O_DSYNC.
+    Dsync,
+    /// fsync (fdatasync on a device) after every N completed writes of a thread.
+    Fsync(u32),
+}
+
+impl std::str::FromStr for SyncMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(SyncMode::None),
+            "direct" => Ok(SyncMode::Direct),
+            "dsync" => Ok(SyncMode::Dsync),
+            _ => match s.strip_prefix("fsync:").and_then(|n| n.parse().ok()).filter(|n| *n > 0) {
+                Some(n) => Ok(SyncMode::Fsync(n)),
+                None => Err(format!("`{s}` is not a sync mode; allowed: none, direct, dsync, fsync:N (N >= 1)")),
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "interface", rename_all = "snake_case")]
+pub enum Interface {
+    /// A block device (or any file) used from offset 0, O_DIRECT.
+    Block { device: PathBuf },
+    /// `count` files of `size` bytes in `dir`, named by `files::file_name`.
+    File { dir: PathBuf, count: u32, size: u64 },
+}
+
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub interface: Interface,
+    pub pattern: Pattern,
+    /// Percentage of operations that are writes (0..=100).
+    pub write_pct: u8,
+    pub block_size: u64,
+    pub engine: Engine,
+    /// In-flight I/Os per thread (io_uring; psync is always 1).
+    pub iodepth: u32,
+    pub threads: u32,
+    /// Bounds, whichever comes first: bytes (reads + writes), ops, time.
+    pub size: Option<u64>,
+    pub ops: Option<u64>,
+    pub duration: Option<Duration>,
+    /// Target IOPS over all threads; None = as fast as possible.
+    pub rate_iops: Option<u64>,
+    pub sync: SyncMode,
+    pub on_error: ErrorPolicy,
+    /// Time series sampling interval (>= 10 ms).
+    pub interval: Duration,
+    /// Block interface: bytes of the device used from offset 0 (default: all of it).
+    pub span: Option<u64>,
+    /// Duplicate profile of the written content, and the seed of content and patterns.
+    pub profile: Profile,
+    pub seed: u64,
+}
+
+impl Workload {
+    /// Defaults like fio's: sequential writes of 4 KiB, psync, one thread, 1 s samples.
+    pub fn new(interface: Interface) -> Workload {
+        Workload {
+            interface,
+            pattern: Pattern::Sequential,
+            write_pct: 100,
+            block_size: 4096,
+            engine: Engine::Psync,
+            iodepth: 1,
+            threads: 1,
+            size: None,
+            ops: None,
+            duration: None,
+            rate_iops: None,
+            sync: SyncMode::Direct,
+            on_error: ErrorPolicy::Continue,
+            interval: Duration::from_secs(1),
+            span: None,
+            profile: Profile::none(),
+            seed: 1,
+        }
+    }
+
+    /// The content stream: the profile scaled to the data this run is expected to write (so
+    /// the written data carries the profile's dedup ratio). `capacity` is the bytes the
+    /// workload addresses (`Maps::capacity`). Write n (over all threads, in issue order)
+    /// carries `stream.id_at(n)`.
+    pub fn stream(&self, capacity: u64) -> Stream {
+        let bytes = self.size.unwrap_or(capacity);
+        let blocks = (bytes * self.write_pct.max(1) as u64 / 100 / CONTENT_BLOCK).max(1);
+        Stream::new(&self.profile.scaled(blocks), self.seed)
+    }
+
+    pub fn check(&self) -> anyhow::Result<()> {
+        use anyhow::bail;
+        if self.block_size == 0 || self.block_size % CONTENT_BLOCK != 0 || self.block_size > 256 * CONTENT_BLOCK {
+            bail!("block size {} must be a multiple of {CONTENT_BLOCK} up to 1MiB", self.block_size);
+        }
+        if self.size.is_none() && self.ops.is_none() && self.duration.is_none() {
+            bail!("a workload needs a bound: size, ops or duration");
+        }
+        if self.threads == 0 || self.iodepth == 0 {
+            bail!("threads and iodepth must be at least 1");
+        }
+        if self.iodepth > 4096 {
+            bail!("iodepth {} is too deep; at most 4096", self.iodepth);
+        }
+        if self.interval < Duration::from_millis(10) {
+            bail!("interval must be at least 10ms");
+        }
+        if self.rate_iops == Some(0) {
+            bail!("rate_iops must be at least 1");
+        }
+        if let Interface::File { count, size, .. } = &self.interface {
+            if *count < self.threads {
+                bail!("{count} files for {} threads: each thread needs at least one file", self.threads);
+            }
+            if *size < self.block_size || size % CONTENT_BLOCK != 0 {
+                bail!("file size {size} must be a multiple of {CONTENT_BLOCK} and at least the block size {}", self.block_size);
+            }
+        }
+        Ok(())
+    }
+}

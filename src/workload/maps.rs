@@ -1,0 +1,99 @@
+//! The content maps of one workload: one for the device, or one per file (index = file index),
+//! plus what they describe, so a later `verify` finds the device or files again.
+//! Saved as DIR/maps.json (the index) and DIR/map.bin or DIR/map-NNNN.bin (8 B per 4 KiB block).
+
+use super::config::{CONTENT_BLOCK, Interface, Workload};
+use super::files::file_name;
+use super::map::ContentMap;
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "interface", rename_all = "snake_case")]
+pub enum Target {
+    Block { device: PathBuf },
+    File { dir: PathBuf, names: Vec<String> },
+}
+
+pub struct Maps {
+    pub target: Target,
+    pub seed: u64,
+    pub maps: Vec<ContentMap>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Index {
+    #[serde(flatten)]
+    target: Target,
+    seed: u64,
+    map_files: Vec<String>,
+}
+
+impl Maps {
+    /// Empty maps sized for the workload: the device span, or each file's size.
+    pub fn new(w: &Workload) -> Result<Maps> {
+        match &w.interface {
+            Interface::Block { device } => {
+                let size = device_size(device)?;
+                let span = w.span.unwrap_or(size);
+                if span > size {
+                    bail!("span {span} is larger than {} ({size} bytes)", device.display());
+                }
+                Ok(Maps { target: Target::Block { device: device.clone() }, seed: w.seed, maps: vec![ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)] })
+            }
+            Interface::File { dir, count, size } => Ok(Maps {
+                target: Target::File { dir: dir.clone(), names: (0..*count as usize).map(file_name).collect() },
+                seed: w.seed,
+                maps: (0..*count).map(|_| ContentMap::new(size / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)).collect(),
+            }),
+        }
+    }
+
+    /// Bytes the workload addresses.
+    pub fn capacity(&self) -> u64 {
+        self.maps.iter().map(|m| m.len() * CONTENT_BLOCK).sum()
+    }
+
+    /// Path of file `i` (file interface).
+    pub fn file_path(&self, i: usize) -> Option<PathBuf> {
+        match &self.target {
+            Target::File { dir, names } => names.get(i).map(|n| dir.join(n)),
+            Target::Block { .. } => None,
+        }
+    }
+
+    /// Blocks written (with a known content).
+    pub fn written_blocks(&self) -> u64 {
+        self.maps.iter().map(|m| m.written().count() as u64).sum()
+    }
+
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let map_files: Vec<String> = match self.target {
+            Target::Block { .. } => vec!["map.bin".into()],
+            Target::File { .. } => (0..self.maps.len()).map(|i| format!("map-{i:04}.bin")).collect(),
+        };
+        for (m, f) in self.maps.iter().zip(&map_files) {
+            m.save(&dir.join(f))?;
+        }
+        let idx = Index { target: self.target.clone(), seed: self.seed, map_files };
+        std::fs::write(dir.join("maps.json"), serde_json::to_vec_pretty(&idx)?).with_context(|| format!("cannot write {}/maps.json", dir.display()))
+    }
+
+    /// Load what `save` wrote. `dir` is the results directory (or its maps.json).
+    pub fn load(dir: &Path) -> Result<Maps> {
+        let dir = if dir.is_file() { dir.parent().unwrap_or(Path::new(".")) } else { dir };
+        let p = dir.join("maps.json");
+        let text = std::fs::read(&p).with_context(|| format!("cannot read {} (saved by `faultline workload --out`)", p.display()))?;
+        let idx: Index = serde_json::from_slice(&text).with_context(|| format!("{} is not a faultline maps index", p.display()))?;
+        let maps = idx.map_files.iter().map(|f| ContentMap::load(&dir.join(f))).collect::<Result<Vec<_>>>()?;
+        Ok(Maps { target: idx.target, seed: idx.seed, maps })
+    }
+}
+
+pub fn device_size(p: &Path) -> Result<u64> {
+    use std::io::Seek;
+    let mut f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+    Ok(f.seek(std::io::SeekFrom::End(0))?)
+}

@@ -1,0 +1,258 @@
+//! The per-op logic both engines share: `Worker::next_op` (rate gate, bound claiming, pattern,
+//! mix, content fill, write observer) and `Worker::complete` (stats, content map, errors,
+//! policy), plus `Worker::retry` (synchronous retries with backoff). Engines only move bytes.
+
+use super::config::{CONTENT_BLOCK, ErrorPolicy, SyncMode, Workload};
+use super::engine::IoError;
+use super::maps::Maps;
+use super::pattern::PatternGen;
+use super::stats::{IntervalAcc, OpAcc};
+use super::{Progress, WriteEvent, WriteObserver};
+use crate::content::fill_block;
+use crate::content::stream::Stream;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// State all threads of one run share.
+pub struct Shared<'a> {
+    pub w: &'a Workload,
+    pub maps: &'a Maps,
+    pub stream: Stream,
+    pub observer: Option<&'a dyn WriteObserver>,
+    pub progress: &'a Progress,
+    pub start: Instant,
+    claimed_bytes: AtomicU64,
+    claimed_ops: AtomicU64,
+    /// Content blocks handed to writes so far: write n carries stream.id_at(n).
+    write_blocks: AtomicU64,
+    pub stop: AtomicBool,
+    pub stopped_on_error: AtomicBool,
+    pub intervals: Vec<Mutex<IntervalAcc>>,
+}
+
+impl<'a> Shared<'a> {
+    pub fn new(w: &'a Workload, maps: &'a Maps, observer: Option<&'a dyn WriteObserver>, progress: &'a Progress) -> Shared<'a> {
+        Shared {
+            w,
+            maps,
+            stream: w.stream(maps.capacity()),
+            observer,
+            progress,
+            start: Instant::now(),
+            claimed_bytes: AtomicU64::new(0),
+            claimed_ops: AtomicU64::new(0),
+            write_blocks: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            stopped_on_error: AtomicBool::new(false),
+            intervals: (0..w.threads).map(|_| Mutex::new(IntervalAcc::default())).collect(),
+        }
+    }
+}
+
+/// Where a thread's block index lands: one region of the device, or its own file set
+/// (`files[i]` is a global file index; each holds `per_file` blocks).
+pub enum Region {
+    Device { first: u64 },
+    Files { files: Vec<usize>, per_file: u64 },
+}
+
+/// One issued I/O.
+pub struct Op {
+    pub is_write: bool,
+    /// Index into the thread's open files (0 on a device).
+    pub slot: usize,
+    /// Global file index (file interface).
+    pub file: Option<usize>,
+    pub offset: u64,
+    pub len: u64,
+    pub t0: Instant,
+}
+
+/// What one thread accumulated over the run.
+pub struct ThreadOut {
+    pub read: OpAcc,
+    pub write: OpAcc,
+    pub failed: Vec<IoError>,
+    pub retries: u64,
+    pub retry_time: Duration,
+}
+
+pub struct Worker<'s, 'a> {
+    pub sh: &'s Shared<'a>,
+    t: usize,
+    pattern: PatternGen,
+    rng: SmallRng,
+    region: Region,
+    pub out: ThreadOut,
+    /// Rate gate: time of the next op, and the gap between ops of this thread.
+    next_at: Option<(Instant, Duration)>,
+    writes_since_sync: u64,
+}
+
+impl<'s, 'a> Worker<'s, 'a> {
+    pub fn new(sh: &'s Shared<'a>, t: usize, region: Region, blocks: u64) -> Worker<'s, 'a> {
+        let w = sh.w;
+        let gap = w.rate_iops.map(|r| Duration::from_secs_f64(w.threads as f64 / r as f64));
+        Worker {
+            sh,
+            t,
+            pattern: PatternGen::new(w.pattern, blocks, w.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9)),
+            rng: SmallRng::seed_from_u64(w.seed.wrapping_add(t as u64)),
+            region,
+            out: ThreadOut { read: OpAcc::new(), write: OpAcc::new(), failed: Vec::new(), retries: 0, retry_time: Duration::ZERO },
+            next_at: gap.map(|g| (sh.start, g)),
+            writes_since_sync: 0,
+        }
+    }
+
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// Time to wait before the rate limit allows the next op (None: go now).
+    pub fn rate_wait(&self) -> Option<Duration> {
+        let (at, _) = self.next_at?;
+        let now = Instant::now();
+        (at > now).then(|| at - now)
+    }
+
+    /// The next op, its content filled into `buf` and its ids into `ids`; None when a bound is
+    /// reached or the run stops. Sleeps for the rate limit (engines with I/O in flight call
+    /// `rate_wait` first and wait for completions instead).
+    pub fn next_op(&mut self, buf: &mut [u8], ids: &mut [u64]) -> Option<Op> {
+        let (sh, w) = (self.sh, self.sh.w);
+        if let Some(d) = self.rate_wait() {
+            std::thread::sleep(d);
+        }
+        if let Some((at, gap)) = &mut self.next_at {
+            // keep the schedule, but never bank more than 10 ms of missed ops as a burst
+            *at = (*at + *gap).max(Instant::now() - Duration::from_millis(10));
+        }
+        if sh.stop.load(Relaxed) {
+            return None;
+        }
+        // claim before issuing, so size/ops bounds are exact across threads
+        let b = sh.claimed_bytes.fetch_add(w.block_size, Relaxed);
+        let o = sh.claimed_ops.fetch_add(1, Relaxed);
+        if w.size.is_some_and(|s| b >= s) || w.ops.is_some_and(|n| o >= n) || w.duration.is_some_and(|d| sh.start.elapsed() >= d) {
+            sh.stop.store(true, Relaxed);
+            return None;
+        }
+        let is_write = self.rng.random_range(0..100u8) < w.write_pct;
+        let blk = self.pattern.next_block();
+        let (slot, file, offset) = match &self.region {
+            Region::Device { first } => (0, None, (first + blk) * w.block_size),
+            Region::Files { files, per_file } => {
+                let s = (blk / per_file) as usize;
+                (s, Some(files[s]), (blk % per_file) * w.block_size)
+            }
+        };
+        if is_write {
+            let per = w.block_size / CONTENT_BLOCK;
+            let n0 = sh.write_blocks.fetch_add(per, Relaxed);
+            for i in 0..per as usize {
+                ids[i] = sh.stream.id_at(n0 + i as u64);
+                fill_block(ids[i], sh.maps.seed, &mut buf[i * CONTENT_BLOCK as usize..(i + 1) * CONTENT_BLOCK as usize]);
+            }
+            if let Some(obs) = sh.observer {
+                obs.before_write(&WriteEvent {
+                    written_before: n0 * CONTENT_BLOCK,
+                    ops_before: o,
+                    elapsed: sh.start.elapsed(),
+                    file,
+                    offset,
+                    ids: &ids[..per as usize],
+                });
+            }
+        }
+        Some(Op { is_write, slot, file, offset, len: w.block_size, t0: Instant::now() })
+    }
+
+    /// Retry a failed op per the policy (synchronously, exponential backoff from 1 ms);
+    /// `redo` repeats the I/O. Returns the final result.
+    pub fn retry(&mut self, first: std::io::Result<()>, mut redo: impl FnMut() -> std::io::Result<()>) -> std::io::Result<()> {
+        let ErrorPolicy::Retry(n) = self.sh.w.on_error else { return first };
+        let mut r = first;
+        let mut attempt = 0;
+        while r.is_err() && attempt < n {
+            let tr = Instant::now();
+            std::thread::sleep(Duration::from_millis(1 << attempt.min(10)));
+            self.out.retries += 1;
+            attempt += 1;
+            r = redo();
+            self.out.retry_time += tr.elapsed();
+        }
+        r
+    }
+
+    /// Account a finished op (after retries). Returns true when the sync mode wants an fsync
+    /// of `op.slot` now (fsync:N).
+    pub fn complete(&mut self, op: &Op, ids: &[u64], res: std::io::Result<()>, lat: Duration) -> bool {
+        let (sh, w) = (self.sh, self.sh.w);
+        let map = &sh.maps.maps[op.file.unwrap_or(0)];
+        let first = op.offset / CONTENT_BLOCK;
+        let per = op.len / CONTENT_BLOCK;
+        sh.progress.bytes.fetch_add(op.len, Relaxed);
+        sh.progress.ops.fetch_add(1, Relaxed);
+        match res {
+            Ok(()) => {
+                let ns = lat.as_nanos() as u64;
+                let mut iv = sh.intervals[self.t].lock().unwrap();
+                if op.is_write {
+                    self.out.write.record(ns, op.len);
+                    iv.write.record(ns, op.len);
+                    drop(iv);
+                    for i in 0..per {
+                        map.set(first + i, ids[i as usize]);
+                    }
+                    if let SyncMode::Fsync(n) = w.sync {
+                        self.writes_since_sync += 1;
+                        if self.writes_since_sync >= n as u64 {
+                            self.writes_since_sync = 0;
+                            return true;
+                        }
+                    }
+                } else {
+                    self.out.read.record(ns, op.len);
+                    iv.read.record(ns, op.len);
+                }
+            }
+            Err(e) => {
+                if op.is_write {
+                    // content unknown after a failed write: nothing to verify there
+                    for i in 0..per {
+                        map.forget(first + i);
+                    }
+                }
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                self.fail(if op.is_write { "write" } else { "read" }, op.file, op.offset, op.len, errno);
+            }
+        }
+        false
+    }
+
+    /// Record a failed I/O (also an fsync) and apply the stop policy.
+    pub fn fail(&mut self, op: &'static str, file: Option<usize>, offset: u64, len: u64, errno: i32) {
+        self.sh.progress.errors.fetch_add(1, Relaxed);
+        self.out.failed.push(IoError { op, file, offset, len, errno });
+        if self.sh.w.on_error == ErrorPolicy::Stop {
+            self.sh.stopped_on_error.store(true, Relaxed);
+            self.sh.stop.store(true, Relaxed);
+        }
+    }
+}
+
+/// Map an io_uring / short-transfer result to io::Result.
+pub fn io_result(res: i32, len: u64) -> std::io::Result<()> {
+    if res < 0 {
+        Err(std::io::Error::from_raw_os_error(-res))
+    } else if res as u64 != len {
+        // a short transfer inside a sized device/file: count it as an I/O error
+        Err(std::io::Error::from_raw_os_error(libc::EIO))
+    } else {
+        Ok(())
+    }
+}

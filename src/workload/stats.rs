@@ -1,0 +1,185 @@
+//! Latency statistics: whole-run HDR histograms per op, and the time series (per-interval
+//! histograms swapped out by a sampler thread, with this process's CPU% and RSS on the same clock).
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct LatencySummary {
+    pub ops: u64,
+    pub bytes: u64,
+    pub mean_us: f64,
+    pub stddev_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    pub iops: f64,
+    pub mib_s: f64,
+}
+
+pub fn hist() -> Histogram<u64> {
+    Histogram::new(3).unwrap()
+}
+
+pub fn summary(h: &Histogram<u64>, bytes: u64, secs: f64) -> LatencySummary {
+    let us = |v: u64| v as f64 / 1000.0;
+    LatencySummary {
+        ops: h.len(),
+        bytes,
+        mean_us: h.mean() / 1000.0,
+        stddev_us: h.stdev() / 1000.0,
+        p50_us: us(h.value_at_quantile(0.5)),
+        p90_us: us(h.value_at_quantile(0.9)),
+        p99_us: us(h.value_at_quantile(0.99)),
+        p999_us: us(h.value_at_quantile(0.999)),
+        max_us: us(h.max()),
+        iops: h.len() as f64 / secs,
+        mib_s: bytes as f64 / secs / (1 << 20) as f64,
+    }
+}
+
+/// One op type's completions in an interval.
+pub struct OpAcc {
+    pub h: Histogram<u64>,
+    pub bytes: u64,
+}
+
+impl OpAcc {
+    pub fn new() -> OpAcc {
+        OpAcc { h: hist(), bytes: 0 }
+    }
+    #[inline]
+    pub fn record(&mut self, ns: u64, bytes: u64) {
+        self.h.saturating_record(ns);
+        self.bytes += bytes;
+    }
+    fn take_into(&mut self, into: &mut OpAcc) {
+        into.h.add(&self.h).unwrap();
+        into.bytes += self.bytes;
+        self.h.reset();
+        self.bytes = 0;
+    }
+}
+
+impl Default for OpAcc {
+    fn default() -> Self {
+        OpAcc::new()
+    }
+}
+
+/// A thread's completions since the last sample (its own lock: uncontended but for the sampler).
+#[derive(Default)]
+pub struct IntervalAcc {
+    pub read: OpAcc,
+    pub write: OpAcc,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct OpSample {
+    pub iops: f64,
+    pub mib_s: f64,
+    pub mean_us: f64,
+    pub p99_us: f64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Sample {
+    /// End of the interval, seconds since the workload started.
+    pub t: f64,
+    pub read: OpSample,
+    pub write: OpSample,
+    /// CPU time (user + system, all threads) of this process over the interval / its length.
+    pub cpu_pct: f64,
+    pub rss_mib: f64,
+}
+
+impl Sample {
+    pub const CSV_HEADER: &str = "t,read_iops,read_mib_s,read_mean_us,read_p99_us,write_iops,write_mib_s,write_mean_us,write_p99_us,cpu_pct,rss_mib";
+    pub fn csv_row(&self) -> String {
+        let (r, w) = (&self.read, &self.write);
+        format!(
+            "{:.3},{:.1},{:.2},{:.1},{:.1},{:.1},{:.2},{:.1},{:.1},{:.1},{:.1}",
+            self.t, r.iops, r.mib_s, r.mean_us, r.p99_us, w.iops, w.mib_s, w.mean_us, w.p99_us, self.cpu_pct, self.rss_mib
+        )
+    }
+}
+
+fn op_sample(a: &OpAcc, secs: f64) -> OpSample {
+    let n = a.h.len();
+    OpSample {
+        iops: n as f64 / secs,
+        mib_s: a.bytes as f64 / secs / (1 << 20) as f64,
+        mean_us: if n > 0 { a.h.mean() / 1000.0 } else { 0.0 },
+        p99_us: if n > 0 { a.h.value_at_quantile(0.99) as f64 / 1000.0 } else { 0.0 },
+    }
+}
+
+/// User + system CPU time of this process (all threads). getrusage has microsecond
+/// resolution where /proc/self/stat has clock ticks (10 ms), too coarse for 10 ms samples.
+pub fn cpu_time() -> Duration {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Resident set size of this process in MiB (procfs: /proc/self/statm, second field, pages).
+pub fn rss_mib() -> f64 {
+    let pages: u64 = std::fs::read_to_string("/proc/self/statm").ok().and_then(|s| s.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
+    (pages * page) as f64 / (1 << 20) as f64
+}
+
+/// Sample every `interval` until `done`, plus a last (partial) sample at the end.
+pub fn sampler(accs: &[Mutex<IntervalAcc>], start: Instant, interval: Duration, done: &AtomicBool) -> Vec<Sample> {
+    let mut out = Vec::new();
+    let mut last_t = Duration::ZERO;
+    let mut last_cpu = cpu_time();
+    let mut k = 1u32;
+    let mut merged = IntervalAcc::default();
+    loop {
+        let finished = loop {
+            if done.load(Relaxed) {
+                break true;
+            }
+            let due = interval * k;
+            let now = start.elapsed();
+            if now >= due {
+                break false;
+            }
+            std::thread::sleep((due - now).min(Duration::from_millis(5)));
+        };
+        for a in accs {
+            let mut a = a.lock().unwrap();
+            a.read.take_into(&mut merged.read);
+            a.write.take_into(&mut merged.write);
+        }
+        let t = start.elapsed();
+        let cpu = cpu_time();
+        let secs = (t - last_t).as_secs_f64().max(1e-9);
+        // a final sliver shorter than 1 ms says nothing: fold it away
+        if !finished || secs >= 1e-3 {
+            out.push(Sample {
+                t: t.as_secs_f64(),
+                read: op_sample(&merged.read, secs),
+                write: op_sample(&merged.write, secs),
+                cpu_pct: (cpu - last_cpu).as_secs_f64() / secs * 100.0,
+                rss_mib: rss_mib(),
+            });
+        }
+        merged.read.h.reset();
+        merged.read.bytes = 0;
+        merged.write.h.reset();
+        merged.write.bytes = 0;
+        (last_t, last_cpu) = (t, cpu);
+        if finished {
+            return out;
+        }
+        k += 1;
+    }
+}
