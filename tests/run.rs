@@ -1,0 +1,197 @@
+//! `faultline run`: the study's qualitative results on real stacks (scaled down), teardown
+//! after Ctrl-C, and experiment-file errors.
+
+mod common;
+use common::{bin, faultline_mounts};
+use faultline::report::model::{Results, SetupResult};
+
+const WORKLOAD: &str = "workload:
+  pattern: sequential
+  mix: { write: 100 }
+  block_size: 4KiB
+  size: 256MiB
+  files: 4
+  file_size: 64MiB
+  sync: direct
+  content: { profile: debian12-usr, seed: 3 }
+";
+
+fn run(yaml: &str) -> Results {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    std::fs::write(&f, yaml).unwrap();
+    let out = dir.path().join("results");
+    let o = std::process::Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "faultline run failed:\n{stdout}\n{stderr}");
+    for f in ["results.json", "timeseries.csv", "faults.csv", "integrity.csv", "report.html"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    assert!(stdout.contains("results:"), "{stdout}");
+    faultline::report::load_dir(&out).unwrap()
+}
+
+fn setup<'a>(r: &'a Results, name: &str) -> &'a SetupResult {
+    r.setups.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no setup {name}"))
+}
+
+/// (injected, failures, silent, detected, app errors) of the first repetition.
+fn counts(s: &SetupResult) -> (u64, u64, u64, u64, u64) {
+    let c = s.repetitions[0].counts();
+    (c.faults_injected, c.failures, c.silent, c.detected, c.app_errors)
+}
+
+fn notes(s: &SetupResult) -> String {
+    s.repetitions[0].notes.join("\n")
+}
+
+#[test]
+fn raw_device_matrix() {
+    let r = run(&format!(
+        "name: raw
+disk: {{ size: 512MiB }}
+stack: raw
+{WORKLOAD}
+setups:
+  - name: baseline
+    faults: []
+  - name: bitflip-offset
+    faults: [ {{ type: bitflip, op: write, times: 1, target: last_written_block, by: offset, when: {{ every: 64MiB }} }} ]
+  - name: bitflip-content
+    faults: [ {{ type: bitflip, op: write, times: 1, target: last_written_block, by: content, when: {{ every: 64MiB }} }} ]
+  - name: medium-error
+    faults: [ {{ type: error, op: read, target: last_written_block, when: {{ every: 64MiB }} }} ]
+  - name: slow-disk
+    faults: [ {{ type: delay, delay: 150ms, op: write, times: 1, target: last_written_block, when: {{ every: 64MiB }} }} ]
+"
+    ));
+    let base = setup(&r, "baseline");
+    assert_eq!(counts(base), (0, 0, 0, 0, 0), "{}", notes(base));
+    assert!(base.repetitions[0].integrity.ok >= 65536, "every written block verified");
+
+    for name in ["bitflip-offset", "bitflip-content"] {
+        let s = setup(&r, name);
+        let (inj, fail, silent, _, app) = counts(s);
+        assert_eq!(inj, 4, "{name}: one flip per 64 MiB\n{}", notes(s));
+        assert_eq!((fail, silent, app), (4, 4, 0), "{name}: raw bit flips are silent corruption, one per flip\n{}", notes(s));
+    }
+    let s = setup(&r, "medium-error");
+    let (inj, fail, _, detected, _) = counts(s);
+    assert!(inj >= 4 && fail >= 4 && detected == fail, "medium error: {:?}\n{}", counts(s), notes(s));
+
+    let s = setup(&r, "slow-disk");
+    let (inj, fail, ..) = counts(s);
+    assert_eq!((inj, fail), (4, 0), "{}", notes(s));
+    // 4 x 150 ms of stall: lower throughput than the baseline run of the same size
+    let (b, w) = (base.repetitions[0].write.mib_s, s.repetitions[0].write.mib_s);
+    assert!(w < b, "slow disk {w:.1} MiB/s should be below the baseline {b:.1} MiB/s");
+    assert!(s.repetitions[0].write.max_us >= 150_000.0, "a 150 ms write must show in max latency");
+}
+
+#[test]
+fn file_system_matrix() {
+    let r = run(&format!(
+        "name: fs
+disk: {{ size: 768MiB }}
+{WORKLOAD}
+faults: [ {{ type: bitflip, op: write, times: 1, target: last_written_block, when: {{ every: 64MiB }} }} ]
+setups:
+  - name: ext4
+    stack: {{ fs: ext4, mkfs: [\"-b\", \"4096\"], mount: [data=ordered] }}
+  - name: btrfs
+    stack: btrfs
+  - name: raid1
+    stack: btrfs-raid1
+"
+    ));
+    let s = setup(&r, "ext4");
+    let (inj, fail, silent, ..) = counts(s);
+    assert!(inj >= 4, "ext4: {:?}\n{}", counts(s), notes(s));
+    assert_eq!((fail, silent), (inj, inj), "ext4 has no data checksums: every flip is silent corruption\n{}", notes(s));
+    assert!(!s.repetitions[0].integrity.files_hit.is_empty());
+
+    let s = setup(&r, "btrfs");
+    let (inj, fail, silent, detected, _) = counts(s);
+    assert!(inj >= 4, "btrfs: {:?}\n{}", counts(s), notes(s));
+    assert_eq!(silent, 0, "btrfs checksums data: corruption must never be silent\n{}", notes(s));
+    assert!(detected >= 1 && fail == detected, "btrfs reports flipped blocks as unreadable: {:?}\n{}", counts(s), notes(s));
+
+    let s = setup(&r, "raid1");
+    let (inj, fail, ..) = counts(s);
+    assert!(inj >= 4, "raid1: {:?}\n{}", counts(s), notes(s));
+    assert_eq!(fail, 0, "raid1 heals flips on one leg from the other\n{}", notes(s));
+}
+
+#[test]
+fn dedup_blast_radius() {
+    let r = run(&format!(
+        "name: dedup
+disk: {{ size: 768MiB }}
+stack: dedup
+{WORKLOAD}
+setups:
+  - name: most-duplicated
+    faults: [ {{ type: rot, target: most_duplicated }} ]
+  - name: unique
+    faults: [ {{ type: rot, target: unique }} ]
+"
+    ));
+    let (m, u) = (setup(&r, "most-duplicated"), setup(&r, "unique"));
+    let (mi, mf, ..) = counts(m);
+    let (ui, uf, ..) = counts(u);
+    assert!(mi >= 1 && ui >= 1, "rot must hit a stored block: most {:?} unique {:?}\n{}\n{}", counts(m), counts(u), notes(m), notes(u));
+    assert!(uf >= 1, "the unique block is lost\n{}", notes(u));
+    assert!(mf > uf, "one rotten block shared by many files costs more: most-duplicated {mf} vs unique {uf}\n{}", notes(m));
+}
+
+#[test]
+fn ctrl_c_tears_everything_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    std::fs::write(&f, "name: long\ndisk: {size: 256MiB}\nstack: ext4\nworkload: {pattern: uniform, mix: {write: 100}, duration: 60s, files: 2, file_size: 32MiB, content: {profile: none}}\n").unwrap();
+    let mut c = std::process::Command::new(bin()).arg("run").arg(&f).arg("--out").arg(dir.path().join("r")).arg("-q").spawn().unwrap();
+    // wait until the file system is mounted, then interrupt
+    let pid = c.id();
+    let t = std::time::Instant::now();
+    while !std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&format!("fs-{pid}-")) {
+        assert!(t.elapsed().as_secs() < 30, "the ext4 stack never appeared");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let st = c.wait().unwrap();
+    assert!(!st.success(), "an interrupted run must not report success");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&format!("-{pid}-")), "mount of pid {pid} left behind:\n{mounts}");
+    assert!(!faultline_mounts().iter().any(|m| m.contains(&format!("mnt-{pid}-"))));
+    let loops = std::process::Command::new("losetup").arg("-a").output().unwrap();
+    assert!(!String::from_utf8_lossy(&loops.stdout).contains(&format!("mnt-{pid}-")), "loop device left behind");
+}
+
+#[test]
+fn experiment_errors_name_line_and_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("name: x\nstack: zfs\nworkload: {size: 1MiB}\n", "exp.yaml:2:", "allowed: raw, ext4"),
+        ("name: x\nworkload: {size: 1MiB}\nfaults:\n  - {type: bitflip, target: last_written_block}\n", "exp.yaml:4:", "needs a `when`"),
+        ("name: x\nworkload: {size: 1MiB}\nfaults:\n  - {type: bitflip, target: unique, disk: 1}\n", "exp.yaml:4:", "does not exist"),
+        ("name: x\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: bitflip, op: write, target: last_written_block, by: offset, when: {every: 1MiB}}\n", "exp.yaml:5:", "by: content"),
+        ("name: x\ncolour: red\n", "exp.yaml", "colour"),
+        ("stack: raw\n", "exp.yaml", "missing `name`"),
+    ];
+    for (yaml, at, what) in cases {
+        let f = dir.path().join("exp.yaml");
+        std::fs::write(&f, yaml).unwrap();
+        let o = std::process::Command::new(bin()).arg("run").arg(&f).arg("--check").output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{yaml} should be refused");
+        assert!(err.contains(at) && err.contains(what), "{yaml}: expected `{at}` and `{what}` in:\n{err}");
+    }
+    // the shipped examples are valid
+    for ex in ["quickstart.yaml", "study.yaml"] {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples").join(ex);
+        let o = std::process::Command::new(bin()).arg("run").arg(&p).arg("--check").output().unwrap();
+        assert!(o.status.success(), "{ex}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
