@@ -6,6 +6,7 @@ pub mod disk;
 pub mod fault;
 pub mod frontend;
 pub mod spec;
+pub mod report;
 pub mod stack;
 pub mod verify;
 pub mod workload;
