@@ -267,12 +267,14 @@ pub fn throughput_chart(title: &str, reps: &[Repetition]) -> String {
             });
         }
     }
-    let all: Vec<(u32, &super::model::InjectedFault)> = reps.iter().flat_map(|r| r.faults.iter().map(move |f| (r.index, f))).collect();
+    let all: Vec<(usize, u32, &super::model::InjectedFault)> =
+        reps.iter().enumerate().flat_map(|(k, r)| r.faults.iter().map(move |f| (k, r.index, f))).collect();
     let markers = all
         .iter()
         .take(MAX_MARKERS)
-        .map(|(i, f)| Marker {
+        .map(|(k, i, f)| Marker {
             x: f.t_s,
+            color: PALETTE[k % PALETTE.len()].to_string(),
             title: format!(
                 "rep {i} · {:.3} s · {} {} · rule {} {} · offset {} · {} blocks",
                 f.t_s, f.action, f.op, f.rule_id, f.rule, f.offset, f.blocks

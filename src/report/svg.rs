@@ -54,10 +54,12 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// A vertical line at `x`; `title` becomes its hover text.
+/// A vertical red line at `x` with a short cap in `color` (its repetition's colour);
+/// `title` becomes its hover text.
 pub struct Marker {
     pub x: f64,
     pub title: String,
+    pub color: String,
 }
 
 pub struct LineChart {
@@ -159,9 +161,11 @@ impl LineChart {
             let x = xs.px(m.x);
             let _ = write!(
                 s,
-                r##"<line class="fault-marker" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="#d00" stroke-opacity="0.45" stroke-width="1"><title>{}</title></line>"##,
+                r##"<line class="fault-marker" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="#d00" stroke-opacity="0.45" stroke-width="1"><title>{}</title></line><line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{TOP}" stroke="{}" stroke-width="3"/>"##,
                 ys.p0,
-                esc(&m.title)
+                esc(&m.title),
+                TOP - 6.0,
+                esc(&m.color)
             );
         }
         for se in &self.series {
@@ -255,7 +259,7 @@ mod tests {
             x_label: "s".into(),
             y_label: "MiB/s".into(),
             series: vec![Series { name: "a".into(), color: "#000".into(), dashed: false, points: vec![(0.0, 0.0), (9.0, 460.0)] }],
-            markers: vec![Marker { x: 12.5, title: "m".into() }],
+            markers: vec![Marker { x: 12.5, title: "m".into(), color: "#000".into() }],
             width: 640.0,
             height: 320.0,
         };
