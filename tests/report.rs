@@ -182,7 +182,12 @@ fn html_is_self_contained_escaped_with_one_chart_per_setup() {
     let r = sample_results("run <b>bold</b>");
     write_dir(dir.path(), &r).unwrap();
     let h = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
-    assert_eq!(h.matches("<svg").count(), r.setups.len());
+    // per setup: throughput over time and latency percentiles
+    assert_eq!(h.matches("<svg").count(), 2 * r.setups.len());
+    assert_eq!(h.matches("Throughput over time: ").count(), r.setups.len());
+    assert_eq!(h.matches("Latency percentiles: ").count(), r.setups.len());
+    // one bar per repetition (write only) and percentile
+    assert_eq!(h.matches("class=\"bar\"").count(), 5 * count(&r, |x| vec![x.index]));
     assert_eq!(h.matches("class=\"fault-marker\"").count(), count(&r, |x| x.faults.clone()));
     let no_ns = h.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
     assert!(!no_ns.contains("http://") && !no_ns.contains("https://"), "external URL in report.html");
@@ -243,8 +248,8 @@ fn cli_combines_two_runs() {
     let h = std::fs::read_to_string(&out).unwrap();
     assert!(h.contains("run-a (") && h.contains("run-b ("), "runs labelled by name and dir");
     assert!(h.contains(">raw-bitflip<") && h.contains(">btrfs-raid1-flip<"));
-    // both runs' setups: 2 + 2 charts, and every fault of both runs marked
-    assert_eq!(h.matches("<svg").count(), 4);
+    // both runs' setups: 2 + 2 setups with two charts each, and every fault of both runs marked
+    assert_eq!(h.matches("<svg").count(), 8);
     let faults = count(&sample_results("x"), |x| x.faults.clone()) + count(&rb, |x| x.faults.clone());
     assert_eq!(h.matches("class=\"fault-marker\"").count(), faults);
 

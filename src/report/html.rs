@@ -2,7 +2,7 @@
 //! Every string that comes from results.json goes through `esc`.
 
 use super::model::{Aggregate, MeanSd, Repetition, Results, SetupResult};
-use super::svg::{LineChart, Marker, PALETTE, Series};
+use super::svg::{BarChart, BarSeries, LineChart, Marker, PALETTE, Series};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -186,6 +186,7 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
     repetitions_table(h, s, &a);
     h.push_str(&throughput_chart(&label, &s.repetitions));
     latency_table(h, &s.repetitions);
+    h.push_str(&latency_chart(&label, &s.repetitions));
     rules_table(h, &s.repetitions);
     files_table(h, &s.repetitions);
     let notes: Vec<(u32, &String)> = s.repetitions.iter().flat_map(|r| r.notes.iter().map(move |n| (r.index, n))).collect();
@@ -317,6 +318,38 @@ fn latency_table(h: &mut String, reps: &[Repetition]) {
         }
     }
     h.push_str("</table>\n");
+}
+
+/// Latency percentiles as grouped bars (log scale), one bar per repetition and op; empty
+/// when no operation completed.
+pub fn latency_chart(title: &str, reps: &[Repetition]) -> String {
+    let mut series = Vec::new();
+    for r in reps {
+        for (op, o) in [("write", &r.write), ("read", &r.read)] {
+            if o.ops == 0 {
+                continue;
+            }
+            series.push(BarSeries {
+                name: format!("rep {} {op}", r.index),
+                color: PALETTE[series.len() % PALETTE.len()].to_string(),
+                values: vec![o.p50_us, o.p90_us, o.p99_us, o.p999_us, o.max_us],
+            });
+        }
+    }
+    if series.is_empty() {
+        return String::new();
+    }
+    let chart = BarChart {
+        title: format!("Latency percentiles: {title}"),
+        y_label: "µs (log scale)".into(),
+        groups: ["p50", "p90", "p99", "p99.9", "max"].iter().map(|s| s.to_string()).collect(),
+        series,
+        width: 900.0,
+        height: 300.0,
+    };
+    let mut s = chart.render();
+    s.push('\n');
+    s
 }
 
 fn rules_table(h: &mut String, reps: &[Repetition]) {

@@ -43,8 +43,11 @@ pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
 
 /// Read DIR/results.json, checking the schema version before anything else.
 pub fn load_dir(dir: &Path) -> Result<Results> {
-    if !dir.is_dir() {
+    if !dir.exists() {
         bail!("{}: no such results directory", dir.display());
+    }
+    if !dir.is_dir() {
+        bail!("{}: not a directory; give the results directory that holds results.json", dir.display());
     }
     let path = dir.join("results.json");
     let text = std::fs::read_to_string(&path)

@@ -1,4 +1,5 @@
-//! A small hand-written SVG line chart (axes, ticks, legend, vertical markers).
+//! Small hand-written SVG charts: a line chart (axes, ticks, legend, vertical markers) and a
+//! log-scale grouped bar chart.
 //! Hand-written rather than plotters: the report needs markers it can tag (class, <title>),
 //! deterministic output without any font machinery, and no extra dependency to build.
 
@@ -102,9 +103,7 @@ impl LineChart {
     }
 
     fn legend_height(&self) -> f64 {
-        let per_row = ((self.width - LEFT) / 150.0).floor().max(1.0) as usize;
-        let items = self.series.len() + usize::from(!self.markers.is_empty());
-        items.div_ceil(per_row) as f64 * LEGEND_ROW
+        legend_height(self.width, self.series.len() + usize::from(!self.markers.is_empty()))
     }
 
     pub fn render(&self) -> String {
@@ -183,29 +182,155 @@ impl LineChart {
                 esc(&se.name)
             );
         }
-        // legend rows under the x axis label
-        let per_row = ((w - LEFT) / 150.0).floor().max(1.0) as usize;
-        let y0 = ys.p0 + BOTTOM;
         let mut items: Vec<(String, String, bool)> = self.series.iter().map(|se| (se.name.clone(), se.color.clone(), se.dashed)).collect();
         if !self.markers.is_empty() {
             items.push((format!("injected fault ({})", self.markers.len()), "#d00".into(), false));
         }
-        for (i, (name, color, dashed)) in items.iter().enumerate() {
-            let x = LEFT + (i % per_row) as f64 * 150.0;
-            let y = y0 + (i / per_row) as f64 * LEGEND_ROW;
-            let dash = if *dashed { r#" stroke-dasharray="5 3""# } else { "" };
+        legend(&mut s, w, ys.p0 + BOTTOM, &items);
+        s.push_str("</svg>");
+        s
+    }
+}
+
+fn legend_height(width: f64, items: usize) -> f64 {
+    let per_row = ((width - LEFT) / 150.0).floor().max(1.0) as usize;
+    items.div_ceil(per_row) as f64 * LEGEND_ROW
+}
+
+/// Legend rows starting at y0: (name, colour, dashed) per item, 150 px apart.
+fn legend(s: &mut String, width: f64, y0: f64, items: &[(String, String, bool)]) {
+    let per_row = ((width - LEFT) / 150.0).floor().max(1.0) as usize;
+    for (i, (name, color, dashed)) in items.iter().enumerate() {
+        let x = LEFT + (i % per_row) as f64 * 150.0;
+        let y = y0 + (i / per_row) as f64 * LEGEND_ROW;
+        let dash = if *dashed { r#" stroke-dasharray="5 3""# } else { "" };
+        let _ = write!(
+            s,
+            r#"<line x1="{x:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            x + 18.0,
+            y - 4.0,
+            y - 4.0,
+            esc(color),
+            x + 22.0,
+            y,
+            esc(name)
+        );
+    }
+}
+
+/// Log10 map from a data interval (both ends > 0) to pixels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogScale {
+    pub lo: f64,
+    pub hi: f64,
+    pub p0: f64,
+    pub p1: f64,
+}
+
+impl LogScale {
+    pub fn px(&self, v: f64) -> f64 {
+        let (a, b) = (self.lo.log10(), self.hi.log10());
+        let t = (v.max(self.lo).min(self.hi).log10() - a) / (b - a);
+        self.p0 + t * (self.p1 - self.p0)
+    }
+}
+
+/// Powers of ten from the one at or below `min` to the one at or above `max` (at least two).
+/// Non-positive or non-finite values are ignored; none left gives [1, 10].
+pub fn decade_ticks(values: &[f64]) -> Vec<f64> {
+    let pos: Vec<f64> = values.iter().copied().filter(|v| v.is_finite() && *v > 0.0).collect();
+    if pos.is_empty() {
+        return vec![1.0, 10.0];
+    }
+    let lo = pos.iter().copied().fold(f64::INFINITY, f64::min).log10().floor() as i32;
+    let mut hi = pos.iter().copied().fold(0.0, f64::max).log10().ceil() as i32;
+    if hi <= lo {
+        hi = lo + 1;
+    }
+    (lo..=hi).map(|e| 10f64.powi(e)).collect()
+}
+
+pub struct BarSeries {
+    pub name: String,
+    pub color: String,
+    /// One value per group; values <= 0 draw no bar.
+    pub values: Vec<f64>,
+}
+
+/// Grouped bars on a log-scale y axis (latency percentiles span decades).
+pub struct BarChart {
+    pub title: String,
+    pub y_label: String,
+    pub groups: Vec<String>,
+    pub series: Vec<BarSeries>,
+    pub width: f64,
+    pub height: f64,
+}
+
+impl BarChart {
+    pub fn scale(&self) -> (LogScale, Vec<f64>) {
+        let all: Vec<f64> = self.series.iter().flat_map(|s| s.values.iter().copied()).collect();
+        let ticks = decade_ticks(&all);
+        let bottom = self.height - BOTTOM - legend_height(self.width, self.series.len());
+        (LogScale { lo: ticks[0], hi: *ticks.last().unwrap(), p0: bottom, p1: TOP }, ticks)
+    }
+
+    pub fn render(&self) -> String {
+        let (ys, ticks) = self.scale();
+        let (w, h) = (self.width, self.height);
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = write!(s, r#"<text x="{}" y="16" font-size="13" font-weight="bold">{}</text>"#, LEFT, esc(&self.title));
+        for v in &ticks {
+            let y = ys.px(*v);
             let _ = write!(
                 s,
-                r#"<line x1="{x:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}">{}</text>"#,
-                x + 18.0,
-                y - 4.0,
-                y - 4.0,
-                esc(color),
-                x + 22.0,
-                y,
-                esc(name)
+                r##"<line x1="{LEFT}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+                w - RIGHT,
+                LEFT - 4.0,
+                y + 4.0,
+                fmt_tick(*v)
             );
         }
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{:.1}" stroke="#444"/><line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#444"/><text transform="translate(14 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"##,
+            ys.p0,
+            w - RIGHT,
+            ys.p0,
+            ys.p0,
+            (TOP + ys.p0) / 2.0,
+            esc(&self.y_label)
+        );
+        let gw = (w - RIGHT - LEFT) / self.groups.len().max(1) as f64;
+        let bw = gw * 0.8 / self.series.len().max(1) as f64;
+        for (g, name) in self.groups.iter().enumerate() {
+            let gx = LEFT + g as f64 * gw;
+            let _ = write!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, gx + gw / 2.0, ys.p0 + 15.0, esc(name));
+            for (k, se) in self.series.iter().enumerate() {
+                let v = se.values.get(g).copied().unwrap_or(0.0);
+                if !(v.is_finite() && v > 0.0) {
+                    continue;
+                }
+                let top = ys.px(v);
+                let _ = write!(
+                    s,
+                    r#"<rect class="bar" x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} {}: {}</title></rect>"#,
+                    gx + gw * 0.1 + k as f64 * bw,
+                    bw.max(1.0),
+                    (ys.p0 - top).max(0.0),
+                    esc(&se.color),
+                    esc(&se.name),
+                    esc(name),
+                    fmt_tick(v)
+                );
+            }
+        }
+        let items: Vec<(String, String, bool)> = self.series.iter().map(|se| (se.name.clone(), se.color.clone(), false)).collect();
+        legend(&mut s, w, ys.p0 + BOTTOM - 14.0, &items);
         s.push_str("</svg>");
         s
     }
@@ -275,5 +400,40 @@ mod tests {
         let (px, py) = (xs.px(9.0), ys.px(460.0));
         assert!(svg.contains(&format!("{px:.1},{py:.1}")));
         assert!(px > LEFT && px < 640.0 - RIGHT && py > TOP && py < ys.p0);
+    }
+
+    #[test]
+    fn decades_and_log_scale() {
+        assert_eq!(decade_ticks(&[7.5, 25.3, 1023.0]), vec![1.0, 10.0, 100.0, 1000.0, 10000.0]);
+        assert_eq!(decade_ticks(&[10.0, 100.0]), vec![10.0, 100.0]);
+        assert_eq!(decade_ticks(&[50.0]), vec![10.0, 100.0]);
+        assert_eq!(decade_ticks(&[100.0]), vec![100.0, 1000.0]);
+        assert_eq!(decade_ticks(&[0.0, -1.0, f64::NAN]), vec![1.0, 10.0]);
+        let y = LogScale { lo: 1.0, hi: 1000.0, p0: 300.0, p1: 0.0 };
+        assert_eq!(y.px(1.0), 300.0);
+        assert_eq!(y.px(1000.0), 0.0);
+        assert!((y.px(10.0) - 200.0).abs() < 1e-9);
+        assert!((y.px(100.0) - 100.0).abs() < 1e-9);
+        assert_eq!(y.px(0.0), 300.0); // clamped, never -inf
+    }
+
+    #[test]
+    fn bar_chart_draws_positive_values_only() {
+        let c = BarChart {
+            title: "lat".into(),
+            y_label: "us".into(),
+            groups: vec!["p50".into(), "max".into()],
+            series: vec![
+                BarSeries { name: "a".into(), color: "#000".into(), values: vec![8.0, 1000.0] },
+                BarSeries { name: "b".into(), color: "#111".into(), values: vec![0.0, 500.0] },
+            ],
+            width: 400.0,
+            height: 240.0,
+        };
+        let svg = c.render();
+        assert_eq!(svg.matches("class=\"bar\"").count(), 3);
+        let (ys, ticks) = c.scale();
+        assert_eq!(ticks, vec![1.0, 10.0, 100.0, 1000.0]);
+        assert_eq!(ys.px(1000.0), TOP);
     }
 }
