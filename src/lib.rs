@@ -7,6 +7,7 @@ pub mod fault;
 pub mod frontend;
 pub mod run;
 pub mod spec;
+pub mod report;
 pub mod stack;
 pub mod verify;
 pub mod workload;

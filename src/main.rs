@@ -143,6 +143,14 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Rebuild report.html from one or more results directories (several: side by side).
+    Report {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Output HTML (default DIR/report.html; required with several directories).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -248,6 +256,14 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Demo { size, written, out, seed } => faultline::demo::run(&faultline::demo::DemoOptions { size, written, out, seed }),
+        Cmd::Report { dirs, out } => {
+            let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
+            for r in &runs {
+                println!("{}\n{}", r.name, faultline::report::summary_table(r));
+            }
+            println!("report: {}", path.display());
+            Ok(())
+        }
     }
 }
 

@@ -1,0 +1,108 @@
+//! CSV views of results.json: one row per sample, per injected fault, per bad block.
+//! RFC 4180 quoting; a header row first.
+
+use super::model::Results;
+use std::fmt::Write;
+
+/// Quote a field when it holds a comma, quote, or line break.
+pub fn field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) { format!("\"{}\"", s.replace('"', "\"\"")) } else { s.to_string() }
+}
+
+fn row(out: &mut String, fields: &[String]) {
+    out.push_str(&fields.join(","));
+    out.push('\n');
+}
+
+pub const TIMESERIES_HEADER: &str = "setup,repetition,t_s,read_iops,read_mib_s,read_mean_us,read_p99_us,write_iops,write_mib_s,write_mean_us,write_p99_us,cpu_pct,rss_mib";
+pub const FAULTS_HEADER: &str = "setup,repetition,t_s,rule_id,rule,action,op,offset,len,blocks";
+pub const INTEGRITY_HEADER: &str = "setup,repetition,file,offset,kind,errno,expected_id";
+
+pub fn timeseries(r: &Results) -> String {
+    let mut out = format!("{TIMESERIES_HEADER}\n");
+    for s in &r.setups {
+        for rep in &s.repetitions {
+            for x in &rep.timeseries {
+                let mut f = vec![field(&s.name), rep.index.to_string()];
+                for v in [
+                    x.t_s,
+                    x.read_iops,
+                    x.read_mib_s,
+                    x.read_mean_us,
+                    x.read_p99_us,
+                    x.write_iops,
+                    x.write_mib_s,
+                    x.write_mean_us,
+                    x.write_p99_us,
+                    x.cpu_pct,
+                    x.rss_mib,
+                ] {
+                    f.push(v.to_string());
+                }
+                row(&mut out, &f);
+            }
+        }
+    }
+    out
+}
+
+pub fn faults(r: &Results) -> String {
+    let mut out = format!("{FAULTS_HEADER}\n");
+    for s in &r.setups {
+        for rep in &s.repetitions {
+            for x in &rep.faults {
+                row(
+                    &mut out,
+                    &[
+                        field(&s.name),
+                        rep.index.to_string(),
+                        x.t_s.to_string(),
+                        x.rule_id.to_string(),
+                        field(&x.rule),
+                        field(&x.action),
+                        field(&x.op),
+                        x.offset.to_string(),
+                        x.len.to_string(),
+                        x.blocks.to_string(),
+                    ],
+                );
+            }
+        }
+    }
+    out
+}
+
+pub fn integrity(r: &Results) -> String {
+    let mut out = format!("{INTEGRITY_HEADER}\n");
+    for s in &r.setups {
+        for rep in &s.repetitions {
+            for b in &rep.integrity.bad {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{}",
+                    field(&s.name),
+                    rep.index,
+                    field(b.file.as_deref().unwrap_or("")),
+                    b.offset,
+                    field(&b.kind),
+                    field(b.errno.as_deref().unwrap_or("")),
+                    b.expected_id
+                );
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(field("plain"), "plain");
+        assert_eq!(field("a,b"), "\"a,b\"");
+        assert_eq!(field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(field("two\nlines"), "\"two\nlines\"");
+    }
+}

@@ -1,0 +1,130 @@
+//! Results directories: results.json (the source of truth, schema in `model` and
+//! docs/results.md) and the views derived from it: timeseries.csv, faults.csv,
+//! integrity.csv, report.html, and the summary table printed on stdout.
+
+pub mod csv;
+pub mod html;
+pub mod model;
+pub mod svg;
+
+pub use model::*;
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+
+/// Write every file of a results directory (created if needed). The aggregates written are
+/// recomputed from the repetitions, so results.json, the CSVs and the HTML always agree.
+pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
+    if r.schema != SCHEMA {
+        bail!("results to write carry schema {}, but this faultline writes schema {SCHEMA}", r.schema);
+    }
+    let mut r = r.clone();
+    for s in &mut r.setups {
+        s.aggregate_now();
+    }
+    let json = serde_json::to_string_pretty(&r).context("cannot serialize results")?;
+    // serde_json writes NaN/infinity as null, which would make the file unreadable later: refuse now
+    serde_json::from_str::<Results>(&json)
+        .context("results hold a value JSON cannot represent (NaN or infinity in a number field?)")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create results directory {}", dir.display()))?;
+    let files = [
+        ("results.json", json),
+        ("timeseries.csv", csv::timeseries(&r)),
+        ("faults.csv", csv::faults(&r)),
+        ("integrity.csv", csv::integrity(&r)),
+        ("report.html", html::render(&[html::Run { label: r.name.clone(), results: &r }])),
+    ];
+    for (name, text) in files {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Read DIR/results.json, checking the schema version before anything else.
+pub fn load_dir(dir: &Path) -> Result<Results> {
+    if !dir.exists() {
+        bail!("{}: no such results directory", dir.display());
+    }
+    if !dir.is_dir() {
+        bail!("{}: not a directory; give the results directory that holds results.json", dir.display());
+    }
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{}: not a faultline results directory: cannot read {}", dir.display(), path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
+    match v.get("schema") {
+        None => bail!("{}: no \"schema\" field; this is not a faultline results.json", path.display()),
+        Some(s) => match s.as_u64() {
+            Some(n) if n == SCHEMA as u64 => {}
+            Some(n) => bail!(
+                "{}: results schema version {n}, but this faultline ({}) reads schema version {SCHEMA}",
+                path.display(),
+                env!("CARGO_PKG_VERSION")
+            ),
+            None => bail!("{}: \"schema\" is {s}, expected a version number", path.display()),
+        },
+    }
+    serde_json::from_str(&text).with_context(|| format!("{}: does not match results schema {SCHEMA}", path.display()))
+}
+
+/// Plain aligned text, one row per setup, for stdout.
+pub fn summary_table(r: &Results) -> String {
+    let head = ["setup", "stack", "reps", "write MiB/s", "p99 us", "faults", "app errors", "silent", "detected", "failures"];
+    let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
+    for s in &r.setups {
+        let a = Aggregate::from(s.repetitions.as_slice());
+        let n = a.repetitions;
+        rows.push(vec![
+            s.name.clone(),
+            s.stack.clone(),
+            n.to_string(),
+            html::mean_sd(a.write_mib_s, n, 1),
+            html::mean_sd(a.write_p99_us, n, 0),
+            html::count_sd(a.faults_injected, n),
+            html::count_sd(a.app_errors, n),
+            html::count_sd(a.silent, n),
+            html::count_sd(a.detected, n),
+            html::count_sd(a.failures, n),
+        ]);
+    }
+    let cols = head.len();
+    let width: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, v)| {
+                // names left-aligned, numbers right-aligned
+                if c < 2 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `faultline report DIR... [-o OUT]`: rebuild report.html from one or more results
+/// directories (several runs side by side). Returns the loaded runs and the file written.
+pub fn rebuild(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Vec<Results>, PathBuf)> {
+    let out = match (dirs, out) {
+        ([], _) => bail!("no results directory given"),
+        (_, Some(o)) => o.to_path_buf(),
+        ([one], None) => one.join("report.html"),
+        (_, None) => bail!("{} results directories given: say where the combined report goes with -o OUT.html", dirs.len()),
+    };
+    let runs: Vec<Results> = dirs.iter().map(|d| load_dir(d)).collect::<Result<_>>()?;
+    let labelled: Vec<html::Run> = runs
+        .iter()
+        .zip(dirs)
+        .map(|(r, d)| html::Run {
+            label: if dirs.len() == 1 { r.name.clone() } else { format!("{} ({})", r.name, d.display()) },
+            results: r,
+        })
+        .collect();
+    let page = html::render(&labelled);
+    std::fs::write(&out, page).with_context(|| format!("cannot write {}", out.display()))?;
+    Ok((runs, out))
+}

@@ -1,0 +1,270 @@
+//! The schema of `results.json` (documented field by field in docs/results.md).
+//! Everything a report shows is derived from these values; the aggregate is computed in
+//! exactly one place, `Aggregate::from(&[Repetition])`.
+//!
+//! Structs below the top level are `#[serde(default)]`: a field added later within schema 1
+//! must not make older results.json files unreadable.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The schema version this build writes and reads.
+pub const SCHEMA: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    pub schema: u32,
+    pub faultline_version: String,
+    pub name: String,
+    pub started_unix: u64,
+    /// The experiment file as it was read (echoed, not interpreted).
+    #[serde(default)]
+    pub experiment: serde_json::Value,
+    pub setups: Vec<SetupResult>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SetupResult {
+    pub name: String,
+    /// raw, ext4, xfs, btrfs, btrfs-raid1, dedup-btrfs, command
+    pub stack: String,
+    pub description: String,
+    pub repetitions: Vec<Repetition>,
+    pub aggregate: Aggregate,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Repetition {
+    pub index: u32,
+    pub seconds: f64,
+    pub read: OpStats,
+    pub write: OpStats,
+    pub timeseries: Vec<Sample>,
+    pub faults: Vec<InjectedFault>,
+    pub rules: Vec<RuleCount>,
+    /// "op:ERRNO" -> number of failed I/Os, e.g. "write:EIO" -> 3
+    pub io_errors: BTreeMap<String, u64>,
+    pub failed_ios: u64,
+    pub retries: u64,
+    pub integrity: Integrity,
+    /// Free text worth keeping: btrfs device stats, dmesg lines, warnings.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OpStats {
+    pub ops: u64,
+    pub bytes: u64,
+    pub mean_us: f64,
+    pub stddev_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    pub iops: f64,
+    pub mib_s: f64,
+}
+
+/// One point of the per-interval time series; `t_s` is the end of the interval since the
+/// workload started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Sample {
+    pub t_s: f64,
+    pub read_iops: f64,
+    pub read_mib_s: f64,
+    pub read_mean_us: f64,
+    pub read_p99_us: f64,
+    pub write_iops: f64,
+    pub write_mib_s: f64,
+    pub write_mean_us: f64,
+    pub write_p99_us: f64,
+    pub cpu_pct: f64,
+    pub rss_mib: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InjectedFault {
+    /// Seconds since the workload started (same clock as `Sample::t_s`).
+    pub t_s: f64,
+    pub rule_id: u64,
+    pub rule: String,
+    pub action: String,
+    pub op: String,
+    pub offset: u64,
+    pub len: u64,
+    /// Blocks the fault touched (0 when the action has no block granularity, e.g. a delay).
+    pub blocks: u64,
+}
+
+impl InjectedFault {
+    /// What this fault counts for in `faults_injected`: its blocks, or 1 when it has none.
+    pub fn weight(&self) -> u64 {
+        if self.blocks == 0 { 1 } else { self.blocks }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RuleCount {
+    pub id: u64,
+    pub name: String,
+    pub action: String,
+    pub op: String,
+    pub fired: u64,
+    pub blocks: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Integrity {
+    pub blocks_checked: u64,
+    pub ok: u64,
+    pub corrupted: u64,
+    pub misdirected: u64,
+    pub unreadable: u64,
+    pub short: u64,
+    pub missing: u64,
+    pub bad: Vec<BadBlock>,
+    pub files_hit: Vec<FileHit>,
+}
+
+impl Integrity {
+    /// Wrong data returned without an error.
+    pub fn silent(&self) -> u64 {
+        self.corrupted + self.misdirected
+    }
+    /// Bad blocks the reader was told about (error, short read, missing file).
+    pub fn detected(&self) -> u64 {
+        self.unreadable + self.short + self.missing
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BadBlock {
+    /// None on a raw device.
+    pub file: Option<String>,
+    /// Byte offset in the file (or device).
+    pub offset: u64,
+    /// corrupted | misdirected | unreadable | short | missing
+    pub kind: String,
+    pub errno: Option<String>,
+    pub expected_id: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FileHit {
+    pub file: String,
+    pub bad_blocks: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MeanSd {
+    pub mean: f64,
+    /// Sample standard deviation (n - 1); 0 with fewer than two values.
+    pub sd: f64,
+}
+
+impl MeanSd {
+    pub fn of(xs: &[f64]) -> MeanSd {
+        let n = xs.len();
+        if n == 0 {
+            return MeanSd::default();
+        }
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        let sd = if n < 2 { 0.0 } else { (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt() };
+        MeanSd { mean, sd }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Aggregate {
+    pub repetitions: u32,
+    pub write_mib_s: MeanSd,
+    pub read_mib_s: MeanSd,
+    pub write_p99_us: MeanSd,
+    pub faults_injected: MeanSd,
+    pub failures: MeanSd,
+    pub silent: MeanSd,
+    pub detected: MeanSd,
+    pub app_errors: MeanSd,
+}
+
+/// The per-repetition counts the study's tables are made of (definitions: docs/results.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counts {
+    pub faults_injected: u64,
+    pub silent: u64,
+    pub detected: u64,
+    pub failures: u64,
+    pub app_errors: u64,
+}
+
+impl Repetition {
+    pub fn counts(&self) -> Counts {
+        let silent = self.integrity.silent();
+        let detected = self.integrity.detected();
+        Counts {
+            faults_injected: self.faults.iter().map(InjectedFault::weight).sum(),
+            silent,
+            detected,
+            failures: silent + detected,
+            app_errors: self.failed_ios,
+        }
+    }
+}
+
+impl From<&[Repetition]> for Aggregate {
+    fn from(reps: &[Repetition]) -> Aggregate {
+        let of = |f: &dyn Fn(&Repetition) -> f64| MeanSd::of(&reps.iter().map(f).collect::<Vec<_>>());
+        Aggregate {
+            repetitions: reps.len() as u32,
+            write_mib_s: of(&|r| r.write.mib_s),
+            read_mib_s: of(&|r| r.read.mib_s),
+            write_p99_us: of(&|r| r.write.p99_us),
+            faults_injected: of(&|r| r.counts().faults_injected as f64),
+            failures: of(&|r| r.counts().failures as f64),
+            silent: of(&|r| r.counts().silent as f64),
+            detected: of(&|r| r.counts().detected as f64),
+            app_errors: of(&|r| r.counts().app_errors as f64),
+        }
+    }
+}
+
+impl SetupResult {
+    /// Recompute `aggregate` from the repetitions.
+    pub fn aggregate_now(&mut self) {
+        self.aggregate = Aggregate::from(self.repetitions.as_slice());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_sd_known_values() {
+        // 2,4,4,4,5,5,7,9: mean 5, sample variance 32/7
+        let m = MeanSd::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!(m.mean, 5.0);
+        assert!((m.sd - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!(MeanSd::of(&[3.0]), MeanSd { mean: 3.0, sd: 0.0 });
+        assert_eq!(MeanSd::of(&[]), MeanSd { mean: 0.0, sd: 0.0 });
+    }
+
+    #[test]
+    fn fault_weight_falls_back_to_one() {
+        let f = |blocks| InjectedFault { blocks, ..Default::default() };
+        let r = Repetition { faults: vec![f(0), f(3), f(0)], ..Default::default() };
+        assert_eq!(r.counts().faults_injected, 5);
+    }
+}

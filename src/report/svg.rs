@@ -1,0 +1,439 @@
+//! Small hand-written SVG charts: a line chart (axes, ticks, legend, vertical markers) and a
+//! log-scale grouped bar chart.
+//! Hand-written rather than plotters: the report needs markers it can tag (class, <title>),
+//! deterministic output without any font machinery, and no extra dependency to build.
+
+use super::html::esc;
+use std::fmt::Write;
+
+/// Linear map from a data interval to a pixel interval (pixels may run backwards, as y does).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scale {
+    pub d0: f64,
+    pub d1: f64,
+    pub p0: f64,
+    pub p1: f64,
+}
+
+impl Scale {
+    pub fn new(d0: f64, d1: f64, p0: f64, p1: f64) -> Scale {
+        // a zero-width domain would divide by zero: widen it
+        let d1 = if d1 > d0 { d1 } else { d0 + 1.0 };
+        Scale { d0, d1, p0, p1 }
+    }
+    pub fn px(&self, v: f64) -> f64 {
+        let v = v.clamp(self.d0, self.d1);
+        self.p0 + (v - self.d0) / (self.d1 - self.d0) * (self.p1 - self.p0)
+    }
+}
+
+/// "Nice" tick values (steps of 1, 2 or 5 x 10^k) covering [0, max], about `n` of them.
+/// The last tick is >= max, so it can serve as the axis end.
+pub fn nice_ticks(max: f64, n: usize) -> Vec<f64> {
+    let max = if max.is_finite() && max > 0.0 { max } else { 1.0 };
+    let raw = max / n.max(1) as f64;
+    let mag = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
+    let count = (max / step - 1e-9).ceil() as usize;
+    (0..=count).map(|i| i as f64 * step).collect()
+}
+
+/// Tick label: no trailing zeros, no float noise (0.30000000000000004).
+pub fn fmt_tick(v: f64) -> String {
+    if v == v.round() && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+pub struct Series {
+    pub name: String,
+    pub color: String,
+    pub dashed: bool,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A vertical red line at `x` with a short cap in `color` (its repetition's colour);
+/// `title` becomes its hover text.
+pub struct Marker {
+    pub x: f64,
+    pub title: String,
+    pub color: String,
+}
+
+pub struct LineChart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    pub markers: Vec<Marker>,
+    pub width: f64,
+    pub height: f64,
+}
+
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 28.0;
+const BOTTOM: f64 = 44.0;
+const LEGEND_ROW: f64 = 18.0;
+
+/// Distinct colours for repetitions (colour-blind safe Okabe-Ito order).
+pub const PALETTE: [&str; 8] = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"];
+
+impl LineChart {
+    /// The x and y scales of the plot area: x from 0 to the last point or marker, y from 0
+    /// to the nice tick at or above the largest value.
+    pub fn scales(&self) -> (Scale, Scale, Vec<f64>, Vec<f64>) {
+        let xmax = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .chain(self.markers.iter().map(|m| m.x))
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max);
+        let ymax = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|v| v.is_finite()).fold(0.0, f64::max);
+        let xt = nice_ticks(xmax, 8);
+        let yt = nice_ticks(ymax, 5);
+        let plot_bottom = self.height - BOTTOM - self.legend_height();
+        let xs = Scale::new(0.0, *xt.last().unwrap(), LEFT, self.width - RIGHT);
+        let ys = Scale::new(0.0, *yt.last().unwrap(), plot_bottom, TOP);
+        (xs, ys, xt, yt)
+    }
+
+    fn legend_height(&self) -> f64 {
+        legend_height(self.width, self.series.len() + usize::from(!self.markers.is_empty()))
+    }
+
+    pub fn render(&self) -> String {
+        let (xs, ys, xt, yt) = self.scales();
+        let (w, h) = (self.width, self.height);
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = write!(s, r#"<text x="{}" y="16" font-size="13" font-weight="bold">{}</text>"#, LEFT, esc(&self.title));
+        // grid + tick labels
+        for v in &yt {
+            let y = ys.px(*v);
+            let _ = write!(
+                s,
+                r##"<line x1="{LEFT}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+                w - RIGHT,
+                LEFT - 4.0,
+                y + 4.0,
+                fmt_tick(*v)
+            );
+        }
+        for v in &xt {
+            let x = xs.px(*v);
+            let _ = write!(
+                s,
+                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{:.1}" stroke="#888"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+                ys.p0,
+                ys.p0 + 4.0,
+                ys.p0 + 15.0,
+                fmt_tick(*v)
+            );
+        }
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{:.1}" stroke="#444"/><line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#444"/>"##,
+            ys.p0,
+            w - RIGHT,
+            ys.p0,
+            ys.p0
+        );
+        let _ = write!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text transform="translate(14 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
+            (LEFT + w - RIGHT) / 2.0,
+            ys.p0 + 30.0,
+            esc(&self.x_label),
+            (TOP + ys.p0) / 2.0,
+            esc(&self.y_label)
+        );
+        // markers under the lines, so the data stays readable
+        for m in &self.markers {
+            let x = xs.px(m.x);
+            let _ = write!(
+                s,
+                r##"<line class="fault-marker" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{:.1}" stroke="#d00" stroke-opacity="0.45" stroke-width="1"><title>{}</title></line><line x1="{x:.1}" x2="{x:.1}" y1="{:.1}" y2="{TOP}" stroke="{}" stroke-width="3"/>"##,
+                ys.p0,
+                esc(&m.title),
+                TOP - 6.0,
+                esc(&m.color)
+            );
+        }
+        for se in &self.series {
+            if se.points.is_empty() {
+                continue;
+            }
+            let pts: Vec<String> =
+                se.points.iter().filter(|p| p.0.is_finite() && p.1.is_finite()).map(|p| format!("{:.1},{:.1}", xs.px(p.0), ys.px(p.1))).collect();
+            let dash = if se.dashed { r#" stroke-dasharray="5 3""# } else { "" };
+            let _ = write!(
+                s,
+                r#"<polyline class="series" fill="none" stroke="{}" stroke-width="1.5"{dash} points="{}"><title>{}</title></polyline>"#,
+                esc(&se.color),
+                pts.join(" "),
+                esc(&se.name)
+            );
+        }
+        let mut items: Vec<(String, String, bool)> = self.series.iter().map(|se| (se.name.clone(), se.color.clone(), se.dashed)).collect();
+        if !self.markers.is_empty() {
+            items.push((format!("injected fault ({})", self.markers.len()), "#d00".into(), false));
+        }
+        legend(&mut s, w, ys.p0 + BOTTOM, &items);
+        s.push_str("</svg>");
+        s
+    }
+}
+
+fn legend_height(width: f64, items: usize) -> f64 {
+    let per_row = ((width - LEFT) / 150.0).floor().max(1.0) as usize;
+    items.div_ceil(per_row) as f64 * LEGEND_ROW
+}
+
+/// Legend rows starting at y0: (name, colour, dashed) per item, 150 px apart.
+fn legend(s: &mut String, width: f64, y0: f64, items: &[(String, String, bool)]) {
+    let per_row = ((width - LEFT) / 150.0).floor().max(1.0) as usize;
+    for (i, (name, color, dashed)) in items.iter().enumerate() {
+        let x = LEFT + (i % per_row) as f64 * 150.0;
+        let y = y0 + (i / per_row) as f64 * LEGEND_ROW;
+        let dash = if *dashed { r#" stroke-dasharray="5 3""# } else { "" };
+        let _ = write!(
+            s,
+            r#"<line x1="{x:.1}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="{}" stroke-width="2"{dash}/><text x="{:.1}" y="{:.1}">{}</text>"#,
+            x + 18.0,
+            y - 4.0,
+            y - 4.0,
+            esc(color),
+            x + 22.0,
+            y,
+            esc(name)
+        );
+    }
+}
+
+/// Log10 map from a data interval (both ends > 0) to pixels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogScale {
+    pub lo: f64,
+    pub hi: f64,
+    pub p0: f64,
+    pub p1: f64,
+}
+
+impl LogScale {
+    pub fn px(&self, v: f64) -> f64 {
+        let (a, b) = (self.lo.log10(), self.hi.log10());
+        let t = (v.max(self.lo).min(self.hi).log10() - a) / (b - a);
+        self.p0 + t * (self.p1 - self.p0)
+    }
+}
+
+/// Powers of ten from the one at or below `min` to the one at or above `max` (at least two).
+/// Non-positive or non-finite values are ignored; none left gives [1, 10].
+pub fn decade_ticks(values: &[f64]) -> Vec<f64> {
+    let pos: Vec<f64> = values.iter().copied().filter(|v| v.is_finite() && *v > 0.0).collect();
+    if pos.is_empty() {
+        return vec![1.0, 10.0];
+    }
+    let lo = pos.iter().copied().fold(f64::INFINITY, f64::min).log10().floor() as i32;
+    let mut hi = pos.iter().copied().fold(0.0, f64::max).log10().ceil() as i32;
+    if hi <= lo {
+        hi = lo + 1;
+    }
+    (lo..=hi).map(|e| 10f64.powi(e)).collect()
+}
+
+pub struct BarSeries {
+    pub name: String,
+    pub color: String,
+    /// One value per group; values <= 0 draw no bar.
+    pub values: Vec<f64>,
+}
+
+/// Grouped bars on a log-scale y axis (latency percentiles span decades).
+pub struct BarChart {
+    pub title: String,
+    pub y_label: String,
+    pub groups: Vec<String>,
+    pub series: Vec<BarSeries>,
+    pub width: f64,
+    pub height: f64,
+}
+
+impl BarChart {
+    pub fn scale(&self) -> (LogScale, Vec<f64>) {
+        let all: Vec<f64> = self.series.iter().flat_map(|s| s.values.iter().copied()).collect();
+        let ticks = decade_ticks(&all);
+        let bottom = self.height - BOTTOM - legend_height(self.width, self.series.len());
+        (LogScale { lo: ticks[0], hi: *ticks.last().unwrap(), p0: bottom, p1: TOP }, ticks)
+    }
+
+    pub fn render(&self) -> String {
+        let (ys, ticks) = self.scale();
+        let (w, h) = (self.width, self.height);
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = write!(s, r#"<text x="{}" y="16" font-size="13" font-weight="bold">{}</text>"#, LEFT, esc(&self.title));
+        for v in &ticks {
+            let y = ys.px(*v);
+            let _ = write!(
+                s,
+                r##"<line x1="{LEFT}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+                w - RIGHT,
+                LEFT - 4.0,
+                y + 4.0,
+                fmt_tick(*v)
+            );
+        }
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{:.1}" stroke="#444"/><line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#444"/><text transform="translate(14 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"##,
+            ys.p0,
+            w - RIGHT,
+            ys.p0,
+            ys.p0,
+            (TOP + ys.p0) / 2.0,
+            esc(&self.y_label)
+        );
+        let gw = (w - RIGHT - LEFT) / self.groups.len().max(1) as f64;
+        let bw = gw * 0.8 / self.series.len().max(1) as f64;
+        for (g, name) in self.groups.iter().enumerate() {
+            let gx = LEFT + g as f64 * gw;
+            let _ = write!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, gx + gw / 2.0, ys.p0 + 15.0, esc(name));
+            for (k, se) in self.series.iter().enumerate() {
+                let v = se.values.get(g).copied().unwrap_or(0.0);
+                if !(v.is_finite() && v > 0.0) {
+                    continue;
+                }
+                let top = ys.px(v);
+                let _ = write!(
+                    s,
+                    r#"<rect class="bar" x="{:.1}" y="{top:.1}" width="{:.1}" height="{:.1}" fill="{}"><title>{} {}: {}</title></rect>"#,
+                    gx + gw * 0.1 + k as f64 * bw,
+                    bw.max(1.0),
+                    (ys.p0 - top).max(0.0),
+                    esc(&se.color),
+                    esc(&se.name),
+                    esc(name),
+                    fmt_tick(v)
+                );
+            }
+        }
+        let items: Vec<(String, String, bool)> = self.series.iter().map(|se| (se.name.clone(), se.color.clone(), false)).collect();
+        legend(&mut s, w, ys.p0 + BOTTOM - 14.0, &items);
+        s.push_str("</svg>");
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_maps_ends_and_clamps() {
+        let x = Scale::new(0.0, 10.0, 64.0, 584.0);
+        assert_eq!(x.px(0.0), 64.0);
+        assert_eq!(x.px(10.0), 584.0);
+        assert_eq!(x.px(5.0), 324.0);
+        assert_eq!(x.px(-3.0), 64.0);
+        assert_eq!(x.px(99.0), 584.0);
+        // y runs upwards: bigger values, smaller pixel coordinates
+        let y = Scale::new(0.0, 100.0, 300.0, 28.0);
+        assert_eq!(y.px(0.0), 300.0);
+        assert_eq!(y.px(100.0), 28.0);
+        assert!(y.px(75.0) < y.px(25.0));
+        // empty domain does not divide by zero
+        let z = Scale::new(0.0, 0.0, 0.0, 100.0);
+        assert!(z.px(0.0).is_finite());
+    }
+
+    #[test]
+    fn nice_ticks_cover_the_maximum() {
+        assert_eq!(nice_ticks(97.0, 5), vec![0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
+        assert_eq!(nice_ticks(100.0, 5), vec![0.0, 20.0, 40.0, 60.0, 80.0, 100.0]);
+        assert_eq!(nice_ticks(4.2, 8), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(nice_ticks(0.0, 5), vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]);
+        assert_eq!(nice_ticks(f64::NAN, 5).last(), Some(&1.0));
+        let t = nice_ticks(465.3, 5);
+        assert_eq!(t.last(), Some(&500.0));
+        assert_eq!(t[1], 100.0);
+    }
+
+    #[test]
+    fn tick_labels_have_no_float_noise() {
+        assert_eq!(fmt_tick(0.6000000000000001), "0.6");
+        assert_eq!(fmt_tick(20.0), "20");
+        assert_eq!(fmt_tick(0.25), "0.25");
+    }
+
+    #[test]
+    fn chart_axes_follow_data_and_markers() {
+        let c = LineChart {
+            title: "t".into(),
+            x_label: "s".into(),
+            y_label: "MiB/s".into(),
+            series: vec![Series { name: "a".into(), color: "#000".into(), dashed: false, points: vec![(0.0, 0.0), (9.0, 460.0)] }],
+            markers: vec![Marker { x: 12.5, title: "m".into(), color: "#000".into() }],
+            width: 640.0,
+            height: 320.0,
+        };
+        let (xs, ys, xt, yt) = c.scales();
+        assert_eq!(xt.last(), Some(&14.0)); // the marker at 12.5 extends the axis past the data
+        assert_eq!(yt.last(), Some(&500.0));
+        assert_eq!(xs.px(0.0), LEFT);
+        assert_eq!(ys.px(500.0), TOP);
+        let svg = c.render();
+        assert_eq!(svg.matches("class=\"fault-marker\"").count(), 1);
+        assert_eq!(svg.matches("<polyline").count(), 1);
+        // the point (9, 460) lands inside the plot area
+        let (px, py) = (xs.px(9.0), ys.px(460.0));
+        assert!(svg.contains(&format!("{px:.1},{py:.1}")));
+        assert!(px > LEFT && px < 640.0 - RIGHT && py > TOP && py < ys.p0);
+    }
+
+    #[test]
+    fn decades_and_log_scale() {
+        assert_eq!(decade_ticks(&[7.5, 25.3, 1023.0]), vec![1.0, 10.0, 100.0, 1000.0, 10000.0]);
+        assert_eq!(decade_ticks(&[10.0, 100.0]), vec![10.0, 100.0]);
+        assert_eq!(decade_ticks(&[50.0]), vec![10.0, 100.0]);
+        assert_eq!(decade_ticks(&[100.0]), vec![100.0, 1000.0]);
+        assert_eq!(decade_ticks(&[0.0, -1.0, f64::NAN]), vec![1.0, 10.0]);
+        let y = LogScale { lo: 1.0, hi: 1000.0, p0: 300.0, p1: 0.0 };
+        assert_eq!(y.px(1.0), 300.0);
+        assert_eq!(y.px(1000.0), 0.0);
+        assert!((y.px(10.0) - 200.0).abs() < 1e-9);
+        assert!((y.px(100.0) - 100.0).abs() < 1e-9);
+        assert_eq!(y.px(0.0), 300.0); // clamped, never -inf
+    }
+
+    #[test]
+    fn bar_chart_draws_positive_values_only() {
+        let c = BarChart {
+            title: "lat".into(),
+            y_label: "us".into(),
+            groups: vec!["p50".into(), "max".into()],
+            series: vec![
+                BarSeries { name: "a".into(), color: "#000".into(), values: vec![8.0, 1000.0] },
+                BarSeries { name: "b".into(), color: "#111".into(), values: vec![0.0, 500.0] },
+            ],
+            width: 400.0,
+            height: 240.0,
+        };
+        let svg = c.render();
+        assert_eq!(svg.matches("class=\"bar\"").count(), 3);
+        let (ys, ticks) = c.scale();
+        assert_eq!(ticks, vec![1.0, 10.0, 100.0, 1000.0]);
+        assert_eq!(ys.px(1000.0), TOP);
+    }
+}
