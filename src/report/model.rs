@@ -100,6 +100,8 @@ pub struct InjectedFault {
     pub len: u64,
     /// Blocks the fault touched (0 when the action has no block granularity, e.g. a delay).
     pub blocks: u64,
+    /// Which disk of the setup (btrfs raid1 has two).
+    pub disk: u32,
 }
 
 impl InjectedFault {
