@@ -64,7 +64,7 @@ fn error_policies() {
     let map = Arc::new(ContentMap::new((64 << 20) / BS, 4096, 5));
     // continue: the failed request is recorded, the rest goes on
     let r = run_block(&workload(&s, 4 << 20, ErrorPolicy::Continue), map.clone()).unwrap();
-    assert_eq!(r.failed_ios.len(), 1);
+    assert_eq!(r.failed_ios.len(), 1, "{:?}", r.failed_ios);
     assert_eq!(r.failed_ios[0].offset, 64 * BS);
     assert_eq!(r.errors.get("write:EIO"), Some(&1));
     assert_eq!(r.write.ops + 1, (4 << 20) / 16384);
@@ -164,5 +164,9 @@ fn observer_progress_rate_and_timeseries() {
     let total: f64 = r.timeseries.windows(2).map(|p| p[1].write.iops * (p[1].t - p[0].t)).sum::<f64>() + r.timeseries[0].write.iops * r.timeseries[0].t;
     assert!((total - 100.0).abs() < 1.0, "time series adds up to {total} writes");
     assert!(r.timeseries.iter().all(|x| x.rss_mib > 1.0));
+    // latencies are real: above a microsecond through FUSE, ordered, and not clamped
+    let l = &r.write;
+    assert!(l.mean_us > 1.0 && l.p50_us > 1.0 && l.p50_us <= l.p99_us && l.p99_us <= l.max_us && l.max_us < 1e6, "{l:?}");
+    assert!(r.timeseries.iter().filter(|x| x.write.iops > 0.0).all(|x| x.write.mean_us > 1.0 && x.write.p99_us >= x.write.mean_us * 0.5));
     s.stop();
 }
