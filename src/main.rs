@@ -83,53 +83,12 @@ enum Cmd {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
-    /// Run a block workload against a device (O_DIRECT), writing profile-shaped content;
-    /// saves the content map for `verify`.
-    Workload {
-        #[arg(long)]
-        device: PathBuf,
-        /// sequential | uniform | hotspot | zipf:THETA
-        #[arg(long, default_value = "sequential")]
-        pattern: faultline::workload::pattern::Pattern,
-        /// Percentage of writes (the rest are reads).
-        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u8).range(0..=100))]
-        write_pct: u8,
-        #[arg(long, default_value = "4KiB", value_parser = size_arg)]
-        bs: u64,
-        #[arg(long, default_value_t = 1)]
-        threads: u32,
-        /// Stop after this many bytes (reads + writes).
-        #[arg(long, value_parser = size_arg)]
-        size: Option<u64>,
-        /// Stop after this many operations.
-        #[arg(long)]
-        ops: Option<u64>,
-        /// Stop after this long, e.g. 30s.
-        #[arg(long, value_parser = faultline::spec::units::parse_duration)]
-        duration: Option<std::time::Duration>,
-        /// Duplicate profile: `none` or a profile file.
-        #[arg(long, default_value = "none")]
-        profile: String,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// continue | stop | retry:N
-        #[arg(long, default_value = "continue")]
-        on_error: String,
-        /// Results directory (workload.json, map.bin).
-        #[arg(long, default_value = "faultline-workload")]
-        out: PathBuf,
-    },
-    /// Reread every block a workload wrote and classify it: ok, corrupted (misdirected), unreadable.
-    Verify {
-        #[arg(long)]
-        device: PathBuf,
-        /// The content map a workload saved (DIR/map.bin).
-        #[arg(long)]
-        map: PathBuf,
-        /// Write the report as JSON here.
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
+    /// Run a workload (block device or files; flags or --spec YAML, docs/workload.md); saves
+    /// results, a time series and the content maps for `verify`.
+    Workload(faultline::workload::cli::WorkloadArgs),
+    /// Reread every block a workload wrote and classify it: ok, corrupted (misdirected),
+    /// unreadable, short, missing.
+    Verify(faultline::workload::cli::VerifyArgs),
     /// Demo: RAM disk, a bit-flip and an EIO rule, write + read-back pass, table + results.json.
     Demo {
         #[arg(long, default_value = "256MiB", value_parser = size_arg)]
@@ -209,52 +168,8 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Profile { paths, block_size, out } => profile(&paths, block_size, out),
-        Cmd::Workload { device, pattern, write_pct, bs, threads, size, ops, duration, profile, seed, on_error, out } => {
-            let on_error = match on_error.as_str() {
-                "continue" => faultline::workload::engine::ErrorPolicy::Continue,
-                "stop" => faultline::workload::engine::ErrorPolicy::Stop,
-                s => match s.strip_prefix("retry:").and_then(|n| n.parse().ok()) {
-                    Some(n) => faultline::workload::engine::ErrorPolicy::Retry(n),
-                    None => bail!("--on-error `{s}`: allowed: continue, stop, retry:N"),
-                },
-            };
-            let prof = if profile == "none" {
-                faultline::content::profile::Profile::none()
-            } else {
-                faultline::content::profile::Profile::load(std::path::Path::new(&profile))?
-            };
-            let dev_size = device_size(&device)?;
-            let cblocks = dev_size / faultline::workload::engine::CONTENT_BLOCK;
-            // scale the profile to the data this run writes, so it carries the profile's dedup ratio
-            let writes = size.map(|s| s / faultline::workload::engine::CONTENT_BLOCK).unwrap_or(cblocks).max(1);
-            let stream = faultline::content::stream::Stream::new(&prof.scaled(writes), seed);
-            let map = std::sync::Arc::new(faultline::workload::map::ContentMap::new(cblocks, 4096, seed));
-            let w = faultline::workload::engine::BlockWorkload {
-                device, pattern, write_pct, block_size: bs, threads, size, ops, duration, stream, seed, on_error, span: None,
-            };
-            let res = faultline::workload::engine::run_block(&w, map.clone())?;
-            std::fs::create_dir_all(&out)?;
-            map.save(&out.join("map.bin"))?;
-            std::fs::write(out.join("workload.json"), serde_json::to_vec_pretty(&res)?)?;
-            println!("{:<6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10}", "op", "ops", "IOPS", "MiB/s", "mean us", "p99 us", "max us");
-            for (n, l) in [("read", &res.read), ("write", &res.write)] {
-                println!("{n:<6} {:>9} {:>10.0} {:>10.1} {:>10.1} {:>10.1} {:>10.1}", l.ops, l.iops, l.mib_s, l.mean_us, l.p99_us, l.max_us);
-            }
-            println!("failed I/Os: {} {:?}; retries {}; results in {}", res.failed_ios.len(), res.errors, res.retries, out.display());
-            Ok(())
-        }
-        Cmd::Verify { device, map, out } => {
-            let m = faultline::workload::map::ContentMap::load(&map)?;
-            let rep = faultline::verify::verify_device(&device, &m)?;
-            println!(
-                "checked {} blocks: ok {}, corrupted {} (misdirected {}), unreadable {}",
-                rep.checked, rep.ok, rep.corrupted, rep.misdirected, rep.unreadable
-            );
-            if let Some(o) = out {
-                std::fs::write(&o, serde_json::to_vec_pretty(&rep)?)?;
-            }
-            Ok(())
-        }
+        Cmd::Workload(a) => faultline::workload::cli::workload(a),
+        Cmd::Verify(a) => faultline::workload::cli::verify(a),
         Cmd::Demo { size, written, out, seed } => faultline::demo::run(&faultline::demo::DemoOptions { size, written, out, seed }),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
@@ -329,6 +244,7 @@ fn profile(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<(
     }
 }
 
+#[allow(dead_code)]
 fn device_size(p: &std::path::Path) -> Result<u64> {
     use std::io::Seek;
     let mut f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;

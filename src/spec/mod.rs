@@ -3,3 +3,4 @@
 pub mod experiment;
 pub mod rules;
 pub mod units;
+pub mod workload;

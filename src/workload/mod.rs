@@ -5,6 +5,7 @@
 //! content, map, errors, retries, stats) lives in `op` and is shared by both engines: `psync`
 //! and `uring` only move bytes.
 
+pub mod cli;
 pub mod config;
 pub mod direct;
 pub mod engine;

@@ -22,8 +22,10 @@ pub struct LatencySummary {
     pub mib_s: f64,
 }
 
+/// 1 ns .. 1 h at 3 significant digits. (`Histogram::new` starts with a max of 2 and only
+/// grows on `record`; `saturating_record` would clamp every latency to 2 ns.)
 pub fn hist() -> Histogram<u64> {
-    Histogram::new(3).unwrap()
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).unwrap()
 }
 
 pub fn summary(h: &Histogram<u64>, bytes: u64, secs: f64) -> LatencySummary {

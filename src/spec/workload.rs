@@ -1,0 +1,303 @@
+//! Workload specs (YAML): a `workload:` mapping, fio-style keys, documented in docs/workload.md.
+//!
+//! Two steps like rules: serde-saphyr reads `WorkloadYaml` (unknown keys and bad units are
+//! rejected with line/column), then `resolve` checks values and combinations and builds a
+//! `workload::Workload`. Experiment files embed a `Spanned<WorkloadYaml>` and call `resolve`.
+
+use super::units::{Dur, Size};
+use crate::content::profile::Profile;
+use crate::workload::config::{CONTENT_BLOCK, Engine, ErrorPolicy, Interface, SyncMode, Workload};
+use crate::workload::pattern::Pattern;
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadYaml {
+    pub interface: Option<Spanned<String>>,
+    pub device: Option<Spanned<String>>,
+    pub dir: Option<Spanned<String>>,
+    pub files: Option<Spanned<u32>>,
+    pub file_size: Option<Spanned<Size>>,
+    pub pattern: Option<Spanned<String>>,
+    pub mix: Option<Spanned<MixYaml>>,
+    pub write_pct: Option<Spanned<u8>>,
+    pub block_size: Option<Spanned<Size>>,
+    pub engine: Option<Spanned<String>>,
+    pub iodepth: Option<Spanned<u32>>,
+    pub threads: Option<Spanned<u32>>,
+    pub size: Option<Spanned<Size>>,
+    pub span: Option<Spanned<Size>>,
+    pub duration: Option<Spanned<Dur>>,
+    pub ops: Option<Spanned<u64>>,
+    pub rate_iops: Option<Spanned<u64>>,
+    pub sync: Option<Spanned<String>>,
+    pub on_error: Option<Spanned<String>>,
+    pub interval: Option<Spanned<Dur>>,
+    pub content: Option<Spanned<ContentYaml>>,
+}
+
+/// `mix: {read: 70, write: 30}` (percent; one of them is enough).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixYaml {
+    pub read: Option<u8>,
+    pub write: Option<u8>,
+}
+
+/// `content: {profile: NAME|PATH|none, seed: N}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentYaml {
+    pub profile: Option<String>,
+    pub seed: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkloadFile {
+    workload: Spanned<WorkloadYaml>,
+}
+
+fn at<T>(source: &str, s: &Spanned<T>, key: &str, what: impl std::fmt::Display) -> String {
+    format!("{source}:{}:{}: {key}: {what}", s.referenced.line(), s.referenced.column())
+}
+
+/// Parse a document whose top level is `workload:`. `source` names it in errors.
+pub fn parse_workload(text: &str, source: &str, device_or_dir: Option<&Path>) -> Result<Workload, String> {
+    let f: WorkloadFile = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
+    resolve(&f.workload, source, device_or_dir)
+}
+
+pub fn parse_workload_file(path: &Path, device_or_dir: Option<&Path>) -> Result<Workload, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read workload file: {e}", path.display()))?;
+    parse_workload(&text, &path.display().to_string(), device_or_dir)
+}
+
+/// Validate a parsed `workload:` mapping into a `Workload`. `device_or_dir`, when given,
+/// is the device (block interface) or directory (file interface) to use, overriding the
+/// YAML's `device`/`dir`. Errors read `file:line:col: key: what is wrong; allowed: ...`.
+pub fn resolve(raw: &Spanned<WorkloadYaml>, source: &str, device_or_dir: Option<&Path>) -> Result<Workload, String> {
+    let y = &raw.value;
+    let whole = |what: &str| at(source, raw, "workload", what);
+    let iface = y.interface.as_ref().map(|v| v.value.as_str()).unwrap_or("block");
+    let interface = match iface {
+        "block" => {
+            if let Some(d) = &y.dir {
+                return Err(at(source, d, "dir", "belongs to `interface: file`; a block workload takes `device`"));
+            }
+            for (k, v) in [("files", y.files.as_ref().map(|s| &s.referenced)), ("file_size", y.file_size.as_ref().map(|s| &s.referenced))] {
+                if let Some(l) = v {
+                    return Err(format!("{source}:{}:{}: {k}: belongs to `interface: file`", l.line(), l.column()));
+                }
+            }
+            let device = match (device_or_dir, &y.device) {
+                (Some(p), _) => p.to_path_buf(),
+                (None, Some(d)) => PathBuf::from(&d.value),
+                (None, None) => return Err(whole("no `device`: a block workload needs the device path (e.g. device: /dev/loop0)")),
+            };
+            Interface::Block { device }
+        }
+        "file" => {
+            if let Some(d) = &y.device {
+                return Err(at(source, d, "device", "belongs to `interface: block`; a file workload takes `dir`"));
+            }
+            if let Some(s) = &y.span {
+                return Err(at(source, s, "span", "belongs to `interface: block`; files have `file_size`"));
+            }
+            let dir = match (device_or_dir, &y.dir) {
+                (Some(p), _) => p.to_path_buf(),
+                (None, Some(d)) => PathBuf::from(&d.value),
+                (None, None) => return Err(whole("no `dir`: a file workload needs a directory (dir: /mnt/test)")),
+            };
+            let count = y.files.as_ref().map(|f| f.value).unwrap_or(1);
+            if let Some(f) = y.files.as_ref().filter(|f| f.value == 0) {
+                return Err(at(source, f, "files", "must be at least 1"));
+            }
+            let Some(fs) = &y.file_size else { return Err(whole("no `file_size`: a file workload needs the size of each file (file_size: 64MiB)")) };
+            if fs.value.0 == 0 || fs.value.0 % CONTENT_BLOCK != 0 {
+                return Err(at(source, fs, "file_size", format!("{} is not a positive multiple of 4KiB", fs.value)));
+            }
+            Interface::File { dir, count, size: fs.value.0 }
+        }
+        other => return Err(at(source, y.interface.as_ref().unwrap(), "interface", format!("`{other}` is not an interface; allowed: block, file"))),
+    };
+    let mut w = Workload::new(interface);
+    if let Some(p) = &y.pattern {
+        w.pattern = p.value.parse::<Pattern>().map_err(|e| at(source, p, "pattern", e))?;
+    }
+    match (&y.mix, &y.write_pct) {
+        (Some(_), Some(p)) => return Err(at(source, p, "write_pct", "give either `mix` or `write_pct`, not both")),
+        (Some(m), None) => {
+            let bad = |what: String| at(source, m, "mix", format!("{what}; allowed: {{read: PERCENT, write: PERCENT}} adding up to 100"));
+            w.write_pct = match (m.value.read, m.value.write) {
+                (Some(r), Some(wr)) if r as u32 + wr as u32 == 100 => wr,
+                (Some(r), Some(wr)) => return Err(bad(format!("read {r} + write {wr} is not 100"))),
+                (Some(r), None) if r <= 100 => 100 - r,
+                (None, Some(wr)) if wr <= 100 => wr,
+                (None, None) => return Err(bad("empty".into())),
+                _ => return Err(bad("a percentage is over 100".into())),
+            };
+        }
+        (None, Some(p)) if p.value > 100 => return Err(at(source, p, "write_pct", format!("{} is not a percentage; allowed: 0..100", p.value))),
+        (None, Some(p)) => w.write_pct = p.value,
+        (None, None) => {}
+    }
+    if let Some(b) = &y.block_size {
+        if b.value.0 == 0 || b.value.0 % CONTENT_BLOCK != 0 || b.value.0 > 1 << 20 {
+            return Err(at(source, b, "block_size", format!("{} is not allowed; allowed: a multiple of 4KiB up to 1MiB", b.value)));
+        }
+        w.block_size = b.value.0;
+    }
+    if let Some(e) = &y.engine {
+        w.engine = e.value.parse::<Engine>().map_err(|m| at(source, e, "engine", m))?;
+    }
+    if let Some(q) = &y.iodepth {
+        if q.value == 0 || q.value > 4096 {
+            return Err(at(source, q, "iodepth", format!("{} is out of range; allowed: 1..4096", q.value)));
+        }
+        if q.value > 1 && w.engine == Engine::Psync {
+            return Err(at(source, q, "iodepth", "psync has one I/O in flight per thread; use `engine: io_uring` for a queue depth"));
+        }
+        w.iodepth = q.value;
+    }
+    if let Some(t) = &y.threads {
+        if t.value == 0 || t.value > 1024 {
+            return Err(at(source, t, "threads", format!("{} is out of range; allowed: 1..1024", t.value)));
+        }
+        w.threads = t.value;
+    }
+    w.size = y.size.as_ref().map(|s| s.value.0);
+    w.span = y.span.as_ref().map(|s| s.value.0);
+    w.duration = y.duration.as_ref().map(|d| d.value.0);
+    w.ops = y.ops.as_ref().map(|o| o.value);
+    if w.size.is_none() && w.ops.is_none() && w.duration.is_none() {
+        return Err(whole("no bound: give at least one of size, ops, duration (whichever comes first ends the run)"));
+    }
+    if let Some(r) = &y.rate_iops {
+        if r.value == 0 {
+            return Err(at(source, r, "rate_iops", "must be at least 1 (leave it out for peak rate)"));
+        }
+        w.rate_iops = Some(r.value);
+    }
+    if let Some(s) = &y.sync {
+        w.sync = s.value.parse::<SyncMode>().map_err(|m| at(source, s, "sync", m))?;
+    }
+    if let Some(o) = &y.on_error {
+        w.on_error = o.value.parse::<ErrorPolicy>().map_err(|m| at(source, o, "on_error", m))?;
+    }
+    if let Some(i) = &y.interval {
+        if i.value.0 < Duration::from_millis(10) {
+            return Err(at(source, i, "interval", "is below the minimum; allowed: 10ms or more"));
+        }
+        w.interval = i.value.0;
+    }
+    if let Some(c) = &y.content {
+        if let Some(seed) = c.value.seed {
+            w.seed = seed;
+        }
+        if let Some(p) = &c.value.profile {
+            w.profile = load_profile(p, source).map_err(|m| at(source, c, "content.profile", m))?;
+        }
+    }
+    if let (Interface::File { count, .. }, Some(t)) = (&w.interface, &y.threads) {
+        if *count < t.value {
+            return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
+        }
+    }
+    Ok(w)
+}
+
+/// A profile by name (`none`, or NAME for profiles/NAME.profile shipped with faultline) or path
+/// (as given, else relative to the spec file's directory).
+pub fn load_profile(p: &str, source: &str) -> Result<Profile, String> {
+    if p == "none" {
+        return Ok(Profile::none());
+    }
+    let mut tried = Vec::new();
+    let as_path = Path::new(p);
+    let mut candidates = vec![as_path.to_path_buf()];
+    if let Some(d) = Path::new(source).parent() {
+        candidates.push(d.join(p));
+    }
+    if !p.contains('/') {
+        for d in profile_dirs() {
+            candidates.push(d.join(format!("{p}.profile")));
+        }
+    }
+    for c in candidates {
+        if c.is_file() {
+            return Profile::load(&c).map_err(|e| format!("{e:#}"));
+        }
+        tried.push(c.display().to_string());
+    }
+    let names: Vec<String> = profile_dirs()
+        .into_iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".profile").map(str::to_string))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    Err(format!("no profile `{p}` (looked at {}); allowed: none, a profile file, or one of: {}", tried.join(", "), names.join(", ")))
+}
+
+/// Where shipped profiles live: next to the binary (and two levels up, for target/release),
+/// then the source tree it was built from.
+pub fn profile_dirs() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(d) = exe.parent() {
+            v.push(d.join("profiles"));
+            v.push(d.join("../share/faultline/profiles"));
+            v.push(d.join("../../profiles"));
+        }
+    }
+    v.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles"));
+    v.retain(|d| d.is_dir());
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(y: &str) -> Result<Workload, String> {
+        parse_workload(y, "w.yaml", None)
+    }
+
+    #[test]
+    fn full_spec() {
+        let w = p("workload:\n  interface: file\n  dir: /tmp/x\n  files: 4\n  file_size: 1MiB\n  pattern: zipf:1.1\n  mix: {read: 30, write: 70}\n  block_size: 16KiB\n  engine: io_uring\n  iodepth: 8\n  threads: 2\n  size: 1GiB\n  duration: 5s\n  rate_iops: 1000\n  sync: fsync:16\n  on_error: retry:3\n  interval: 100ms\n  content: {profile: none, seed: 9}\n").unwrap();
+        assert_eq!(w.interface, Interface::File { dir: "/tmp/x".into(), count: 4, size: 1 << 20 });
+        assert_eq!((w.write_pct, w.block_size, w.engine, w.iodepth, w.threads), (70, 16384, Engine::IoUring, 8, 2));
+        assert_eq!((w.sync, w.on_error, w.rate_iops, w.seed), (SyncMode::Fsync(16), ErrorPolicy::Retry(3), Some(1000), 9));
+        assert_eq!(w.pattern, Pattern::Zipf(1.1));
+        // a shipped profile by name
+        let w = p("workload:\n  device: /dev/null\n  ops: 1\n  content: {profile: debian12-usr}\n").unwrap();
+        assert!(w.profile.dedup_ratio() > 1.0);
+    }
+
+    #[test]
+    fn errors_name_line_column_and_allowed() {
+        let cases = [
+            ("workload:\n  device: /dev/x\n  ops: 1\n  colour: red\n", "line 4 column 3: unknown field `colour`, expected one of interface, device"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  pattern: spiral\n", "w.yaml:4:12: pattern: `spiral` is not a pattern; allowed: sequential"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  engine: aio\n", "w.yaml:4:11: engine: `aio` is not an engine; allowed: psync, io_uring"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  sync: sometimes\n", "w.yaml:4:9: sync: `sometimes` is not a sync mode; allowed: none, direct, dsync, fsync:N"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  mix: {read: 60, write: 60}\n", "w.yaml:4:8: mix: read 60 + write 60 is not 100"),
+            ("workload:\n  device: /dev/x\n", "w.yaml:2:3: workload: no bound"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  interval: 1ms\n", "w.yaml:4:13: interval: is below the minimum; allowed: 10ms"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  iodepth: 32\n", "iodepth: psync has one I/O in flight"),
+            ("workload:\n  interface: file\n  dir: /x\n  ops: 1\n", "no `file_size`"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  content: {profile: nosuch}\n", "allowed: none, a profile file, or one of: debian12-usr"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  block_size: 1000\n", "w.yaml:4:15: block_size: 1000B is not allowed; allowed: a multiple of 4KiB"),
+        ];
+        for (y, want) in cases {
+            let e = p(y).unwrap_err();
+            assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! `faultline workload` and `faultline verify`: flags or a YAML spec, a progress bar on stderr
+//! (hidden when stderr is not a terminal), a result table on stdout, results in --out DIR.
+
+use super::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
+use super::pattern::Pattern;
+use super::{Maps, Progress, WorkloadResult, run};
+use crate::spec::units::{parse_duration, parse_size};
+use anyhow::{Context, Result, bail};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WorkloadArgs {
+    /// YAML spec with a `workload:` mapping (docs/workload.md); flags given too override it.
+    #[arg(long)]
+    spec: Option<PathBuf>,
+    /// Block interface: the device (O_DIRECT).
+    #[arg(long)]
+    device: Option<PathBuf>,
+    /// File interface: the directory holding the files.
+    #[arg(long, conflicts_with = "device")]
+    dir: Option<PathBuf>,
+    /// File interface: number of files.
+    #[arg(long)]
+    files: Option<u32>,
+    /// File interface: size of each file.
+    #[arg(long, value_parser = size_arg)]
+    file_size: Option<u64>,
+    /// sequential | uniform | hotspot | zipf:THETA
+    #[arg(long)]
+    pattern: Option<Pattern>,
+    /// Percentage of writes (the rest are reads).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+    write_pct: Option<u8>,
+    #[arg(long, value_parser = size_arg)]
+    bs: Option<u64>,
+    /// psync | io_uring
+    #[arg(long)]
+    engine: Option<Engine>,
+    #[arg(long)]
+    iodepth: Option<u32>,
+    #[arg(long)]
+    threads: Option<u32>,
+    /// Stop after this many bytes (reads + writes).
+    #[arg(long, value_parser = size_arg)]
+    size: Option<u64>,
+    /// Block interface: bytes of the device used from offset 0.
+    #[arg(long, value_parser = size_arg)]
+    span: Option<u64>,
+    /// Stop after this many operations.
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Stop after this long, e.g. 30s.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Target IOPS (all threads); default: peak.
+    #[arg(long)]
+    rate_iops: Option<u64>,
+    /// none | direct | dsync | fsync:N (files; devices are always O_DIRECT)
+    #[arg(long)]
+    sync: Option<SyncMode>,
+    /// continue | stop | retry:N
+    #[arg(long)]
+    on_error: Option<ErrorPolicy>,
+    /// Time series interval (>= 10ms).
+    #[arg(long, value_parser = parse_duration)]
+    interval: Option<Duration>,
+    /// Duplicate profile: none, a shipped profile name, or a profile file.
+    #[arg(long)]
+    profile: Option<String>,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Results directory: result.json, timeseries.csv, maps.json + map files.
+    #[arg(long, default_value = "faultline-workload")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct VerifyArgs {
+    /// Results directory of a workload (its maps.json), or an old-style map.bin with --device.
+    #[arg(long)]
+    map: PathBuf,
+    /// The device, overriding the one recorded (it may have a new /dev/loopN after a restart).
+    #[arg(long)]
+    device: Option<PathBuf>,
+    /// The directory of the files, overriding the one recorded (e.g. a new mount point).
+    #[arg(long, conflicts_with = "device")]
+    dir: Option<PathBuf>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+/// Flags on top of the spec (or of the defaults).
+fn build(a: &WorkloadArgs) -> Result<Workload> {
+    let mut w = match &a.spec {
+        Some(p) => crate::spec::workload::parse_workload_file(p, a.device.as_deref().or(a.dir.as_deref())).map_err(anyhow::Error::msg)?,
+        None => match (&a.device, &a.dir) {
+            (Some(d), _) => Workload::new(Interface::Block { device: d.clone() }),
+            (None, Some(d)) => {
+                let (Some(count), Some(size)) = (a.files.or(Some(1)), a.file_size) else { bail!("--dir needs --file-size (and --files, default 1)") };
+                Workload::new(Interface::File { dir: d.clone(), count, size })
+            }
+            (None, None) => bail!("give --device DEV, --dir DIR, or --spec FILE"),
+        },
+    };
+    if let Interface::File { count, size, .. } = &mut w.interface {
+        *count = a.files.unwrap_or(*count);
+        *size = a.file_size.unwrap_or(*size);
+    }
+    macro_rules! set {
+        ($($f:ident => $t:ident),*) => { $( if let Some(v) = a.$f.clone() { w.$t = v; } )* };
+    }
+    set!(pattern => pattern, write_pct => write_pct, bs => block_size, engine => engine, iodepth => iodepth, threads => threads,
+         sync => sync, on_error => on_error, interval => interval, seed => seed);
+    if a.size.is_some() || a.ops.is_some() || a.duration.is_some() {
+        (w.size, w.ops, w.duration) = (a.size.or(w.size), a.ops.or(w.ops), a.duration.or(w.duration));
+    }
+    w.span = a.span.or(w.span);
+    w.rate_iops = a.rate_iops.or(w.rate_iops);
+    if let Some(p) = &a.profile {
+        w.profile = crate::spec::workload::load_profile(p, a.spec.as_ref().map(|p| p.display().to_string()).as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
+    }
+    if a.iodepth.is_some_and(|q| q > 1) && w.engine == Engine::Psync {
+        bail!("--iodepth > 1 needs --engine io_uring (psync has one I/O in flight per thread)");
+    }
+    Ok(w)
+}
+
+pub fn workload(a: WorkloadArgs) -> Result<()> {
+    let w = build(&a)?;
+    let maps = Maps::new(&w)?;
+    let progress = Progress::new();
+    let total = w.size.map(|s| (s, "bytes")).or(w.ops.map(|o| (o, "ops"))).or(w.duration.map(|d| (d.as_millis() as u64, "ms")));
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let res = std::thread::scope(|sc| {
+        let bar = sc.spawn(|| progress_bar(&progress, total, &done));
+        let r = run(&w, &maps, None, Some(&progress));
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = bar.join();
+        r
+    })?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    maps.save(&a.out)?;
+    std::fs::write(a.out.join("result.json"), serde_json::to_vec_pretty(&res)?)?;
+    let mut csv = String::from(super::Sample::CSV_HEADER);
+    csv.push('\n');
+    for s in &res.timeseries {
+        csv.push_str(&s.csv_row());
+        csv.push('\n');
+    }
+    std::fs::write(a.out.join("timeseries.csv"), csv)?;
+    print_table(&res);
+    println!("results in {}", a.out.display());
+    Ok(())
+}
+
+fn print_table(res: &WorkloadResult) {
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "{:<6} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}", "op", "ops", "IOPS", "MiB/s", "mean us", "p50 us", "p99 us", "max us");
+    for (n, l) in [("read", &res.read), ("write", &res.write)] {
+        let _ = writeln!(o, "{n:<6} {:>9} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}", l.ops, l.iops, l.mib_s, l.mean_us, l.p50_us, l.p99_us, l.max_us);
+    }
+    let ops = (res.read.ops + res.write.ops).max(1);
+    let _ = writeln!(
+        o,
+        "{:.2} s, CPU {:.2} s ({:.2} us/op); failed I/Os {} {:?}; retries {}{}",
+        res.seconds,
+        res.cpu_seconds,
+        res.cpu_seconds * 1e6 / ops as f64,
+        res.failed_ios.len(),
+        res.errors,
+        res.retries,
+        if res.stopped_on_error { "; stopped on error" } else { "" }
+    );
+}
+
+fn progress_bar(p: &Progress, total: Option<(u64, &str)>, done: &std::sync::atomic::AtomicBool) {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    let bar = ProgressBar::with_draw_target(total.map(|t| t.0), ProgressDrawTarget::stderr());
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    let unit = total.map(|t| t.1).unwrap_or("ops");
+    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{wide_bar}] {percent}% {msg}").unwrap());
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let pos = match unit {
+            "bytes" => p.bytes(),
+            "ms" => p.elapsed().as_millis() as u64,
+            _ => p.ops(),
+        };
+        bar.set_position(pos);
+        let secs = p.elapsed().as_secs_f64().max(1e-9);
+        bar.set_message(format!("{:.0} IOPS, {:.1} MiB/s, {} errors", p.ops() as f64 / secs, p.bytes() as f64 / secs / 1048576.0, p.errors()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
+}
+
+pub fn verify(a: VerifyArgs) -> Result<()> {
+    let maps = if a.map.extension().is_some_and(|e| e == "bin") {
+        // an old-style single map file: needs the device
+        let Some(dev) = &a.device else { bail!("{} is a single map file: give --device", a.map.display()) };
+        let m = super::map::ContentMap::load(&a.map)?;
+        Maps { target: super::maps::Target::Block { device: dev.clone() }, seed: m.seed, maps: vec![m] }
+    } else {
+        let mut m = Maps::load(&a.map)?;
+        match (&mut m.target, &a.device, &a.dir) {
+            (super::maps::Target::Block { device }, Some(d), _) => *device = d.clone(),
+            (super::maps::Target::File { dir, .. }, _, Some(d)) => *dir = d.clone(),
+            (_, None, None) => {}
+            _ => bail!("--device is for a block workload's maps, --dir for a file workload's"),
+        }
+        m
+    };
+    let rep = crate::verify::verify(&maps)?;
+    println!(
+        "checked {} blocks: ok {}, corrupted {} (misdirected {}), unreadable {}, short {}, missing {}",
+        rep.checked, rep.ok, rep.corrupted, rep.misdirected, rep.unreadable, rep.short, rep.missing
+    );
+    for f in rep.files.iter().filter(|f| f.ok != f.checked) {
+        println!("  {}: ok {}/{}, corrupted {}, unreadable {}, short {}, missing {}", f.path, f.ok, f.checked, f.corrupted, f.unreadable, f.short, f.missing);
+    }
+    if let Some(o) = a.out {
+        std::fs::write(&o, serde_json::to_vec_pretty(&rep)?).with_context(|| format!("cannot write {}", o.display()))?;
+    }
+    Ok(())
+}
