@@ -128,6 +128,18 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
+    #[command(hide = true)]
+    StackHold {
+        #[arg(long, default_value = "256MiB", value_parser = size_arg)]
+        size: u64,
+        /// raw | ext4 | xfs | btrfs | btrfs-raid1
+        #[arg(long, default_value = "ext4")]
+        stack: String,
+        /// Also run a command whose working directory is in the mount (a busy file system).
+        #[arg(long)]
+        busy: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -222,6 +234,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Demo { size, written, out, seed } => faultline::demo::run(&faultline::demo::DemoOptions { size, written, out, seed }),
     }
 }
