@@ -18,6 +18,14 @@ use std::time::Duration;
 
 const BS: usize = 4096;
 
+/// kill -9 leaves FUSE mounts without a daemon until cleanup; mkfs.btrfs fails while one is
+/// mounted (see Built::build): those tests run alone, the others share.
+static KILL9: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    KILL9.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn disk(size: u64) -> ServedDisk {
     let cfg = DiskConfig { size: Some(size), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false };
     ServedDisk::start(&cfg, |_| Ok(vec![]), None).unwrap()
@@ -81,6 +89,7 @@ fn assert_torn_down(mnt: &Path) {
 
 #[test]
 fn ext4_options_and_cold_cache_rereads_the_disk() {
+    let _g = shared();
     let d = disk(256 * MIB);
     let dev = d.device().to_owned();
     let mut b = Built::build(&ext4(&["-b", "4096", "-I", "256"], &["data=journal"]), std::slice::from_ref(&dev)).unwrap();
@@ -127,6 +136,7 @@ fn ledger_files(pid: u32) -> Vec<String> {
 
 #[test]
 fn xfs_and_btrfs_with_options() {
+    let _g = shared();
     let d1 = disk(320 * MIB);
     let d2 = disk(256 * MIB);
     let xfs = StackSpec::Fs { kind: FsKind::Xfs, mkfs: vec!["-b".into(), "size=4096".into(), "-i".into(), "size=512".into()], mount: vec!["noatime".into()] };
@@ -158,6 +168,7 @@ fn xfs_and_btrfs_with_options() {
 
 #[test]
 fn mkfs_and_mount_errors_name_the_command() {
+    let _g = shared();
     let d = disk(256 * MIB);
     let dev = d.device().to_owned();
     let e = Built::build(&ext4(&["-I", "100"], &[]), std::slice::from_ref(&dev)).err().expect("bad inode size");
@@ -182,6 +193,7 @@ fn mkfs_and_mount_errors_name_the_command() {
 
 #[test]
 fn btrfs_checksums_turn_a_flipped_block_into_eio() {
+    let _g = shared();
     let d = disk(256 * MIB);
     let mut b = Built::build(&StackSpec::Fs { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![] }, &[d.device().to_owned()]).unwrap();
     let f = b.mountpoint.clone().unwrap().join("f");
@@ -204,6 +216,7 @@ fn btrfs_checksums_turn_a_flipped_block_into_eio() {
 
 #[test]
 fn btrfs_raid1_heals_rot_on_one_leg() {
+    let _g = shared();
     let a = disk(256 * MIB);
     let bdisk = disk(256 * MIB);
     let devs = vec![a.device().to_owned(), bdisk.device().to_owned()];
@@ -296,11 +309,13 @@ fn dedup_blast_radius(kind: FsKind, size: u64) {
 
 #[test]
 fn dedup_btrfs_shares_blocks_and_rot_hits_every_sharer() {
+    let _g = shared();
     dedup_blast_radius(FsKind::Btrfs, 256 * MIB);
 }
 
 #[test]
 fn dedup_xfs_reflink_shares_blocks_and_rot_hits_every_sharer() {
+    let _g = shared();
     dedup_blast_radius(FsKind::Xfs, 320 * MIB);
 }
 
@@ -315,6 +330,7 @@ fn pid_alive(pid: i32) -> bool {
 
 #[test]
 fn command_stack_env_exit_and_kills() {
+    let _g = shared();
     let d = disk(256 * MIB);
     let dev = d.device().to_owned();
     // raw: device variables, no mount
@@ -366,6 +382,7 @@ fn command_stack_env_exit_and_kills() {
 
 #[test]
 fn teardown_order_with_a_busy_file_system() {
+    let _g = shared();
     let d = disk(256 * MIB);
     let dev = d.device().to_owned();
     // busy for a moment: the retried plain unmount succeeds, no lazy unmount
@@ -473,10 +490,39 @@ fn cleanup_after_kill9(stack: &str, busy: bool) {
 
 #[test]
 fn cleanup_after_kill9_of_a_busy_ext4_stack() {
+    let _g = KILL9.write().unwrap_or_else(|e| e.into_inner());
     cleanup_after_kill9("ext4", true);
 }
 
 #[test]
 fn cleanup_after_kill9_of_btrfs_raid1_two_disks_one_process() {
+    let _g = KILL9.write().unwrap_or_else(|e| e.into_inner());
     cleanup_after_kill9("btrfs-raid1", false);
+}
+
+#[test]
+fn raw_cold_cache_drops_the_device_cache() {
+    let _g = shared();
+    let d = disk(64 * MIB);
+    let dev = d.device().to_owned();
+    let mut b = Built::build(&StackSpec::Raw, std::slice::from_ref(&dev)).unwrap();
+    assert!(b.mountpoint.is_none());
+    let data = content(123_000, 8, 9);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&dev).unwrap();
+        f.write_all_at(&data, 0).unwrap();
+        f.sync_all().unwrap();
+        let mut got = vec![0u8; data.len()];
+        f.read_exact_at(&mut got, 0).unwrap(); // now in the page cache
+        d.disk.arm(vec![read_flip(hash_of_block(&data, 2))]).unwrap();
+        f.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!(got, data, "a cached read should not reach the disk");
+        b.cold_cache().unwrap();
+        f.read_exact_at(&mut got, 0).unwrap();
+        let diff: Vec<usize> = (0..data.len()).filter(|&i| got[i] != data[i]).collect();
+        assert_eq!(diff, vec![2 * BS], "after cold_cache the read reaches the disk");
+    }
+    b.teardown().unwrap();
+    d.teardown().unwrap();
 }

@@ -268,7 +268,21 @@ impl Built {
             }
         }
         let mut mkfs = mkfs;
-        run(&mut mkfs)?;
+        let t = Instant::now();
+        loop {
+            match run(&mut mkfs) {
+                Ok(_) => break,
+                // mkfs.btrfs stats the backing file of every mounted loop device; one behind a
+                // FUSE mount whose daemon died (a crashed faultline) answers ENOTCONN
+                Err(e) if format!("{e:#}").contains("Transport endpoint is not connected") => {
+                    if t.elapsed() > Duration::from_secs(3) {
+                        return Err(e.context("a mounted loop device is backed by a dead FUSE mount (a crashed faultline?); `faultline cleanup` releases it"));
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(e),
+            }
+        }
         settle();
         // kernel messages from now on that name our devices go into health()
         me.kmsg = std::fs::OpenOptions::new()
