@@ -281,6 +281,7 @@ fn dedup_blast_radius(kind: FsKind, size: u64) {
     assert_ne!(phys("a"), phys("b"), "copies start out in separate blocks");
     let rep = b.dedupe().unwrap();
     assert_eq!(rep.shared_before, 0, "{rep:?}");
+    assert!(rep.duperemove_net_change.unwrap_or(0) > 0, "{rep:?}");
     assert!(rep.shared_after >= 2 * MIB, "both 1 MiB files share their extents: {rep:?}");
     if kind == FsKind::Btrfs {
         assert!(rep.btrfs_set_shared.unwrap_or(0) >= MIB, "{rep:?}");
@@ -525,4 +526,43 @@ fn raw_cold_cache_drops_the_device_cache() {
     }
     b.teardown().unwrap();
     d.teardown().unwrap();
+}
+
+#[test]
+fn ctrl_c_kills_the_command_group_and_tears_everything_down() {
+    let _g = shared();
+    let (mut child, devs, mnt) = hold("ext4", true);
+    let pid = child.id();
+    let bg: i32 = std::fs::read_to_string(mnt.join("busy.pid")).unwrap().trim().parse().unwrap();
+    assert!(pid_alive(bg));
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
+    assert!(st.success(), "stack-hold exited with {st}: {err}");
+    assert!(!pid_alive(bg), "the command's background process survived Ctrl-C");
+    assert!(!fs_mounted(&mnt) && !mnt.exists(), "{err}");
+    for d in &devs {
+        common::assert_gone(d, pid);
+    }
+    assert!(ledger_files(pid).is_empty());
+}
+
+#[test]
+fn cleanup_reads_ledgers_of_older_versions() {
+    let _g = shared();
+    // a dead pid: a child we reaped
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let dead = c.id();
+    c.wait().unwrap();
+    let dir = PathBuf::from(format!("/run/faultline/old-ledger-test-{dead}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    // the format before fs_mounts/procs existed, under the old file name
+    let old = serde_json::json!({"pid": dead, "start_time": 1, "dirs": [dir], "mounts": [], "loops": [], "socket": null, "device": null});
+    let path = PathBuf::from(format!("/run/faultline/runs/{dead}.json"));
+    std::fs::write(&path, old.to_string()).unwrap();
+    let out = std::process::Command::new(common::bin()).arg("cleanup").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("removed {}", dir.display())) && text.contains(&format!("forgot run of pid {dead}")), "{text}");
+    assert!(!dir.exists() && !path.exists());
 }

@@ -73,6 +73,8 @@ pub struct DedupReport {
     /// Free space was discarded afterwards (fstrim), so freed duplicate copies are gone.
     pub trimmed: bool,
     pub seconds: f64,
+    /// duperemove's own count: "net change in shared extents of: N" (bytes).
+    pub duperemove_net_change: Option<i64>,
     /// duperemove's closing lines.
     pub summary: Vec<String>,
 }
@@ -409,6 +411,7 @@ impl Built {
             .filter(|l| l.starts_with("Total files") || l.starts_with("Found ") || l.starts_with("Comparison of extent info"))
             .map(str::to_owned)
             .collect();
+        rep.duperemove_net_change = out.lines().find_map(|l| l.split_once("net change in shared extents of:")).and_then(|(_, n)| n.trim().parse().ok());
         rep.shared_after = shared_bytes(&mnt)?;
         if self.kind == Some(FsKind::Btrfs) {
             let du = run(Command::new(which("btrfs")?).args(["filesystem", "du", "-s", "--raw"]).arg(&mnt))?;
@@ -447,6 +450,17 @@ impl Built {
                     }
                 }
                 Err(e) => notes.push(format!("btrfs device stats: {e:#}")),
+            }
+        }
+        if self.kind == Some(FsKind::Ext4) {
+            // ext4 counts the errors it recorded in its superblock
+            if let Some(name) = self.devices[0].file_name() {
+                let dir = Path::new("/sys/fs/ext4").join(name);
+                let n = std::fs::read_to_string(dir.join("errors_count")).ok().and_then(|s| s.trim().parse::<u64>().ok());
+                if let Some(n) = n.filter(|&n| n > 0) {
+                    let first = std::fs::read_to_string(dir.join("first_error_func")).unwrap_or_default();
+                    notes.push(format!("{}: ext4 errors_count {n} (first in {})", self.devices[0].display(), first.trim()));
+                }
             }
         }
         notes.extend(self.kernel_messages());
@@ -510,8 +524,8 @@ impl Built {
 
     fn release(&mut self) -> Result<Vec<String>> {
         let mut notes = Vec::new();
-        let Some(mnt) = self.mountpoint.take() else { return Ok(notes) };
-        self.mountpoint = Some(mnt.clone());
+        let Some(mnt) = self.mountpoint.clone() else { return Ok(notes) };
+        // on error the mount point and ledger stay, for a retry or `faultline cleanup`
         let lazy = self.unmount()?;
         self.mountpoint = None;
         if lazy {
