@@ -181,9 +181,11 @@ fn mkfs_and_mount_errors_name_the_command() {
     assert!(msg.contains("kernel: ext4: Bad value for 'data'"), "{msg}");
     // not a faultline device of this process: refused, nothing run
     let e = Built::build(&ext4(&[], &[]), &[PathBuf::from("/dev/zero")]).err().unwrap();
-    assert!(format!("{e:#}").contains("refusing to run mkfs on /dev/zero"), "{e:#}");
+    assert!(format!("{e:#}").contains("refusing to use /dev/zero for a stack"), "{e:#}");
     let other = common::Serve::start("64MiB", "rules: []\n");
     let e = Built::build(&ext4(&[], &[]), std::slice::from_ref(&other.dev)).err().unwrap();
+    assert!(format!("{e:#}").contains("not a faultline loop device of this process"), "{e:#}");
+    let e = Built::build(&StackSpec::Raw, std::slice::from_ref(&other.dev)).err().unwrap();
     assert!(format!("{e:#}").contains("not a faultline loop device of this process"), "{e:#}");
     other.stop();
     let e = Built::build(&StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }, std::slice::from_ref(&dev)).err().unwrap();

@@ -64,15 +64,20 @@ const TAIL: usize = 4096;
 /// Kills the group when dropped (error paths, panics) and forgets it in the ledger.
 struct Group {
     pgid: i32,
+    /// Seen empty: its number may be reused by someone else's group, never signal it again.
+    gone: bool,
     ledger: Option<LedgerFile>,
 }
 
 impl Group {
     fn kill(&mut self, sig: i32) {
-        unsafe { libc::kill(-self.pgid, sig) };
+        if !self.gone {
+            unsafe { libc::kill(-self.pgid, sig) };
+        }
     }
-    fn exists(&self) -> bool {
-        unsafe { libc::kill(-self.pgid, 0) == 0 }
+    fn exists(&mut self) -> bool {
+        self.gone = self.gone || unsafe { libc::kill(-self.pgid, 0) } != 0;
+        !self.gone
     }
 }
 
@@ -153,7 +158,7 @@ pub fn run_command(spec: &CommandSpec, env: &CommandEnv, cancel: Option<&AtomicB
     let t = Instant::now();
     let mut child = c.spawn().with_context(|| format!("cannot start {:?}", spec.command))?;
     let pgid = child.id() as i32;
-    let mut group = Group { pgid, ledger: None };
+    let mut group = Group { pgid, gone: false, ledger: None };
     ledger.update(|l| l.procs.push((pgid, ledger::proc_start_time(pgid as u32).unwrap_or(0))))?;
     group.ledger = Some(ledger);
     let (out_buf, out_h) = tail_reader(child.stdout.take().unwrap());

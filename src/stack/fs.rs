@@ -59,7 +59,7 @@ impl StackSpec {
 
 #[derive(Clone, Debug, Default)]
 pub struct BuildOptions {
-    /// Allow mkfs on devices that are not faultline loop devices of this process.
+    /// Allow devices that are not faultline loop devices of this process (mkfs destroys them).
     pub allow_foreign_devices: bool,
 }
 
@@ -211,7 +211,7 @@ fn mkfs_cmd(kind: FsKind, extra: &[&str], user: &[String], devices: &[PathBuf]) 
 }
 
 impl Built {
-    /// Build `spec` on `devices` (faultline loop devices of this process).
+    /// Build `spec` on `devices` (faultline loop devices of this process; others are refused).
     pub fn build(spec: &StackSpec, devices: &[PathBuf]) -> Result<Built> {
         Self::build_with(spec, devices, &BuildOptions::default())
     }
@@ -239,6 +239,15 @@ impl Built {
             kernel_lines: Mutex::new(vec![]),
             notes: vec![],
         };
+        // nothing is destroyed that the user did not name: a raw stack is written by the workload
+        for d in devices {
+            if !opts.allow_foreign_devices && !is_own_device(d) {
+                bail!(
+                    "refusing to use {} for a stack: it is not a faultline loop device of this process, and its contents would be overwritten (pass allow_foreign_devices to do it anyway)",
+                    d.display()
+                );
+            }
+        }
         let (kind, mkfs): (FsKind, Command) = match base {
             StackSpec::Raw => return Ok(me),
             StackSpec::Fs { kind, mkfs, mount } => {
@@ -261,14 +270,6 @@ impl Built {
             StackSpec::Command { .. } => unreachable!(),
         };
         me.kind = Some(kind);
-        for d in devices {
-            if !opts.allow_foreign_devices && !is_own_device(d) {
-                bail!(
-                    "refusing to run mkfs on {}: it is not a faultline loop device of this process (pass allow_foreign_devices to destroy its contents anyway)",
-                    d.display()
-                );
-            }
-        }
         let mut mkfs = mkfs;
         let t = Instant::now();
         loop {
@@ -489,7 +490,7 @@ impl Built {
                 Ok(n) => {
                     let rec = String::from_utf8_lossy(&buf[..n]);
                     let msg = rec.split_once(';').map(|x| x.1).unwrap_or(&rec).lines().next().unwrap_or("").to_string();
-                    if names.iter().any(|n| msg.contains(&format!("({n})")) || msg.contains(&format!("device {n}")) || msg.contains(&format!("/dev/{n}"))) {
+                    if names.iter().any(|n| mentions(&msg, n)) {
                         seen.push(msg.clone());
                     }
                     all.push(msg);
@@ -556,6 +557,15 @@ impl Drop for Built {
 }
 
 use std::os::unix::fs::OpenOptionsExt;
+
+/// Does a kernel message name device `name` (loop1, not loop10)?
+fn mentions(msg: &str, name: &str) -> bool {
+    msg.match_indices(name).any(|(i, _)| {
+        let before = msg[..i].chars().next_back();
+        let after = msg[i + name.len()..].chars().next();
+        matches!(before, None | Some(' ' | '(' | '/' | '[')) && !after.is_some_and(|c| c.is_ascii_alphanumeric())
+    })
+}
 
 pub fn parse_device_stats(out: &str) -> Vec<DeviceStats> {
     let mut v: Vec<DeviceStats> = Vec::new();
