@@ -7,7 +7,7 @@ mod common;
 use faultline::content::{block_hash, fill_block};
 use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::fault::rule::{Action, FlipAt, Op, Rule, Target};
-use faultline::stack::command::{Cmdline, CommandEnv, CommandSpec, run_command};
+use faultline::stack::command::{Cmdline, CommandEnv, CommandSpec, run_command, spawn_command};
 use faultline::stack::fs::{Built, FsKind, StackSpec, extents};
 use faultline::stack::served::ServedDisk;
 use std::io::{BufRead, BufReader};
@@ -376,6 +376,17 @@ fn command_stack_env_exit_and_kills() {
     t.join().unwrap();
     assert!(o.cancelled && o.signal == Some(libc::SIGKILL), "{o:?}");
     assert!(o.seconds < 6.0);
+    // dropped while running: the whole group goes
+    let running = spawn_command(&shell("sleep 1000 & sleep 1000", None), &CommandEnv::default()).unwrap();
+    let pgid = running.pgid();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(unsafe { libc::kill(-pgid, 0) }, 0, "group should be running");
+    drop(running);
+    let t = std::time::Instant::now();
+    while unsafe { libc::kill(-pgid, 0) } == 0 && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_ne!(unsafe { libc::kill(-pgid, 0) }, 0, "group {pgid} survived the drop");
     // the command's ledger entry is gone
     let procs: Vec<serde_json::Value> = ledger_files(std::process::id()).iter().map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap()["procs"].clone()).collect();
     assert!(procs.iter().all(|p| p.as_array().is_none_or(|a| a.is_empty())), "{procs:?}");

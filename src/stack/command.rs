@@ -3,7 +3,7 @@
 //! unwound, and by `faultline cleanup` after a crash (the group is in the ledger).
 
 use crate::stack::ledger::{self, LedgerFile};
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::PathBuf;
@@ -115,10 +115,26 @@ fn tail(b: &Mutex<Vec<u8>>) -> String {
     String::from_utf8_lossy(&v[v.len().saturating_sub(TAIL)..]).into_owned()
 }
 
-/// Run `spec` with `env`; `cancel` is polled (set it from your SIGINT/SIGTERM handler).
-/// On timeout or cancel the group gets SIGTERM, then SIGKILL 2 s later. Members left when the
-/// main process exits are killed too, so nothing keeps the file system busy.
+/// Run `spec` with `env` to the end: `spawn_command` + `RunningCommand::wait`.
 pub fn run_command(spec: &CommandSpec, env: &CommandEnv, cancel: Option<&AtomicBool>) -> Result<CommandOutcome> {
+    spawn_command(spec, env)?.wait(cancel)
+}
+
+/// A started command. Dropping it kills its whole process group.
+pub struct RunningCommand {
+    child: std::process::Child,
+    group: Group,
+    start: Instant,
+    timeout: Option<Duration>,
+    out: (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>),
+    err: (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>),
+    reaped: bool,
+}
+
+/// Start `spec` with `env` in its own process group, recorded in the ledger. Call it from a
+/// thread that lives until the command ends: the main process gets SIGKILL when the spawning
+/// thread exits (PR_SET_PDEATHSIG, which also covers faultline being killed -9).
+pub fn spawn_command(spec: &CommandSpec, env: &CommandEnv) -> Result<RunningCommand> {
     let mut c = match &spec.command {
         Cmdline::Shell(s) => {
             let mut c = Command::new("/bin/sh");
@@ -145,7 +161,7 @@ pub fn run_command(spec: &CommandSpec, env: &CommandEnv, cancel: Option<&AtomicB
     }
     c.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     // its own group: killed as a whole, and a terminal's Ctrl-C reaches faultline, which
-    // decides (cancel flag). PDEATHSIG covers the main process if faultline is killed -9.
+    // decides (cancel flag)
     use std::os::unix::process::CommandExt;
     c.process_group(0);
     unsafe {
@@ -155,55 +171,84 @@ pub fn run_command(spec: &CommandSpec, env: &CommandEnv, cancel: Option<&AtomicB
         });
     }
     let mut ledger = LedgerFile::create()?;
-    let t = Instant::now();
-    let mut child = c.spawn().with_context(|| format!("cannot start {:?}", spec.command))?;
+    let start = Instant::now();
+    let mut child = match c.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            ledger.remove();
+            return Err(anyhow::Error::from(e).context(format!("cannot start {:?}", spec.command)));
+        }
+    };
     let pgid = child.id() as i32;
     let mut group = Group { pgid, gone: false, ledger: None };
     ledger.update(|l| l.procs.push((pgid, ledger::proc_start_time(pgid as u32).unwrap_or(0))))?;
     group.ledger = Some(ledger);
-    let (out_buf, out_h) = tail_reader(child.stdout.take().unwrap());
-    let (err_buf, err_h) = tail_reader(child.stderr.take().unwrap());
+    let out = tail_reader(child.stdout.take().unwrap());
+    let err = tail_reader(child.stderr.take().unwrap());
+    Ok(RunningCommand { child, group, start, timeout: spec.timeout, out, err, reaped: false })
+}
 
-    let mut res = CommandOutcome::default();
-    let mut term_at: Option<Instant> = None;
-    let status = loop {
-        if let Some(st) = child.try_wait()? {
-            break st;
-        }
-        if term_at.is_none() {
-            if spec.timeout.is_some_and(|to| t.elapsed() >= to) {
-                res.timed_out = true;
-            } else if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-                res.cancelled = true;
+impl RunningCommand {
+    /// The process group (= the main process's pid).
+    pub fn pgid(&self) -> i32 {
+        self.group.pgid
+    }
+
+    /// Wait for the end; `cancel` is polled (set it from your SIGINT/SIGTERM handler). On
+    /// timeout or cancel the group gets SIGTERM, then SIGKILL 2 s later. Members left when the
+    /// main process exits are killed too, so nothing keeps the file system busy.
+    pub fn wait(mut self, cancel: Option<&AtomicBool>) -> Result<CommandOutcome> {
+        let mut res = CommandOutcome::default();
+        let mut term_at: Option<Instant> = None;
+        let status = loop {
+            if let Some(st) = self.child.try_wait()? {
+                break st;
             }
-            if res.timed_out || res.cancelled {
-                group.kill(libc::SIGTERM);
-                term_at = Some(Instant::now());
+            if term_at.is_none() {
+                if self.timeout.is_some_and(|to| self.start.elapsed() >= to) {
+                    res.timed_out = true;
+                } else if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                    res.cancelled = true;
+                }
+                if res.timed_out || res.cancelled {
+                    self.group.kill(libc::SIGTERM);
+                    term_at = Some(Instant::now());
+                }
+            } else if term_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
+                self.group.kill(libc::SIGKILL);
             }
-        } else if term_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2)) {
-            group.kill(libc::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    res.seconds = t.elapsed().as_secs_f64();
-    use std::os::unix::process::ExitStatusExt;
-    res.exit_code = status.code();
-    res.signal = status.signal();
-    // stragglers (daemons the command started) would keep the file system busy
-    if group.exists() {
-        group.kill(libc::SIGKILL);
-        let w = Instant::now();
-        while group.exists() && w.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(10));
+        };
+        self.reaped = true;
+        res.seconds = self.start.elapsed().as_secs_f64();
+        use std::os::unix::process::ExitStatusExt;
+        res.exit_code = status.code();
+        res.signal = status.signal();
+        // stragglers (daemons the command started) would keep the file system busy
+        if self.group.exists() {
+            self.group.kill(libc::SIGKILL);
+            let w = Instant::now();
+            while self.group.exists() && w.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
+        // the pipes close when the last holder is gone; don't wait forever for one that escaped
+        let w = Instant::now();
+        while !(self.out.1.is_finished() && self.err.1.is_finished()) && w.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        res.stdout_tail = tail(&self.out.0);
+        res.stderr_tail = tail(&self.err.0);
+        Ok(res)
     }
-    // the pipes close when the last holder is gone; don't wait forever for one that escaped
-    let w = Instant::now();
-    while !(out_h.is_finished() && err_h.is_finished()) && w.elapsed() < Duration::from_secs(1) {
-        std::thread::sleep(Duration::from_millis(5));
+}
+
+impl Drop for RunningCommand {
+    fn drop(&mut self) {
+        if !self.reaped {
+            self.group.kill(libc::SIGKILL);
+            let _ = self.child.wait();
+        }
+        // Group's own drop forgets the ledger entry
     }
-    res.stdout_tail = tail(&out_buf);
-    res.stderr_tail = tail(&err_buf);
-    drop(group);
-    Ok(res)
 }
