@@ -158,6 +158,12 @@ fn xfs_and_btrfs_with_options() {
     // btrfs health: device stats per device, all zero here
     let h = b2.health();
     assert!(h.iter().any(|l| l.contains("corruption_errs 0")), "{h:?}");
+    // nodatasum: no data checksums, so a flipped block comes back silently
+    let mut b2 = b2;
+    b2.cold_cache().unwrap();
+    d2.disk.arm(vec![read_flip(hash_of_block(&data, 9))]).unwrap();
+    let got = std::fs::read(m2.join("f")).unwrap();
+    assert_eq!((0..data.len()).filter(|&i| got[i] != data[i]).collect::<Vec<_>>(), vec![9 * BS]);
     b1.teardown().unwrap();
     b2.teardown().unwrap();
     assert_torn_down(&m1);
