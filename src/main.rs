@@ -110,6 +110,18 @@ enum Cmd {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+    /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
+    #[command(hide = true)]
+    StackHold {
+        #[arg(long, default_value = "256MiB", value_parser = size_arg)]
+        size: u64,
+        /// raw | ext4 | xfs | btrfs | btrfs-raid1
+        #[arg(long, default_value = "ext4")]
+        stack: String,
+        /// Also run a command whose working directory is in the mount (a busy file system).
+        #[arg(long)]
+        busy: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -170,6 +182,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Profile { paths, block_size, out } => profile(&paths, block_size, out),
         Cmd::Workload(a) => faultline::workload::cli::workload(a),
         Cmd::Verify(a) => faultline::workload::cli::verify(a),
+        Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Demo { size, written, out, seed } => faultline::demo::run(&faultline::demo::DemoOptions { size, written, out, seed }),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;

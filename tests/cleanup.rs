@@ -22,7 +22,7 @@ fn cleanup_after_kill9() {
     assert!(!faultline_mounts().contains(&mnt), "FUSE mount left behind: {text}");
     assert_gone(&dev, pid);
     assert!(!std::path::Path::new(&mnt).exists());
-    assert!(!std::path::Path::new(&format!("/run/faultline/runs/{pid}.json")).exists());
+    assert!(!std::path::Path::new(&format!("/run/faultline/runs/{pid}-0.json")).exists());
     // a second cleanup finds nothing of this run
     let out = std::process::Command::new(bin()).arg("cleanup").output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains(&format!("pid {pid}")));

@@ -40,7 +40,7 @@ impl Exposed {
     /// Mount the disk as a FUSE file and attach it to a loop device, recording each step.
     pub fn new(disk: Arc<Disk>, ledger: &mut LedgerFile) -> Result<Exposed> {
         let base = crate::stack::ledger::run_dir();
-        let mountpoint = base.join(format!("mnt-{}-{}", std::process::id(), ledger.data.mounts.len()));
+        let mountpoint = base.join(format!("mnt-{}-{}", std::process::id(), ledger.seq));
         std::fs::create_dir_all(&mountpoint).with_context(|| format!("cannot create {}", mountpoint.display()))?;
         ledger.update(|l| l.dirs.push(mountpoint.clone()))?;
 

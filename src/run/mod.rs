@@ -5,7 +5,6 @@
 
 pub mod schedule;
 
-use crate::content::stream::Stream;
 use crate::disk::{Disk, DiskConfig};
 use crate::report::model as rm;
 use crate::spec::experiment::{Experiment, Setup, StackChoice};
@@ -147,23 +146,30 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
 
     let (wres, maps, verify) = match &setup.stack {
         StackChoice::Command { cmd, timeout, .. } => {
-            let env_mount = mountpoint.clone();
-            let o = crate::stack::command::run_command(cmd, &devices, env_mount.as_deref(), *timeout, stop)?;
-            notes.push(format!("command exited with {} after {:.1} s", o.describe(), o.seconds));
-            if !o.stderr_tail.is_empty() {
-                notes.push(format!("command stderr (tail): {}", o.stderr_tail));
+            use crate::stack::command::{Cmdline, CommandSpec};
+            let spec = CommandSpec { command: Cmdline::Shell(cmd.clone()), timeout: *timeout, cwd: None };
+            let o = built.stack.as_ref().unwrap().run_command(Some(&spec), Some(stop))?;
+            let how = match (o.exit_code, o.signal, o.timed_out, o.cancelled) {
+                (_, _, true, _) => "timed out (process group killed)".to_string(),
+                (_, _, _, true) => "cancelled".to_string(),
+                (Some(c), ..) => format!("exit code {c}"),
+                (None, Some(sig), ..) => format!("signal {sig}"),
+                _ => "unknown status".to_string(),
+            };
+            notes.push(format!("command `{cmd}`: {how} after {:.1} s", o.seconds));
+            if !o.stderr_tail.trim().is_empty() {
+                notes.push(format!("command stderr (tail): {}", o.stderr_tail.trim()));
+            }
+            if !o.success() {
+                notes.push("the command failed: see its status above".into());
             }
             (None, None, None)
         }
         _ => {
-            let wy = exp.workload.as_ref().expect("validated: workload present");
-            let target = match &mountpoint {
-                Some(m) => crate::spec::workload::Where::Dir(m.clone()),
-                None => crate::spec::workload::Where::Device(devices[0].clone()),
-            };
-            let w = crate::spec::workload::resolve(wy, &exp.source, target).map_err(anyhow::Error::msg)?;
+            let target = mountpoint.clone().unwrap_or_else(|| devices[0].clone());
+            let w = exp.workload_for(setup, &target).map_err(anyhow::Error::msg)?;
             let maps = Maps::new(&w)?;
-            let stream = Stream::new(&w.profile, w.seed);
+            let stream = w.stream(maps.capacity());
             let sched = schedule::Scheduler::new(disks.clone(), scheduled, stream, w.seed, mountpoint.is_some());
             let progress = Arc::new(Progress::new());
             let done = Arc::new(AtomicBool::new(false));
@@ -176,7 +182,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 std::thread::spawn(move || {
                     while !done.load(Relaxed) {
                         if stop.load(Relaxed) {
-                            progress.stop.store(true, Relaxed);
+                            progress.cancel.store(true, Relaxed);
                         }
                         std::thread::sleep(Duration::from_millis(20));
                     }
@@ -192,15 +198,32 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             }
             let res = res?;
             if stop.load(Relaxed) {
-                return Err(anyhow::anyhow!("interrupted")).and(built.teardown());
+                built.teardown()?;
+                bail!("interrupted");
             }
             let stack = built.stack.as_mut().unwrap();
-            stack.sync()?;
+            if let Some(m) = &mountpoint {
+                syncfs(m)?;
+            }
             if matches!(setup.stack, StackChoice::Dedup { .. }) {
                 let d = stack.dedupe()?;
-                notes.push(format!("dedup: {d}"));
+                notes.push(format!(
+                    "dedup: {} bytes newly shared ({} before, {} after), {:.1} s{}",
+                    d.deduped(),
+                    d.shared_before,
+                    d.shared_after,
+                    d.seconds,
+                    if d.trimmed { ", freed copies trimmed" } else { "" }
+                ));
             }
-            sched.after_workload(&|f: &mut dyn FnMut(Option<usize>, u64, u64)| maps.for_each_written(|file, off, id| f(file, off, id)));
+            let fs_layer = mountpoint.is_some();
+            sched.after_workload(&|f: &mut dyn FnMut(Option<usize>, u64, u64)| {
+                for (i, m) in maps.maps.iter().enumerate() {
+                    for (block, id) in m.written() {
+                        f(fs_layer.then_some(i), block * crate::workload::config::CONTENT_BLOCK, id);
+                    }
+                }
+            });
             let (firings, sched_notes) = sched.finish();
             notes.extend(sched_notes);
             for fr in &firings {
@@ -271,6 +294,69 @@ fn fs_kind(k: crate::spec::experiment::FsKind) -> crate::stack::fs::FsKind {
         E::Ext4 => F::Ext4,
         E::Xfs => F::Xfs,
         E::Btrfs => F::Btrfs,
+    }
+}
+
+fn syncfs(p: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        bail!("syncfs {}: {}", p.display(), std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn sample(s: &crate::workload::Sample) -> rm::Sample {
+    rm::Sample {
+        t_s: s.t,
+        read_iops: s.read.iops,
+        read_mib_s: s.read.mib_s,
+        read_mean_us: s.read.mean_us,
+        read_p99_us: s.read.p99_us,
+        write_iops: s.write.iops,
+        write_mib_s: s.write.mib_s,
+        write_mean_us: s.write.mean_us,
+        write_p99_us: s.write.p99_us,
+        cpu_pct: s.cpu_pct,
+        rss_mib: s.rss_mib,
+    }
+}
+
+fn bad_block(file: Option<String>, b: &crate::verify::BadBlock) -> rm::BadBlock {
+    use crate::verify::BadBlock as B;
+    let offset = b.block() * crate::workload::config::CONTENT_BLOCK;
+    let (kind, errno, expected_id) = match b {
+        B::Corrupted { holds: Some(_), expected_id, .. } => ("misdirected", None, *expected_id),
+        B::Corrupted { expected_id, .. } => ("corrupted", None, *expected_id),
+        B::Unreadable { errno, .. } => ("unreadable", Some(crate::fault::rule::errno_name(*errno)), 0),
+        B::Short { .. } => ("short", None, 0),
+        B::Missing { .. } => ("missing", None, 0),
+    };
+    rm::BadBlock { file, offset, kind: kind.to_string(), errno, expected_id }
+}
+
+fn integrity(v: &crate::verify::VerifyReport) -> rm::Integrity {
+    let mut bad: Vec<rm::BadBlock> = v.bad.iter().map(|b| bad_block(None, b)).collect();
+    let mut files_hit = Vec::new();
+    for f in &v.files {
+        let name = std::path::Path::new(&f.path).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| f.path.clone());
+        bad.extend(f.bad.iter().map(|b| bad_block(Some(name.clone()), b)));
+        if !f.bad.is_empty() {
+            files_hit.push(rm::FileHit { file: name, bad_blocks: f.bad.len() as u64 });
+        }
+    }
+    files_hit.sort_by(|a, b| b.bad_blocks.cmp(&a.bad_blocks).then(a.file.cmp(&b.file)));
+    rm::Integrity {
+        blocks_checked: v.checked,
+        ok: v.ok,
+        // the report counts misdirected apart from other corruption
+        corrupted: v.corrupted.saturating_sub(v.misdirected),
+        misdirected: v.misdirected,
+        unreadable: v.unreadable,
+        short: v.short,
+        missing: v.missing,
+        bad,
+        files_hit,
     }
 }
 

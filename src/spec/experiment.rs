@@ -136,8 +136,44 @@ pub struct Experiment {
     /// The file as written (echoed into results.json).
     pub text: String,
     pub source: String,
-    pub workload: Option<WorkloadYaml>,
+    pub workload: Option<Spanned<WorkloadYaml>>,
     pub setups: Vec<Setup>,
+}
+
+impl Experiment {
+    /// The workload of `setup` against `target` (the device on a raw stack, the mount point on
+    /// a file system): the shared `workload:` with the interface the stack implies. `files` and
+    /// `file_size` apply on file systems only, `device` and `span` on raw devices only, so one
+    /// workload serves a sweep across both.
+    pub fn workload_for(&self, setup: &Setup, target: &std::path::Path) -> Result<crate::workload::Workload, String> {
+        let Some(w) = &self.workload else { return Err(format!("{}: setup `{}` has no workload", self.source, setup.name)) };
+        let mut w = w.clone();
+        let file = setup.stack.has_fs();
+        let iface = if file { "file" } else { "block" };
+        if let Some(i) = &w.value.interface {
+            if i.value != iface {
+                return Err(format!(
+                    "{}:{}:{}: interface: `{}` does not fit setup `{}` (stack {}); leave `interface` out, the stack decides it ({iface})",
+                    self.source,
+                    i.referenced.line(),
+                    i.referenced.column(),
+                    i.value,
+                    setup.name,
+                    setup.stack.label()
+                ));
+            }
+        }
+        w.value.interface = Some(Spanned { value: iface.to_string(), referenced: w.referenced, defined: w.defined });
+        if file {
+            w.value.device = None;
+            w.value.span = None;
+        } else {
+            w.value.dir = None;
+            w.value.files = None;
+            w.value.file_size = None;
+        }
+        super::workload::resolve(&w, &self.source, Some(target))
+    }
 }
 
 fn loc<T>(s: &Spanned<T>) -> String {
@@ -155,7 +191,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     if name.is_empty() || name.contains('/') {
         return Err(format!("{source}: `name: {name}` must be non-empty and contain no `/`"));
     }
-    let workload = raw.workload.map(|w| w.value);
+    let workload = raw.workload;
     let base_repeat = match &raw.repeat {
         Some(r) => repeat(r, source)?,
         None => 1,
@@ -205,7 +241,23 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
-    Ok(Experiment { name, description: raw.description.unwrap_or_default(), text: text.to_string(), source: source.to_string(), workload, setups })
+    let exp = Experiment { name, description: raw.description.unwrap_or_default(), text: text.to_string(), source: source.to_string(), workload, setups };
+    // validate the workload for every setup now, not after disks were built
+    for s in &exp.setups {
+        if exp.workload.is_some() {
+            let w = exp.workload_for(s, std::path::Path::new("/dev/null"))?;
+            let content_target = s.faults.iter().any(|f| f.deferred.is_some() && (f.by_content.unwrap_or(s.stack.has_fs()) || matches!(f.deferred, Some(super::rules::Deferred::MostDuplicated | super::rules::Deferred::Unique))));
+            if content_target && s.disk.block_size != 4096 {
+                return Err(format!("{source}: setup `{}`: content targets need a 4KiB disk block size (content is hashed per 4 KiB block); this disk has {}", s.name, s.disk.block_size));
+            }
+            if let crate::workload::Interface::File { count, size, .. } = &w.interface {
+                if *count as u64 * size > s.disk.size {
+                    return Err(format!("{source}: setup `{}`: {count} files of {size} bytes do not fit on a {} byte disk", s.name, s.disk.size));
+                }
+            }
+        }
+    }
+    Ok(exp)
 }
 
 /// The base faults are re-read for each setup that inherits them (RawRule is consumed by

@@ -13,7 +13,7 @@ use serde_saphyr::Spanned;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadYaml {
     pub interface: Option<Spanned<String>>,
@@ -40,7 +40,7 @@ pub struct WorkloadYaml {
 }
 
 /// `mix: {read: 70, write: 30}` (percent; one of them is enough).
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct MixYaml {
     pub read: Option<u8>,
@@ -48,14 +48,14 @@ pub struct MixYaml {
 }
 
 /// `content: {profile: NAME|PATH|none, seed: N}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
 pub struct ContentYaml {
     pub profile: Option<String>,
     pub seed: Option<u64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
 struct WorkloadFile {
     workload: Spanned<WorkloadYaml>,

@@ -1,6 +1,10 @@
-//! The resource ledger: one JSON file per live faultline process under /run/faultline/runs,
-//! rewritten before and after each resource is created (mount point, FUSE mount, loop device,
-//! control socket). `cleanup` releases the resources of processes that are gone.
+//! The resource ledger: JSON files under /run/faultline/runs, one per unit a process builds
+//! (a served disk, a file-system stack, a command), named `<pid>-<n>.json` so one process can
+//! hold several. Each is rewritten before and after a resource is created (mount point, FUSE
+//! mount, loop device, control socket, file-system mount, process group). `cleanup` releases
+//! the resources of processes that are gone: first what sits on top of the devices (process
+//! groups, file-system mounts) for every dead ledger, then loop devices, FUSE mounts, sockets
+//! and directories.
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -15,6 +19,7 @@ fn ledger_dir() -> PathBuf {
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)] // ledgers written by older versions lack the newer fields
 pub struct Ledger {
     pub pid: u32,
     /// Process start time (clock ticks since boot, /proc/PID/stat field 22): tells a live
@@ -28,12 +33,20 @@ pub struct Ledger {
     pub loops: Vec<(PathBuf, PathBuf)>,
     pub socket: Option<PathBuf>,
     pub device: Option<PathBuf>,
+    /// File-system mounts on our loop devices (released before any loop device or FUSE mount).
+    pub fs_mounts: Vec<PathBuf>,
+    /// Process groups we started (pgid, start time of the leader), killed before unmounting.
+    pub procs: Vec<(i32, u64)>,
 }
 
 pub struct LedgerFile {
     path: PathBuf,
+    /// Process-unique number of this ledger; names its file and the unit's directories.
+    pub seq: u64,
     pub data: Ledger,
 }
+
+static NEXT_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 pub fn proc_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -43,13 +56,26 @@ pub fn proc_start_time(pid: u32) -> Option<u64> {
 }
 
 impl LedgerFile {
-    /// A ledger for this process.
+    /// A new ledger of this process (one per unit: served disk, stack, command).
     pub fn create() -> Result<LedgerFile> {
         let dir = ledger_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let pid = std::process::id();
+        let seq = NEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let data = Ledger { pid, start_time: proc_start_time(pid).unwrap_or(0), ..Default::default() };
-        let f = LedgerFile { path: dir.join(format!("{pid}.json")), data };
+        let path = dir.join(format!("{pid}-{seq}.json"));
+        // a file of that name is left by a dead process whose pid we now have: release its
+        // resources before our own records overwrite it
+        if let Ok(old) = std::fs::read(&path).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice::<Ledger>(&b)?)) {
+            if old.start_time != data.start_time {
+                let mut log = Vec::new();
+                release(&old, &mut log);
+                for l in log {
+                    eprintln!("faultline: stale ledger {}: {l}", path.display());
+                }
+            }
+        }
+        let f = LedgerFile { path, seq, data };
         f.save()?;
         Ok(f)
     }
@@ -94,19 +120,78 @@ fn is_alive(l: &Ledger) -> bool {
 /// Release everything recorded by dead processes. Returns one line per action.
 pub fn cleanup() -> Vec<String> {
     let mut done = Vec::new();
-    for (path, l) in all() {
-        if is_alive(&l) {
-            continue;
+    let dead: Vec<(PathBuf, Ledger)> = all().into_iter().filter(|(_, l)| !is_alive(l)).collect();
+    // a dead process's command keeps its file system busy, and the file system may sit on a
+    // loop device recorded in another of its ledgers: kill every process group first, then
+    // unmount every file system, and only then let devices go
+    for (_, l) in &dead {
+        release_procs(l, &mut done);
+    }
+    for (_, l) in &dead {
+        release_upper(l, &mut done);
+    }
+    let mut pids = Vec::new();
+    for (path, l) in &dead {
+        release(l, &mut done);
+        let _ = std::fs::remove_file(path);
+        if !pids.contains(&l.pid) {
+            pids.push(l.pid);
         }
-        release(&l, &mut done);
-        let _ = std::fs::remove_file(&path);
-        done.push(format!("forgot run of pid {}", l.pid));
+    }
+    for pid in pids {
+        done.push(format!("forgot run of pid {pid}"));
     }
     done
 }
 
-/// Undo a ledger's resources in safe order: loop devices, then mounts, then socket and dirs.
+/// Kill a process group we started, unless its leader's pid now belongs to someone else.
+pub fn kill_group(pgid: i32, start_time: u64) -> bool {
+    if pgid <= 1 {
+        return false;
+    }
+    match proc_start_time(pgid as u32) {
+        Some(t) if t != start_time => false, // pid recycled: not our group
+        // leader alive, or gone while members may remain (a pgid is not reused while the
+        // group exists)
+        _ => unsafe { libc::kill(-pgid, libc::SIGKILL) == 0 },
+    }
+}
+
+fn group_exists(pgid: i32) -> bool {
+    unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+fn release_procs(l: &Ledger, log: &mut Vec<String>) {
+    for &(pgid, st) in &l.procs {
+        if kill_group(pgid, st) {
+            log.push(format!("killed process group {pgid}"));
+            // give the kernel a moment to close their files, so the unmount below is clean
+            let t = std::time::Instant::now();
+            while group_exists(pgid) && t.elapsed() < std::time::Duration::from_secs(5) {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// What sits on top of the devices: process groups, then file-system mounts.
+fn release_upper(l: &Ledger, log: &mut Vec<String>) {
+    release_procs(l, log);
+    for m in &l.fs_mounts {
+        if is_mounted(m) {
+            match crate::stack::fs::unmount_fs(m) {
+                Ok(false) => log.push(format!("unmounted {}", m.display())),
+                Ok(true) => log.push(format!("unmounted {} lazily (it was busy)", m.display())),
+                Err(e) => log.push(format!("could not unmount {}: {e:#}", m.display())),
+            }
+        }
+    }
+}
+
+/// Undo a ledger's resources in safe order: process groups and file-system mounts, loop
+/// devices, FUSE mounts, then socket and dirs.
 pub fn release(l: &Ledger, log: &mut Vec<String>) {
+    release_upper(l, log);
     for (dev, backing) in &l.loops {
         match crate::frontend::loopdev::backing_file(dev) {
             Some(b) if b == *backing => match crate::frontend::loopdev::detach(dev) {

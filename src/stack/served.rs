@@ -54,6 +54,15 @@ impl ServedDisk {
     }
 
     fn release(&mut self) -> Result<()> {
+        // a file system of this process still mounted on the device goes first: the loop
+        // device cannot be detached under it
+        if let Some(e) = &self.exposed {
+            if !e.device.as_os_str().is_empty() {
+                for note in crate::stack::fs::release_on_device(&e.device) {
+                    eprintln!("faultline: {note}");
+                }
+            }
+        }
         let r = match self.exposed.take() {
             Some(e) => e.teardown(),
             None => Ok(()),

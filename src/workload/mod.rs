@@ -59,6 +59,8 @@ pub struct Progress {
     /// Failed I/Os (after retries).
     pub errors: AtomicU64,
     pub start: OnceLock<Instant>,
+    /// Set by the caller (Ctrl-C) to end the workload early: threads issue no new I/O.
+    pub cancel: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
