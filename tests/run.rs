@@ -63,7 +63,7 @@ setups:
   - name: medium-error
     faults: [ {{ type: error, op: read, target: last_written_block, when: {{ every: 64MiB }} }} ]
   - name: slow-disk
-    faults: [ {{ type: delay, delay: 150ms, op: write, times: 1, target: last_written_block, when: {{ every: 64MiB }} }} ]
+    faults: [ {{ type: delay, delay: 1s, op: write, times: 1, target: last_written_block, when: {{ every: 64MiB }} }} ]
 "
     ));
     let base = setup(&r, "baseline");
@@ -83,10 +83,10 @@ setups:
     let s = setup(&r, "slow-disk");
     let (inj, fail, ..) = counts(s);
     assert_eq!((inj, fail), (4, 0), "{}", notes(s));
-    // 4 x 150 ms of stall: lower throughput than the baseline run of the same size
+    // 4 x 1 s of stall: lower throughput than the baseline run of the same size
     let (b, w) = (base.repetitions[0].write.mib_s, s.repetitions[0].write.mib_s);
     assert!(w < b, "slow disk {w:.1} MiB/s should be below the baseline {b:.1} MiB/s");
-    assert!(s.repetitions[0].write.max_us >= 150_000.0, "a 150 ms write must show in max latency");
+    assert!(s.repetitions[0].write.max_us >= 1_000_000.0, "a 1 s write must show in max latency");
 }
 
 #[test]
