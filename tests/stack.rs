@@ -542,6 +542,21 @@ fn raw_cold_cache_drops_the_device_cache() {
         f.read_exact_at(&mut got, 0).unwrap();
         let diff: Vec<usize> = (0..data.len()).filter(|&i| got[i] != data[i]).collect();
         assert_eq!(diff, vec![2 * BS], "after cold_cache the read reaches the disk");
+        // a medium error on the raw device shows in the kernel log notes
+        d.disk.arm(vec![Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Range { start: 4 * BS as u64, end: 5 * BS as u64 })]).unwrap();
+        let name = dev.file_name().unwrap().to_string_lossy().to_string();
+        // the kernel rate-limits these lines (system-wide): retry for a while
+        let mut h = vec![];
+        for _ in 0..12 {
+            b.cold_cache().unwrap();
+            assert!(f.read_exact_at(&mut got[..BS], 4 * BS as u64).is_err());
+            h = b.health();
+            if h.iter().any(|l| l.contains("I/O error") && l.contains(&name)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        assert!(h.iter().any(|l| l.contains("I/O error") && l.contains(&name)), "{h:?}");
     }
     b.teardown().unwrap();
     d.teardown().unwrap();

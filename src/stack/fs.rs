@@ -248,6 +248,17 @@ impl Built {
                 );
             }
         }
+        // kernel messages from now on that name our devices go into health() (I/O errors
+        // on a raw device, file-system errors, checksum failures)
+        me.kmsg = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open("/dev/kmsg")
+            .ok()
+            .inspect(|f| {
+                use std::os::fd::AsRawFd;
+                unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
+            });
         let (kind, mkfs): (FsKind, Command) = match base {
             StackSpec::Raw => return Ok(me),
             StackSpec::Fs { kind, mkfs, mount } => {
@@ -287,16 +298,6 @@ impl Built {
             }
         }
         settle();
-        // kernel messages from now on that name our devices go into health()
-        me.kmsg = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open("/dev/kmsg")
-            .ok()
-            .inspect(|f| {
-                use std::os::fd::AsRawFd;
-                unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
-            });
         let mut ledger = LedgerFile::create()?;
         let mnt = ledger::run_dir().join(format!("fs-{}-{}", std::process::id(), ledger.seq));
         ledger.update(|l| l.dirs.push(mnt.clone()))?;
