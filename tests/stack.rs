@@ -216,7 +216,8 @@ fn btrfs_checksums_turn_a_flipped_block_into_eio() {
     let st = b.device_stats().unwrap();
     assert!(st[0].corruption_errs > 0, "{st:?}");
     let h = b.health();
-    assert!(h.iter().any(|l| l.contains("csum failed") || l.contains("checksum error")), "kernel messages: {h:?}");
+    // the counters always; the kernel's "csum failed" line unless rate-limited system-wide
+    assert!(h.iter().any(|l| l.contains("corruption_errs") && !l.contains("corruption_errs 0")), "{h:?}");
     d.disk.engine.clear();
     b.teardown().unwrap();
     d.teardown().unwrap();
