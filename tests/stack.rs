@@ -216,7 +216,8 @@ fn btrfs_checksums_turn_a_flipped_block_into_eio() {
     let st = b.device_stats().unwrap();
     assert!(st[0].corruption_errs > 0, "{st:?}");
     let h = b.health();
-    assert!(h.iter().any(|l| l.contains("csum failed") || l.contains("checksum error")), "kernel messages: {h:?}");
+    // the counters always; the kernel's "csum failed" line unless rate-limited system-wide
+    assert!(h.iter().any(|l| l.contains("corruption_errs") && !l.contains("corruption_errs 0")), "{h:?}");
     d.disk.engine.clear();
     b.teardown().unwrap();
     d.teardown().unwrap();
@@ -440,9 +441,50 @@ fn teardown_order_with_a_busy_file_system() {
     assert!(!mnt.exists());
 }
 
+/// A run directory of our own (FAULTLINE_RUN_DIR) for child faultline processes, so our
+/// `faultline cleanup` never races with other people's tests on the same machine.
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn new(tag: &str) -> RunDir {
+        let p = PathBuf::from(format!("/run/faultline-stacktest-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        RunDir(p)
+    }
+
+    fn cleanup(&self) -> String {
+        let out = std::process::Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// No loop device backed by a file under this dir, no mount under it, no ledger left.
+    fn assert_empty(&self) {
+        let me = self.0.to_string_lossy().to_string();
+        let loops = std::process::Command::new("losetup").arg("-a").output().unwrap();
+        let loops = String::from_utf8_lossy(&loops.stdout);
+        assert!(!loops.contains(&me), "loop devices left: {loops}");
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!info.lines().any(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&me))), "mounts left under {me}");
+        let runs = std::fs::read_dir(self.0.join("runs")).map(|r| r.count()).unwrap_or(0);
+        assert_eq!(runs, 0, "ledgers left in {me}/runs");
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        // after a failed assertion: release what is left, then the directory
+        let _ = std::process::Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output();
+        let _ = std::fs::remove_dir(self.0.join("runs"));
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// Start `faultline stack-hold`, wait for "ready", return (child, devices, mount).
-fn hold(stack: &str, busy: bool) -> (std::process::Child, Vec<PathBuf>, PathBuf) {
+fn hold(run: &RunDir, stack: &str, busy: bool) -> (std::process::Child, Vec<PathBuf>, PathBuf) {
     let mut cmd = std::process::Command::new(common::bin());
+    cmd.env("FAULTLINE_RUN_DIR", &run.0);
     cmd.args(["stack-hold", "--stack", stack, "--size", "256MiB"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     if busy {
         cmd.arg("--busy");
@@ -468,16 +510,10 @@ fn hold(stack: &str, busy: bool) -> (std::process::Child, Vec<PathBuf>, PathBuf)
 }
 
 fn cleanup_after_kill9(stack: &str, busy: bool) {
-    let (mut child, devs, mnt) = hold(stack, busy);
+    let run = RunDir::new(stack);
+    let (mut child, devs, mnt) = hold(&run, stack, busy);
     let pid = child.id();
-    // a failed assertion must not leave this run's mounts for the other tests
-    struct Cleanup;
-    impl Drop for Cleanup {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new(common::bin()).arg("cleanup").output();
-        }
-    }
-    let _cleanup = Cleanup;
+    assert!(mnt.starts_with(&run.0));
     assert!(fs_mounted(&mnt));
     // busy: a process of the command (not its main process) keeps its cwd in the mount
     let bg = busy.then(|| std::fs::read_to_string(mnt.join("busy.pid")).unwrap().trim().parse::<i32>().unwrap());
@@ -487,9 +523,7 @@ fn cleanup_after_kill9(stack: &str, busy: bool) {
     if let Some(bg) = bg {
         assert!(pid_alive(bg), "the busy process should outlive faultline");
     }
-    let out = std::process::Command::new(common::bin()).arg("cleanup").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let text = run.cleanup();
     assert!(text.contains(&format!("unmounted {}\n", mnt.display())), "no clean unmount: {text}");
     if let Some(bg) = bg {
         assert!(text.contains("killed process group"), "{text}");
@@ -497,15 +531,17 @@ fn cleanup_after_kill9(stack: &str, busy: bool) {
     }
     for d in &devs {
         assert!(text.contains(&format!("detached {}", d.display())), "{text}");
-        common::assert_gone(d, pid);
     }
+    assert!(text.contains(&format!("forgot run of pid {pid}")), "{text}");
     assert!(!fs_mounted(&mnt), "{text}");
     assert!(!mnt.exists());
-    assert!(ledger_files(pid).is_empty(), "ledgers of {pid} left");
+    run.assert_empty();
     // the fs unmount came before the first detach
     let unm = text.find(&format!("unmounted {}", mnt.display())).unwrap();
     let det = text.find("detached").unwrap();
     assert!(unm < det, "{text}");
+    // and a second cleanup finds nothing
+    assert_eq!(run.cleanup().trim(), "nothing to clean up");
 }
 
 #[test]
@@ -542,6 +578,21 @@ fn raw_cold_cache_drops_the_device_cache() {
         f.read_exact_at(&mut got, 0).unwrap();
         let diff: Vec<usize> = (0..data.len()).filter(|&i| got[i] != data[i]).collect();
         assert_eq!(diff, vec![2 * BS], "after cold_cache the read reaches the disk");
+        // a medium error on the raw device shows in the kernel log notes
+        d.disk.arm(vec![Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Range { start: 4 * BS as u64, end: 5 * BS as u64 })]).unwrap();
+        let name = dev.file_name().unwrap().to_string_lossy().to_string();
+        // the kernel rate-limits these lines (system-wide): retry for a while
+        let mut h = vec![];
+        for _ in 0..12 {
+            b.cold_cache().unwrap();
+            assert!(f.read_exact_at(&mut got[..BS], 4 * BS as u64).is_err());
+            h = b.health();
+            if h.iter().any(|l| l.contains("I/O error") && l.contains(&name)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        assert!(h.iter().any(|l| l.contains("I/O error") && l.contains(&name)), "{h:?}");
     }
     b.teardown().unwrap();
     d.teardown().unwrap();
@@ -550,21 +601,19 @@ fn raw_cold_cache_drops_the_device_cache() {
 #[test]
 fn ctrl_c_kills_the_command_group_and_tears_everything_down() {
     let _g = shared();
-    let (mut child, devs, mnt) = hold("ext4", true);
-    let pid = child.id();
+    let run = RunDir::new("ctrlc");
+    let (mut child, _devs, mnt) = hold(&run, "ext4", true);
     let bg: i32 = std::fs::read_to_string(mnt.join("busy.pid")).unwrap().trim().parse().unwrap();
     assert!(pid_alive(bg));
-    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let st = child.wait().unwrap();
     let mut err = String::new();
     let _ = std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err);
     assert!(st.success(), "stack-hold exited with {st}: {err}");
     assert!(!pid_alive(bg), "the command's background process survived Ctrl-C");
     assert!(!fs_mounted(&mnt) && !mnt.exists(), "{err}");
-    for d in &devs {
-        common::assert_gone(d, pid);
-    }
-    assert!(ledger_files(pid).is_empty());
+    run.assert_empty();
+    assert_eq!(run.cleanup().trim(), "nothing to clean up");
 }
 
 #[test]
@@ -574,14 +623,15 @@ fn cleanup_reads_ledgers_of_older_versions() {
     let mut c = std::process::Command::new("true").spawn().unwrap();
     let dead = c.id();
     c.wait().unwrap();
-    let dir = PathBuf::from(format!("/run/faultline/old-ledger-test-{dead}"));
+    let run = RunDir::new("old");
+    let dir = run.0.join("old-dir");
     std::fs::create_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(run.0.join("runs")).unwrap();
     // the format before fs_mounts/procs existed, under the old file name
     let old = serde_json::json!({"pid": dead, "start_time": 1, "dirs": [dir], "mounts": [], "loops": [], "socket": null, "device": null});
-    let path = PathBuf::from(format!("/run/faultline/runs/{dead}.json"));
+    let path = run.0.join(format!("runs/{dead}.json"));
     std::fs::write(&path, old.to_string()).unwrap();
-    let out = std::process::Command::new(common::bin()).arg("cleanup").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = run.cleanup();
     assert!(text.contains(&format!("removed {}", dir.display())) && text.contains(&format!("forgot run of pid {dead}")), "{text}");
     assert!(!dir.exists() && !path.exists());
 }

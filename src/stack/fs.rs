@@ -248,6 +248,17 @@ impl Built {
                 );
             }
         }
+        // kernel messages from now on that name our devices go into health() (I/O errors
+        // on a raw device, file-system errors, checksum failures)
+        me.kmsg = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open("/dev/kmsg")
+            .ok()
+            .inspect(|f| {
+                use std::os::fd::AsRawFd;
+                unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
+            });
         let (kind, mkfs): (FsKind, Command) = match base {
             StackSpec::Raw => return Ok(me),
             StackSpec::Fs { kind, mkfs, mount } => {
@@ -287,16 +298,6 @@ impl Built {
             }
         }
         settle();
-        // kernel messages from now on that name our devices go into health()
-        me.kmsg = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open("/dev/kmsg")
-            .ok()
-            .inspect(|f| {
-                use std::os::fd::AsRawFd;
-                unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
-            });
         let mut ledger = LedgerFile::create()?;
         let mnt = ledger::run_dir().join(format!("fs-{}-{}", std::process::id(), ledger.seq));
         ledger.update(|l| l.dirs.push(mnt.clone()))?;
@@ -676,4 +677,28 @@ pub fn shared_bytes(dir: &Path) -> Result<u64> {
         }
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_stats_parse() {
+        let out = "[/dev/loop3].write_io_errs    0\n[/dev/loop3].read_io_errs     1\n[/dev/loop3].flush_io_errs    0\n[/dev/loop3].corruption_errs  7\n[/dev/loop3].generation_errs  0\n[/dev/loop4].corruption_errs  0\n";
+        let v = parse_device_stats(out);
+        assert_eq!(v.len(), 2);
+        assert_eq!((v[0].device.as_path(), v[0].read_io_errs, v[0].corruption_errs), (Path::new("/dev/loop3"), 1, 7));
+        assert_eq!(v[1].corruption_errs, 0);
+    }
+
+    #[test]
+    fn kernel_lines_name_exact_devices() {
+        assert!(mentions("BTRFS warning (device loop1): csum failed root 5", "loop1"));
+        assert!(mentions("I/O error, dev loop1, sector 8 op 0x0:(READ)", "loop1"));
+        assert!(mentions("EXT4-fs error (device loop1): ext4_find_entry", "loop1"));
+        assert!(!mentions("BTRFS warning (device loop12): csum failed", "loop1"));
+        assert!(!mentions("I/O error, dev loop10, sector 8", "loop1"));
+        assert!(!mentions("blah xloop1 x", "loop1"));
+    }
 }
