@@ -7,7 +7,7 @@ bash scripts/setup.sh
 . scripts/env.sh
 # integration test binaries run one after another; two tests at a time inside each
 cargo test --release -- --test-threads=2
-left=$( (losetup -a | grep /run/faultline/ ; grep " /run/faultline/mnt-" /proc/self/mountinfo) || true)
+left=$( (losetup -a | grep /run/faultline/ ; grep " /run/faultline/" /proc/self/mountinfo) || true)
 if [ -n "$left" ]; then
   echo "test: left behind:" >&2; echo "$left" >&2
   ./target/release/faultline cleanup >&2 || true

@@ -104,11 +104,16 @@ struct Built {
 }
 
 impl Built {
-    fn teardown(mut self) -> Result<()> {
+    /// Tear down in order (stack, then disks); returns notes (e.g. a lazy unmount).
+    fn teardown(mut self) -> Result<Vec<String>> {
         let mut first = None;
+        let mut notes = Vec::new();
         if let Some(s) = self.stack.take() {
-            if let Err(e) = s.teardown() {
-                first.get_or_insert(e);
+            match s.teardown() {
+                Ok(n) => notes.extend(n),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
             }
         }
         for d in self.disks.drain(..).rev() {
@@ -116,7 +121,7 @@ impl Built {
                 first.get_or_insert(e);
             }
         }
-        first.map_or(Ok(()), Err)
+        first.map_or(Ok(notes), Err)
     }
 }
 
@@ -271,7 +276,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             });
         }
     }
-    built.teardown()?;
+    notes.extend(built.teardown()?);
     Ok(repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verify, faults, rules, notes))
 }
 
