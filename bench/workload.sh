@@ -3,13 +3,13 @@
 # loop device of ../shared/bench (no interception), at fio-points.sh's four points plus 4 KiB
 # random write QD32 io_uring. IOPS from each tool's own report; CPU per I/O = user+system CPU
 # seconds of the whole process (wait4 rusage, the same for both) / I/Os completed.
-# Each point runs REPS times (default 2) per tool, alternating; best IOPS and best CPU/IO kept.
+# Each point runs REPS times (default 3) per tool, alternating; best IOPS and best CPU/IO kept.
 # Last line: min_iops_ratio_vs_fio=R cpu_per_io_ratio_vs_fio=C (R: worst point; C: worst point).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
 secs=${1:-3}
-reps=${REPS:-2}
+reps=${REPS:-3}
 shared=${FAULTLINE_SHARED:-../shared}
 [ -d "$shared/bench" ] || shared=/work/shared
 . "$shared/bench/_deps.sh"
@@ -61,6 +61,8 @@ points=(
   "rr4k-qd32|--rw=randread --bs=4k --ioengine=libaio --iodepth=32|--pattern uniform --write-pct 0 --bs 4KiB --engine io_uring --iodepth 32"
   "w128k-qd1|--rw=write --bs=128k --ioengine=psync|--pattern sequential --write-pct 100 --bs 128KiB --engine psync"
   "rw4k-qd32-uring|--rw=randwrite --bs=4k --ioengine=io_uring --iodepth=32|--pattern uniform --write-pct 100 --bs 4KiB --engine io_uring --iodepth 32"
+  # not in the summary: fio made to generate fresh data per write too (faultline always does)
+  "(w128k-refill)|--rw=write --bs=128k --ioengine=psync --refill_buffers|--pattern sequential --write-pct 100 --bs 128KiB --engine psync"
 )
 echo "device $dev (ceiling loop over tmpfs), ${secs}s per run, $reps runs per tool and point"
 printf "%-16s %12s %12s %7s %12s %12s %7s\n" point fio_iops fl_iops ratio fio_us/io fl_us/io ratio
@@ -78,7 +80,7 @@ for p in "${points[@]}"; do
   read -r fi fc < <(best < "$tmp/f")
   read -r li lc < <(best < "$tmp/l")
   python3 -c 'import sys; n,fi,li,fc,lc=sys.argv[1],*map(float,sys.argv[2:]); print(f"{n:<16} {fi:12.0f} {li:12.0f} {li/fi:7.3f} {fc*1e6:12.2f} {lc*1e6:12.2f} {lc/fc:7.3f}")' "$name" "$fi" "$li" "$fc" "$lc"
-  echo "$fi $li $fc $lc" >> "$summary"
+  [[ $name == \(* ]] || echo "$fi $li $fc $lc" >> "$summary"
 done
 target/release/examples/contentspeed
 python3 -c 'import sys; v=[list(map(float,l.split())) for l in open(sys.argv[1])]; print("min_iops_ratio_vs_fio=%.3f cpu_per_io_ratio_vs_fio=%.3f" % (min(x[1]/x[0] for x in v), max(x[3]/x[2] for x in v)))' "$summary"

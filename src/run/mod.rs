@@ -174,7 +174,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             let target = mountpoint.clone().unwrap_or_else(|| devices[0].clone());
             let w = exp.workload_for(setup, &target).map_err(anyhow::Error::msg)?;
             let maps = Maps::new(&w)?;
-            let stream = w.stream(maps.capacity());
+            let stream = w.stream();
             let sched = schedule::Scheduler::new(disks.clone(), scheduled, stream, w.seed, mountpoint.is_some());
             let progress = Arc::new(Progress::new());
             let done = Arc::new(AtomicBool::new(false));
@@ -187,7 +187,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 std::thread::spawn(move || {
                     while !done.load(Relaxed) {
                         if stop.load(Relaxed) {
-                            progress.cancel.store(true, Relaxed);
+                            progress.stop.store(true, Relaxed);
                         }
                         std::thread::sleep(Duration::from_millis(20));
                     }

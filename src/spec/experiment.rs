@@ -172,7 +172,9 @@ impl Experiment {
             w.value.files = None;
             w.value.file_size = None;
         }
-        super::workload::resolve(&w, &self.source, Some(target))
+        let at = if file { super::workload::Where::Dir(target.to_path_buf()) } else { super::workload::Where::Device(target.to_path_buf()) };
+        let l = w.referenced;
+        super::workload::resolve(&w.value, &self.source, at).map_err(|e| e.replacen(&format!("{}: workload:", self.source), &format!("{}:{}:{}: workload:", self.source, l.line(), l.column()), 1))
     }
 }
 

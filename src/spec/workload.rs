@@ -61,28 +61,54 @@ struct WorkloadFile {
     workload: Spanned<WorkloadYaml>,
 }
 
+/// Where an experiment (or the CLI) points the workload: a device (block interface) or a
+/// directory (file interface, e.g. a mounted file system). Overrides the YAML's device/dir;
+/// when the YAML has no `interface`, it decides it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Where {
+    Device(PathBuf),
+    Dir(PathBuf),
+}
+
 fn at<T>(source: &str, s: &Spanned<T>, key: &str, what: impl std::fmt::Display) -> String {
     format!("{source}:{}:{}: {key}: {what}", s.referenced.line(), s.referenced.column())
 }
 
 /// Parse a document whose top level is `workload:`. `source` names it in errors.
-pub fn parse_workload(text: &str, source: &str, device_or_dir: Option<&Path>) -> Result<Workload, String> {
+pub fn parse_workload(text: &str, source: &str, target: Option<Where>) -> Result<Workload, String> {
     let f: WorkloadFile = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
-    resolve(&f.workload, source, device_or_dir)
+    let l = &f.workload.referenced;
+    // errors about the whole mapping get its line and column
+    resolve(&f.workload.value, source, target).map_err(|e| e.replacen(&format!("{source}: workload:"), &format!("{source}:{}:{}: workload:", l.line(), l.column()), 1))
 }
 
-pub fn parse_workload_file(path: &Path, device_or_dir: Option<&Path>) -> Result<Workload, String> {
+pub fn parse_workload_file(path: &Path, target: Option<Where>) -> Result<Workload, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read workload file: {e}", path.display()))?;
-    parse_workload(&text, &path.display().to_string(), device_or_dir)
+    parse_workload(&text, &path.display().to_string(), target)
 }
 
-/// Validate a parsed `workload:` mapping into a `Workload`. `device_or_dir`, when given,
-/// is the device (block interface) or directory (file interface) to use, overriding the
-/// YAML's `device`/`dir`. Errors read `file:line:col: key: what is wrong; allowed: ...`.
-pub fn resolve(raw: &Spanned<WorkloadYaml>, source: &str, device_or_dir: Option<&Path>) -> Result<Workload, String> {
-    let y = &raw.value;
-    let whole = |what: &str| at(source, raw, "workload", what);
-    let iface = y.interface.as_ref().map(|v| v.value.as_str()).unwrap_or("block");
+/// Validate a parsed `workload:` mapping into a `Workload` (its profile already fitted to the
+/// run, see `Workload::fit_profile`). `target` (a `Where`, or None) is the device or directory
+/// to use, overriding the YAML's `device`/`dir`. `source` names the file in errors; errors
+/// about one key read `file:line:col: key: what is wrong; allowed: ...`, errors about the
+/// mapping as a whole `source: workload: ...`.
+pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>) -> Result<Workload, String> {
+    let target: Option<Where> = target.into();
+    let whole = |what: &str| format!("{source}: workload: {what}");
+    let iface = match (y.interface.as_ref().map(|v| v.value.as_str()), &target) {
+        (Some(i), _) => i,
+        (None, Some(Where::Dir(_))) => "file",
+        (None, _) => "block",
+    };
+    let (device_or_dir, wrong) = match (&target, iface) {
+        (Some(Where::Device(p)), "block") | (Some(Where::Dir(p)), "file") => (Some(p.as_path()), None),
+        (Some(Where::Device(p)), _) => (None, Some(format!("the workload runs on the device {} (no file system): use `interface: block`", p.display()))),
+        (Some(Where::Dir(p)), _) => (None, Some(format!("the workload runs on a file system at {}: use `interface: file`", p.display()))),
+        (None, _) => (None, None),
+    };
+    if let (Some(m), Some(i)) = (wrong, &y.interface) {
+        return Err(at(source, i, "interface", m));
+    }
     let interface = match iface {
         "block" => {
             if let Some(d) = &y.dir {
@@ -207,6 +233,7 @@ pub fn resolve(raw: &Spanned<WorkloadYaml>, source: &str, device_or_dir: Option<
             return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
         }
     }
+    w.fit_profile();
     Ok(w)
 }
 
@@ -276,8 +303,19 @@ mod tests {
         assert_eq!((w.sync, w.on_error, w.rate_iops, w.seed), (SyncMode::Fsync(16), ErrorPolicy::Retry(3), Some(1000), 9));
         assert_eq!(w.pattern, Pattern::Zipf(1.1));
         // a shipped profile by name
-        let w = p("workload:\n  device: /dev/null\n  ops: 1\n  content: {profile: debian12-usr}\n").unwrap();
+        let w = p("workload:\n  device: /dev/null\n  size: 1GiB\n  content: {profile: debian12-usr}\n").unwrap();
         assert!(w.profile.dedup_ratio() > 1.0);
+    }
+
+    #[test]
+    fn target_decides_the_interface() {
+        let y = "workload:\n  file_size: 1MiB\n  ops: 10\n";
+        let w = parse_workload(y, "w.yaml", Some(Where::Dir("/mnt/x".into()))).unwrap();
+        assert_eq!(w.interface, Interface::File { dir: "/mnt/x".into(), count: 1, size: 1 << 20 });
+        let w = parse_workload("workload:\n  device: /dev/a\n  ops: 1\n", "w.yaml", Some(Where::Device("/dev/b".into()))).unwrap();
+        assert_eq!(w.interface, Interface::Block { device: "/dev/b".into() });
+        let e = parse_workload("workload:\n  interface: block\n  ops: 1\n", "w.yaml", Some(Where::Dir("/mnt/x".into()))).unwrap_err();
+        assert!(e.starts_with("w.yaml:2:14: interface: the workload runs on a file system at /mnt/x: use `interface: file`"), "{e}");
     }
 
     #[test]
@@ -289,6 +327,7 @@ mod tests {
             ("workload:\n  device: /dev/x\n  ops: 1\n  sync: sometimes\n", "w.yaml:4:9: sync: `sometimes` is not a sync mode; allowed: none, direct, dsync, fsync:N"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  mix: {read: 60, write: 60}\n", "w.yaml:4:8: mix: read 60 + write 60 is not 100"),
             ("workload:\n  device: /dev/x\n", "w.yaml:2:3: workload: no bound"),
+            ("workload:\n  interface: block\n  ops: 1\n", "w.yaml:2:3: workload: no `device`"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  interval: 1ms\n", "w.yaml:4:13: interval: is below the minimum; allowed: 10ms"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  iodepth: 32\n", "iodepth: psync has one I/O in flight"),
             ("workload:\n  interface: file\n  dir: /x\n  ops: 1\n", "no `file_size`"),

@@ -99,7 +99,11 @@ pub struct VerifyArgs {
 /// Flags on top of the spec (or of the defaults).
 fn build(a: &WorkloadArgs) -> Result<Workload> {
     let mut w = match &a.spec {
-        Some(p) => crate::spec::workload::parse_workload_file(p, a.device.as_deref().or(a.dir.as_deref())).map_err(anyhow::Error::msg)?,
+        Some(p) => {
+            use crate::spec::workload::Where;
+            let target = a.device.clone().map(Where::Device).or(a.dir.clone().map(Where::Dir));
+            crate::spec::workload::parse_workload_file(p, target).map_err(anyhow::Error::msg)?
+        }
         None => match (&a.device, &a.dir) {
             (Some(d), _) => Workload::new(Interface::Block { device: d.clone() }),
             (None, Some(d)) => {
@@ -126,6 +130,8 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
     if let Some(p) = &a.profile {
         w.profile = crate::spec::workload::load_profile(p, a.spec.as_ref().map(|p| p.display().to_string()).as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
     }
+    // the profile as this run's stream uses it (resolve fitted the spec's; flags may change the bounds)
+    w.fit_profile();
     if a.iodepth.is_some_and(|q| q > 1) && w.engine == Engine::Psync {
         bail!("--iodepth > 1 needs --engine io_uring (psync has one I/O in flight per thread)");
     }

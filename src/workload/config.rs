@@ -141,14 +141,31 @@ impl Workload {
         }
     }
 
-    /// The content stream: the profile scaled to the data this run is expected to write (so
-    /// the written data carries the profile's dedup ratio). `capacity` is the bytes the
-    /// workload addresses (`Maps::capacity`). Write n (over all threads, in issue order)
-    /// carries `stream.id_at(n)`.
-    pub fn stream(&self, capacity: u64) -> Stream {
-        let bytes = self.size.unwrap_or(capacity);
+    /// The content stream: write n (over all threads, in issue order) carries
+    /// `stream().id_at(n)`. Exactly `Stream::new(&self.profile, self.seed)`.
+    pub fn stream(&self) -> Stream {
+        Stream::new(&self.profile, self.seed)
+    }
+
+    /// Bytes the workload addresses: the device span (reads the device size) or all files.
+    pub fn capacity(&self) -> anyhow::Result<u64> {
+        match &self.interface {
+            Interface::Block { device } => match self.span {
+                Some(s) => Ok(s),
+                None => super::maps::device_size(device),
+            },
+            Interface::File { count, size, .. } => Ok(*count as u64 * size),
+        }
+    }
+
+    /// Scale `profile` to the data this run is expected to write (`size`, else the capacity,
+    /// times the write share), so a run shorter than the profile still carries its dedup
+    /// ratio. `resolve` and the CLI call it once the bounds are known; without a size or a
+    /// readable capacity the profile is left as it is.
+    pub fn fit_profile(&mut self) {
+        let Some(bytes) = self.size.or_else(|| self.capacity().ok()) else { return };
         let blocks = (bytes * self.write_pct.max(1) as u64 / 100 / CONTENT_BLOCK).max(1);
-        Stream::new(&self.profile.scaled(blocks), self.seed)
+        self.profile = self.profile.scaled(blocks);
     }
 
     pub fn check(&self) -> anyhow::Result<()> {

@@ -206,6 +206,7 @@ pub fn run_block(b: &BlockWorkload, map: Arc<super::map::ContentMap>) -> Result<
     w.seed = b.seed;
     w.on_error = b.on_error;
     w.span = b.span;
+    w.fit_profile();
     // a private map sized to the span, copied back into the caller's map
     let span = b.span.unwrap_or(map.len() * CONTENT_BLOCK);
     let maps = Maps {

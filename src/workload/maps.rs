@@ -63,6 +63,16 @@ impl Maps {
         }
     }
 
+    /// Every written 4 KiB block: (file index or None on a device, byte offset, content id).
+    pub fn for_each_written(&self, mut f: impl FnMut(Option<usize>, u64, u64)) {
+        let is_file = matches!(self.target, Target::File { .. });
+        for (i, m) in self.maps.iter().enumerate() {
+            for (b, id) in m.written() {
+                f(is_file.then_some(i), b * CONTENT_BLOCK, id);
+            }
+        }
+    }
+
     /// Blocks written (with a known content).
     pub fn written_blocks(&self) -> u64 {
         self.maps.iter().map(|m| m.written().count() as u64).sum()

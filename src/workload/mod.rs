@@ -24,7 +24,7 @@ pub use maps::Maps;
 pub use stats::Sample;
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 /// Called from the issuing thread just before a write is submitted, so a fault can be armed
@@ -59,8 +59,8 @@ pub struct Progress {
     /// Failed I/Os (after retries).
     pub errors: AtomicU64,
     pub start: OnceLock<Instant>,
-    /// Set by the caller (Ctrl-C) to end the workload early: threads issue no new I/O.
-    pub cancel: std::sync::atomic::AtomicBool,
+    /// Set by the caller to end the run early (e.g. Ctrl-C); in-flight I/Os complete.
+    pub stop: AtomicBool,
 }
 
 impl Progress {

@@ -38,7 +38,7 @@ impl<'a> Shared<'a> {
         Shared {
             w,
             maps,
-            stream: w.stream(maps.capacity()),
+            stream: w.stream(),
             observer,
             progress,
             start: Instant::now(),
@@ -131,7 +131,7 @@ impl<'s, 'a> Worker<'s, 'a> {
             // keep the schedule, but never bank more than 10 ms of missed ops as a burst
             *at = (*at + *gap).max(Instant::now() - Duration::from_millis(10));
         }
-        if sh.stop.load(Relaxed) || sh.progress.cancel.load(Relaxed) {
+        if sh.stop.load(Relaxed) || sh.progress.stop.load(Relaxed) {
             return None;
         }
         // claim before issuing, so size/ops bounds are exact across threads
