@@ -102,12 +102,21 @@ pub struct InjectedFault {
     pub blocks: u64,
     /// Which disk of the setup (btrfs raid1 has two).
     pub disk: u32,
+    /// Blocks of the rule's own target this injection hit for the first time. An error fails
+    /// a whole request (`blocks` counts all of it) but only the targeted blocks are faulty, and
+    /// a block that fails again on a retry is still one fault. None: not computed (older files).
+    pub new_target_blocks: Option<u64>,
 }
 
 impl InjectedFault {
-    /// What this fault counts for in `faults_injected`: its blocks, or 1 when it has none.
+    /// What this fault counts for in `faults_injected`: the targeted blocks it hit first, else
+    /// its blocks, or 1 when it has none (a delay without block granularity).
     pub fn weight(&self) -> u64 {
-        if self.blocks == 0 { 1 } else { self.blocks }
+        match self.new_target_blocks {
+            Some(n) => n,
+            None if self.blocks == 0 => 1,
+            None => self.blocks,
+        }
     }
 }
 

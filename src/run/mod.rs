@@ -248,8 +248,27 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let mut faults = Vec::new();
     let mut rules = Vec::new();
     for (i, d) in disks.iter().enumerate() {
-        let names: std::collections::HashMap<u64, String> = d.engine.list().into_iter().map(|r| (r.id, r.rule.name.clone().unwrap_or_default())).collect();
+        let listed = d.engine.list();
+        let names: std::collections::HashMap<u64, String> = listed.iter().map(|r| (r.id, r.rule.name.clone().unwrap_or_default())).collect();
+        let targets: std::collections::HashMap<u64, crate::fault::Target> = listed.iter().map(|r| (r.id, r.rule.target.clone())).collect();
+        let bs = d.block_size() as u64;
+        let mut seen: std::collections::HashSet<(u64, u64)> = std::collections::HashSet::new();
         for e in d.engine.log.since(seq0[i], usize::MAX) {
+            // faulty blocks = the logged blocks inside the rule's offset range (all of them for
+            // content and whole-disk rules), each counted once per rule
+            let range = match targets.get(&e.rule) {
+                Some(crate::fault::Target::Range { start, end }) => Some((start / bs, end.div_ceil(bs))),
+                _ => None,
+            };
+            let mut new = 0;
+            for [first, n] in &e.blocks {
+                for b in *first..first + n {
+                    if range.is_none_or(|(s, t)| b >= s && b < t) && seen.insert((e.rule, b)) {
+                        new += 1;
+                    }
+                }
+            }
+            let new = if e.blocks.is_empty() { 1 } else { new };
             faults.push(rm::InjectedFault {
                 t_s: e.t_us as f64 / 1e6,
                 rule_id: e.rule,
@@ -260,6 +279,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 len: e.len,
                 blocks: e.block_count(),
                 disk: i as u32,
+                new_target_blocks: Some(new),
             });
         }
         if d.engine.log.dropped() > 0 {
