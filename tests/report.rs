@@ -28,6 +28,7 @@ fn rep(index: u32, write_mib_s: f64, faults: &[(f64, u64)], bad: &[(&str, Option
             offset: 4096 * i as u64,
             len: 4096,
             blocks,
+            ..Default::default()
         })
         .collect();
     let mut integrity = Integrity { blocks_checked: 1000, ..Default::default() };
