@@ -195,3 +195,37 @@ fn experiment_errors_name_line_and_allowed() {
         assert!(o.status.success(), "{ex}: {}", String::from_utf8_lossy(&o.stderr));
     }
 }
+
+#[test]
+fn file_block_target_op_trigger_and_command_stack() {
+    let r = run(
+        "name: targets
+disk: { size: 256MiB }
+workload: { pattern: sequential, mix: { write: 100 }, size: 32MiB, files: 4, file_size: 8MiB, sync: direct, content: { profile: none } }
+setups:
+  - name: file-block
+    stack: ext4
+    faults: [ { type: bitflip, op: write, times: 1, target: { file: f1, block: 5 } } ]
+  - name: after-ops
+    stack: raw
+    faults: [ { type: error, op: write, times: 1, when: { after_ops: 100 } } ]
+  - name: command
+    stack: { command: 'dd if=/dev/zero of=$FAULTLINE_DEVICE bs=4k count=64 oflag=direct 2>/dev/null; dd if=$FAULTLINE_DEVICE of=/dev/null bs=4k count=64 iflag=direct' }
+    faults: [ { type: error, op: read, target: { block: 10 } } ]
+",
+    );
+    // block 5 of file 1, and nothing else
+    let s = setup(&r, "file-block");
+    let bad = &s.repetitions[0].integrity.bad;
+    assert_eq!(bad.len(), 1, "{bad:?}\n{}", notes(s));
+    assert_eq!((bad[0].file.as_deref(), bad[0].offset, bad[0].kind.as_str()), (Some("faultline-0001.dat"), 5 * 4096, "corrupted"));
+    // one write fails once the workload has done 100 ops
+    let s = setup(&r, "after-ops");
+    let (inj, fail, _, _, app) = counts(s);
+    assert_eq!((inj, app, fail), (1, 1, 0), "the failed write is an app error; nothing unverified\n{}", notes(s));
+    // the command saw the read error: dd fails, faultline says so
+    let s = setup(&r, "command");
+    let n = notes(s);
+    assert!(n.contains("exit code 1") && n.contains("the command failed"), "{n}");
+    assert!(counts(s).0 >= 1, "the read error fired: {n}");
+}
