@@ -64,10 +64,12 @@ fn error_policies() {
     let map = Arc::new(ContentMap::new((64 << 20) / BS, 4096, 5));
     // continue: the failed request is recorded, the rest goes on
     let r = run_block(&workload(&s, 4 << 20, ErrorPolicy::Continue), map.clone()).unwrap();
-    assert_eq!(r.failed_ios.len(), 1, "{:?}", r.failed_ios);
-    assert_eq!(r.failed_ios[0].offset, 64 * BS);
-    assert_eq!(r.errors.get("write:EIO"), Some(&1));
-    assert_eq!(r.write.ops + 1, (4 << 20) / 16384);
+    // the size bound is shared: a thread that runs ahead wraps around its region and may hit
+    // block 64 again, so every failure is there, and at least one
+    let n = r.failed_ios.len() as u64;
+    assert!(n >= 1 && r.failed_ios.iter().all(|f| f.offset == 64 * BS), "{:?}", r.failed_ios);
+    assert_eq!(r.errors.get("write:EIO"), Some(&n));
+    assert_eq!(r.write.ops + n, (4 << 20) / 16384);
     assert!(!r.stopped_on_error);
     assert_eq!(map.get(64), None, "a failed write leaves nothing to verify");
     // stop: ends at the first failure
