@@ -88,7 +88,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
     let _ = progress.start.set(sh.start);
     let cpu0 = super::stats::cpu_time();
     let done = AtomicBool::new(false);
-    let (outs, timeseries) = std::thread::scope(|sc| -> Result<(Vec<ThreadOut>, Vec<Sample>)> {
+    let (outs, timeseries, secs) = std::thread::scope(|sc| -> Result<(Vec<ThreadOut>, Vec<Sample>, f64)> {
         let sampler = sc.spawn(|| sampler(&sh.intervals, sh.start, w.interval, &done));
         let handles: Vec<_> = plans
             .into_iter()
@@ -129,14 +129,16 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                 Err(e) => first_err = first_err.or(Some(e)),
             }
         }
+        // the run ends when the last I/O does, not when the sampler notices
+        let secs = sh.start.elapsed().as_secs_f64();
         done.store(true, Relaxed);
+        sampler.thread().unpark();
         let ts = sampler.join().map_err(|_| anyhow::anyhow!("the sampler thread panicked"))?;
         match first_err {
             Some(e) => Err(e),
-            None => Ok((outs, ts)),
+            None => Ok((outs, ts, secs)),
         }
     })?;
-    let secs = sh.start.elapsed().as_secs_f64();
     let cpu = super::stats::cpu_time().saturating_sub(cpu0);
     let (mut read, mut write) = (hist(), hist());
     let (mut rb, mut wb, mut retries, mut rt) = (0, 0, 0, Duration::ZERO);

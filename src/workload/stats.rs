@@ -154,7 +154,8 @@ pub fn sampler(accs: &[Mutex<IntervalAcc>], start: Instant, interval: Duration, 
             if now >= due {
                 break false;
             }
-            std::thread::sleep((due - now).min(Duration::from_millis(5)));
+            // woken early by `unpark` when the run ends
+            std::thread::park_timeout(due - now);
         };
         for a in accs {
             let mut a = a.lock().unwrap();
