@@ -257,13 +257,6 @@ fn profile(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<(
     }
 }
 
-#[allow(dead_code)]
-fn device_size(p: &std::path::Path) -> Result<u64> {
-    use std::io::Seek;
-    let mut f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-    Ok(f.seek(std::io::SeekFrom::End(0))?)
-}
-
 fn find_socket(socket: Option<PathBuf>) -> Result<PathBuf> {
     if let Some(s) = socket {
         return Ok(s);
