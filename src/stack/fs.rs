@@ -199,6 +199,23 @@ fn sync_path(p: &Path) {
     }
 }
 
+/// A file system unmounted lazily (or just now) releases its device asynchronously, when the
+/// last reference goes; mkfs would then refuse the device as "in use by the system". Wait
+/// (up to 10 s) until the device can be opened exclusively, i.e. nothing holds it.
+fn wait_unclaimed(dev: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let t = Instant::now();
+    loop {
+        match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_EXCL).open(dev) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && t.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("{} is held by something else (a mounted file system?); mkfs would refuse it", dev.display()))),
+        }
+    }
+}
+
 fn mkfs_cmd(kind: FsKind, extra: &[&str], user: &[String], devices: &[PathBuf]) -> Result<Command> {
     let (prog, force) = match kind {
         FsKind::Ext4 => ("mkfs.ext4", ["-F", "-q"]),
@@ -281,6 +298,9 @@ impl Built {
             StackSpec::Command { .. } => unreachable!(),
         };
         me.kind = Some(kind);
+        for d in devices {
+            wait_unclaimed(d)?;
+        }
         let mut mkfs = mkfs;
         let t = Instant::now();
         loop {
