@@ -140,9 +140,11 @@ setups:
     let (m, u) = (setup(&r, "most-duplicated"), setup(&r, "unique"));
     let (mi, mf, ..) = counts(m);
     let (ui, uf, ..) = counts(u);
-    assert!(mi >= 1 && ui >= 1, "rot must hit a stored block: most {:?} unique {:?}\n{}\n{}", counts(m), counts(u), notes(m), notes(u));
-    assert!(uf >= 1, "the unique block is lost\n{}", notes(u));
-    assert!(mf > uf, "one rotten block shared by many files costs more: most-duplicated {mf} vs unique {uf}\n{}", notes(m));
+    // after deduplication each content has one physical block: the rot hits exactly one
+    assert_eq!((mi, ui), (1, 1), "rot must hit the one shared block: most {:?} unique {:?}\n{}\n{}", counts(m), counts(u), notes(m), notes(u));
+    assert_eq!(uf, 1, "the unique block is lost\n{}", notes(u));
+    assert!(mf > 10 * uf, "one rotten block shared by many logical blocks costs all of them: most-duplicated {mf} vs unique {uf}\n{}", notes(m));
+    assert!(!m.repetitions[0].integrity.files_hit.is_empty() && m.repetitions[0].integrity.files_hit.len() > 1, "the blast radius spans files");
 }
 
 #[test]

@@ -210,15 +210,25 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             if let Some(m) = &mountpoint {
                 syncfs(m)?;
             }
-            if matches!(setup.stack, StackChoice::Dedup { .. }) {
+            if matches!(setup.stack, StackChoice::Dedup { with_duperemove: true, .. }) {
                 let d = stack.dedupe()?;
+                notes.push(format!("dedup (duperemove): {} bytes newly shared, {:.1} s", d.deduped(), d.seconds));
+            } else if matches!(setup.stack, StackChoice::Dedup { .. }) {
+                // one physical block per content: share every copy the map knows of
+                let mut blocks = Vec::new();
+                for (i, m) in maps.maps.iter().enumerate() {
+                    let p = maps.file_path(i).context("dedup needs the file interface")?;
+                    blocks.extend(m.written().map(|(b, id)| (p.clone(), b * crate::workload::config::CONTENT_BLOCK, id)));
+                }
+                let d = stack.dedupe_blocks(blocks)?;
                 notes.push(format!(
-                    "dedup: {} bytes newly shared ({} before, {} after), {:.1} s{}",
-                    d.deduped(),
-                    d.shared_before,
-                    d.shared_after,
-                    d.seconds,
-                    if d.trimmed { ", freed copies trimmed" } else { "" }
+                    "dedup: {} contents with copies, {} blocks now shared ({} MiB), {} differed, {} errors, {:.1} s",
+                    d.groups,
+                    d.shared_blocks,
+                    d.bytes_deduped >> 20,
+                    d.differs,
+                    d.errors,
+                    d.seconds
                 ));
             }
             let fs_layer = mountpoint.is_some();
@@ -306,7 +316,7 @@ fn stack_spec(s: &StackChoice) -> crate::stack::fs::StackSpec {
         StackChoice::Raw => S::Raw,
         StackChoice::Fs { kind, mkfs, mount } => S::Fs { kind: fs_kind(kind), mkfs, mount },
         StackChoice::BtrfsRaid1 { mkfs, mount } => S::BtrfsRaid1 { mkfs, mount },
-        StackChoice::Dedup { kind, mkfs, mount } => S::Dedup { kind: fs_kind(kind), mkfs, mount },
+        StackChoice::Dedup { kind, mkfs, mount, .. } => S::Dedup { kind: fs_kind(kind), mkfs, mount },
         StackChoice::Command { fs: None, .. } => S::Raw,
         StackChoice::Command { fs: Some((kind, mkfs, mount)), .. } => S::Fs { kind: fs_kind(kind), mkfs, mount },
     }

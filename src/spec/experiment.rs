@@ -44,6 +44,8 @@ struct RawStack {
     dedup: Option<bool>,
     command: Option<String>,
     timeout: Option<Dur>,
+    /// `blocks` (default: share exactly the copies the content map lists) or `duperemove`.
+    dedupe_with: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -82,7 +84,7 @@ pub enum StackChoice {
     /// btrfs with data and metadata raid1 over two faultline disks.
     BtrfsRaid1 { mkfs: Vec<String>, mount: Vec<String> },
     /// Files written with realistic duplicates, then deduplicated (duperemove) on btrfs or xfs.
-    Dedup { kind: FsKind, mkfs: Vec<String>, mount: Vec<String> },
+    Dedup { kind: FsKind, mkfs: Vec<String>, mount: Vec<String>, with_duperemove: bool },
     /// A user command is the workload; on the raw device or on a file system.
     Command { cmd: String, timeout: Option<Duration>, fs: Option<(FsKind, Vec<String>, Vec<String>)> },
 }
@@ -317,8 +319,8 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackChoice, Str
                 "raw" => Ok(StackChoice::Raw),
                 "ext4" | "xfs" | "btrfs" => Ok(StackChoice::Fs { kind: fs_kind(w, &at, source)?, mkfs: vec![], mount: vec![] }),
                 "btrfs-raid1" => Ok(StackChoice::BtrfsRaid1 { mkfs: vec![], mount: vec![] }),
-                "dedup" | "dedup-btrfs" => Ok(StackChoice::Dedup { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![] }),
-                "dedup-xfs" => Ok(StackChoice::Dedup { kind: FsKind::Xfs, mkfs: vec![], mount: vec![] }),
+                "dedup" | "dedup-btrfs" => Ok(StackChoice::Dedup { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![], with_duperemove: false }),
+                "dedup-xfs" => Ok(StackChoice::Dedup { kind: FsKind::Xfs, mkfs: vec![], mount: vec![], with_duperemove: false }),
                 o => Err(format!("{source}:{at}: unknown stack `{o}`; allowed: {STACK_WORDS}, or a map {{fs, mkfs, mount, raid1, dedup, command, timeout}}")),
             };
         }
@@ -327,6 +329,14 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackChoice, Str
     let mkfs = r.mkfs.clone().unwrap_or_default();
     let mount = r.mount.clone().unwrap_or_default();
     let kind = r.fs.as_deref().map(|f| fs_kind(f, &at, source)).transpose()?;
+    let with_duperemove = match r.dedupe_with.as_deref() {
+        None | Some("blocks") => false,
+        Some("duperemove") => true,
+        Some(o) => return Err(format!("{source}:{at}: unknown `dedupe_with: {o}`; allowed: blocks, duperemove")),
+    };
+    if r.dedupe_with.is_some() && r.dedup != Some(true) {
+        return Err(format!("{source}:{at}: `dedupe_with` needs `dedup: true`"));
+    }
     if let Some(cmd) = &r.command {
         if r.raid1.is_some() || r.dedup.is_some() {
             return Err(format!("{source}:{at}: a `command` stack runs on the raw device or on one file system (`fs`); raid1 and dedup are not available with it"));
@@ -350,7 +360,7 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackChoice, Str
         (true, false) if kind != FsKind::Btrfs => Err(format!("{source}:{at}: `raid1` is built with btrfs (no md/device-mapper here); use `fs: btrfs`")),
         (true, false) => Ok(StackChoice::BtrfsRaid1 { mkfs, mount }),
         (false, true) if kind == FsKind::Ext4 => Err(format!("{source}:{at}: `dedup` needs reflinks: `fs: btrfs` or `fs: xfs`")),
-        (false, true) => Ok(StackChoice::Dedup { kind, mkfs, mount }),
+        (false, true) => Ok(StackChoice::Dedup { kind, mkfs, mount, with_duperemove }),
         (false, false) => Ok(StackChoice::Fs { kind, mkfs, mount }),
     }
 }
