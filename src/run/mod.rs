@@ -56,7 +56,22 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                 bail!("interrupted; everything built was torn down; partial results not written");
             }
             let label = format!("[{n}/{total}] {} rep {}", setup.name, rep + 1);
+            if !opts.quiet {
+                eprintln!("faultline: {label}: {} stack, {} fault(s)", setup.stack.label(), setup.faults.len());
+            }
+            let t = Instant::now();
             let r = run_one(exp, setup, rep, &out, &label, &stop, opts.quiet).with_context(|| format!("setup `{}`, repetition {}", setup.name, rep + 1))?;
+            if !opts.quiet {
+                let c = r.counts();
+                eprintln!(
+                    "faultline: {label}: done in {:.1} s: write {:.1} MiB/s, {} fault(s) injected, {} failure(s) ({} silent)",
+                    t.elapsed().as_secs_f64(),
+                    r.write.mib_s,
+                    c.faults_injected,
+                    c.failures,
+                    c.silent
+                );
+            }
             if stop.load(Relaxed) {
                 bail!("interrupted during {label}; everything built was torn down");
             }
