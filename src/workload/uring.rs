@@ -1,8 +1,9 @@
 //! The io_uring engine: per thread a ring holding up to `iodepth` I/Os, on buffers registered
 //! with the ring (fixed reads/writes; plain ones if registration is refused). Failed I/Os are
-//! retried synchronously with pread/pwrite (`Worker::retry`). Two I/Os on the same block are
+//! retried synchronously with pread/pwrite (`Worker::retry`). Two writes to the same block are
 //! never in flight together: the device could apply them in either order, and the content map
-//! could not say which one the block holds.
+//! could not say which one the block holds. (Reads are not tracked: whatever a read returns,
+//! the map is unaffected.)
 
 use super::config::CONTENT_BLOCK;
 use super::direct::AlignedBuf;
@@ -22,7 +23,7 @@ struct Slots {
     ids: Vec<u64>,
     ops: Vec<Option<Op>>,
     free: Vec<usize>,
-    /// (file slot, offset) of every I/O in flight (ops are block-aligned and equal-sized).
+    /// (file slot, offset) of every write in flight (ops are block-aligned and equal-sized).
     busy: HashSet<(usize, u64)>,
     done: Vec<(usize, i32)>,
 }
@@ -61,7 +62,9 @@ fn reap(ring: &mut IoUring, sl: &mut Slots, wk: &mut Worker, files: &[File]) -> 
         if wk.complete(&op, &sl.ids[s * per..(s + 1) * per], res, lat) {
             super::engine::sync_file(wk, f, op.slot, op.file);
         }
-        sl.busy.remove(&(op.slot, op.offset));
+        if op.is_write {
+            sl.busy.remove(&(op.slot, op.offset));
+        }
         sl.free.push(s);
     }
     Ok(())
@@ -104,8 +107,8 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
                 exhausted = true;
                 break;
             };
-            // the same block is in flight: let it finish first
-            if sl.busy.contains(&(op.slot, op.offset)) {
+            // a write to the same block is in flight: let it finish first
+            if op.is_write && sl.busy.contains(&(op.slot, op.offset)) {
                 while sl.busy.contains(&(op.slot, op.offset)) {
                     reap(&mut ring, &mut sl, wk, files)?;
                 }
@@ -121,7 +124,9 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
             };
             // SAFETY: the buffer stays valid and untouched until its completion is reaped
             unsafe { ring.submission().push(&e.user_data(s as u64)) }.expect("ring has room for iodepth entries");
-            sl.busy.insert((op.slot, op.offset));
+            if op.is_write {
+                sl.busy.insert((op.slot, op.offset));
+            }
             sl.ops[s] = Some(op);
         }
         if sl.inflight() == 0 {
