@@ -237,13 +237,14 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 }
                 let d = stack.dedupe_blocks(blocks)?;
                 notes.push(format!(
-                    "dedup: {} contents with copies, {} blocks now shared ({} MiB), {} differed, {} errors, {:.1} s",
+                    "dedup: {} contents with copies, {} blocks now shared ({} MiB), {} differed, {} errors, {:.1} s; {}",
                     d.groups,
                     d.shared_blocks,
                     d.bytes_deduped >> 20,
                     d.differs,
                     d.errors,
-                    d.seconds
+                    d.seconds,
+                    d.trimmed
                 ));
             }
             let fs_layer = mountpoint.is_some();

@@ -48,6 +48,8 @@ pub struct BlockDedupReport {
     pub differs: u64,
     pub errors: u64,
     pub seconds: f64,
+    /// `fstrim -v` afterwards: how much freed space was discarded from the disk.
+    pub trimmed: String,
 }
 
 /// Share every copy of each content with its first copy. `blocks` yields (file, byte offset,

@@ -413,11 +413,12 @@ impl Built {
             bail!("dedupe needs btrfs or xfs with reflink; this is ext4");
         }
         sync_path(&mnt);
-        let rep = super::dedupe::dedupe_blocks(blocks, 4096)?;
+        let mut rep = super::dedupe::dedupe_blocks(blocks, 4096)?;
         sync_path(&mnt);
-        let trim = Command::new(which("fstrim")?).arg(&mnt).output();
-        if !trim.as_ref().is_ok_and(|o| o.status.success()) {
-            self.notes.push(format!("fstrim {} failed after dedupe: freed copies may remain on the disk", mnt.display()));
+        let trim = Command::new(which("fstrim")?).arg("-v").arg(&mnt).output();
+        match &trim {
+            Ok(o) if o.status.success() => rep.trimmed = String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            _ => self.notes.push(format!("fstrim {} failed after dedupe: freed copies may remain on the disk", mnt.display())),
         }
         Ok(rep)
     }
