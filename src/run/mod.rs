@@ -164,7 +164,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
         disks[f.disk].arm(vec![f.rule.clone()])?;
     }
 
-    let (wres, maps, verify) = match &setup.stack {
+    let (wres, verify) = match &setup.stack {
         StackChoice::Command { cmd, timeout, .. } => {
             use crate::stack::command::{Cmdline, CommandSpec};
             let spec = CommandSpec { command: Cmdline::Shell(cmd.clone()), timeout: *timeout, cwd: None };
@@ -183,19 +183,21 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             if !o.success() {
                 notes.push("the command failed: see its status above".into());
             }
-            (None, None, None)
+            (None, None)
         }
         _ => {
             let target = mountpoint.clone().unwrap_or_else(|| devices[0].clone());
             let w = exp.workload_for(setup, &target).map_err(anyhow::Error::msg)?;
             let maps = Maps::new(&w)?;
             let stream = w.stream();
+            // no scheduled fault: no observer, so the write path pays nothing for scheduling
+            let observe = !scheduled.is_empty();
             let sched = schedule::Scheduler::new(disks.clone(), scheduled, stream, w.seed, mountpoint.is_some());
             let progress = Arc::new(Progress::new());
             let done = Arc::new(AtomicBool::new(false));
             let pb = progress_thread(label.to_string(), progress.clone(), w.size, done.clone(), quiet);
             let p2 = progress.clone();
-            let ticker = schedule::spawn_ticker(sched.clone(), move || p2.ops(), done.clone());
+            let ticker = observe.then(|| schedule::spawn_ticker(sched.clone(), move || p2.ops(), done.clone()));
             let stopper = {
                 // Ctrl-C ends the workload early (its threads watch `progress.stop`)
                 let (stop, progress, done) = (stop.clone(), progress.clone(), done.clone());
@@ -208,10 +210,12 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                     }
                 })
             };
-            let observer: Arc<dyn crate::workload::WriteObserver> = sched.clone();
-            let res = crate::workload::run(&w, &maps, Some(observer), Some(&progress));
+            let observer = observe.then(|| sched.clone() as Arc<dyn crate::workload::WriteObserver>);
+            let res = crate::workload::run(&w, &maps, observer, Some(&progress));
             done.store(true, Relaxed);
-            let _ = ticker.join();
+            if let Some(t) = ticker {
+                let _ = t.join();
+            }
             let _ = stopper.join();
             if let Some(h) = pb {
                 let _ = h.join();
@@ -264,10 +268,9 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             built.stack.as_mut().unwrap().cold_cache()?;
             let v = crate::verify::verify(&maps)?;
             maps.save(&out.join("maps").join(format!("{}-{}", setup.name, rep + 1)))?;
-            (Some(res), Some(()), Some(v))
+            (Some(res), Some(v))
         }
     };
-    let _ = maps;
     notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
 
     // what the engine did: every logged fault since the workload started, and rule counters
@@ -311,7 +314,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
         if d.engine.log.dropped() > 0 {
             notes.push(format!("disk {i}: the fault log dropped {} entries (cap); counters below are exact", d.engine.log.dropped()));
         }
-        for r in d.engine.list() {
+        for r in listed {
             rules.push(rm::RuleCount {
                 id: r.id,
                 name: r.rule.name.clone().unwrap_or_default(),
@@ -330,21 +333,11 @@ fn stack_spec(s: &StackChoice) -> crate::stack::fs::StackSpec {
     use crate::stack::fs::StackSpec as S;
     match s.clone() {
         StackChoice::Raw => S::Raw,
-        StackChoice::Fs { kind, mkfs, mount } => S::Fs { kind: fs_kind(kind), mkfs, mount },
+        StackChoice::Fs { kind, mkfs, mount } => S::Fs { kind, mkfs, mount },
         StackChoice::BtrfsRaid1 { mkfs, mount } => S::BtrfsRaid1 { mkfs, mount },
-        StackChoice::Dedup { kind, mkfs, mount, .. } => S::Dedup { kind: fs_kind(kind), mkfs, mount },
+        StackChoice::Dedup { kind, mkfs, mount, .. } => S::Dedup { kind, mkfs, mount },
         StackChoice::Command { fs: None, .. } => S::Raw,
-        StackChoice::Command { fs: Some((kind, mkfs, mount)), .. } => S::Fs { kind: fs_kind(kind), mkfs, mount },
-    }
-}
-
-fn fs_kind(k: crate::spec::experiment::FsKind) -> crate::stack::fs::FsKind {
-    use crate::spec::experiment::FsKind as E;
-    use crate::stack::fs::FsKind as F;
-    match k {
-        E::Ext4 => F::Ext4,
-        E::Xfs => F::Xfs,
-        E::Btrfs => F::Btrfs,
+        StackChoice::Command { fs: Some((kind, mkfs, mount)), .. } => S::Fs { kind, mkfs, mount },
     }
 }
 
@@ -411,22 +404,6 @@ fn integrity(v: &crate::verify::VerifyReport) -> rm::Integrity {
     }
 }
 
-fn op_stats(s: &crate::workload::LatencySummary) -> rm::OpStats {
-    rm::OpStats {
-        ops: s.ops,
-        bytes: s.bytes,
-        mean_us: s.mean_us,
-        stddev_us: s.stddev_us,
-        p50_us: s.p50_us,
-        p90_us: s.p90_us,
-        p99_us: s.p99_us,
-        p999_us: s.p999_us,
-        max_us: s.max_us,
-        iops: s.iops,
-        mib_s: s.mib_s,
-    }
-}
-
 fn repetition(
     rep: u32,
     seconds: f64,
@@ -438,8 +415,8 @@ fn repetition(
 ) -> rm::Repetition {
     let mut r = rm::Repetition { index: rep + 1, seconds, faults, rules, notes, ..Default::default() };
     if let Some(w) = w {
-        r.read = op_stats(&w.read);
-        r.write = op_stats(&w.write);
+        r.read = w.read.clone();
+        r.write = w.write.clone();
         r.timeseries = w.timeseries.iter().map(sample).collect();
         r.io_errors = w.errors.clone();
         r.failed_ios = w.failed_ios.len() as u64;

@@ -58,7 +58,6 @@ pub struct Scheduler {
     due_ops: AtomicU64,
     due_us: AtomicU64,
     any_pending: AtomicBool,
-    ops_seen: AtomicU64,
     /// The last write seen (file + 1 or 0, offset of its last 4 KiB block, its content id);
     /// three relaxed stores, not one atomic triple: "last" under concurrency is approximate anyway.
     last_file: AtomicU64,
@@ -94,7 +93,6 @@ impl Scheduler {
             due_ops: AtomicU64::new(u64::MAX),
             due_us: AtomicU64::new(u64::MAX),
             any_pending: AtomicBool::new(false),
-            ops_seen: AtomicU64::new(0),
         });
         {
             let mut st = s.state.lock().unwrap();
@@ -132,7 +130,6 @@ impl Scheduler {
     /// Time and op triggers also fire without writes (a read-only workload, a command stack):
     /// call this every few ms with the workload's op count.
     pub fn tick(&self, ops: u64) {
-        self.ops_seen.fetch_max(ops, Relaxed);
         if ops >= self.due_ops.load(Relaxed) || self.elapsed_us() >= self.due_us.load(Relaxed) {
             let mut st = self.state.lock().unwrap();
             self.fire_due(&mut st, None, ops);

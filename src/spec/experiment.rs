@@ -7,6 +7,7 @@ use super::rules::{DiskGeometry, FaultSpec, RawRule, WordOr, validate_fault};
 use super::units::{Dur, Size};
 use super::workload::WorkloadYaml;
 use crate::disk::StoreSpec;
+pub use crate::stack::fs::FsKind;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::time::Duration;
@@ -57,23 +58,6 @@ struct RawSetup {
     stack: Option<Spanned<WordOr<RawStack>>>,
     faults: Option<Vec<Spanned<RawRule>>>,
     repeat: Option<Spanned<u32>>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FsKind {
-    Ext4,
-    Xfs,
-    Btrfs,
-}
-
-impl FsKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            FsKind::Ext4 => "ext4",
-            FsKind::Xfs => "xfs",
-            FsKind::Btrfs => "btrfs",
-        }
-    }
 }
 
 /// What is built on the faultline disk(s).
@@ -229,7 +213,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 // a setup's faults replace the base list (a baseline setup says `faults: []`)
                 let f = match s.faults {
                     Some(f) => faults(Some(f), &d, &st, source)?,
-                    None => faults(clone_faults(&raw.faults, source)?, &d, &st, source)?,
+                    None => faults(raw.faults.clone(), &d, &st, source)?,
                 };
                 let rep = match &s.repeat {
                     Some(r) => repeat(r, source)?,
@@ -262,12 +246,6 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         }
     }
     Ok(exp)
-}
-
-/// The base faults are re-read for each setup that inherits them (RawRule is consumed by
-/// validation): re-parse them from the document.
-fn clone_faults(f: &Option<Vec<Spanned<RawRule>>>, _source: &str) -> Result<Option<Vec<Spanned<RawRule>>>, String> {
-    Ok(f.as_ref().map(|v| v.iter().map(|s| Spanned { value: s.value.clone(), referenced: s.referenced, defined: s.defined }).collect()))
 }
 
 fn repeat(r: &Spanned<u32>, source: &str) -> Result<u32, String> {

@@ -2,12 +2,15 @@
 //! histograms swapped out by a sampler thread, with this process's CPU% and RSS on the same clock).
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Debug, Default, Serialize)]
+/// Per-op latency and throughput summary; also the `read`/`write` of results.json
+/// (`report::model::OpStats`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LatencySummary {
     pub ops: u64,
     pub bytes: u64,
