@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # bench/device.sh [ROUNDS] [SECONDS] -- faultline's disk vs its peers, side by side in one run.
 #
-# Part 1: peers (../shared/bench: ceiling loop over tmpfs, a minimal C libfuse RAM disk, nbdkit
-# memory + error/delay filters via nbdfuse) and faultline without rules, each measured with
-# fio-points.sh, interleaved over ROUNDS rounds (median per point).
-# Part 2: rules overhead, A/B on one faultline disk: alternately no rules and 50,000 content +
-# 50,000 offset rules that never match (armed through the control socket), ROUNDS times each,
-# so process placement and device differences cancel out. Last line:
+# All candidates run at once, idle until measured: the peers of ../shared/bench (ceiling loop over
+# tmpfs, a minimal C libfuse RAM disk, nbdkit memory + error/delay filters via nbdfuse), faultline
+# without rules, and a second faultline disk holding 50,000 content + 50,000 offset rules that
+# never match. Each device's 512 MiB is written once before measuring (steady state). Each round runs each of fio-points.sh's four points (same fio arguments) on every
+# candidate back to back, in an order rotated per round, so the machine's slow drift (other
+# tenants; QD1 swings 20-30% over minutes here) lands on all candidates alike. Ratios are the
+# median over rounds of the per-round ratio (paired); IOPS tables are medians. Last line:
 #   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 rules_overhead_pct=P
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,76 +21,88 @@ fl="$top/target/release/faultline"
 work=$(mktemp -d)
 python3 "$here/gen-rules.py" 50000 > "$work/rules.yaml"
 
-start_faultline() { # $1 = rules file or empty
-  local args=(serve --size 1GiB --socket "$work/fl.sock")
-  [ -n "$1" ] && args+=(--rules "$1")
-  # runs inside $(...): remember the pid in a file, not a variable
-  "$fl" "${args[@]}" > "$work/fl.out" 2> "$work/fl.err" &
-  echo $! > "$work/fl.pid"
-  for _ in $(seq 600); do [ -s "$work/fl.out" ] && break; sleep 0.1; done
-  head -1 "$work/fl.out"
+start_faultline() { # $1 = name, $2 = rules file or empty; prints the device
+  local args=(serve --size 1GiB --socket "$work/$1.sock")
+  [ -n "$2" ] && args+=(--rules "$2")
+  "$fl" "${args[@]}" > "$work/$1.out" 2> "$work/$1.err" &
+  echo $! > "$work/$1.pid"
+  for _ in $(seq 600); do [ -s "$work/$1.out" ] && break; sleep 0.1; done
+  head -1 "$work/$1.out"
 }
-stop_faultline() {
-  [ -f "$work/fl.pid" ] || return 0
-  local p; p=$(cat "$work/fl.pid"); rm -f "$work/fl.pid" "$work/fl.out"
+stop_faultline() { # $1 = name
+  [ -f "$work/$1.pid" ] || return 0
+  local p; p=$(cat "$work/$1.pid"); rm -f "$work/$1.pid"
   kill -TERM "$p" 2>/dev/null || true
   while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
 }
 cleanup() {
-  stop_faultline
+  stop_faultline fl; stop_faultline flrules
   for p in ceiling-loop peer-libfuse peer-nbdkit; do bash "$peers/$p.sh" stop >/dev/null 2>&1 || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
 
-measure() { # name start-cmd stop-cmd
-  local name=$1 dev
-  dev=$(eval "$2")
-  [ -b "$dev" ] || { echo "$name did not start (got '$dev')" >&2; exit 1; }
-  echo "$name $(bash "$peers/fio-points.sh" "$dev" "$secs")" | tee -a "$work/results" >&2
-  eval "$3" >/dev/null 2>&1
+declare -A dev
+dev[ceiling]=$(bash "$peers/ceiling-loop.sh" start 1024)
+dev[libfuse]=$(bash "$peers/peer-libfuse.sh" start)
+dev[nbdkit]=$(bash "$peers/peer-nbdkit.sh" start)
+dev[faultline]=$(start_faultline fl '')
+dev[faultline+100k]=$(start_faultline flrules "$work/rules.yaml")
+names=(ceiling libfuse nbdkit faultline faultline+100k)
+for n in "${names[@]}"; do
+  [ -b "${dev[$n]}" ] || { echo "$n did not start (got '${dev[$n]}')" >&2; exit 1; }
+done
+# precondition: write each device's measured 512 MiB once, so every round (the first included)
+# measures allocated, steady-state storage (first writes allocate memory in every candidate)
+for n in "${names[@]}"; do
+  fio --name=pre --filename="${dev[$n]}" --direct=1 --size=512M --rw=write --bs=1M --ioengine=psync --output-format=terse >/dev/null 2>&1
+done
+echo "devices: $(for n in "${names[@]}"; do printf '%s=%s ' "$n" "${dev[$n]}"; done)" >&2
+
+# fio exactly as fio-points.sh runs each point
+points=("w4k-qd1|--rw=write --bs=4k --ioengine=psync" "rr4k-qd1|--rw=randread --bs=4k --ioengine=psync"
+        "rr4k-qd32|--rw=randread --bs=4k --ioengine=libaio --iodepth=32" "w128k-qd1|--rw=write --bs=128k --ioengine=psync")
+iops() { # dev fio-args...
+  local d=$1; shift
+  fio --name=p --filename="$d" --direct=1 --size=512M --runtime="$secs" --time_based --output-format=json "$@" 2>/dev/null |
+    python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))'
 }
-
 for r in $(seq "$rounds"); do
-  echo "== peers, round $r/$rounds" >&2
-  measure ceiling "bash $peers/ceiling-loop.sh start 1024" "bash $peers/ceiling-loop.sh stop"
-  measure libfuse "bash $peers/peer-libfuse.sh start" "bash $peers/peer-libfuse.sh stop"
-  measure nbdkit "bash $peers/peer-nbdkit.sh start" "bash $peers/peer-nbdkit.sh stop"
-  measure faultline "start_faultline ''" "stop_faultline"
+  echo "== round $r/$rounds" >&2
+  for p in "${points[@]}"; do
+    IFS='|' read -r pname pargs <<< "$p"
+    line="$pname"
+    for k in $(seq 0 $((${#names[@]} - 1))); do
+      n=${names[$(( (k + r) % ${#names[@]} ))]}
+      # shellcheck disable=SC2086
+      line="$line $n=$(iops "${dev[$n]}" $pargs)"
+    done
+    echo "$r $line" | tee -a "$work/results" >&2
+  done
 done
-
-echo "== rules overhead: one disk, rules armed and cleared in turn" >&2
-dev=$(start_faultline '')
-ctl() { "$fl" fault --socket "$work/fl.sock" "$@" >/dev/null; }
-for r in $(seq "$rounds"); do
-  ctl clear
-  echo "faultline-ab $(bash "$peers/fio-points.sh" "$dev" "$secs")" | tee -a "$work/results" >&2
-  ctl add "$work/rules.yaml"
-  echo "faultline-ab+100k $(bash "$peers/fio-points.sh" "$dev" "$secs")" | tee -a "$work/results" >&2
-done
-stop_faultline
 
 python3 - "$work/results" <<'PY'
 import sys, statistics
 from collections import defaultdict
-vals = defaultdict(lambda: defaultdict(list))
+vals = defaultdict(lambda: defaultdict(dict))   # vals[point][round][name] = iops
 for line in open(sys.argv[1]):
-    name, *kv = line.split()
-    for p in kv:
-        k, v = p.split("=")
-        vals[name][k].append(int(v))
+    r, point, *kv = line.split()
+    for x in kv:
+        k, v = x.split("=")
+        vals[point][r][k] = int(v)
 points = ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"]
-med = {n: {p: statistics.median(vals[n][p]) for p in points} for n in vals}
+names = ["ceiling", "libfuse", "nbdkit", "faultline", "faultline+100k"]
+med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
+paired = lambda p, a, b: statistics.median(v[a] / v[b] for v in vals[p].values())
 print(f"{'IOPS (median)':<16}" + "".join(f"{p:>12}" for p in points))
-for n in ["ceiling", "libfuse", "nbdkit", "faultline", "faultline-ab", "faultline-ab+100k"]:
-    print(f"{n:<16}" + "".join(f"{med[n][p]:>12.0f}" for p in points))
-fl = med["faultline"]
-ab, rl = med["faultline-ab"], med["faultline-ab+100k"]
-r1 = {p: fl[p] / med["libfuse"][p] for p in points}
-r2 = {p: fl[p] / med["nbdkit"][p] for p in points}
-ov = {p: 100 * (1 - rl[p] / ab[p]) for p in points}
+for n in names:
+    print(f"{n:<16}" + "".join(f"{med(p, n):>12.0f}" for p in points))
+r1 = {p: paired(p, "faultline", "libfuse") for p in points}
+r2 = {p: paired(p, "faultline", "nbdkit") for p in points}
+ov = {p: 100 * (1 - paired(p, "faultline+100k", "faultline")) for p in points}
 print("ratio vs libfuse " + " ".join(f"{p}={r1[p]:.2f}" for p in points))
 print("ratio vs nbdkit  " + " ".join(f"{p}={r2[p]:.2f}" for p in points))
 print("rules overhead % " + " ".join(f"{p}={ov[p]:.1f}" for p in points))
+print("(ratios: median over rounds of the per-round ratio)")
 print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} rules_overhead_pct={max(ov.values()):.1f}")
 PY

@@ -4,6 +4,7 @@
 pub mod content;
 pub mod disk;
 pub mod fault;
+pub mod mem;
 pub mod frontend;
 pub mod run;
 pub mod spec;

@@ -79,6 +79,29 @@ impl RamStore {
     }
 }
 
+/// Writes at least this big are copied into the RAM store with non-temporal stores.
+const STREAM_MIN: usize = 64 << 10;
+
+/// Copy with non-temporal stores where the destination is 16-byte aligned (always, for block
+/// aligned offsets into the page-aligned mapping); a plain copy otherwise.
+unsafe fn copy_streaming(src: *const u8, dst: *mut u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    unsafe {
+        use std::arch::x86_64::*;
+        if (dst as usize).is_multiple_of(16) && n >= 4096 {
+            let k = n / 16;
+            for i in 0..k {
+                let v = _mm_loadu_si128(src.add(i * 16) as *const __m128i);
+                _mm_stream_si128(dst.add(i * 16) as *mut __m128i, v);
+            }
+            _mm_sfence();
+            std::ptr::copy_nonoverlapping(src.add(k * 16), dst.add(k * 16), n - k * 16);
+            return;
+        }
+    }
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
+}
+
 impl Drop for RamStore {
     fn drop(&mut self) {
         unsafe { libc::munmap(self.base as *mut _, self.size as usize) };
@@ -92,7 +115,13 @@ impl Store for RamStore {
     }
     fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
         let src = data.as_ptr();
-        self.chunks(off, data.len() as u64, true, |p, at, n| unsafe { std::ptr::copy_nonoverlapping(src.add(at), p, n) })
+        // large writes bypass the cache: the store's memory is cold, and an ordinary copy would
+        // first read every destination line (w128k-qd1 +1-22% IOPS in 8 of 8 A/B pairs; at 4 KiB
+        // no difference, so small writes keep the plain copy)
+        let stream = data.len() >= STREAM_MIN;
+        self.chunks(off, data.len() as u64, true, |p, at, n| unsafe {
+            if stream { copy_streaming(src.add(at), p, n) } else { std::ptr::copy_nonoverlapping(src.add(at), p, n) }
+        })
     }
     fn flush(&self) -> io::Result<()> {
         Ok(())

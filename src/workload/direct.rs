@@ -1,27 +1,28 @@
 //! O_DIRECT access to a block device with aligned buffers: every read reaches the disk, never
 //! the page cache.
 
+use crate::mem;
 use anyhow::{Context, Result};
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-/// A heap buffer aligned for O_DIRECT (4 KiB).
+/// A zeroed buffer aligned for O_DIRECT; 2 MiB and more on huge pages (`crate::mem`).
 pub struct AlignedBuf {
     ptr: *mut u8,
     len: usize,
+    mapped: usize,
 }
 
 unsafe impl Send for AlignedBuf {}
 
 impl AlignedBuf {
     pub fn new(len: usize) -> AlignedBuf {
-        let layout = Layout::from_size_align(len.max(1), 4096).unwrap();
-        // SAFETY: non-zero size
-        let ptr = unsafe { alloc_zeroed(layout) };
-        assert!(!ptr.is_null(), "out of memory");
-        AlignedBuf { ptr, len }
+        // 64 KiB and more: round up to a whole huge page, the pinning win is per request
+        let mapped = if len >= 64 << 10 { len.next_multiple_of(mem::HUGE) } else { len.max(1).next_multiple_of(4096) };
+        let ptr = mem::map(mapped);
+        assert!(!ptr.is_null(), "out of memory mapping a {mapped} byte I/O buffer");
+        AlignedBuf { ptr, len, mapped }
     }
 }
 
@@ -38,7 +39,8 @@ impl std::ops::DerefMut for AlignedBuf {
 }
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        unsafe { dealloc(self.ptr, Layout::from_size_align(self.len.max(1), 4096).unwrap()) }
+        // SAFETY: our own mapping, no slices outlive self
+        unsafe { mem::unmap(self.ptr, self.mapped) }
     }
 }
 
