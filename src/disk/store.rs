@@ -83,12 +83,13 @@ impl RamStore {
 const STREAM_MIN: usize = 64 << 10;
 
 /// Copy with non-temporal stores where the destination is 16-byte aligned (always, for block
-/// aligned offsets into the page-aligned mapping); a plain copy otherwise.
+/// aligned offsets into the page-aligned mapping); a plain copy otherwise. Callers pick it for
+/// large writes only (`STREAM_MIN`).
 unsafe fn copy_streaming(src: *const u8, dst: *mut u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
     unsafe {
         use std::arch::x86_64::*;
-        if (dst as usize).is_multiple_of(16) && n >= 4096 {
+        if (dst as usize).is_multiple_of(16) {
             let k = n / 16;
             for i in 0..k {
                 let v = _mm_loadu_si128(src.add(i * 16) as *const __m128i);

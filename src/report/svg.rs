@@ -109,24 +109,7 @@ impl LineChart {
     pub fn render(&self) -> String {
         let (xs, ys, xt, yt) = self.scales();
         let (w, h) = (self.width, self.height);
-        let mut s = String::new();
-        let _ = write!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
-        );
-        let _ = write!(s, r#"<text x="{}" y="16" font-size="13" font-weight="bold">{}</text>"#, LEFT, esc(&self.title));
-        // grid + tick labels
-        for v in &yt {
-            let y = ys.px(*v);
-            let _ = write!(
-                s,
-                r##"<line x1="{LEFT}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-                w - RIGHT,
-                LEFT - 4.0,
-                y + 4.0,
-                fmt_tick(*v)
-            );
-        }
+        let mut s = open_chart(w, h, &self.title, yt.iter().map(|v| (ys.px(*v), *v)));
         for v in &xt {
             let x = xs.px(*v);
             let _ = write!(
@@ -267,6 +250,27 @@ pub struct BarChart {
     pub height: f64,
 }
 
+/// `<svg>` opening, the title, and one horizontal grid line with its label per (pixel y, value).
+fn open_chart(w: f64, h: f64, title: &str, grid: impl Iterator<Item = (f64, f64)>) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = write!(s, r#"<text x="{}" y="16" font-size="13" font-weight="bold">{}</text>"#, LEFT, esc(title));
+    for (y, v) in grid {
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
+            w - RIGHT,
+            LEFT - 4.0,
+            y + 4.0,
+            fmt_tick(v)
+        );
+    }
+    s
+}
+
 impl BarChart {
     pub fn scale(&self) -> (LogScale, Vec<f64>) {
         let all: Vec<f64> = self.series.iter().flat_map(|s| s.values.iter().copied()).collect();
@@ -278,23 +282,7 @@ impl BarChart {
     pub fn render(&self) -> String {
         let (ys, ticks) = self.scale();
         let (w, h) = (self.width, self.height);
-        let mut s = String::new();
-        let _ = write!(
-            s,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="11">"#
-        );
-        let _ = write!(s, r#"<text x="{}" y="16" font-size="13" font-weight="bold">{}</text>"#, LEFT, esc(&self.title));
-        for v in &ticks {
-            let y = ys.px(*v);
-            let _ = write!(
-                s,
-                r##"<line x1="{LEFT}" x2="{:.1}" y1="{y:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
-                w - RIGHT,
-                LEFT - 4.0,
-                y + 4.0,
-                fmt_tick(*v)
-            );
-        }
+        let mut s = open_chart(w, h, &self.title, ticks.iter().map(|v| (ys.px(*v), *v)));
         let _ = write!(
             s,
             r##"<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{:.1}" stroke="#444"/><line x1="{LEFT}" x2="{:.1}" y1="{:.1}" y2="{:.1}" stroke="#444"/><text transform="translate(14 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"##,
