@@ -4,12 +4,21 @@
 pub mod profile;
 pub mod stream;
 
-use xxhash_rust::xxh3::xxh3_128;
+use twox_hash::{XxHash3_128, XxHash3_64};
 
-/// The content hash faultline matches on: XXH3-128 of one block-size chunk.
+/// The content hash faultline matches on: XXH3-128 of one block-size chunk. twox-hash picks
+/// AVX2 at run time (xxhash-rust decides at compile time, so a portable build got SSE2: half
+/// the speed, BENCHMARKS.md).
 #[inline]
 pub fn block_hash(block: &[u8]) -> u128 {
-    xxh3_128(block)
+    XxHash3_128::oneshot(block)
+}
+
+/// Seeded XXH3-64: the small keyed hash behind reproducible draws (probabilities, flip
+/// positions, the id permutation).
+#[inline]
+pub fn seeded_hash(seed: u64, data: &[u8]) -> u64 {
+    XxHash3_64::oneshot_with_seed(seed, data)
 }
 
 pub fn hash_hex(h: u128) -> String {
@@ -77,6 +86,24 @@ pub fn fill_block(id: u64, seed: u64, out: &mut [u8]) {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    /// Rules carry hashes computed elsewhere (xxhsum -H2, other tools): ours must be standard
+    /// XXH3, on every length and on the SIMD path twox-hash picks here.
+    #[test]
+    fn hashes_are_reference_xxh3() {
+        assert_eq!(block_hash(b""), 0x99aa06d3014798d86001c324468d497f);
+        let mut data = vec![0u8; 70_000];
+        fill_block(3, 9, &mut data[..65536]);
+        for (i, b) in data[65536..].iter_mut().enumerate() {
+            *b = (i * 131 + 7) as u8;
+        }
+        let lens = (0..=300).chain([511, 512, 1024, 4095, 4096, 4097, 8192, 65536, 70_000]);
+        for len in lens {
+            let d = &data[data.len() - len..];
+            assert_eq!(block_hash(d), xxhash_rust::xxh3::xxh3_128(d), "xxh3-128, {len} bytes");
+            assert_eq!(seeded_hash(len as u64 * 77, d), xxhash_rust::xxh3::xxh3_64_with_seed(d, len as u64 * 77), "xxh3-64, {len} bytes");
+        }
+    }
 
     #[test]
     fn deterministic_and_distinct() {

@@ -8,7 +8,7 @@
 //! thread can ask "what will write n carry?" and faults can be aimed before the data exists.
 
 use super::profile::Profile;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use super::seeded_hash;
 
 #[derive(Clone, Debug)]
 struct Class {
@@ -90,7 +90,7 @@ impl Stream {
         loop {
             let (mut l, mut r) = (v >> h, v & mask);
             for round in 0..4u64 {
-                let f = xxh3_64_with_seed(&r.to_le_bytes(), key ^ round) & mask;
+                let f = seeded_hash(key ^ round, &r.to_le_bytes()) & mask;
                 (l, r) = (r, l ^ f);
             }
             v = (l << h) | r;

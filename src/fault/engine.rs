@@ -8,7 +8,7 @@
 use super::index::IntervalIndex;
 use super::log::{FaultLog, LogEntry, runs};
 use super::rule::{Action, DelayDist, FlipAt, Fill, Op, OpSet, Rule, RuleId, Target};
-use crate::content::block_hash;
+use crate::content::{block_hash, seeded_hash};
 use arc_swap::ArcSwap;
 use rand::SeedableRng;
 use rand_distr::Distribution;
@@ -18,7 +18,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// A rule as armed in the engine, with its live counters.
 pub struct ArmedRule {
@@ -132,6 +131,9 @@ struct RuleSet {
     any_ops: OpSet,
     range_ops: OpSet,
     content_ops: OpSet,
+    /// Ops with a content rule that fails, drops, tears or moves the request: for these the
+    /// whole request's matches must be known before anything is stored.
+    content_reshaping_ops: OpSet,
 }
 
 impl RuleSet {
@@ -153,6 +155,9 @@ impl RuleSet {
                 }
                 Target::Content { hash } => {
                     s.content_ops = s.content_ops.union(r.rule.ops);
+                    if !matches!(r.rule.action, Action::Bitflip { .. } | Action::Corrupt { .. } | Action::Delay { .. }) {
+                        s.content_reshaping_ops = s.content_reshaping_ops.union(r.rule.ops);
+                    }
                     s.content.entry(hash).or_default().push(r.clone());
                 }
             }
@@ -329,15 +334,22 @@ impl Engine {
     /// Decide what happens to one request. `data` is the request's bytes: the write payload, or
     /// for reads the bytes just read from the store (content rules look at them).
     pub fn plan(&self, op: Op, offset: u64, len: u64, data: Option<&[u8]>) -> Plan {
+        let mut p = self.begin(op, offset, len);
+        if let Some(data) = data {
+            p.match_data(data);
+        }
+        p.plan
+    }
+
+    /// Start planning one request: counts it and applies the rules that need no content (any
+    /// request, offset ranges). Content matching follows with `match_data` or `match_hashes`.
+    pub fn begin(&self, op: Op, offset: u64, len: u64) -> Planning<'_> {
         let req_idx = self.requests.fetch_add(1, Relaxed);
         let bytes_before = self.bytes.fetch_add(len, Relaxed);
         let set = self.set.load();
         let mut plan = Plan::default();
-        let (any, range, content) = (set.any_ops.has(op), set.range_ops.has(op), set.content_ops.has(op));
-        if !(any || range || content) {
-            return plan;
-        }
-        let ctx = Ctx { engine: self, op, offset, len, now_us: self.elapsed_us(), req_idx, bytes_before };
+        let (any, range) = (set.any_ops.has(op), set.range_ops.has(op));
+        let ctx = Ctx { engine: self, op, offset, len, now_us: if any || range || set.content_ops.has(op) { self.elapsed_us() } else { 0 }, req_idx, bytes_before };
         if any {
             for r in &set.any {
                 if ctx.fires(r) {
@@ -354,20 +366,45 @@ impl Engine {
                 });
             }
         }
-        if content {
-            if let Some(data) = data {
-                self.match_content(&set, &ctx, data, &mut plan);
-            }
-        }
-        plan
+        Planning { set, ctx, plan }
+    }
+}
+
+/// A request half planned (`Engine::begin`): the content rules are still to match.
+pub struct Planning<'a> {
+    set: arc_swap::Guard<Arc<RuleSet>>,
+    ctx: Ctx<'a>,
+    pub plan: Plan,
+}
+
+impl Planning<'_> {
+    /// Content rules exist for this op: its blocks must be hashed.
+    pub fn wants_content(&self) -> bool {
+        self.set.content_ops.has(self.ctx.op)
     }
 
-    /// Hash each fully covered, block-aligned chunk and look it up.
-    fn match_content(&self, set: &RuleSet, ctx: &Ctx, data: &[u8], plan: &mut Plan) {
-        let bs = self.block_size as usize;
-        let first = ctx.offset.div_ceil(bs as u64) * bs as u64;
-        let start = (first - ctx.offset) as usize;
-        let blocks = data.len().saturating_sub(start) / bs;
+    /// Content matches can only edit bytes or delay the reply, so the data may be stored before
+    /// they are known and edited in place after (`match_hashes`).
+    pub fn content_edits_only(&self) -> bool {
+        !self.set.content_reshaping_ops.has(self.ctx.op)
+    }
+
+    /// The request's fully covered, block-aligned blocks: (byte offset of the first one inside
+    /// the request, how many). Only these are hashed.
+    pub fn hashed_blocks(&self) -> (usize, usize) {
+        let bs = self.ctx.engine.block_size;
+        let first = self.ctx.offset.div_ceil(bs) * bs;
+        let start = (first - self.ctx.offset) as usize;
+        (start, (self.ctx.len as usize).saturating_sub(start) / bs as usize)
+    }
+
+    /// Hash each fully covered, block-aligned chunk of `data` and look it up.
+    pub fn match_data(&mut self, data: &[u8]) {
+        if !self.wants_content() {
+            return;
+        }
+        let bs = self.ctx.engine.block_size as usize;
+        let (start, blocks) = self.hashed_blocks();
         // Hash a batch first, prefetching each hash's filter word, then look them up: the filter
         // is cold after every request's copies, and the batch's hashing hides those misses.
         const BATCH: usize = 64;
@@ -377,15 +414,33 @@ impl Engine {
             for (i, h) in hashes[..n].iter_mut().enumerate() {
                 let pos = start + (b0 + i) * bs;
                 *h = block_hash(&data[pos..pos + bs]);
-                set.prefetch_filter(*h);
+                self.set.prefetch_filter(*h);
             }
-            for (i, h) in hashes[..n].iter().enumerate() {
-                if let Some(rules) = set.content_rules(*h) {
-                    let boff = ctx.offset + (start + (b0 + i) * bs) as u64;
-                    for r in rules {
-                        if ctx.fires(r) {
-                            ctx.apply(r, plan, boff, boff + bs as u64);
-                        }
+            self.lookup(start + b0 * bs, &hashes[..n]);
+        }
+    }
+
+    /// Look up hashes the caller computed, one per block of `hashed_blocks`, in order.
+    pub fn match_hashes(&mut self, hashes: &[u128]) {
+        if !self.wants_content() {
+            return;
+        }
+        for h in hashes {
+            self.set.prefetch_filter(*h);
+        }
+        let start = self.hashed_blocks().0;
+        self.lookup(start, hashes);
+    }
+
+    /// Apply the content rules of consecutive blocks, the first at byte `at` of the request.
+    fn lookup(&mut self, at: usize, hashes: &[u128]) {
+        let bs = self.ctx.engine.block_size;
+        for (i, h) in hashes.iter().enumerate() {
+            if let Some(rules) = self.set.content_rules(*h) {
+                let boff = self.ctx.offset + at as u64 + i as u64 * bs;
+                for r in rules {
+                    if self.ctx.fires(r) {
+                        self.ctx.apply(r, &mut self.plan, boff, boff + bs);
                     }
                 }
             }
@@ -406,7 +461,7 @@ struct Ctx<'a> {
 
 /// A uniform draw in [0,1) from (seed, n): reproducible per rule and match index.
 fn unit(seed: u64, n: u64) -> f64 {
-    (xxh3_64_with_seed(&n.to_le_bytes(), seed) >> 11) as f64 / (1u64 << 53) as f64
+    (seeded_hash(seed, &n.to_le_bytes()) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl Ctx<'_> {
@@ -526,7 +581,7 @@ pub fn block_span(s: u64, e: u64, bs: u64) -> std::ops::Range<u64> {
 
 /// (byte, bit) inside a block for a flip; random positions are drawn from (seed, block, n).
 pub fn flip_position(at: &FlipAt, seed: u64, block: u64, n: u64, bs: u64) -> (u32, u8) {
-    let h = xxh3_64_with_seed(&[block.to_le_bytes(), n.to_le_bytes()].concat(), seed);
+    let h = seeded_hash(seed, &[block.to_le_bytes(), n.to_le_bytes()].concat());
     let byte = at.byte.unwrap_or((h % bs) as u32).min(bs as u32 - 1);
     let bit = at.bit.unwrap_or(((h >> 32) % 8) as u8);
     (byte, bit)

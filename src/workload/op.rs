@@ -1,5 +1,5 @@
-//! The per-op logic both engines share: `Worker::next_op` (rate gate, bound claiming, pattern,
-//! mix, content fill, write observer) and `Worker::complete` (stats, content map, errors,
+//! The per-op logic both engines share: `Worker::next_op` (`draw`: rate gate, bound claiming,
+//! pattern, mix, content ids; `fill`: the bytes; `announce`: write observer) and `Worker::complete` (stats, content map, errors,
 //! policy), plus `Worker::retry` (synchronous retries with backoff). Engines only move bytes.
 
 use super::config::{CONTENT_BLOCK, ErrorPolicy, SyncMode, Workload};
@@ -28,7 +28,10 @@ pub struct Shared<'a> {
     claimed_ops: AtomicU64,
     /// Content blocks handed to writes so far: write n carries stream.id_at(n).
     write_blocks: AtomicU64,
+    /// Stop issuing: an error under the stop policy, or a failed thread.
     pub stop: AtomicBool,
+    /// A size/ops/duration bound was reached: draw no more (ops already drawn still run).
+    exhausted: AtomicBool,
     pub stopped_on_error: AtomicBool,
     pub intervals: Vec<Mutex<IntervalAcc>>,
 }
@@ -46,6 +49,7 @@ impl<'a> Shared<'a> {
             claimed_ops: AtomicU64::new(0),
             write_blocks: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            exhausted: AtomicBool::new(false),
             stopped_on_error: AtomicBool::new(false),
             intervals: (0..w.threads).map(|_| Mutex::new(IntervalAcc::default())).collect(),
         }
@@ -69,6 +73,9 @@ pub struct Op {
     pub offset: u64,
     pub len: u64,
     pub t0: Instant,
+    /// Ops (all threads) drawn before this one, and bytes of writes before it.
+    ops_before: u64,
+    written_before: u64,
 }
 
 /// What one thread accumulated over the run.
@@ -123,6 +130,18 @@ impl<'s, 'a> Worker<'s, 'a> {
     /// reached or the run stops. Sleeps for the rate limit (engines with I/O in flight call
     /// `rate_wait` first and wait for completions instead).
     pub fn next_op(&mut self, buf: &mut [u8], ids: &mut [u64]) -> Option<Op> {
+        let mut op = self.draw(ids)?;
+        if op.is_write {
+            fill(self.sh.maps.seed, ids, buf);
+        }
+        self.announce(&mut op, ids);
+        Some(op)
+    }
+
+    /// Step 1 of `next_op`: rate gate, bound claim, pattern, mix, and for a write the content
+    /// ids of its blocks (into `ids`). Draws happen in op order, so the data written is the
+    /// same whichever engine asks and whoever fills the buffer.
+    pub fn draw(&mut self, ids: &mut [u64]) -> Option<Op> {
         let (sh, w) = (self.sh, self.sh.w);
         if let Some(d) = self.rate_wait() {
             std::thread::sleep(d);
@@ -131,14 +150,14 @@ impl<'s, 'a> Worker<'s, 'a> {
             // keep the schedule, but never bank more than 10 ms of missed ops as a burst
             *at = (*at + *gap).max(Instant::now() - Duration::from_millis(10));
         }
-        if sh.stop.load(Relaxed) || sh.progress.stop.load(Relaxed) {
+        if sh.exhausted.load(Relaxed) || self.stopping() {
             return None;
         }
         // claim before issuing, so size/ops bounds are exact across threads
         let b = sh.claimed_bytes.fetch_add(w.block_size, Relaxed);
         let o = sh.claimed_ops.fetch_add(1, Relaxed);
-        if w.size.is_some_and(|s| b >= s) || w.ops.is_some_and(|n| o >= n) || w.duration.is_some_and(|d| sh.start.elapsed() >= d) {
-            sh.stop.store(true, Relaxed);
+        if w.size.is_some_and(|s| b >= s) || w.ops.is_some_and(|n| o >= n) {
+            sh.exhausted.store(true, Relaxed);
             return None;
         }
         let is_write = self.rng.random_range(0..100u8) < w.write_pct;
@@ -150,25 +169,42 @@ impl<'s, 'a> Worker<'s, 'a> {
                 (s, Some(files[s]), (blk % per_file) * w.block_size)
             }
         };
+        let mut written_before = 0;
         if is_write {
             let per = w.block_size / CONTENT_BLOCK;
             let n0 = sh.write_blocks.fetch_add(per, Relaxed);
-            for i in 0..per as usize {
-                ids[i] = sh.stream.id_at(n0 + i as u64);
-                fill_block(ids[i], sh.maps.seed, &mut buf[i * CONTENT_BLOCK as usize..(i + 1) * CONTENT_BLOCK as usize]);
+            for (i, id) in ids[..per as usize].iter_mut().enumerate() {
+                *id = sh.stream.id_at(n0 + i as u64);
             }
+            written_before = n0 * CONTENT_BLOCK;
+        }
+        Some(Op { is_write, slot, file, offset, len: w.block_size, t0: Instant::now(), ops_before: o, written_before })
+    }
+
+    /// Issue nothing more: a stop (error policy, Ctrl-C) or the duration is up. `draw` checks
+    /// it; engines that draw ahead check it again before issuing what they drew.
+    pub fn stopping(&self) -> bool {
+        let sh = self.sh;
+        sh.stop.load(Relaxed) || sh.progress.stop.load(Relaxed) || sh.w.duration.is_some_and(|d| sh.start.elapsed() >= d)
+    }
+
+    /// Step 3 of `next_op`, right before the I/O is issued: tell the write observer (it may arm
+    /// a fault for exactly this write) and start the op's clock.
+    pub fn announce(&self, op: &mut Op, ids: &[u64]) {
+        let sh = self.sh;
+        if op.is_write {
             if let Some(obs) = sh.observer {
                 obs.before_write(&WriteEvent {
-                    written_before: n0 * CONTENT_BLOCK,
-                    ops_before: o,
+                    written_before: op.written_before,
+                    ops_before: op.ops_before,
                     elapsed: sh.start.elapsed(),
-                    file,
-                    offset,
-                    ids: &ids[..per as usize],
+                    file: op.file,
+                    offset: op.offset,
+                    ids: &ids[..(op.len / CONTENT_BLOCK) as usize],
                 });
             }
         }
-        Some(Op { is_write, slot, file, offset, len: w.block_size, t0: Instant::now() })
+        op.t0 = Instant::now();
     }
 
     /// Retry a failed op per the policy (synchronously, exponential backoff from 1 ms);
@@ -242,6 +278,14 @@ impl<'s, 'a> Worker<'s, 'a> {
             self.sh.stopped_on_error.store(true, Relaxed);
             self.sh.stop.store(true, Relaxed);
         }
+    }
+}
+
+/// Step 2 of `next_op` for a write: the bytes of its content ids (`seed`: the maps' seed).
+/// Needs nothing else of the worker, so another thread can do it.
+pub fn fill(seed: u64, ids: &[u64], buf: &mut [u8]) {
+    for (id, b) in ids.iter().zip(buf.chunks_exact_mut(CONTENT_BLOCK as usize)) {
+        fill_block(*id, seed, b);
     }
 }
 
