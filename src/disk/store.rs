@@ -16,13 +16,24 @@ pub trait Store: Send + Sync {
     fn discard(&self, off: u64, len: u64) -> io::Result<()>;
     fn size(&self) -> u64;
     fn describe(&self) -> String;
-    /// Store `data` at `off` while hashing its `blocks` whole blocks of `bs` bytes (the first at
-    /// byte `start` of `data`), then hand the hashes and the stored bytes to `edit` before any
-    /// other request can see them. `None`: this store cannot; hash first, then `write`.
-    fn write_hashing(&self, off: u64, data: &[u8], bs: usize, start: usize, blocks: usize, edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
-        let _ = (off, data, bs, start, blocks, edit);
+    /// Store `data` at `off` under locks that keep every other request off [off, off+len), for
+    /// stores nobody can observe except through later requests (RAM): once the locks are held,
+    /// `locked` runs (the caller may acknowledge the write there: any later request waits for the
+    /// locks); then the bytes are copied in, hashing the `Hashed` blocks on the way, and `edit`
+    /// gets the hashes and the stored bytes before the locks are released.
+    /// `None`: this store cannot; write (after hashing) with `write`.
+    fn write_locked(&self, off: u64, data: &[u8], hashed: Option<Hashed>, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
+        let _ = (off, data, hashed, locked, edit);
         None
     }
+}
+
+/// The whole blocks of a write to hash: `blocks` blocks of `bs` bytes, the first at byte `start`.
+#[derive(Clone, Copy)]
+pub struct Hashed {
+    pub bs: usize,
+    pub start: usize,
+    pub blocks: usize,
 }
 
 const CHUNK_SHIFT: u32 = 16; // 64 KiB lock granularity
@@ -30,7 +41,8 @@ const STRIPES: usize = 1024;
 
 /// Sparse RAM: an anonymous NORESERVE mapping. Untouched pages read as zeroes and cost no
 /// memory; discard gives pages back (MADV_DONTNEED). Concurrent requests to the same 64 KiB
-/// chunk are serialised by striped locks (only one lock is held at a time: no deadlock).
+/// chunk are serialised by striped locks (one lock at a time, except `write_locked`, which takes
+/// a request's locks in stripe order: no deadlock).
 pub struct RamStore {
     base: *mut u8,
     size: u64,
@@ -144,12 +156,13 @@ impl Store for RamStore {
             }
         })
     }
-    /// Each block is hashed right before it is copied: the hashing runs while the previous
-    /// block's non-temporal stores drain, so it costs ~0.5 µs per 128 KiB instead of ~3.5 µs
-    /// as a separate pass (BENCHMARKS.md). All chunk locks are held until `edit` is done.
-    fn write_hashing(&self, off: u64, data: &[u8], bs: usize, start: usize, blocks: usize, edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
+    /// Each hashed block is hashed right before it is copied: the hashing runs while the
+    /// previous block's non-temporal stores drain, so it costs ~0.5 µs per 128 KiB instead of
+    /// ~3.5 µs as a separate pass (BENCHMARKS.md).
+    fn write_locked(&self, off: u64, data: &[u8], hashed: Option<Hashed>, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
         let len = data.len();
-        if len == 0 || off.checked_add(len as u64).is_none_or(|e| e > self.size) || start + blocks * bs > len {
+        let h = hashed.unwrap_or(Hashed { bs: 1, start: len, blocks: 0 });
+        if len == 0 || off.checked_add(len as u64).is_none_or(|e| e > self.size) || h.start + h.blocks * h.bs > len {
             return Some(Err(io::Error::from_raw_os_error(libc::EINVAL)));
         }
         // the only place that holds several stripe locks: taken in stripe order, so two such
@@ -158,22 +171,24 @@ impl Store for RamStore {
         stripes.sort_unstable();
         stripes.dedup();
         let _guards: Vec<_> = stripes.iter().map(|s| self.locks[*s].write().unwrap()).collect();
+        locked();
         let stream = len >= STREAM_MIN;
         let (src, dst) = (data.as_ptr(), unsafe { self.base.add(off as usize) });
-        let mut hashes = Vec::with_capacity(blocks);
-        // SAFETY: [off, off+len) is inside the mapping (checked) and locked for writing
-        unsafe {
-            std::ptr::copy_nonoverlapping(src, dst, start);
-            for b in 0..blocks {
-                let at = start + b * bs;
-                hashes.push(crate::content::block_hash(&data[at..at + bs]));
-                if stream { copy_streaming(src.add(at), dst.add(at), bs) } else { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), bs) }
-            }
-            let tail = start + blocks * bs;
-            std::ptr::copy_nonoverlapping(src.add(tail), dst.add(tail), len - tail);
-            store_fence();
-            edit(&hashes, std::slice::from_raw_parts_mut(dst, len));
+        let copy = |at: usize, n: usize| unsafe {
+            if stream { copy_streaming(src.add(at), dst.add(at), n) } else { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), n) }
+        };
+        let mut hashes = Vec::with_capacity(h.blocks);
+        // SAFETY (copies): [off, off+len) is inside the mapping (checked) and locked for writing
+        copy(0, h.start);
+        for b in 0..h.blocks {
+            let at = h.start + b * h.bs;
+            hashes.push(crate::content::block_hash(&data[at..at + h.bs]));
+            copy(at, h.bs);
         }
+        let tail = h.start + h.blocks * h.bs;
+        copy(tail, len - tail);
+        store_fence();
+        edit(&hashes, unsafe { std::slice::from_raw_parts_mut(dst, len) });
         Some(Ok(()))
     }
     fn flush(&self) -> io::Result<()> {

@@ -134,6 +134,8 @@ struct RuleSet {
     /// Ops with a content rule that fails, drops, tears or moves the request: for these the
     /// whole request's matches must be known before anything is stored.
     content_reshaping_ops: OpSet,
+    /// Ops with a content rule that delays: the reply waits for content matching.
+    content_delay_ops: OpSet,
 }
 
 impl RuleSet {
@@ -157,6 +159,9 @@ impl RuleSet {
                     s.content_ops = s.content_ops.union(r.rule.ops);
                     if !matches!(r.rule.action, Action::Bitflip { .. } | Action::Corrupt { .. } | Action::Delay { .. }) {
                         s.content_reshaping_ops = s.content_reshaping_ops.union(r.rule.ops);
+                    }
+                    if matches!(r.rule.action, Action::Delay { .. }) {
+                        s.content_delay_ops = s.content_delay_ops.union(r.rule.ops);
                     }
                     s.content.entry(hash).or_default().push(r.clone());
                 }
@@ -387,6 +392,11 @@ impl Planning<'_> {
     /// they are known and edited in place after (`match_hashes`).
     pub fn content_edits_only(&self) -> bool {
         !self.set.content_reshaping_ops.has(self.ctx.op)
+    }
+
+    /// The reply (error, delay) is decided: nothing content matching can find would change it.
+    pub fn reply_known(&self) -> bool {
+        !self.wants_content() || !(self.set.content_reshaping_ops.has(self.ctx.op) || self.set.content_delay_ops.has(self.ctx.op))
     }
 
     /// The request's fully covered, block-aligned blocks: (byte offset of the first one inside

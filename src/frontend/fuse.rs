@@ -188,10 +188,12 @@ impl Filesystem for DiskFs {
         reply: ReplyWrite,
     ) {
         let n = data.len() as u32;
-        let o = self.disk.write(offset, data);
-        self.complete(o, move |e| match e {
-            None => reply.written(n),
-            Some(e) => reply.error(Errno::from_i32(e)),
+        // the disk may acknowledge before the bytes are in (RAM store, `Disk::write_then`)
+        self.disk.write_then(offset, data, |o| {
+            self.complete(o, move |e| match e {
+                None => reply.written(n),
+                Some(e) => reply.error(Errno::from_i32(e)),
+            })
         });
     }
 
