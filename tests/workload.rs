@@ -46,14 +46,14 @@ fn verify_classifies_corruption_errors_and_misdirection() {
     // 100: flipped; 196..199: hold what was meant for 200..203 (written earlier, then hit by
     // the misdirected write); 200..203: never arrived (zeroes); 300: overwritten; 400: unreadable
     assert_eq!(bad, vec![100, 196, 197, 198, 199, 200, 201, 202, 203, 300, 400], "{rep:?}");
-    assert_eq!(rep.unreadable, 1);
+    assert_eq!(rep.counts.unreadable, 1);
     assert!(matches!(rep.bad[10], BadBlock::Unreadable { block: 400, errno: libc::EIO }));
     for b in &rep.bad[1..5] {
         let BadBlock::Corrupted { block, holds, .. } = b else { panic!() };
         assert_eq!(*holds, Some(block + 4), "block {block} should hold the content meant for {}", block + 4);
     }
-    assert_eq!(rep.misdirected, 4);
-    assert_eq!(rep.ok, rep.checked - 11);
+    assert_eq!(rep.counts.misdirected, 4);
+    assert_eq!(rep.counts.ok, rep.counts.checked - 11);
     drop(d);
     s.stop();
 }
@@ -305,7 +305,7 @@ fn io_uring_never_has_two_writes_to_one_block_in_flight() {
         let r = run(&w, &maps, None, None).unwrap();
         assert_eq!(r.write.ops, 60_000);
         let rep = faultline::verify::verify(&maps).unwrap();
-        assert!(rep.is_clean() && rep.checked == 32, "{rep:?}");
+        assert!(rep.is_clean() && rep.counts.checked == 32, "{rep:?}");
     }
     s.stop();
 }

@@ -71,7 +71,7 @@ fn file_interface_on_ext4_verifies_and_locates_a_flipped_block() {
         let maps = Maps::load(saved.path()).unwrap();
         let rep = verify(&maps).unwrap();
         assert_eq!(rep.files.len(), 4);
-        assert!(rep.is_clean() && rep.checked == maps.written_blocks() && rep.checked > 500, "{engine:?} {sync:?}: {rep:?}");
+        assert!(rep.is_clean() && rep.counts.checked == maps.written_blocks() && rep.counts.checked > 500, "{engine:?} {sync:?}: {rep:?}");
         // flip a bit in every read of the content of file 2, block 7 (profile none: unique)
         let (blk, id) = maps.maps[2].written().nth(7).unwrap();
         let mut bytes = vec![0u8; 4096];
@@ -81,7 +81,7 @@ fn file_interface_on_ext4_verifies_and_locates_a_flipped_block() {
         let bad: Vec<(usize, &BadBlock)> = rep.files.iter().flat_map(|f| f.bad.iter().map(move |b| (f.index, b))).collect();
         assert_eq!(bad.len(), 1, "{bad:?}");
         assert!(matches!(bad[0], (2, BadBlock::Corrupted { block, expected_id, holds: None, .. }) if *block == blk && *expected_id == id), "{bad:?}");
-        assert_eq!((rep.corrupted, rep.ok + 1), (1, rep.checked));
+        assert_eq!((rep.counts.corrupted, rep.counts.ok + 1), (1, rep.counts.checked));
         assert_eq!(rep.files[2].read_mode, "direct");
         s.clear();
         // a truncated file is short past its end, a deleted one missing
@@ -90,10 +90,10 @@ fn file_interface_on_ext4_verifies_and_locates_a_flipped_block() {
         std::fs::remove_file(maps.file_path(3).unwrap()).unwrap();
         let rep = verify(&maps).unwrap();
         let beyond = maps.maps[1].written().filter(|(b, _)| *b >= 64).count() as u64;
-        assert_eq!(rep.files[1].short, beyond);
-        assert_eq!(rep.files[3].missing, maps.maps[3].written().count() as u64);
+        assert_eq!(rep.files[1].counts.short, beyond);
+        assert_eq!(rep.files[3].counts.missing, maps.maps[3].written().count() as u64);
         assert_eq!(rep.files[3].read_mode, "missing");
-        assert_eq!(rep.ok + rep.short + rep.missing, rep.checked);
+        assert_eq!(rep.counts.ok + rep.counts.short + rep.counts.missing, rep.counts.checked);
         m.umount();
         drop(m);
         s.stop();

@@ -390,15 +390,16 @@ fn integrity(v: &crate::verify::VerifyReport) -> rm::Integrity {
         }
     }
     files_hit.sort_by(|a, b| b.bad_blocks.cmp(&a.bad_blocks).then(a.file.cmp(&b.file)));
+    let n = &v.counts;
     rm::Integrity {
-        blocks_checked: v.checked,
-        ok: v.ok,
+        blocks_checked: n.checked,
+        ok: n.ok,
         // the report counts misdirected apart from other corruption
-        corrupted: v.corrupted.saturating_sub(v.misdirected),
-        misdirected: v.misdirected,
-        unreadable: v.unreadable,
-        short: v.short,
-        missing: v.missing,
+        corrupted: n.corrupted.saturating_sub(n.misdirected),
+        misdirected: n.misdirected,
+        unreadable: n.unreadable,
+        short: n.short,
+        missing: n.missing,
         bad,
         files_hit,
     }

@@ -42,8 +42,10 @@ impl BadBlock {
     }
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct VerifyReport {
+/// Block counts of one verification: a device, one file, or all files. `misdirected` blocks
+/// are also `corrupted` (wrong bytes that are another written block's content).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Counts {
     pub checked: u64,
     pub ok: u64,
     pub corrupted: u64,
@@ -51,6 +53,24 @@ pub struct VerifyReport {
     pub unreadable: u64,
     pub short: u64,
     pub missing: u64,
+}
+
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, o: Counts) {
+        self.checked += o.checked;
+        self.ok += o.ok;
+        self.corrupted += o.corrupted;
+        self.misdirected += o.misdirected;
+        self.unreadable += o.unreadable;
+        self.short += o.short;
+        self.missing += o.missing;
+    }
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VerifyReport {
+    #[serde(flatten)]
+    pub counts: Counts,
     /// Block device: its bad blocks (4 KiB block numbers). File interface: empty (see `files`).
     pub bad: Vec<BadBlock>,
     /// File interface: one summary per file.
@@ -65,45 +85,35 @@ pub struct FileReport {
     /// How the file was read: "direct" (O_DIRECT) or "dropped-cache" (buffered after
     /// POSIX_FADV_DONTNEED + drop_caches), or "missing".
     pub read_mode: &'static str,
-    pub checked: u64,
-    pub ok: u64,
-    pub corrupted: u64,
-    pub misdirected: u64,
-    pub unreadable: u64,
-    pub short: u64,
-    pub missing: u64,
+    #[serde(flatten)]
+    pub counts: Counts,
     pub bad: Vec<BadBlock>,
 }
 
 impl VerifyReport {
     pub fn is_clean(&self) -> bool {
-        self.ok == self.checked
+        self.counts.ok == self.counts.checked
     }
 }
 
-/// Counters shared by the device report and file reports.
+/// What checking one map found: counts and the bad blocks.
 #[derive(Default)]
 struct Tally {
-    checked: u64,
-    ok: u64,
-    corrupted: u64,
-    misdirected: u64,
-    unreadable: u64,
-    short: u64,
-    missing: u64,
+    n: Counts,
     bad: Vec<BadBlock>,
 }
 
 impl Tally {
     fn push(&mut self, b: BadBlock) {
+        let n = &mut self.n;
         match &b {
             BadBlock::Corrupted { holds, .. } => {
-                self.corrupted += 1;
-                self.misdirected += holds.is_some() as u64;
+                n.corrupted += 1;
+                n.misdirected += holds.is_some() as u64;
             }
-            BadBlock::Unreadable { .. } => self.unreadable += 1,
-            BadBlock::Short { .. } => self.short += 1,
-            BadBlock::Missing { .. } => self.missing += 1,
+            BadBlock::Unreadable { .. } => n.unreadable += 1,
+            BadBlock::Short { .. } => n.short += 1,
+            BadBlock::Missing { .. } => n.missing += 1,
         }
         self.bad.push(b);
     }
@@ -142,7 +152,7 @@ fn check(f: &File, len: u64, map: &ContentMap, fidx: usize, index: &HashMap<u128
         // the part of the run inside the file
         let inside = run.iter().take_while(|(b, _)| (b + 1) * bs as u64 <= len).count();
         for &(b, _) in &run[inside..] {
-            t.checked += 1;
+            t.n.checked += 1;
             t.push(BadBlock::Short { block: b });
         }
         let run = &run[..inside];
@@ -153,7 +163,7 @@ fn check(f: &File, len: u64, map: &ContentMap, fidx: usize, index: &HashMap<u128
         let n = run.len();
         let ok_run = f.read_exact_at(&mut buf[..n * bs], first * bs as u64).is_ok();
         for (k, &(b, id)) in run.iter().enumerate() {
-            t.checked += 1;
+            t.n.checked += 1;
             if !ok_run {
                 let mut one = AlignedBuf::new(bs);
                 if let Err(e) = f.read_exact_at(&mut one, b * bs as u64) {
@@ -165,7 +175,7 @@ fn check(f: &File, len: u64, map: &ContentMap, fidx: usize, index: &HashMap<u128
             let got = &buf[k * bs..(k + 1) * bs];
             fill_block(id, seed, &mut want);
             if got == &want[..] {
-                t.ok += 1;
+                t.n.ok += 1;
             } else {
                 let holds = index.get(&block_hash(got)).copied().filter(|h| *h != (fidx, b));
                 t.push(BadBlock::Corrupted {
@@ -191,7 +201,7 @@ pub fn verify_device(dev: &Path, map: &ContentMap) -> Result<VerifyReport> {
     let index: HashMap<u128, (usize, u64)> = expected_index(&[map], map.seed).into_iter().map(|(h, (_, b))| (h, (usize::MAX, b))).collect();
     let mut t = Tally::default();
     check(&f, len, map, usize::MAX, &index, &mut t);
-    Ok(VerifyReport { checked: t.checked, ok: t.ok, corrupted: t.corrupted, misdirected: t.misdirected, unreadable: t.unreadable, short: t.short, missing: t.missing, bad: t.bad, files: vec![] })
+    Ok(VerifyReport { counts: t.n, bad: t.bad, files: vec![] })
 }
 
 /// Open a file so reads reach the disk: O_DIRECT, or else buffered with its cached pages
@@ -230,7 +240,7 @@ pub fn verify(maps: &Maps) -> Result<VerifyReport> {
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         for (b, _) in map.written() {
-                            t.checked += 1;
+                            t.n.checked += 1;
                             t.push(BadBlock::Missing { block: b });
                         }
                         "missing"
@@ -238,32 +248,14 @@ pub fn verify(maps: &Maps) -> Result<VerifyReport> {
                     Err(e) => {
                         let errno = e.raw_os_error().unwrap_or(libc::EIO);
                         for (b, _) in map.written() {
-                            t.checked += 1;
+                            t.n.checked += 1;
                             t.push(BadBlock::Unreadable { block: b, errno });
                         }
                         "unopenable"
                     }
                 };
-                rep.checked += t.checked;
-                rep.ok += t.ok;
-                rep.corrupted += t.corrupted;
-                rep.misdirected += t.misdirected;
-                rep.unreadable += t.unreadable;
-                rep.short += t.short;
-                rep.missing += t.missing;
-                rep.files.push(FileReport {
-                    index: i,
-                    path: p.display().to_string(),
-                    read_mode: mode,
-                    checked: t.checked,
-                    ok: t.ok,
-                    corrupted: t.corrupted,
-                    misdirected: t.misdirected,
-                    unreadable: t.unreadable,
-                    short: t.short,
-                    missing: t.missing,
-                    bad: t.bad,
-                });
+                rep.counts += t.n;
+                rep.files.push(FileReport { index: i, path: p.display().to_string(), read_mode: mode, counts: t.n, bad: t.bad });
             }
             Ok(rep)
         }

@@ -225,12 +225,14 @@ pub fn verify(a: VerifyArgs) -> Result<()> {
         m
     };
     let rep = crate::verify::verify(&maps)?;
+    let c = &rep.counts;
     println!(
         "checked {} blocks: ok {}, corrupted {} (misdirected {}), unreadable {}, short {}, missing {}",
-        rep.checked, rep.ok, rep.corrupted, rep.misdirected, rep.unreadable, rep.short, rep.missing
+        c.checked, c.ok, c.corrupted, c.misdirected, c.unreadable, c.short, c.missing
     );
-    for f in rep.files.iter().filter(|f| f.ok != f.checked) {
-        println!("  {}: ok {}/{}, corrupted {}, unreadable {}, short {}, missing {}", f.path, f.ok, f.checked, f.corrupted, f.unreadable, f.short, f.missing);
+    for f in rep.files.iter().filter(|f| f.counts.ok != f.counts.checked) {
+        let n = &f.counts;
+        println!("  {}: ok {}/{}, corrupted {}, unreadable {}, short {}, missing {}", f.path, n.ok, n.checked, n.corrupted, n.unreadable, n.short, n.missing);
     }
     if let Some(o) = a.out {
         std::fs::write(&o, serde_json::to_vec_pretty(&rep)?).with_context(|| format!("cannot write {}", o.display()))?;
