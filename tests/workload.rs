@@ -177,13 +177,19 @@ fn psync_prefilled_writes_match_io_uring_and_stop_cleanly() {
         assert!(bytes1[at..at + BS as usize] == expected(*id, m1.seed)[..], "bytes of block {blk}");
     }
     drop(ev);
-    s.open().write_at(&faultline::workload::direct::AlignedBuf::new(size as usize), 0).unwrap();
-    let w2 = mixed(Engine::IoUring);
-    let m2 = Maps::new(&w2).unwrap();
-    let r2 = run(&w2, &m2, None, None).unwrap();
-    assert_eq!((r2.read.ops, r2.write.ops), (r1.read.ops, r1.write.ops));
-    assert!(read_all(&s, size) == bytes1, "device contents differ between psync (prefilled) and io_uring");
-    assert_eq!(m1.maps[0].written().collect::<Vec<_>>(), m2.maps[0].written().collect::<Vec<_>>());
+    // io_uring at depth 8 and at depth 1 (where the next op is staged, filled while one I/O runs)
+    for depth in [8, 1] {
+        s.open().write_at(&faultline::workload::direct::AlignedBuf::new(size as usize), 0).unwrap();
+        let mut w2 = mixed(Engine::IoUring);
+        w2.iodepth = depth;
+        let m2 = Maps::new(&w2).unwrap();
+        let rec2 = Arc::new(Rec(Mutex::new(Vec::new())));
+        let r2 = run(&w2, &m2, Some(rec2.clone()), None).unwrap();
+        assert_eq!((r2.read.ops, r2.write.ops), (r1.read.ops, r1.write.ops), "depth {depth}");
+        assert!(read_all(&s, size) == bytes1, "device contents differ between psync (prefilled) and io_uring depth {depth}");
+        assert_eq!(m1.maps[0].written().collect::<Vec<_>>(), m2.maps[0].written().collect::<Vec<_>>());
+        assert_eq!(*rec2.0.lock().unwrap(), *rec.0.lock().unwrap(), "observer events, depth {depth}");
+    }
 
     // stop policy, sequential: the third write (bytes 256-384 KiB) fails; nothing after it is issued
     s.add("rules:\n  - {type: error, op: write, target: {block: 70}}\n");

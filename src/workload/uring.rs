@@ -3,11 +3,14 @@
 //! retried synchronously with pread/pwrite (`Worker::retry`). Two writes to the same block are
 //! never in flight together: the device could apply them in either order, and the content map
 //! could not say which one the block holds. (Reads are not tracked: whatever a read returns,
-//! the map is unaffected.)
+//! the map is unaffected.) With large writes, while the queue is full the next op is drawn and
+//! its content filled into a spare slot (`staged`), so the fill overlaps the I/Os in flight; it
+//! is announced to the write observer and submitted only when a slot frees.
 
 use super::config::CONTENT_BLOCK;
 use super::direct::AlignedBuf;
-use super::op::{Op, Worker, io_result};
+use super::op::{Op, Worker, fill, io_result};
+use super::psync::PREFILL_MIN;
 use anyhow::{Context, Result};
 use io_uring::{IoUring, opcode, types};
 use std::collections::HashSet;
@@ -84,23 +87,28 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
         .build(entries)
         .or_else(|_| IoUring::new(entries))
         .context("cannot set up an io_uring")?;
+    // one slot more than the depth: the staged op's
+    let slots = qd + 1;
     let mut sl = Slots {
         bs,
         per,
-        bufs: AlignedBuf::new(qd * bs),
-        ids: vec![0u64; qd * per],
-        ops: (0..qd).map(|_| None).collect(),
-        free: (0..qd).rev().collect(),
+        bufs: AlignedBuf::new(slots * bs),
+        ids: vec![0u64; slots * per],
+        ops: (0..slots).map(|_| None).collect(),
+        free: (0..slots).rev().collect(),
         busy: HashSet::with_capacity(qd * 2),
         done: Vec::with_capacity(qd),
     };
-    let iov: Vec<libc::iovec> = (0..qd).map(|s| libc::iovec { iov_base: unsafe { sl.bufs.as_mut_ptr().add(s * bs) } as *mut _, iov_len: bs }).collect();
+    let iov: Vec<libc::iovec> = (0..slots).map(|s| libc::iovec { iov_base: unsafe { sl.bufs.as_mut_ptr().add(s * bs) } as *mut _, iov_len: bs }).collect();
     // SAFETY: the buffers outlive the ring (dropped after it, below) and are not moved
     let fixed = unsafe { ring.submitter().register_buffers(&iov) }.is_ok();
     let mut exhausted = false;
+    let mut staged: Option<(usize, Op)> = None;
+    let w = wk.sh.w;
+    let stage = w.block_size >= PREFILL_MIN && w.write_pct > 0 && w.rate_iops.is_none();
     loop {
         // fill the queue
-        while !exhausted && sl.inflight() < qd {
+        while (staged.is_some() || !exhausted) && sl.inflight() - (staged.is_some() as usize) < qd {
             if let Some(d) = wk.rate_wait() {
                 if sl.inflight() > 0 {
                     // wait for completions rather than sleep with I/O in flight
@@ -110,11 +118,26 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
                     break;
                 }
             }
-            let s = sl.free.pop().unwrap();
-            let Some(mut op) = wk.next_op(&mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.ids[s * per..(s + 1) * per]) else {
-                sl.free.push(s);
-                exhausted = true;
-                break;
+            let (s, mut op) = match staged.take() {
+                // drawn ahead: a stop or the duration may have come since
+                Some((s, _)) if wk.stopping() => {
+                    sl.free.push(s);
+                    exhausted = true;
+                    break;
+                }
+                Some((s, mut op)) => {
+                    wk.announce(&mut op, &sl.ids[s * per..(s + 1) * per]);
+                    (s, op)
+                }
+                None => {
+                    let s = sl.free.pop().unwrap();
+                    let Some(op) = wk.next_op(&mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.ids[s * per..(s + 1) * per]) else {
+                        sl.free.push(s);
+                        exhausted = true;
+                        break;
+                    };
+                    (s, op)
+                }
             };
             // a write to the same block is in flight: let it finish first
             if op.is_write && sl.busy.contains(&(op.slot, op.offset)) {
@@ -138,11 +161,35 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
             }
             sl.ops[s] = Some(op);
         }
-        if sl.inflight() == 0 {
-            if exhausted {
+        let staged_n = staged.is_some() as usize;
+        if sl.inflight() - staged_n == 0 {
+            if exhausted && staged.is_none() {
                 break;
             }
             continue;
+        }
+        // the queue is full: submit, then draw and fill the next op while the I/Os run. Only
+        // for large writes (below PREFILL_MIN the extra submit costs more than the fill), and
+        // not under a rate limit (drawing waits for it).
+        if stage && staged.is_none() && !exhausted {
+            match ring.submit() {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => return Err(e).context("io_uring_enter"),
+            }
+            let s = sl.free.pop().unwrap();
+            match wk.draw(&mut sl.ids[s * per..(s + 1) * per]) {
+                Some(op) => {
+                    if op.is_write {
+                        fill(wk.sh.maps.seed, &sl.ids[s * per..(s + 1) * per], &mut sl.bufs[s * bs..(s + 1) * bs]);
+                    }
+                    staged = Some((s, op));
+                }
+                None => {
+                    sl.free.push(s);
+                    exhausted = true;
+                }
+            }
         }
         reap(&mut ring, &mut sl, wk, files)?;
     }
