@@ -359,7 +359,7 @@ mod tests {
         assert_eq!(b, blk);
     }
 
-    /// The RAM store takes edits-only content rules in one pass (`write_hashing`); a file store
+    /// The RAM store takes edits-only content rules in one pass (`write_locked`); a file store
     /// hashes first, then writes. Same requests, same rules: same bytes stored, same faults
     /// logged, same delays; and a content error rule (whole request) takes the two-pass path.
     #[test]
@@ -449,6 +449,11 @@ mod tests {
             want[255 * 4096] ^= 1;
             assert!(seen == want, "round {round}: a read issued after the ack saw other bytes");
         }
+    }
+
+    #[test]
+    fn zero_length_write_succeeds() {
+        assert_eq!(disk().write(4096, &[]).errno, None);
     }
 
     fn disk_of(store: StoreSpec, size: u64) -> Disk {

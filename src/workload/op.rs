@@ -1,6 +1,7 @@
 //! The per-op logic both engines share: `Worker::next_op` (`draw`: rate gate, bound claiming,
-//! pattern, mix, content ids; `fill`: the bytes; `announce`: write observer) and `Worker::complete` (stats, content map, errors,
-//! policy), plus `Worker::retry` (synchronous retries with backoff). Engines only move bytes.
+//! pattern, mix, content ids; `fill`: the bytes; `announce`: write observer) and
+//! `Worker::complete` (stats, content map, errors, policy), plus `Worker::retry` (synchronous
+//! retries with backoff). Engines only move bytes.
 
 use super::config::{CONTENT_BLOCK, ErrorPolicy, SyncMode, Workload};
 use super::engine::IoError;
@@ -279,6 +280,17 @@ impl<'s, 'a> Worker<'s, 'a> {
             self.sh.stop.store(true, Relaxed);
         }
     }
+}
+
+/// Writes from this size on are drawn and filled ahead of their I/O (psync: on a filler thread;
+/// io_uring: while the queue is full): below it the extra hand-over or submit costs more than
+/// the fill it hides.
+pub const FILL_AHEAD_MIN: u64 = 64 << 10;
+
+/// The engines fill writes ahead for this workload. Not under a rate limit: drawing waits
+/// for it, and would hold back the op in hand.
+pub fn fills_ahead(w: &Workload) -> bool {
+    w.block_size >= FILL_AHEAD_MIN && w.write_pct > 0 && w.rate_iops.is_none()
 }
 
 /// Step 2 of `next_op` for a write: the bytes of its content ids (`seed`: the maps' seed).

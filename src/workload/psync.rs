@@ -8,22 +8,16 @@
 
 use super::config::CONTENT_BLOCK;
 use super::direct::AlignedBuf;
-use super::op::{Op, Worker, fill};
+use super::op::{Op, Worker, fill, fills_ahead};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-/// Writes from this size on get their content filled ahead, on another thread: below it the
-/// hand-over (a futex wake per write) costs more than the fill it hides.
-pub const PREFILL_MIN: u64 = 64 << 10;
-
 pub fn run_thread(wk: &mut Worker, files: &[File]) {
-    let w = wk.sh.w;
-    // the rate gate sleeps in `draw`: drawing ahead would delay the op in hand
-    if w.block_size >= PREFILL_MIN && w.write_pct > 0 && w.rate_iops.is_none() {
+    if fills_ahead(wk.sh.w) {
         return run_prefilled(wk, files);
     }
-    let bs = w.block_size as usize;
+    let bs = wk.sh.w.block_size as usize;
     let mut buf = AlignedBuf::new(bs);
     let mut ids = vec![0u64; bs / CONTENT_BLOCK as usize];
     while let Some(op) = wk.next_op(&mut buf, &mut ids) {

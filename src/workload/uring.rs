@@ -9,8 +9,7 @@
 
 use super::config::CONTENT_BLOCK;
 use super::direct::AlignedBuf;
-use super::op::{Op, Worker, fill, io_result};
-use super::psync::PREFILL_MIN;
+use super::op::{Op, Worker, fill, fills_ahead, io_result};
 use anyhow::{Context, Result};
 use io_uring::{IoUring, opcode, types};
 use std::collections::HashSet;
@@ -104,8 +103,7 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     let fixed = unsafe { ring.submitter().register_buffers(&iov) }.is_ok();
     let mut exhausted = false;
     let mut staged: Option<(usize, Op)> = None;
-    let w = wk.sh.w;
-    let stage = w.block_size >= PREFILL_MIN && w.write_pct > 0 && w.rate_iops.is_none();
+    let stage = fills_ahead(wk.sh.w);
     loop {
         // fill the queue
         while (staged.is_some() || !exhausted) && sl.inflight() - (staged.is_some() as usize) < qd {
@@ -168,9 +166,8 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
             }
             continue;
         }
-        // the queue is full: submit, then draw and fill the next op while the I/Os run. Only
-        // for large writes (below PREFILL_MIN the extra submit costs more than the fill), and
-        // not under a rate limit (drawing waits for it).
+        // the queue is full: submit, then draw and fill the next op while the I/Os run
+        // (`fills_ahead`: large writes, no rate limit)
         if stage && staged.is_none() && !exhausted {
             match ring.submit() {
                 Ok(_) => {}
