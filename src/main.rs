@@ -4,11 +4,12 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::frontend::control;
-use faultline::spec::units::parse_size;
+use faultline::spec::units::{parse_duration, parse_size};
 use faultline::stack::{ledger, served::ServedDisk};
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(name = "faultline", version, about = "A faulty virtual disk for storage-stack experiments")]
@@ -19,6 +20,18 @@ struct Cli {
 
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
+}
+
+/// `0`/`off`, or a duration up to 1ms (a longer spin only burns a CPU while the disk is idle).
+fn busy_poll_arg(s: &str) -> Result<Duration, String> {
+    if matches!(s.trim(), "0" | "off") {
+        return Ok(Duration::ZERO);
+    }
+    let d = parse_duration(s)?;
+    if d > Duration::from_millis(1) {
+        return Err(format!("`{s}` is too long; allowed: 0 (off) up to 1ms"));
+    }
+    Ok(d)
 }
 
 #[derive(Subcommand)]
@@ -46,6 +59,11 @@ enum Cmd {
         /// Control socket path (default: /run/faultline/<pid>.sock).
         #[arg(long)]
         socket: Option<PathBuf>,
+        /// After each read/write, poll for the next request this long before sleeping: lower
+        /// latency while requests come one at a time, at the cost of up to one CPU busy while
+        /// they do. Never while several requests are in flight. 0 turns it off (max 1ms).
+        #[arg(long, default_value = "50us", value_parser = busy_poll_arg)]
+        busy_poll: Duration,
     },
     /// Talk to a running `faultline serve` through its control socket.
     Fault {
@@ -155,9 +173,12 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve { size, block_size, store, destructive, force, rules, socket } => {
-            serve(DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force }, rules, socket)
-        }
+        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll } => serve(
+            DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force },
+            &faultline::frontend::Options { busy_poll },
+            rules,
+            socket,
+        ),
         Cmd::Fault { socket, cmd } => fault(socket, cmd),
         Cmd::Run { file, out, check, quiet } => {
             let exp = faultline::spec::experiment::parse_experiment_file(&file).map_err(anyhow::Error::msg)?;
@@ -195,13 +216,14 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn serve(cfg: DiskConfig, rules: Option<PathBuf>, socket: Option<PathBuf>) -> Result<()> {
+fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<PathBuf>, socket: Option<PathBuf>) -> Result<()> {
     faultline::disk::check_block_size(cfg.block_size as u64)?;
     // catch signals from the start so a Ctrl-C during set-up still tears down
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let socket = socket.unwrap_or_else(|| ledger::run_dir().join(format!("{}.sock", std::process::id())));
     let served = ServedDisk::start(
         &cfg,
+        front,
         |d| match &rules {
             Some(p) => faultline::spec::rules::parse_rules_file(p, d.geometry()).map_err(anyhow::Error::msg),
             None => Ok(vec![]),

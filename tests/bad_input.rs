@@ -50,6 +50,10 @@ fn bad_units_and_values() {
     assert!(e.contains("512B to 64KiB"), "{e}");
     let e = serve_fails("rules: []\n", &["--size", "16MiB", "--store", "tape:/dev/st0"]);
     assert!(e.contains("ram, file:PATH, device:PATH"), "{e}");
+    let e = serve_fails("rules: []\n", &["--size", "16MiB", "--busy-poll", "5ms"]);
+    assert!(e.contains("--busy-poll") && e.contains("up to 1ms"), "{e}");
+    let e = serve_fails("rules: []\n", &["--size", "16MiB", "--busy-poll", "50"]);
+    assert!(e.contains("no unit"), "{e}");
 }
 
 #[test]

@@ -28,7 +28,7 @@ fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
 
 fn disk(size: u64) -> ServedDisk {
     let cfg = DiskConfig { size: Some(size), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false };
-    ServedDisk::start(&cfg, |_| Ok(vec![]), None).unwrap()
+    ServedDisk::start(&cfg, &Default::default(), |_| Ok(vec![]), None).unwrap()
 }
 
 const MIB: u64 = 1 << 20;

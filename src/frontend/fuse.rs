@@ -2,6 +2,7 @@
 //! mode. Only plumbing: every byte goes through `Disk`, which owns the fault logic.
 
 use super::delay::Delayer;
+use super::poll::{InFlight, Poller};
 use crate::disk::{Disk, Outcome};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
@@ -21,6 +22,7 @@ pub const MAX_WRITE: u32 = 1 << 20;
 pub struct DiskFs {
     disk: Arc<Disk>,
     delayer: Delayer,
+    poller: Arc<Poller>,
     created: SystemTime,
 }
 
@@ -30,8 +32,8 @@ thread_local! {
 }
 
 impl DiskFs {
-    pub fn new(disk: Arc<Disk>) -> DiskFs {
-        DiskFs { disk, delayer: Delayer::new(), created: SystemTime::now() }
+    pub fn new(disk: Arc<Disk>, poller: Arc<Poller>) -> DiskFs {
+        DiskFs { disk, delayer: Delayer::new(), poller, created: SystemTime::now() }
     }
 
     fn attr(&self, ino: INodeNo) -> FileAttr {
@@ -56,8 +58,8 @@ impl DiskFs {
         }
     }
 
-    /// Reply now, or later from the delay thread.
-    fn complete(&self, o: Outcome, reply: impl FnOnce(Option<i32>) + Send + 'static) {
+    /// Reply now, or later from the delay thread; `flight` ends with the reply.
+    fn complete(&self, o: Outcome, flight: InFlight, reply: impl FnOnce(Option<i32>) + Send + 'static) {
         match o.delay {
             Some(d) if !d.is_zero() => {
                 let errno = o.errno;
@@ -67,11 +69,15 @@ impl DiskFs {
                     at,
                     Box::new(move || {
                         disk.engine.log.delay_lateness.record(at.elapsed());
-                        reply(errno)
+                        reply(errno);
+                        drop(flight);
                     }),
                 );
             }
-            _ => reply(o.errno),
+            _ => {
+                reply(o.errno);
+                drop(flight);
+            }
         }
     }
 }
@@ -153,6 +159,7 @@ impl Filesystem for DiskFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let flight = self.poller.arrived();
         let len = (size as u64).min(self.disk.size().saturating_sub(offset)) as usize;
         READ_BUF.with_borrow_mut(|buf| {
             // grow only: shrinking and regrowing would zero-fill on every size change
@@ -166,13 +173,14 @@ impl Filesystem for DiskFs {
                 (None, None) => reply.data(buf),
                 _ => {
                     let data = buf.to_vec();
-                    self.complete(o, move |e| match e {
+                    self.complete(o, flight, move |e| match e {
                         None => reply.data(&data),
                         Some(e) => reply.error(Errno::from_i32(e)),
                     })
                 }
             }
         });
+        self.poller.idle();
     }
 
     fn write(
@@ -188,13 +196,15 @@ impl Filesystem for DiskFs {
         reply: ReplyWrite,
     ) {
         let n = data.len() as u32;
+        let flight = self.poller.arrived();
         // the disk may acknowledge before the bytes are in (RAM store, `Disk::write_then`)
         self.disk.write_then(offset, data, |o| {
-            self.complete(o, move |e| match e {
+            self.complete(o, flight, move |e| match e {
                 None => reply.written(n),
                 Some(e) => reply.error(Errno::from_i32(e)),
             })
         });
+        self.poller.idle();
     }
 
     fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
@@ -203,8 +213,9 @@ impl Filesystem for DiskFs {
     }
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        let flight = self.poller.arrived();
         let o = self.disk.flush();
-        self.complete(o, empty(reply));
+        self.complete(o, flight, empty(reply));
     }
 
     fn fallocate(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
@@ -213,8 +224,9 @@ impl Filesystem for DiskFs {
             // plain preallocation: the disk is fully allocated already
             return reply.ok();
         }
+        let flight = self.poller.arrived();
         let o = self.disk.discard(offset, length);
-        self.complete(o, empty(reply));
+        self.complete(o, flight, empty(reply));
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {

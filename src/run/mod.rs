@@ -145,7 +145,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let cfg = DiskConfig { size: Some(setup.disk.size), block_size: setup.disk.block_size, store: setup.disk.store.clone(), destructive: false, force: false };
     let mut built = Built { stack: None, disks: Vec::new() };
     for _ in 0..setup.stack.disks() {
-        built.disks.push(ServedDisk::start(&cfg, |_| Ok(vec![]), None)?);
+        built.disks.push(ServedDisk::start(&cfg, &Default::default(), |_| Ok(vec![]), None)?);
     }
     let devices: Vec<PathBuf> = built.disks.iter().map(|d| d.device().to_owned()).collect();
     let disks: Vec<Arc<Disk>> = built.disks.iter().map(|d| d.disk.clone()).collect();

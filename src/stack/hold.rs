@@ -30,7 +30,7 @@ pub fn run(size: u64, stack: &str, busy: bool) -> Result<()> {
     // declared before the stack so they drop after it
     let mut disks = Vec::new();
     for _ in 0..spec.devices_needed() {
-        disks.push(ServedDisk::start(&cfg, |_| Ok(vec![]), None)?);
+        disks.push(ServedDisk::start(&cfg, &Default::default(), |_| Ok(vec![]), None)?);
     }
     let devices: Vec<_> = disks.iter().map(|d| d.device().to_owned()).collect();
     let built = Built::build(&spec, &devices)?;

@@ -18,13 +18,18 @@ pub struct ServedDisk {
 
 impl ServedDisk {
     /// `rules` are armed before the device appears, so no request escapes them.
-    pub fn start(cfg: &DiskConfig, rules: impl FnOnce(&Disk) -> Result<Vec<Rule>>, socket: Option<&Path>) -> Result<ServedDisk> {
+    pub fn start(
+        cfg: &DiskConfig,
+        front: &frontend::Options,
+        rules: impl FnOnce(&Disk) -> Result<Vec<Rule>>,
+        socket: Option<&Path>,
+    ) -> Result<ServedDisk> {
         frontend::preflight()?;
         let disk = Arc::new(Disk::open(cfg)?);
         disk.arm(rules(&disk)?)?;
         let mut ledger = LedgerFile::create()?;
         let mut me = ServedDisk { disk: disk.clone(), exposed: None, ledger: None, socket: None };
-        match Exposed::new(disk.clone(), &mut ledger) {
+        match Exposed::new(disk.clone(), front, &mut ledger) {
             Ok(e) => me.exposed = Some(e),
             Err(e) => {
                 // undo whatever part was built (e.g. the mount point of a failed mount)
