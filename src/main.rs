@@ -4,7 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::frontend::control;
-use faultline::spec::units::{parse_duration, parse_size};
+use faultline::spec::units::{parse_busy_poll, parse_size};
 use faultline::stack::{ledger, served::ServedDisk};
 use serde_json::{Value, json};
 use std::io::Write;
@@ -20,18 +20,6 @@ struct Cli {
 
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
-}
-
-/// `0`/`off`, or a duration up to 1ms (a longer spin only burns a CPU while the disk is idle).
-fn busy_poll_arg(s: &str) -> Result<Duration, String> {
-    if matches!(s.trim(), "0" | "off") {
-        return Ok(Duration::ZERO);
-    }
-    let d = parse_duration(s)?;
-    if d > Duration::from_millis(1) {
-        return Err(format!("`{s}` is too long; allowed: 0 (off) up to 1ms"));
-    }
-    Ok(d)
 }
 
 #[derive(Subcommand)]
@@ -62,7 +50,7 @@ enum Cmd {
         /// After each read/write, poll for the next request this long before sleeping: lower
         /// latency while requests come one at a time, at the cost of up to one CPU busy while
         /// they do. Never while several requests are in flight. 0 turns it off (max 1ms).
-        #[arg(long, default_value = "50us", value_parser = busy_poll_arg)]
+        #[arg(long, default_value = "50us", value_parser = parse_busy_poll)]
         busy_poll: Duration,
     },
     /// Talk to a running `faultline serve` through its control socket.

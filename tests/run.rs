@@ -181,6 +181,8 @@ fn experiment_errors_name_line_and_allowed() {
         ("name: x\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: bitflip, op: write, target: last_written_block, by: offset, when: {every: 1MiB}}\n", "exp.yaml:5:", "by: content"),
         ("name: x\ncolour: red\n", "exp.yaml", "colour"),
         ("stack: raw\n", "exp.yaml", "missing `name`"),
+        ("name: x\ndisk: {busy_poll: 5ms}\n", "line 2 column 19", "up to 1ms"),
+        ("name: x\ndisk: {busy_poll: 20}\n", "line 2 column 19", "no unit"),
     ];
     for (yaml, at, what) in cases {
         let f = dir.path().join("exp.yaml");

@@ -4,7 +4,7 @@
 //! disk is created; errors name the file, line, column and what is allowed.
 
 use super::rules::{DiskGeometry, FaultSpec, RawRule, WordOr, validate_fault};
-use super::units::{Dur, Size};
+use super::units::{BusyPoll, Dur, Size};
 use super::workload::WorkloadYaml;
 use crate::disk::StoreSpec;
 pub use crate::stack::fs::FsKind;
@@ -33,6 +33,7 @@ struct RawDisk {
     size: Option<Size>,
     block_size: Option<Size>,
     store: Option<String>,
+    busy_poll: Option<BusyPoll>,
 }
 
 #[derive(Deserialize)]
@@ -102,6 +103,8 @@ pub struct DiskChoice {
     pub size: u64,
     pub block_size: u32,
     pub store: StoreSpec,
+    /// the front end's busy poll (`serve --busy-poll`)
+    pub busy_poll: Duration,
 }
 
 /// One setup of an experiment, fully validated.
@@ -256,7 +259,12 @@ fn repeat(r: &Spanned<u32>, source: &str) -> Result<u32, String> {
 }
 
 fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -> Result<DiskChoice, String> {
-    let mut out = base.cloned().unwrap_or(DiskChoice { size: 1 << 30, block_size: 4096, store: StoreSpec::Ram });
+    let mut out = base.cloned().unwrap_or(DiskChoice {
+        size: 1 << 30,
+        block_size: 4096,
+        store: StoreSpec::Ram,
+        busy_poll: crate::frontend::DEFAULT_BUSY_POLL,
+    });
     let Some(d) = d else { return Ok(out) };
     let at = loc(d);
     if let Some(s) = d.value.size {
@@ -273,6 +281,9 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -
         if matches!(out.store, StoreSpec::Device(_)) {
             return Err(format!("{source}:{at}: experiments use ram or file stores; a real device (destructive) is only served with `faultline serve --store device:PATH --destructive`"));
         }
+    }
+    if let Some(b) = d.value.busy_poll {
+        out.busy_poll = b.0;
     }
     if out.size % out.block_size as u64 != 0 {
         return Err(format!("{source}:{at}: disk size {} is not a multiple of the block size {}", out.size, out.block_size));
@@ -362,4 +373,21 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskChoice, st: &StackChoice,
         out.push(f);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_poll_defaults_and_turns_off() {
+        let poll = |disk: &str| {
+            let e = parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").unwrap();
+            e.setups[0].disk.busy_poll
+        };
+        assert_eq!(poll(""), crate::frontend::DEFAULT_BUSY_POLL);
+        assert_eq!(poll("disk: {busy_poll: off}\n"), Duration::ZERO);
+        assert_eq!(poll("disk: {busy_poll: 0}\n"), Duration::ZERO);
+        assert_eq!(poll("disk: {busy_poll: 20us}\n"), Duration::from_micros(20));
+    }
 }

@@ -92,6 +92,43 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_nanos(ns.round() as u64))
 }
 
+/// `serve --busy-poll` / an experiment's `disk: {busy_poll}`: `0` or `off`, or a duration up
+/// to 1ms (a longer poll only burns a CPU while the disk idles).
+pub fn parse_busy_poll(text: &str) -> Result<Duration, String> {
+    if matches!(text.trim(), "0" | "off") {
+        return Ok(Duration::ZERO);
+    }
+    let d = parse_duration(text)?;
+    if d > Duration::from_millis(1) {
+        return Err(format!("`{text}` is too long for a busy poll; allowed: 0 (off) up to 1ms"));
+    }
+    Ok(d)
+}
+
+/// A busy-poll budget in YAML: `0`, `off`, or a duration up to 1ms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct BusyPoll(pub Duration);
+
+impl<'de> Deserialize<'de> for BusyPoll {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // YAML reads a bare `off` as false
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            B(bool),
+            N(NumOrStr),
+        }
+        let help = format!("expected 0, off, or {DURATION_HELP}, at most 1ms");
+        match Raw::deserialize(d)? {
+            Raw::B(false) | Raw::N(NumOrStr::U(0)) => Ok(BusyPoll(Duration::ZERO)),
+            Raw::B(true) => Err(de::Error::custom(format!("`true` is not a busy-poll budget; {help}"))),
+            Raw::N(NumOrStr::U(n)) => Err(de::Error::custom(format!("`{n}` has no unit; {help}"))),
+            Raw::N(NumOrStr::F(f)) => Err(de::Error::custom(format!("`{f}` has no unit; {help}"))),
+            Raw::N(NumOrStr::S(s)) => parse_busy_poll(&s).map(BusyPoll).map_err(de::Error::custom),
+        }
+    }
+}
+
 pub fn parse_ratio(text: &str) -> Result<f64, String> {
     let s = text.trim();
     let v = if let Some(p) = s.strip_suffix('%') {
