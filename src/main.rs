@@ -223,11 +223,12 @@ fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<Pa
     out.flush()?;
     drop(out);
     eprintln!(
-        "faultline: serving {} ({} store, {} B blocks, {} rules) on {}; control socket {}; Ctrl-C to stop",
+        "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}) on {}; control socket {}; Ctrl-C to stop",
         faultline::spec::units::format_size(served.disk.size()),
         served.disk.describe_store(),
         served.disk.block_size(),
         served.disk.engine.list().len(),
+        if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },
         served.device().display(),
         socket.display()
     );
