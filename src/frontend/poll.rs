@@ -2,8 +2,8 @@
 //! wake-up. At queue depth 1 the daemon is idle between its reply and the next request for
 //! ~15-30 µs; a blocking read sleeps there, and waking it (an IPI and the idle CPU's exit, a
 //! VM exit in a guest) is a large part of the round trip. fuser owns the read loop, so the
-//! poll happens at the end of our own read/write handlers: spin on `poll(2)` (timeout 0) of
-//! the session's /dev/fuse until a request is pending or the budget runs out, then return;
+//! poll happens at the end of our own read/write handlers: `poll(2)` (timeout 0) the session's
+//! /dev/fuse, yielding between polls, until a request is pending or the budget runs out;
 //! fuser's blocking read then finds the request waiting. All clone fds share one input queue,
 //! so polling a dup of the session fd sees every pending request.
 //!
@@ -78,7 +78,8 @@ impl Poller {
         let Some(fd) = self.fd.get() else { return };
         if self.budget.is_zero()
             || self.in_flight.load(Acquire) > 0
-            || self.seen.load(Relaxed) - self.last_overlap.load(Relaxed) < SERIAL_RUN
+            // saturating: an overlap recorded between the two loads reads as "just now"
+            || self.seen.load(Relaxed).saturating_sub(self.last_overlap.load(Relaxed)) < SERIAL_RUN
         {
             return;
         }
