@@ -4,6 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::frontend::control;
+use faultline::frontend::uring::RingMode;
 use faultline::spec::units::{parse_busy_poll, parse_size};
 use faultline::stack::{ledger, served::ServedDisk};
 use serde_json::{Value, json};
@@ -52,6 +53,11 @@ enum Cmd {
         /// they do. Never while several requests are in flight. 0 turns it off (max 1ms).
         #[arg(long, default_value = "50us", value_parser = parse_busy_poll)]
         busy_poll: Duration,
+        /// How requests reach the daemon: `on` = FUSE over io_uring (Linux 6.14+; the kernel's
+        /// switch is turned on for the mount and put back), `off` = classic /dev/fuse reads,
+        /// `auto` = io_uring where it works, else classic (the start-up line says which).
+        #[arg(long, default_value = "auto", value_parser = RingMode::parse)]
+        ring: RingMode,
     },
     /// Talk to a running `faultline serve` through its control socket.
     Fault {
@@ -161,9 +167,9 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll } => serve(
+        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring } => serve(
             DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force },
-            &faultline::frontend::Options { busy_poll },
+            &faultline::frontend::Options { busy_poll, ring },
             rules,
             socket,
         ),
@@ -223,12 +229,13 @@ fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<Pa
     out.flush()?;
     drop(out);
     eprintln!(
-        "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}) on {}; control socket {}; Ctrl-C to stop",
+        "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}, requests over {}) on {}; control socket {}; Ctrl-C to stop",
         faultline::spec::units::format_size(served.disk.size()),
         served.disk.describe_store(),
         served.disk.block_size(),
         served.disk.engine.list().len(),
         if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },
+        served.transport(),
         served.device().display(),
         socket.display()
     );

@@ -14,32 +14,39 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 pub const FILE_NAME: &str = "disk";
-const ROOT: INodeNo = INodeNo(1);
+pub(super) const ROOT: INodeNo = INodeNo(1);
 const FILE: INodeNo = INodeNo(2);
-const TTL: Duration = Duration::from_secs(3600);
+pub(super) const TTL: Duration = Duration::from_secs(3600);
 pub const MAX_WRITE: u32 = 1 << 20;
 
 pub struct DiskFs {
     disk: Arc<Disk>,
+    attrs: NodeAttrs,
     delayer: Delayer,
     poller: Arc<Poller>,
+    /// ask the kernel for FUSE over io_uring in INIT (`uring`: a ring is ready to register)
+    ask_uring: bool,
+}
+
+/// The one-file tree's metadata, answered alike by the classic path and the ring (`uring`).
+#[derive(Clone)]
+pub struct NodeAttrs {
+    disk: Arc<Disk>,
     created: SystemTime,
 }
 
-thread_local! {
-    /// Per-thread read buffer: no allocation per read on the hot path.
-    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-impl DiskFs {
-    pub fn new(disk: Arc<Disk>, poller: Arc<Poller>) -> DiskFs {
-        DiskFs { disk, delayer: Delayer::new(), poller, created: SystemTime::now() }
+impl NodeAttrs {
+    pub fn new(disk: Arc<Disk>) -> NodeAttrs {
+        NodeAttrs { disk, created: SystemTime::now() }
     }
 
-    fn attr(&self, ino: INodeNo) -> FileAttr {
-        let (kind, perm, size, nlink) =
-            if ino == ROOT { (FileType::Directory, 0o755, 0, 2) } else { (FileType::RegularFile, 0o600, self.disk.size(), 1) };
-        FileAttr {
+    pub fn attr(&self, ino: INodeNo) -> Option<FileAttr> {
+        let (kind, perm, size, nlink) = match ino {
+            ROOT => (FileType::Directory, 0o755, 0, 2),
+            FILE => (FileType::RegularFile, 0o600, self.disk.size(), 1),
+            _ => return None,
+        };
+        Some(FileAttr {
             ino,
             size,
             blocks: size / 512,
@@ -55,7 +62,45 @@ impl DiskFs {
             rdev: 0,
             blksize: self.disk.block_size(),
             flags: 0,
+        })
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Option<FileAttr> {
+        (parent == ROOT.0 && name == FILE_NAME.as_bytes()).then(|| self.attr(FILE)).flatten()
+    }
+
+    /// FOPEN flags for an open of `ino`, or the errno.
+    pub fn open_flags(&self, ino: u64, dir: bool) -> Result<u32, i32> {
+        match (INodeNo(ino), dir) {
+            (FILE, false) => Ok(FopenFlags::FOPEN_DIRECT_IO.bits()),
+            (ROOT, true) => Ok(0),
+            (ROOT, false) => Err(libc::EISDIR),
+            (FILE, true) => Err(libc::ENOTDIR),
+            _ => Err(libc::ENOENT),
         }
+    }
+}
+
+/// The root directory's entries: (inode, type, name).
+pub(super) fn root_entries() -> [(INodeNo, FileType, &'static str); 3] {
+    [(ROOT, FileType::Directory, "."), (ROOT, FileType::Directory, ".."), (FILE, FileType::RegularFile, FILE_NAME)]
+}
+
+/// Whether a fallocate mode frees or zeroes a range (the loop driver sends discard as
+/// PUNCH_HOLE|KEEP_SIZE and write-zeroes as ZERO_RANGE); plain preallocation is a no-op, the
+/// disk is fully allocated already.
+pub(super) fn fallocate_discards(mode: i32) -> bool {
+    mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) != 0
+}
+
+thread_local! {
+    /// Per-thread read buffer: no allocation per read on the hot path.
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl DiskFs {
+    pub fn new(disk: Arc<Disk>, attrs: NodeAttrs, poller: Arc<Poller>, ask_uring: bool) -> DiskFs {
+        DiskFs { disk, attrs, delayer: Delayer::new(), poller, ask_uring }
     }
 
     /// Reply now, or later from the delay thread; `flight` ends with the reply.
@@ -97,21 +142,25 @@ impl Filesystem for DiskFs {
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_background(256);
         let _ = config.set_congestion_threshold(192);
+        if self.ask_uring {
+            // with it, the kernel holds new requests until the ring is registered (uring.rs),
+            // and keeps the ring usable after the module switch goes back off
+            let _ = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING);
+        }
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        if parent == ROOT && name == FILE_NAME {
-            reply.entry(&TTL, &self.attr(FILE), Generation(0));
-        } else {
-            reply.error(Errno::ENOENT);
+        match self.attrs.lookup(parent.0, name.as_encoded_bytes()) {
+            Some(a) => reply.entry(&TTL, &a, Generation(0)),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match ino {
-            ROOT | FILE => reply.attr(&TTL, &self.attr(ino)),
-            _ => reply.error(Errno::ENOENT),
+        match self.attrs.attr(ino) {
+            Some(a) => reply.attr(&TTL, &a),
+            None => reply.error(Errno::ENOENT),
         }
     }
 
@@ -138,14 +187,17 @@ impl Filesystem for DiskFs {
         if size.is_some_and(|s| s != self.disk.size()) {
             return reply.error(Errno::EPERM);
         }
-        reply.attr(&TTL, &self.attr(ino));
+        match self.attrs.attr(ino) {
+            Some(a) => reply.attr(&TTL, &a),
+            None => reply.error(Errno::ENOENT),
+        }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        if ino != FILE {
-            return reply.error(Errno::EISDIR);
+        match self.attrs.open_flags(ino.0, false) {
+            Ok(f) => reply.opened(FileHandle(0), FopenFlags::from_bits_retain(f)),
+            Err(e) => reply.error(Errno::from_i32(e)),
         }
-        reply.opened(FileHandle(0), FopenFlags::FOPEN_DIRECT_IO);
     }
 
     fn read(
@@ -219,9 +271,7 @@ impl Filesystem for DiskFs {
     }
 
     fn fallocate(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        // the loop driver sends discard as PUNCH_HOLE|KEEP_SIZE and write-zeroes as ZERO_RANGE
-        if mode & (libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE) == 0 {
-            // plain preallocation: the disk is fully allocated already
+        if !fallocate_discards(mode) {
             return reply.ok();
         }
         let flight = self.poller.arrived();
@@ -233,8 +283,7 @@ impl Filesystem for DiskFs {
         if ino != ROOT {
             return reply.error(Errno::ENOTDIR);
         }
-        let entries = [(ROOT, FileType::Directory, "."), (ROOT, FileType::Directory, ".."), (FILE, FileType::RegularFile, FILE_NAME)];
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(offset as usize) {
+        for (i, (ino, kind, name)) in root_entries().iter().enumerate().skip(offset as usize) {
             if reply.add(*ino, (i + 1) as u64, *kind, name) {
                 break;
             }

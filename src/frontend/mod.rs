@@ -6,6 +6,7 @@ pub mod delay;
 pub mod fuse;
 pub mod loopdev;
 pub mod poll;
+pub mod uring;
 
 use crate::disk::Disk;
 use crate::stack::ledger::LedgerFile;
@@ -37,6 +38,8 @@ pub struct Options {
     /// After a request, poll /dev/fuse this long for the next one before sleeping
     /// (`poll.rs`); zero never polls.
     pub busy_poll: Duration,
+    /// FUSE over io_uring (`uring/`), classic /dev/fuse reads, or the first where it works.
+    pub ring: uring::RingMode,
 }
 
 /// Measured on 2 CPUs: 50 µs catches nearly every next request at queue depth 1 (the gap is
@@ -45,7 +48,7 @@ pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
 
 impl Default for Options {
     fn default() -> Options {
-        Options { busy_poll: DEFAULT_BUSY_POLL }
+        Options { busy_poll: DEFAULT_BUSY_POLL, ring: uring::RingMode::Auto }
     }
 }
 
@@ -53,7 +56,11 @@ impl Default for Options {
 pub struct Exposed {
     pub device: PathBuf,
     pub mountpoint: PathBuf,
+    /// how requests reach the daemon: "io_uring", or "/dev/fuse" with the reason the ring
+    /// was not used
+    pub transport: String,
     session: Option<fuser::BackgroundSession>,
+    ring: Option<uring::RingServer>,
 }
 
 impl Exposed {
@@ -68,19 +75,49 @@ impl Exposed {
         cfg.n_threads = Some(2);
         cfg.clone_fd = true;
         cfg.mount_options = vec![fuser::MountOption::FSName("faultline".into()), fuser::MountOption::Subtype("faultline".into())];
+        // the ring and its buffers exist before the mount, so INIT asks for io_uring only
+        // when it can be had; the kernel switch stays on until the ring is registered
+        let mut transport = String::from("/dev/fuse");
+        let (prepared, switch) = match opts.ring {
+            uring::RingMode::Off => (None, None),
+            mode => match uring::Prepared::new().and_then(|p| Ok((p, uring::Switch::on()?))) {
+                Ok((p, sw)) => (Some(p), Some(sw)),
+                Err(e) if mode == uring::RingMode::On => return Err(e.context("FUSE over io_uring was asked for (ring: on)")),
+                Err(e) => {
+                    transport = format!("/dev/fuse (no io_uring: {e:#})");
+                    (None, None)
+                }
+            },
+        };
         ledger.update(|l| l.mounts.push(mountpoint.clone()))?;
         let bs = disk.block_size();
         let poller = Arc::new(poll::Poller::new(opts.busy_poll));
-        let session = fuser::Session::new(fuse::DiskFs::new(disk, poller.clone()), &mountpoint, &cfg)
+        let attrs = fuse::NodeAttrs::new(disk.clone());
+        let session = fuser::Session::new(fuse::DiskFs::new(disk.clone(), attrs.clone(), poller.clone(), prepared.is_some()), &mountpoint, &cfg)
             .with_context(|| format!("cannot mount FUSE at {}", mountpoint.display()))?;
-        {
-            use std::os::fd::AsFd;
-            poller.attach(session.as_fd().try_clone_to_owned().context("cannot dup the /dev/fuse fd")?);
-        }
+        use std::os::fd::AsFd;
+        let dup = || session.as_fd().try_clone_to_owned().context("cannot dup the /dev/fuse fd");
+        poller.attach(dup()?);
+        let ring_fd = match prepared {
+            Some(_) => Some(dup()?),
+            None => None,
+        };
         let session = session
             .spawn()
             .context("cannot start the FUSE threads")?;
-        let mut me = Exposed { device: PathBuf::new(), mountpoint: mountpoint.clone(), session: Some(session) };
+        let mut me = Exposed { device: PathBuf::new(), mountpoint: mountpoint.clone(), transport, session: Some(session), ring: None };
+        if let (Some(p), Some(fd)) = (prepared, ring_fd) {
+            match p.serve(disk, fd, poller, attrs) {
+                Ok(r) => {
+                    me.ring = Some(r);
+                    me.transport = "io_uring".into();
+                }
+                Err(e) if opts.ring == uring::RingMode::On => return Err(e.context("FUSE over io_uring was asked for (ring: on)")),
+                // a refused registration turns the connection's io_uring off: fuser serves
+                Err(e) => me.transport = format!("/dev/fuse (no io_uring: {e:#})"),
+            }
+        }
+        drop(switch);
         let file = mountpoint.join(fuse::FILE_NAME);
         // the loop device's logical sector size: the disk's block size, at most 4 KiB
         let device = loopdev::attach(&file, bs.min(4096))?;
@@ -105,6 +142,8 @@ impl Exposed {
             }
             self.device = PathBuf::new();
         }
+        // the ring thread ends once the unmount has ended every entry
+        let ring = self.ring.take();
         if let Some(s) = self.session.take() {
             // umount_and_join unmounts and waits for the FUSE threads
             if let Err(e) = s.umount_and_join() {
@@ -115,6 +154,7 @@ impl Exposed {
                 }
             }
         }
+        drop(ring);
         let _ = std::fs::remove_dir(&self.mountpoint);
         match first_err {
             None => Ok(()),

@@ -71,32 +71,37 @@ impl Poller {
         InFlight(self.clone())
     }
 
-    /// Spin until a request is pending or the budget is spent. Call after replying. Not while
-    /// a reply is still to come from the delay thread: the client waits for it before sending
-    /// more, and the delay thread's own spin wants a CPU.
+    /// Spin until a request is pending on /dev/fuse or the budget is spent. Call after
+    /// replying. Not while a reply is still to come from the delay thread: the client waits
+    /// for it before sending more, and the delay thread's own spin wants a CPU.
     pub fn idle(&self) {
         let Some(fd) = self.fd.get() else { return };
-        if self.budget.is_zero()
-            || self.in_flight.load(Acquire) > 0
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd. Pending, or an error (unmounted: fuser's read will see it).
+        self.idle_until(|| unsafe { libc::poll(&mut p, 1, 0) } != 0);
+    }
+
+    /// Whether a spin after this request would be allowed (requests arriving one at a time,
+    /// no reply pending, a budget); cheap, for callers that wait differently otherwise.
+    pub fn may_spin(&self) -> bool {
+        !self.budget.is_zero()
+            && self.in_flight.load(Acquire) == 0
             // saturating: an overlap recorded between the two loads reads as "just now"
-            || self.seen.load(Relaxed).saturating_sub(self.last_overlap.load(Relaxed)) < SERIAL_RUN
-        {
-            return;
-        }
-        if SPINNING.swap(true, Acquire) {
+            && self.seen.load(Relaxed).saturating_sub(self.last_overlap.load(Relaxed)) >= SERIAL_RUN
+    }
+
+    /// Spin until `pending()` says a request is there or the budget is spent, if `may_spin`
+    /// and no other thread of the process spins. `pending` is the front end's own check:
+    /// /dev/fuse readable (classic), or a completion on the ring (uring.rs).
+    pub fn idle_until(&self, mut pending: impl FnMut() -> bool) {
+        if !self.may_spin() || SPINNING.swap(true, Acquire) {
             return;
         }
         let end = Instant::now() + self.budget;
-        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        loop {
-            // SAFETY: one valid pollfd
-            let n = unsafe { libc::poll(&mut p, 1, 0) };
-            // pending, or an error (unmounted: fuser's read will see it), or the budget spent
-            if n != 0 || Instant::now() >= end {
-                break;
-            }
-            // yield, not a pause: the client or the loop worker may be runnable on this CPU
-            // (woken by our reply), and they are what the next request waits for
+        // yield, not a pause: the client or the loop worker may be runnable on this CPU
+        // (woken by our reply), and they are what the next request waits for. The yield is
+        // also the kernel entry that runs the ring's pending task work (a new request).
+        while !pending() && Instant::now() < end {
             unsafe { libc::sched_yield() };
         }
         SPINNING.store(false, Release);

@@ -34,6 +34,7 @@ struct RawDisk {
     block_size: Option<Size>,
     store: Option<String>,
     busy_poll: Option<BusyPoll>,
+    ring: Option<crate::frontend::uring::RingMode>,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +106,8 @@ pub struct DiskChoice {
     pub store: StoreSpec,
     /// the front end's busy poll (`serve --busy-poll`)
     pub busy_poll: Duration,
+    /// FUSE over io_uring or classic (`serve --ring`)
+    pub ring: crate::frontend::uring::RingMode,
 }
 
 /// One setup of an experiment, fully validated.
@@ -264,6 +267,7 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -
         block_size: 4096,
         store: StoreSpec::Ram,
         busy_poll: crate::frontend::DEFAULT_BUSY_POLL,
+        ring: crate::frontend::uring::RingMode::Auto,
     });
     let Some(d) = d else { return Ok(out) };
     let at = loc(d);
@@ -284,6 +288,9 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -
     }
     if let Some(b) = d.value.busy_poll {
         out.busy_poll = b.0;
+    }
+    if let Some(r) = d.value.ring {
+        out.ring = r;
     }
     if out.size % out.block_size as u64 != 0 {
         return Err(format!("{source}:{at}: disk size {} is not a multiple of the block size {}", out.size, out.block_size));
@@ -389,5 +396,17 @@ mod tests {
         assert_eq!(poll("disk: {busy_poll: off}\n"), Duration::ZERO);
         assert_eq!(poll("disk: {busy_poll: 0}\n"), Duration::ZERO);
         assert_eq!(poll("disk: {busy_poll: 20us}\n"), Duration::from_micros(20));
+    }
+
+    #[test]
+    fn ring_defaults_to_auto_and_takes_on_off() {
+        use crate::frontend::uring::RingMode;
+        let ring = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.ring);
+        assert_eq!(ring("").unwrap(), RingMode::Auto);
+        assert_eq!(ring("disk: {ring: on}\n").unwrap(), RingMode::On);
+        assert_eq!(ring("disk: {ring: off}\n").unwrap(), RingMode::Off);
+        assert_eq!(ring("disk: {ring: auto}\n").unwrap(), RingMode::Auto);
+        let e = ring("disk: {ring: fast}\n").unwrap_err();
+        assert!(e.contains("t.yaml") && e.contains("line 2") && e.contains("allowed: auto, on, off"), "{e}");
     }
 }

@@ -54,6 +54,11 @@ impl ServedDisk {
         &self.exposed.as_ref().expect("exposed").device
     }
 
+    /// How requests reach the daemon ("io_uring", or "/dev/fuse" and why).
+    pub fn transport(&self) -> &str {
+        &self.exposed.as_ref().expect("exposed").transport
+    }
+
     pub fn teardown(mut self) -> Result<()> {
         self.release()
     }

@@ -1,0 +1,653 @@
+//! FUSE over io_uring: the disk's requests arrive as io_uring completions instead of reads of
+//! /dev/fuse, and each reply goes back together with the fetch of the next request in one
+//! `COMMIT_AND_FETCH` command (kernel 6.14+, fs/fuse/dev_uring.c). No Rust crate implements
+//! it, so the protocol is here; fuser still mounts, answers INIT and handles the few messages
+//! that never take the ring (FORGET, INTERRUPT), and serves everything if the ring is off.
+//!
+//! The kernel keeps one queue per possible CPU and puts a request on the queue of the CPU
+//! that issued it; the ring takes over only when every queue has an entry registered. One
+//! thread serves all queues from one ring: on 2 CPUs the client and the loop worker need the
+//! other CPU, and one thread sees every request, so its busy poll (`poll.rs`) catches the
+//! next one whichever queue it lands on. Each entry owns a header buffer and a 1 MiB payload
+//! buffer (max_write); READ data is produced straight into the payload the kernel copies
+//! from, WRITE data is consumed from it: no copy of our own on either path.
+//!
+//! Differences from the classic path, by construction of the protocol:
+//! - A reply is a commit of the entry, which also refills its payload with the next request,
+//!   so a write is acknowledged only after its data is in the store (the classic path may
+//!   acknowledge once the RAM store's locks are held, `Disk::write_then`).
+//! - A delayed request holds its entry until its reply (64 per queue); more delayed requests
+//!   than that wait in the kernel's queue, like requests on a device with that queue depth.
+
+pub mod abi;
+
+use super::delay::Delayer;
+use super::fuse::{self, NodeAttrs};
+use super::poll::{InFlight, Poller};
+use crate::disk::{Disk, Outcome};
+use abi::RingHeader;
+use anyhow::{Context, Result, bail};
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Entries (requests in flight to the daemon) per queue: the loop device's default queue depth
+/// is 128 over all CPUs.
+const ENTRIES_PER_QUEUE: usize = 64;
+/// Payload buffer per entry: the kernel requires max(max_write, max_pages * 4 KiB); both are
+/// 1 MiB here (fs.fuse.max_pages_limit = 256).
+const PAYLOAD: usize = fuse::MAX_WRITE as usize;
+/// user_data of the eventfd read that wakes the ring for delayed replies.
+const WAKE: u64 = u64::MAX;
+/// How long registration waits for the kernel to finish INIT (the REGISTER command answers
+/// EAGAIN until then).
+const INIT_WAIT: Duration = Duration::from_secs(5);
+
+/// Whether the disk is served over io_uring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingMode {
+    /// over io_uring where the kernel has it, else classic /dev/fuse reads (said at start-up)
+    Auto,
+    /// over io_uring or not at all
+    On,
+    /// classic /dev/fuse reads
+    Off,
+}
+
+impl RingMode {
+    pub fn parse(s: &str) -> Result<RingMode, String> {
+        match s {
+            "auto" => Ok(RingMode::Auto),
+            "on" | "yes" | "true" => Ok(RingMode::On),
+            "off" | "no" | "false" => Ok(RingMode::Off),
+            _ => Err(format!("'{s}' is not a FUSE transport setting; allowed: auto, on, off")),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RingMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // YAML reads a bare `on`/`off` as a bool
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            B(bool),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::B(true) => Ok(RingMode::On),
+            Raw::B(false) => Ok(RingMode::Off),
+            Raw::S(s) => RingMode::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The kernel's switch for FUSE over io_uring, on for as long as this guard lives. It is a
+/// global module parameter, off by default; the kernel reads it when it sends INIT and when a
+/// ring command arrives, but a connection whose INIT asked for io_uring keeps it after the
+/// switch goes back off. So it is turned on for one mount's INIT and registration only, under
+/// a lock shared by all faultline processes, and put back as it was.
+pub struct Switch {
+    _lock: std::fs::File,
+    restore: bool,
+}
+
+impl Switch {
+    pub fn on() -> Result<Switch> {
+        if !std::path::Path::new(PARAM).exists() {
+            bail!("this kernel has no FUSE over io_uring ({PARAM} is missing; it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)");
+        }
+        let dir = crate::stack::ledger::run_dir();
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let path = dir.join("fuse-uring.lock");
+        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        // SAFETY: a valid fd; blocks until other faultline processes have put the switch back
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            bail!("cannot lock {}: {}", path.display(), std::io::Error::last_os_error());
+        }
+        let was = std::fs::read_to_string(PARAM).with_context(|| format!("cannot read {PARAM}"))?;
+        let restore = was.trim() != "Y";
+        if restore {
+            std::fs::write(PARAM, "Y").with_context(|| format!("cannot turn on FUSE over io_uring in {PARAM}"))?;
+        }
+        Ok(Switch { _lock: lock, restore })
+    }
+}
+
+impl Drop for Switch {
+    fn drop(&mut self) {
+        if self.restore {
+            if let Err(e) = std::fs::write(PARAM, "N") {
+                eprintln!("faultline: cannot turn {PARAM} back off: {e}");
+            }
+        }
+    }
+}
+
+/// Possible CPUs: the kernel's number of ring queues.
+fn possible_cpus() -> Result<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").context("cannot read /sys/devices/system/cpu/possible")?;
+    let mut n = 0;
+    for part in s.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let (a, b): (usize, usize) = (a.parse()?, b.parse()?);
+        n = n.max(b + 1);
+        let _ = a;
+    }
+    if n == 0 || n > u16::MAX as usize {
+        bail!("cannot count the possible CPUs from '{}'", s.trim());
+    }
+    Ok(n)
+}
+
+/// An anonymous mapping: untouched pages cost no memory (a 4 KiB request touches one).
+struct Payload {
+    ptr: *mut u8,
+    len: usize,
+}
+// SAFETY: the mapping is owned by one entry, used by one thread at a time
+unsafe impl Send for Payload {}
+
+impl Payload {
+    fn new(len: usize) -> Result<Payload> {
+        // SAFETY: a fresh private anonymous mapping
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            bail!("cannot map a {len}-byte ring buffer: {}", std::io::Error::last_os_error());
+        }
+        Ok(Payload { ptr: p.cast(), len })
+    }
+    fn get(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is len bytes and lives as long as self
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// One ring entry: a slot for one request at a time.
+struct Slot {
+    qid: u16,
+    header: Box<RingHeader>,
+    payload: Payload,
+    iov: Box<[libc::iovec; 2]>,
+    /// the kernel holds this entry's command (registered, or committed and fetching)
+    live: bool,
+}
+
+/// A delayed reply, handed back to the ring thread by the delay thread.
+struct Late {
+    slot: usize,
+    unique: u64,
+    errno: Option<i32>,
+    len: u32,
+    _flight: InFlight,
+}
+
+type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
+
+/// What the ring thread is told before it serves.
+enum Start {
+    Serve { disk: Arc<Disk>, fuse_fd: OwnedFd, poller: Arc<Poller>, attrs: NodeAttrs },
+}
+
+/// A ring thread whose ring and buffers exist, not yet registered with a FUSE connection.
+/// Made before the mount, so that INIT asks for io_uring only when the ring can be had.
+/// Dropped unserved, its channel closes and the thread ends (dropping its ring).
+pub struct Prepared {
+    start: mpsc::Sender<Start>,
+    done: mpsc::Receiver<Result<()>>,
+    thread: std::thread::JoinHandle<()>,
+    wake: Arc<OwnedFd>,
+    stop: Arc<AtomicBool>,
+}
+
+/// The ring serving a disk.
+pub struct RingServer {
+    thread: Option<std::thread::JoinHandle<()>>,
+    wake: Arc<OwnedFd>,
+    stop: Arc<AtomicBool>,
+}
+
+fn eventfd() -> Result<OwnedFd> {
+    // SAFETY: plain syscall
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        bail!("eventfd: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn poke(fd: RawFd) {
+    let one = 1u64;
+    // SAFETY: 8 bytes to our eventfd
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+impl Prepared {
+    /// Start the ring thread and let it set up its ring and buffers.
+    pub fn new() -> Result<Prepared> {
+        let queues = possible_cpus()?;
+        let wake = Arc::new(eventfd()?);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (start_tx, start_rx) = mpsc::channel();
+        let (done_tx, done_rx) = mpsc::channel();
+        let (w, s) = (wake.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("faultline-ring".into())
+            .spawn(move || ring_thread(queues, start_rx, done_tx, w, s))
+            .context("cannot start the ring thread")?;
+        let me = Prepared { start: start_tx, done: done_rx, thread, wake, stop };
+        match me.done.recv() {
+            Ok(Ok(())) => Ok(me),
+            Ok(Err(e)) => {
+                let _ = me.thread.join();
+                Err(e)
+            }
+            Err(_) => bail!("the ring thread ended while setting up"),
+        }
+    }
+
+    /// Register every entry with the mounted connection (after its INIT) and serve.
+    pub fn serve(self, disk: Arc<Disk>, fuse_fd: OwnedFd, poller: Arc<Poller>, attrs: NodeAttrs) -> Result<RingServer> {
+        let _ = self.start.send(Start::Serve { disk, fuse_fd, poller, attrs });
+        let r = self.done.recv().unwrap_or_else(|_| Err(anyhow::anyhow!("the ring thread ended while registering")));
+        let server = RingServer { thread: Some(self.thread), wake: self.wake, stop: self.stop };
+        r.map(|()| server)
+    }
+}
+
+impl RingServer {
+    /// End the ring thread. Call after unmounting (the kernel has then ended every entry);
+    /// earlier, requests could be stranded on entries nobody serves.
+    pub fn stop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.stop.store(true, Ordering::Release);
+            poke(self.wake.as_raw_fd());
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RingServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<Result<()>>, wake: Arc<OwnedFd>, stop: Arc<AtomicBool>) {
+    let setup = || -> Result<(Ring, Vec<Slot>)> {
+        let n = queues * ENTRIES_PER_QUEUE;
+        let sq = (n + 2).next_power_of_two() as u32;
+        // COOP_TASKRUN: no IPI per new request while this thread runs (it enters the kernel
+        // soon anyway); SINGLE_ISSUER: only this thread submits. Older kernels: plain ring.
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_coop_taskrun()
+            .setup_single_issuer()
+            .build(sq)
+            .or_else(|_| IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(sq))
+            .context("cannot create an io_uring with 128-byte entries (io_uring disabled, or a kernel before 5.19)")?;
+        let mut slots = Vec::with_capacity(n);
+        for q in 0..queues {
+            for _ in 0..ENTRIES_PER_QUEUE {
+                let mut header = Box::new(RingHeader { in_out: [0; 128], op_in: [0; 128], ent: Default::default() });
+                let mut payload = Payload::new(PAYLOAD)?;
+                let iov = Box::new([
+                    libc::iovec { iov_base: (&mut *header as *mut RingHeader).cast(), iov_len: size_of::<RingHeader>() },
+                    libc::iovec { iov_base: payload.get().as_mut_ptr().cast(), iov_len: PAYLOAD },
+                ]);
+                slots.push(Slot { qid: q as u16, header, payload, iov, live: false });
+            }
+        }
+        Ok((ring, slots))
+    };
+    let (mut ring, mut slots) = match setup() {
+        Ok(x) => {
+            let _ = done.send(Ok(()));
+            x
+        }
+        Err(e) => {
+            let _ = done.send(Err(e));
+            return;
+        }
+    };
+    let Ok(Start::Serve { disk, fuse_fd, poller, attrs }) = start.recv() else { return };
+    let early = match register(&mut ring, &mut slots, fuse_fd.as_raw_fd(), queues) {
+        Ok(early) => {
+            let _ = done.send(Ok(()));
+            early
+        }
+        Err(e) => {
+            let _ = done.send(Err(e));
+            return;
+        }
+    };
+    let mut s = Server {
+        disk,
+        poller,
+        attrs,
+        fuse_fd: fuse_fd.as_raw_fd(),
+        delayer: Delayer::new(),
+        late: Arc::new(Mutex::new(Vec::new())),
+        wake,
+        commits: Vec::new(),
+    };
+    s.run(&mut ring, &mut slots, early, &stop);
+    // pending delayed replies still run (into a connection that is gone) before the ring closes
+    drop(s.delayer);
+    // the kernel writes a request into an entry's buffers as long as it holds the entry's
+    // command: close the ring first, and if an entry was never given back (stopped before the
+    // unmount ended them), leave its buffers mapped rather than free memory the kernel may
+    // still write
+    let all_back = !slots.iter().any(|s| s.live);
+    drop(ring);
+    if !all_back {
+        std::mem::forget(slots);
+    }
+    drop(fuse_fd);
+}
+
+/// The 128-byte command SQE for one entry: REGISTER carries the entry's two buffers
+/// (iovec array in `addr`, count in `len`), COMMIT_AND_FETCH names the request it answers.
+fn ring_cmd(fuse_fd: RawFd, op: u32, commit_id: u64, slot: &Slot, idx: usize) -> squeue::Entry128 {
+    let mut b = opcode::UringCmd80::new(types::Fd(fuse_fd), op).cmd(abi::cmd_req(commit_id, slot.qid));
+    if op == abi::CMD_REGISTER {
+        b = b.addr(Some(slot.iov.as_ptr() as u64));
+    }
+    let e = b.build().user_data(idx as u64);
+    if op != abi::CMD_REGISTER {
+        return e;
+    }
+    // the io-uring crate has no setter for a URING_CMD's `len` (struct io_uring_sqe: u32 at
+    // byte 24); Entry128 is the repr(C) 128-byte SQE
+    const _: () = assert!(size_of::<squeue::Entry128>() == 128);
+    // SAFETY: same size, both plain bytes
+    let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
+    raw[24..28].copy_from_slice(&2u32.to_le_bytes());
+    // SAFETY: an SQE with one more field set
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
+}
+
+/// Register all entries; retry while the kernel is still processing INIT. Returns any
+/// completions that are already requests (the ring goes live with the last queue's first
+/// entry, and a request may arrive at once).
+fn register(ring: &mut Ring, slots: &mut [Slot], fuse_fd: RawFd, queues: usize) -> Result<Vec<(u64, i32)>> {
+    let until = Instant::now() + INIT_WAIT;
+    let mut early = Vec::new();
+    let mut todo: Vec<usize> = (0..slots.len()).collect();
+    let mut failed: Option<i32> = None;
+    while !todo.is_empty() {
+        for &i in &todo {
+            let e = ring_cmd(fuse_fd, abi::CMD_REGISTER, 0, &slots[i], i);
+            // SAFETY: the entry's buffers live in `slots` for the ring's lifetime
+            unsafe { ring.submission().push(&e).expect("ring sized for every entry") };
+            slots[i].live = true;
+        }
+        ring.submit().context("cannot submit ring registrations")?;
+        let mut again = Vec::new();
+        for c in ring.completion() {
+            let (i, res) = (c.user_data() as usize, c.result());
+            if res >= 0 {
+                early.push((i as u64, res));
+            } else if res == -libc::EAGAIN {
+                slots[i].live = false;
+                again.push(i);
+            } else {
+                slots[i].live = false;
+                failed.get_or_insert(-res);
+            }
+        }
+        todo = again;
+        if !todo.is_empty() {
+            if Instant::now() > until {
+                bail!("the FUSE connection did not finish INIT within {INIT_WAIT:?} (ring registration kept answering EAGAIN)");
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    // the ring serves only once every queue has an entry
+    let covered = (0..queues).all(|q| slots.iter().any(|s| s.live && s.qid as usize == q));
+    match failed {
+        Some(e) if !covered => bail!("the kernel refused FUSE over io_uring: {}", std::io::Error::from_raw_os_error(e)),
+        Some(e) => eprintln!("faultline: some ring entries were refused ({}); serving with the rest", std::io::Error::from_raw_os_error(e)),
+        None => {}
+    }
+    Ok(early)
+}
+
+/// What a request's handler decided.
+enum Reply {
+    /// reply now: an error, or success with this many payload bytes
+    Now(Option<i32>, u32),
+    /// the delay thread will hand the reply back
+    Later,
+}
+
+struct Server {
+    disk: Arc<Disk>,
+    poller: Arc<Poller>,
+    attrs: NodeAttrs,
+    fuse_fd: RawFd,
+    delayer: Delayer,
+    late: Arc<Mutex<Vec<Late>>>,
+    wake: Arc<OwnedFd>,
+    commits: Vec<squeue::Entry128>,
+}
+
+impl Server {
+    fn run(&mut self, ring: &mut Ring, slots: &mut [Slot], early: Vec<(u64, i32)>, stop: &AtomicBool) {
+        // the eventfd read stays queued when the loop ends, and a late poke completes it into
+        // this buffer, possibly after the ring thread is gone: it is never freed (8 bytes)
+        let wake_buf: &'static mut u64 = Box::leak(Box::new(0u64));
+        let wake_fd = self.wake.as_raw_fd();
+        let arm_wake = |ring: &mut Ring, buf: &mut u64| {
+            let e: squeue::Entry128 = opcode::Read::new(types::Fd(wake_fd), (buf as *mut u64).cast(), 8).build().user_data(WAKE).into();
+            // SAFETY: the buffer is boxed and outlives the read (the ring is dropped first)
+            unsafe { ring.submission().push(&e).expect("ring has room for the wake read") };
+        };
+        arm_wake(ring, wake_buf);
+        let mut cqes = early;
+        loop {
+            for (ud, res) in cqes.drain(..) {
+                if ud == WAKE {
+                    let late: Vec<Late> = std::mem::take(&mut *self.late.lock().unwrap());
+                    for l in late {
+                        self.commit(&mut slots[l.slot], l.slot, l.unique, l.errno, l.len);
+                    }
+                    arm_wake(ring, wake_buf);
+                    continue;
+                }
+                let i = ud as usize;
+                if res < 0 {
+                    // ENOTCONN / ECANCELED: the connection is gone or the entry torn down
+                    slots[i].live = false;
+                    continue;
+                }
+                self.request(&mut slots[i], i);
+            }
+            if stop.load(Ordering::Acquire) || !slots.iter().any(|s| s.live) {
+                return;
+            }
+            {
+                let mut sq = ring.submission();
+                for e in self.commits.drain(..) {
+                    // SAFETY: commits carry no buffers
+                    unsafe { sq.push(&e).expect("one commit per entry fits") };
+                }
+            }
+            // at queue depth 1, poll for the next request instead of sleeping (poll.rs)
+            let r = if self.poller.may_spin() {
+                ring.submit().and_then(|_| {
+                    self.poller.idle_until(|| !ring.completion().is_empty());
+                    if ring.completion().is_empty() { ring.submit_and_wait(1) } else { Ok(0) }
+                })
+            } else {
+                ring.submit_and_wait(1)
+            };
+            match r {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN)) => {}
+                Err(e) => {
+                    eprintln!("faultline: ring: {e}");
+                    return;
+                }
+            }
+            cqes.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+        }
+    }
+
+    /// Queue the reply to the request in `slot` (and the fetch of its next request).
+    fn commit(&mut self, slot: &mut Slot, idx: usize, unique: u64, errno: Option<i32>, len: u32) {
+        let len = if errno.is_some() { 0 } else { len };
+        let out = abi::OutHeader { len: (size_of::<abi::OutHeader>() as u32) + len, error: errno.map_or(0, |e| -e), unique };
+        abi::put(&mut slot.header.in_out, &out);
+        slot.header.ent.payload_sz = len;
+        self.commits.push(ring_cmd(self.fuse_fd, abi::CMD_COMMIT_AND_FETCH, unique, slot, idx));
+    }
+
+    fn request(&mut self, slot: &mut Slot, idx: usize) {
+        let h: abi::InHeader = abi::get(&slot.header.in_out);
+        let flight = self.poller.arrived();
+        let reply = self.handle(&h, slot, idx, flight);
+        if let Reply::Now(errno, len) = reply {
+            self.commit(slot, idx, h.unique, errno, len);
+        }
+    }
+
+    /// Answer one request: the same answers as the classic path (`fuse.rs`).
+    fn handle(&mut self, h: &abi::InHeader, slot: &mut Slot, idx: usize, flight: InFlight) -> Reply {
+        let in_len = (slot.header.ent.payload_sz as usize).min(PAYLOAD);
+        let op_in = slot.header.op_in;
+        let payload = slot.payload.get();
+        let ok = |n: usize| Reply::Now(None, n as u32);
+        let err = |e: i32| Reply::Now(Some(e), 0);
+        match h.opcode {
+            abi::READ => {
+                let r: abi::ReadIn = abi::get(&op_in);
+                let len = (r.size as u64).min(self.disk.size().saturating_sub(r.offset)).min(PAYLOAD as u64) as usize;
+                let o = self.disk.read(r.offset, &mut payload[..len]);
+                self.finish(o, len as u32, h.unique, idx, flight)
+            }
+            abi::WRITE => {
+                let w: abi::WriteIn = abi::get(&op_in);
+                let n = in_len.min(w.size as usize);
+                // the store is done with the data when write_then returns; the reply (the
+                // commit, which refills this payload) is only submitted after that
+                let mut out = None;
+                self.disk.write_then(w.offset, &payload[..n], |o| out = Some(o));
+                let o = out.expect("write_then always acknowledges");
+                let len = abi::put(payload, &abi::WriteOut { size: n as u32, padding: 0 });
+                self.finish(o, len as u32, h.unique, idx, flight)
+            }
+            abi::FSYNC => {
+                let o = self.disk.flush();
+                self.finish(o, 0, h.unique, idx, flight)
+            }
+            abi::FALLOCATE => {
+                let f: abi::FallocateIn = abi::get(&op_in);
+                if !fuse::fallocate_discards(f.mode as i32) {
+                    return ok(0);
+                }
+                let o = self.disk.discard(f.offset, f.length);
+                self.finish(o, 0, h.unique, idx, flight)
+            }
+            abi::LOOKUP => {
+                let name = payload[..in_len].split(|&b| b == 0).next().unwrap_or(&[]);
+                match self.attrs.lookup(h.nodeid, name) {
+                    Some(a) => {
+                        let ttl = fuse::TTL.as_secs();
+                        let e = abi::EntryOut { nodeid: a.ino.0, generation: 0, entry_valid: ttl, attr_valid: ttl, attr: abi::attr_from(&a), ..Default::default() };
+                        ok(abi::put(payload, &e))
+                    }
+                    None => err(libc::ENOENT),
+                }
+            }
+            abi::GETATTR => self.attr_reply(h.nodeid, payload),
+            abi::SETATTR => {
+                let s: abi::SetattrIn = abi::get(&op_in);
+                if s.valid & abi::FATTR_SIZE != 0 && s.size != self.disk.size() {
+                    return err(libc::EPERM);
+                }
+                self.attr_reply(h.nodeid, payload)
+            }
+            abi::OPEN | abi::OPENDIR => match self.attrs.open_flags(h.nodeid, h.opcode == abi::OPENDIR) {
+                Ok(flags) => ok(abi::put(payload, &abi::OpenOut { fh: 0, open_flags: flags, backing_id: 0 })),
+                Err(e) => err(e),
+            },
+            abi::READDIR => {
+                let r: abi::ReadIn = abi::get(&op_in);
+                if h.nodeid != fuse::ROOT.0 {
+                    return err(libc::ENOTDIR);
+                }
+                let mut at = 0;
+                let max = (r.size as usize).min(PAYLOAD);
+                for (i, (ino, kind, name)) in fuse::root_entries().iter().enumerate().skip(r.offset as usize) {
+                    let rec = (size_of::<abi::DirentHead>() + name.len()).next_multiple_of(8);
+                    if at + rec > max {
+                        break;
+                    }
+                    let typ = if *kind == fuser::FileType::Directory { libc::DT_DIR } else { libc::DT_REG } as u32;
+                    abi::put(&mut payload[at..], &abi::DirentHead { ino: ino.0, off: (i + 1) as u64, namelen: name.len() as u32, typ });
+                    let n0 = at + size_of::<abi::DirentHead>();
+                    payload[n0..n0 + name.len()].copy_from_slice(name.as_bytes());
+                    payload[n0 + name.len()..at + rec].fill(0);
+                    at += rec;
+                }
+                ok(at)
+            }
+            abi::STATFS => {
+                // what fuser answers by default on the classic path
+                ok(abi::put(payload, &abi::StatfsOut { bsize: 512, namelen: 255, ..Default::default() }))
+            }
+            abi::FLUSH | abi::RELEASE | abi::RELEASEDIR | abi::FSYNCDIR => ok(0),
+            _ => err(libc::ENOSYS),
+        }
+    }
+
+    fn attr_reply(&self, ino: u64, payload: &mut [u8]) -> Reply {
+        match self.attrs.attr(fuser::INodeNo(ino)) {
+            Some(a) => {
+                let out = abi::AttrOut { attr_valid: fuse::TTL.as_secs(), attr: abi::attr_from(&a), ..Default::default() };
+                Reply::Now(None, abi::put(payload, &out) as u32)
+            }
+            None => Reply::Now(Some(libc::ENOENT), 0),
+        }
+    }
+
+    /// Reply now, or hand the reply to the delay thread (the entry waits with its data).
+    fn finish(&mut self, o: Outcome, len: u32, unique: u64, idx: usize, flight: InFlight) -> Reply {
+        match o.delay {
+            Some(d) if !d.is_zero() => {
+                let (late, wake, disk) = (self.late.clone(), self.wake.clone(), self.disk.clone());
+                let errno = o.errno;
+                let at = Instant::now() + d;
+                self.delayer.at(
+                    at,
+                    Box::new(move || {
+                        disk.engine.log.delay_lateness.record(at.elapsed());
+                        late.lock().unwrap().push(Late { slot: idx, unique, errno, len, _flight: flight });
+                        poke(wake.as_raw_fd());
+                    }),
+                );
+                Reply::Later
+            }
+            _ => {
+                drop(flight);
+                Reply::Now(o.errno, len)
+            }
+        }
+    }
+}

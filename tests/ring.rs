@@ -1,0 +1,112 @@
+//! The two transports, FUSE over io_uring (`--ring on`, the default where the kernel has it)
+//! and classic /dev/fuse reads (`--ring off`): the same bytes and the same faults through the
+//! real device, and the kernel's io_uring switch left as it was found.
+
+mod common;
+use common::*;
+use faultline::workload::direct::AlignedBuf;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+/// Names of the serve process's threads.
+fn threads(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+const RULES: &str = "rules:
+  - {type: bitflip, op: read, target: {block: 7}}
+  - {type: error, errno: EIO, op: read, target: {block: 9}}
+  - {type: delay, op: read, delay: 3ms, target: {block: 11}}
+  - {type: bitflip, op: write, target: {block: 13}}
+";
+
+/// Everything a request can carry, through one transport; returns what the client saw.
+fn exercise(ring: &str) -> Vec<(u64, Option<i32>, Vec<u8>)> {
+    let s = Serve::start_args(&["--size", "64MiB", "--ring", ring], RULES);
+    let on_ring = threads(s.pid()).iter().any(|t| t == "faultline-ring");
+    assert_eq!(on_ring, ring == "on", "--ring {ring}: ring thread present = {on_ring}");
+    let d = s.open();
+    write_blocks(&d, 0, 32, 3, |b| b);
+    // a 1 MiB request: the largest the kernel sends, the whole payload buffer of an entry
+    let mut big = AlignedBuf::new(1 << 20);
+    for (i, c) in big.chunks_mut(BS as usize).enumerate() {
+        faultline::content::fill_block(1000 + i as u64, 3, c);
+    }
+    d.write_at(&big, 4 << 20).unwrap();
+    let mut back = AlignedBuf::new(1 << 20);
+    d.read_at(&mut back, 4 << 20).unwrap();
+    assert!(back[..] == big[..], "--ring {ring}: a 1 MiB write did not read back");
+
+    let mut seen = Vec::new();
+    for b in 0..16 {
+        let t = Instant::now();
+        let r = read_block(&d, b);
+        if b == 11 {
+            assert!(t.elapsed().as_micros() >= 3000, "--ring {ring}: delay not applied ({:?})", t.elapsed());
+        }
+        let e = r.as_ref().err().map(|e| e.raw_os_error().unwrap_or(-1));
+        seen.push((b, e, r.unwrap_or_default()));
+    }
+    // fsync of the block device reaches the daemon as FSYNC of the loop's file
+    d.sync().unwrap_or_else(|e| panic!("--ring {ring}: fsync failed: {e}"));
+    drop(d);
+    s.stop();
+    seen
+}
+
+#[test]
+fn both_transports_serve_the_same_bytes_and_faults() {
+    let ring = exercise("on");
+    let classic = exercise("off");
+    for ((b, e1, d1), (_, e2, d2)) in ring.iter().zip(&classic) {
+        assert_eq!(e1, e2, "block {b}: errno over io_uring {e1:?}, classic {e2:?}");
+        assert!(d1 == d2, "block {b}: different bytes over io_uring and classic");
+        match b {
+            9 => assert_eq!(*e1, Some(libc::EIO), "block 9 must fail with EIO"),
+            7 | 13 => {
+                let want = expected(*b, 3);
+                let diff: Vec<usize> = (0..want.len()).filter(|&i| want[i] != d1[i]).collect();
+                assert_eq!(diff, vec![0], "block {b}: exactly the first byte flipped");
+                assert_eq!(want[0] ^ d1[0], 1, "block {b}: the lowest bit");
+            }
+            _ => assert!(d1 == &expected(*b, 3), "block {b} corrupted"),
+        }
+    }
+}
+
+/// The kernel's switch (a module parameter) read under faultline's own lock, so no other
+/// faultline process is between turning it on and putting it back.
+fn switch_state() -> String {
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open("/run/faultline/fuse-uring.lock").unwrap();
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").unwrap().trim().to_string()
+}
+
+#[test]
+fn switch_is_put_back_and_the_ring_keeps_working() {
+    std::fs::create_dir_all("/run/faultline").unwrap();
+    let before = switch_state();
+    let s = Serve::start_args(&["--size", "64MiB", "--ring", "on"], "rules: []\n");
+    assert_eq!(switch_state(), before, "enable_uring changed while the disk runs");
+    // requests still travel over the ring with the switch back as it was
+    let d = s.open();
+    write_blocks(&d, 0, 64, 9, |b| b);
+    for b in 0..64 {
+        assert_eq!(read_block(&d, b).unwrap(), expected(b, 9), "block {b}");
+    }
+    drop(d);
+    s.stop();
+    assert_eq!(switch_state(), before);
+}
+
+#[test]
+fn bad_ring_value_is_refused() {
+    let out = std::process::Command::new(bin()).args(["serve", "--size", "64MiB", "--ring", "fast"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("allowed: auto, on, off"), "{err}");
+}
