@@ -22,9 +22,18 @@ fn median_read_us(d: &faultline::workload::direct::DirectDev, b: u64, n: u32) ->
 /// Allowance for the client's own wake-up after sleeping through a delay.
 const WAKE_ALLOWANCE_US: f64 = 30.0;
 
+/// Both transports hand delayed replies to the delay thread in their own way (a late reply
+/// through fuser, or a late commit of the ring entry).
 #[test]
 fn delays_are_precise_and_do_not_block_others() {
-    let s = Serve::start("64MiB", "rules: []\n");
+    for ring in ["on", "off"] {
+        eprintln!("--ring {ring}");
+        delays(ring);
+    }
+}
+
+fn delays(ring: &str) {
+    let s = Serve::start_args(&["--size", "64MiB", "--ring", ring], "rules: []\n");
     let d = s.open();
     // away from block 0, which udev's probe of the new device reads too
     write_blocks(&d, 1000, 4, 8, |b| b);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 type Job = Box<dyn FnOnce() + Send>;
 
-const SPIN: Duration = Duration::from_micros(40);
+pub(super) const SPIN: Duration = Duration::from_micros(40);
 
 struct Item {
     at: Instant,

@@ -155,6 +155,11 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let mountpoint = built.stack.as_ref().and_then(|s| s.mountpoint.clone());
 
     let mut notes = Vec::new();
+    for (i, d) in built.disks.iter().enumerate() {
+        if d.transport() != "io_uring" {
+            notes.push(format!("disk {i}: requests over {}", d.transport()));
+        }
+    }
     // the faults' clock and counters start with the workload, not with mkfs
     let seq0: Vec<u64> = disks.iter().map(|d| {
         d.engine.reset_epoch();
