@@ -1,6 +1,12 @@
 //! Static interval index: an implicit augmented binary tree over intervals sorted by start
 //! (the cgranges layout). Overlap queries cost O(log n + hits), so offset-rule matching does
 //! not grow with the number of rules. Rebuilt (not edited) when the rule set changes.
+//!
+//! In front of the tree, a coarse occupancy bitmap (at most 2^16 buckets over [0, max end)):
+//! a query whose buckets no interval touches is answered with one bit test instead of a
+//! ~17-level walk of cold arrays (0.2 µs a request with 50,000 rules, most of a read's
+//! matching cost). Requests far from every targeted range, the usual case, take that path;
+//! requests among dense rules still walk the tree.
 
 pub struct IntervalIndex<T> {
     starts: Vec<u64>,
@@ -8,7 +14,15 @@ pub struct IntervalIndex<T> {
     max_end: Vec<u64>,
     items: Vec<T>,
     root_level: i32,
+    /// bit b set: some interval overlaps [b << shift, (b + 1) << shift)
+    occupied: Vec<u64>,
+    shift: u32,
 }
+
+/// Buckets of the occupancy bitmap, at most (8 KiB of bits: stays in cache).
+const BUCKET_BITS: u32 = 16;
+/// A query spanning more buckets than this skips the bitmap (a 1 GiB discard, say).
+const MAX_BUCKETS_TESTED: u64 = 64;
 
 impl<T> IntervalIndex<T> {
     /// Build from half-open intervals [start, end).
@@ -25,7 +39,27 @@ impl<T> IntervalIndex<T> {
         }
         let mut max_end = ends.clone();
         let root_level = index_prepare(&ends, &mut max_end);
-        IntervalIndex { starts, ends, max_end, items, root_level }
+        let top = ends.iter().copied().max().unwrap_or(0);
+        let shift = (64 - top.saturating_sub(1).leading_zeros()).saturating_sub(BUCKET_BITS);
+        let mut occupied = vec![0u64; ((top >> shift) as usize + 1).div_ceil(64)];
+        for (&s, &e) in starts.iter().zip(&ends) {
+            if s < e {
+                for b in (s >> shift)..=((e - 1) >> shift) {
+                    occupied[(b / 64) as usize] |= 1 << (b % 64);
+                }
+            }
+        }
+        IntervalIndex { starts, ends, max_end, items, root_level, occupied, shift }
+    }
+
+    /// False only if no interval can overlap [qs, qe) (qs < qe).
+    #[inline]
+    fn maybe_overlaps(&self, qs: u64, qe: u64) -> bool {
+        let (b0, b1) = (qs >> self.shift, (qe - 1) >> self.shift);
+        if b1 - b0 > MAX_BUCKETS_TESTED {
+            return true;
+        }
+        (b0..=b1).any(|b| self.occupied.get((b / 64) as usize).is_some_and(|w| w & (1 << (b % 64)) != 0))
     }
 
     pub fn len(&self) -> usize {
@@ -40,7 +74,7 @@ impl<T> IntervalIndex<T> {
     #[inline]
     pub fn query(&self, qs: u64, qe: u64, mut f: impl FnMut(u64, u64, &T)) {
         let n = self.items.len() as i64;
-        if n == 0 || qs >= qe {
+        if n == 0 || qs >= qe || !self.maybe_overlaps(qs, qe) {
             return;
         }
         // (node, level, left-done)
@@ -155,5 +189,46 @@ mod tests {
                 assert_eq!(got, brute(&v, qs, qe), "n={n} q=[{qs},{qe})");
             }
         }
+    }
+
+    /// Sparse intervals over a large space (buckets much larger than a byte): the bitmap must
+    /// never hide an overlap, including intervals that span buckets and queries at the edges.
+    #[test]
+    fn occupancy_bitmap_never_hides_an_overlap() {
+        let mut seed = 99u64;
+        let mut rnd = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        let space = 1u64 << 36;
+        let v: Vec<(u64, u64, usize)> = (0..300)
+            .map(|i| {
+                let s = rnd(space);
+                let len = if i % 10 == 0 { rnd(1 << 24) + 1 } else { rnd(1 << 13) + 1 };
+                (s, s + len, i)
+            })
+            .collect();
+        let idx = IntervalIndex::build(v.clone());
+        assert!(idx.shift > 12, "buckets should be coarse here (shift {})", idx.shift);
+        let mut queries: Vec<(u64, u64)> = (0..20_000).map(|_| {
+            let qs = rnd(space + (1 << 30));
+            (qs, qs + rnd(1 << 17) + 1)
+        }).collect();
+        // the edges of every interval, and a query spanning more buckets than the bitmap tests
+        for &(s, e, _) in &v {
+            queries.extend([(s.saturating_sub(1), s), (s, s + 1), (e - 1, e), (e, e + 4096)]);
+        }
+        queries.push((0, space));
+        let mut skipped = 0;
+        for (qs, qe) in queries {
+            let mut got = Vec::new();
+            idx.query(qs, qe, |_, _, &i| got.push(i));
+            got.sort();
+            assert_eq!(got, brute(&v, qs, qe), "q=[{qs},{qe})");
+            skipped += usize::from(!idx.maybe_overlaps(qs, qe));
+        }
+        assert!(skipped > 10_000, "the bitmap answered only {skipped} queries alone");
     }
 }
