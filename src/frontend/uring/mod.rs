@@ -139,10 +139,9 @@ fn possible_cpus() -> Result<usize> {
     let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").context("cannot read /sys/devices/system/cpu/possible")?;
     let mut n = 0;
     for part in s.trim().split(',') {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (usize, usize) = (a.parse()?, b.parse()?);
-        n = n.max(b + 1);
-        let _ = a;
+        // "0-3" or "5": the highest CPU number counts
+        let last = part.rsplit('-').next().unwrap_or(part);
+        n = n.max(last.parse::<usize>()? + 1);
     }
     if n == 0 || n > u16::MAX as usize {
         bail!("cannot count the possible CPUs from '{}'", s.trim());
@@ -223,9 +222,12 @@ impl Ord for Late {
 
 type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
 
-/// What the ring thread is told before it serves.
-enum Start {
-    Serve { disk: Arc<Disk>, fuse_fd: OwnedFd, poller: Arc<Poller>, attrs: NodeAttrs },
+/// What the ring thread is given to serve, once the mount exists.
+struct Start {
+    disk: Arc<Disk>,
+    fuse_fd: OwnedFd,
+    poller: Arc<Poller>,
+    attrs: NodeAttrs,
 }
 
 /// A ring thread whose ring and buffers exist, not yet registered with a FUSE connection.
@@ -288,7 +290,7 @@ impl Prepared {
 
     /// Register every entry with the mounted connection (after its INIT) and serve.
     pub fn serve(self, disk: Arc<Disk>, fuse_fd: OwnedFd, poller: Arc<Poller>, attrs: NodeAttrs) -> Result<RingServer> {
-        let _ = self.start.send(Start::Serve { disk, fuse_fd, poller, attrs });
+        let _ = self.start.send(Start { disk, fuse_fd, poller, attrs });
         let r = self.done.recv().unwrap_or_else(|_| Err(anyhow::anyhow!("the ring thread ended while registering")));
         let server = RingServer { thread: Some(self.thread), wake: self.wake, stop: self.stop };
         r.map(|()| server)
@@ -349,7 +351,7 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
             return;
         }
     };
-    let Ok(Start::Serve { disk, fuse_fd, poller, attrs }) = start.recv() else { return };
+    let Ok(Start { disk, fuse_fd, poller, attrs }) = start.recv() else { return };
     let early = match register(&mut ring, &mut slots, fuse_fd.as_raw_fd(), queues) {
         Ok(early) => {
             let _ = done.send(Ok(()));
@@ -486,6 +488,8 @@ impl Server {
         };
         arm_wake(ring, wake_buf);
         let mut cqes = early;
+        // entries the kernel still holds: the loop ends when the unmount has given all back
+        let mut live = slots.iter().filter(|s| s.live).count();
         loop {
             for (ud, res) in cqes.drain(..) {
                 if ud == WAKE {
@@ -495,12 +499,14 @@ impl Server {
                 let i = ud as usize;
                 if res < 0 {
                     // ENOTCONN / ECANCELED: the connection is gone or the entry torn down
-                    slots[i].live = false;
+                    if std::mem::replace(&mut slots[i].live, false) {
+                        live -= 1;
+                    }
                     continue;
                 }
                 self.request(&mut slots[i], i);
             }
-            if stop.load(Ordering::Acquire) || !slots.iter().any(|s| s.live) {
+            if stop.load(Ordering::Acquire) || live == 0 {
                 return;
             }
             let now = Instant::now();
