@@ -4,6 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::frontend::control;
+use faultline::frontend::steer::RqAffinity;
 use faultline::frontend::uring::RingMode;
 use faultline::spec::units::{parse_busy_poll, parse_size};
 use faultline::stack::{ledger, served::ServedDisk};
@@ -58,6 +59,11 @@ enum Cmd {
         /// `auto` = io_uring where it works, else classic (the start-up line says which).
         #[arg(long, default_value = "auto", value_parser = RingMode::parse)]
         ring: RingMode,
+        /// Which CPU completes the loop device's requests (its queue/rq_affinity): `auto` =
+        /// the submitting CPU (2) while requests come one at a time, the device's own value
+        /// otherwise; `keep` = never touch it; 0, 1 or 2 = that value. Put back at teardown.
+        #[arg(long, default_value = "auto", value_parser = RqAffinity::parse)]
+        rq_affinity: RqAffinity,
     },
     /// Talk to a running `faultline serve` through its control socket.
     Fault {
@@ -167,9 +173,9 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring } => serve(
+        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity } => serve(
             DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force },
-            &faultline::frontend::Options { busy_poll, ring },
+            &faultline::frontend::Options { busy_poll, ring, rq_affinity },
             rules,
             socket,
         ),

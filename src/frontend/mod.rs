@@ -6,6 +6,7 @@ pub mod delay;
 pub mod fuse;
 pub mod loopdev;
 pub mod poll;
+pub mod steer;
 pub mod uring;
 
 use crate::disk::Disk;
@@ -40,6 +41,8 @@ pub struct Options {
     pub busy_poll: Duration,
     /// FUSE over io_uring (`uring/`), classic /dev/fuse reads, or the first where it works.
     pub ring: uring::RingMode,
+    /// The loop device's completion CPU (`steer.rs`).
+    pub rq_affinity: steer::RqAffinity,
 }
 
 /// Measured on 2 CPUs: 50 µs catches nearly every next request at queue depth 1 (the gap is
@@ -48,7 +51,7 @@ pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
 
 impl Default for Options {
     fn default() -> Options {
-        Options { busy_poll: DEFAULT_BUSY_POLL, ring: uring::RingMode::Auto }
+        Options { busy_poll: DEFAULT_BUSY_POLL, ring: uring::RingMode::Auto, rq_affinity: steer::RqAffinity::Auto }
     }
 }
 
@@ -61,6 +64,7 @@ pub struct Exposed {
     pub transport: String,
     session: Option<fuser::BackgroundSession>,
     ring: Option<uring::RingServer>,
+    poller: Arc<poll::Poller>,
 }
 
 impl Exposed {
@@ -105,9 +109,9 @@ impl Exposed {
         let session = session
             .spawn()
             .context("cannot start the FUSE threads")?;
-        let mut me = Exposed { device: PathBuf::new(), mountpoint: mountpoint.clone(), transport, session: Some(session), ring: None };
+        let mut me = Exposed { device: PathBuf::new(), mountpoint: mountpoint.clone(), transport, session: Some(session), ring: None, poller: poller.clone() };
         if let (Some(p), Some(fd)) = (prepared, ring_fd) {
-            match p.serve(disk, fd, poller, attrs) {
+            match p.serve(disk, fd, poller.clone(), attrs) {
                 Ok(r) => {
                     me.ring = Some(r);
                     me.transport = "io_uring".into();
@@ -125,7 +129,11 @@ impl Exposed {
             l.loops.push((device.clone(), file.clone()));
             l.device = Some(device.clone());
         })?;
-        me.device = device;
+        me.device = device.clone();
+        let steer = steer::Steer::open(&device, opts.rq_affinity, |original| ledger.update(|l| l.rq_affinity.push((device.clone(), original))))?;
+        if let Some(s) = steer {
+            me.poller.steer_with(s);
+        }
         Ok(me)
     }
 
@@ -137,6 +145,10 @@ impl Exposed {
     fn release(&mut self) -> Result<()> {
         let mut first_err = None;
         if !self.device.as_os_str().is_empty() {
+            // before the detach: the setting stays with loopN for whoever attaches it next
+            if let Some(Err(e)) = self.poller.steer().map(|s| s.restore()) {
+                first_err.get_or_insert(e);
+            }
             if let Err(e) = loopdev::detach(&self.device) {
                 first_err.get_or_insert(e);
             }

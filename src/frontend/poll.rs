@@ -15,6 +15,7 @@
 //! of the process spins at a time, whichever disk it serves (two spinners on 2 CPUs cut QD1
 //! IOPS to a third; a btrfs raid1 stack serves two disks that take requests together).
 
+use super::steer::Steer;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
@@ -33,6 +34,8 @@ pub struct Poller {
     seen: AtomicU64,
     /// `seen` at the last request that arrived while another was in flight
     last_overlap: AtomicU64,
+    /// the loop device's completion steering (`steer.rs`), told of each serial/overlap change
+    steer: OnceLock<Steer>,
 }
 
 /// A request from arrival to reply; dropping it marks the reply sent. A delayed reply carries
@@ -54,6 +57,7 @@ impl Poller {
             in_flight: AtomicU32::new(0),
             seen: AtomicU64::new(0),
             last_overlap: AtomicU64::new(0),
+            steer: OnceLock::new(),
         }
     }
 
@@ -62,11 +66,32 @@ impl Poller {
         let _ = self.fd.set(fd);
     }
 
+    /// Steer the loop device's completions by the same serial test (set once the device exists).
+    pub fn steer_with(&self, s: Steer) {
+        let _ = self.steer.set(s);
+    }
+
+    pub fn steer(&self) -> Option<&Steer> {
+        self.steer.get()
+    }
+
     /// A request arrived; keep the guard until its reply is sent (or handed to another thread).
     pub fn arrived(self: &Arc<Self>) -> InFlight {
+        self.arrived_among(1)
+    }
+
+    /// A request arrived together with `batch - 1` others that the caller takes in the same
+    /// sweep (the ring's completion queue: one thread serves them in turn, so `in_flight`
+    /// alone would never see them overlap).
+    pub fn arrived_among(self: &Arc<Self>, batch: usize) -> InFlight {
         let n = self.seen.fetch_add(1, Relaxed) + 1;
-        if self.in_flight.fetch_add(1, AcqRel) > 0 {
+        if self.in_flight.fetch_add(1, AcqRel) > 0 || batch > 1 {
             self.last_overlap.store(n, Relaxed);
+            if let Some(s) = self.steer.get() {
+                s.serial(false);
+            }
+        } else if let Some(s) = self.steer.get() {
+            s.serial(n.saturating_sub(self.last_overlap.load(Relaxed)) >= SERIAL_RUN);
         }
         InFlight(self.clone())
     }

@@ -35,6 +35,7 @@ struct RawDisk {
     store: Option<String>,
     busy_poll: Option<BusyPoll>,
     ring: Option<crate::frontend::uring::RingMode>,
+    rq_affinity: Option<crate::frontend::steer::RqAffinity>,
 }
 
 #[derive(Deserialize)]
@@ -108,6 +109,8 @@ pub struct DiskChoice {
     pub busy_poll: Duration,
     /// FUSE over io_uring or classic (`serve --ring`)
     pub ring: crate::frontend::uring::RingMode,
+    /// the loop device's completion CPU (`serve --rq-affinity`)
+    pub rq_affinity: crate::frontend::steer::RqAffinity,
 }
 
 /// One setup of an experiment, fully validated.
@@ -268,6 +271,7 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -
         store: StoreSpec::Ram,
         busy_poll: crate::frontend::DEFAULT_BUSY_POLL,
         ring: crate::frontend::uring::RingMode::Auto,
+        rq_affinity: crate::frontend::steer::RqAffinity::Auto,
     });
     let Some(d) = d else { return Ok(out) };
     let at = loc(d);
@@ -288,6 +292,9 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -
     }
     if let Some(b) = d.value.busy_poll {
         out.busy_poll = b.0;
+    }
+    if let Some(a) = d.value.rq_affinity {
+        out.rq_affinity = a;
     }
     if let Some(r) = d.value.ring {
         out.ring = r;
@@ -408,5 +415,16 @@ mod tests {
         assert_eq!(ring("disk: {ring: auto}\n").unwrap(), RingMode::Auto);
         let e = ring("disk: {ring: fast}\n").unwrap_err();
         assert!(e.contains("t.yaml") && e.contains("line 2") && e.contains("allowed: auto, on, off"), "{e}");
+    }
+
+    #[test]
+    fn rq_affinity_defaults_to_auto_and_takes_numbers() {
+        use crate::frontend::steer::RqAffinity;
+        let rqa = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.rq_affinity);
+        assert_eq!(rqa("").unwrap(), RqAffinity::Auto);
+        assert_eq!(rqa("disk: {rq_affinity: 2}\n").unwrap(), RqAffinity::Fixed(2));
+        assert_eq!(rqa("disk: {rq_affinity: keep}\n").unwrap(), RqAffinity::Keep);
+        let e = rqa("disk: {rq_affinity: 5}\n").unwrap_err();
+        assert!(e.contains("t.yaml") && e.contains("line 2") && e.contains("allowed: auto, keep, 0, 1, 2"), "{e}");
     }
 }

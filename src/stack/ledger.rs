@@ -37,6 +37,8 @@ pub struct Ledger {
     pub fs_mounts: Vec<PathBuf>,
     /// Process groups we started (pgid, start time of the leader), killed before unmounting.
     pub procs: Vec<(i32, u64)>,
+    /// Our loop devices' rq_affinity as found (frontend/steer.rs), put back before detaching.
+    pub rq_affinity: Vec<(PathBuf, u8)>,
 }
 
 pub struct LedgerFile {
@@ -194,7 +196,10 @@ pub fn release(l: &Ledger, log: &mut Vec<String>) {
     release_upper(l, log);
     for (dev, backing) in &l.loops {
         match crate::frontend::loopdev::backing_file(dev) {
-            Some(b) if b == *backing => match crate::frontend::loopdev::detach(dev) {
+            Some(b) if b == *backing => match {
+                restore_rq_affinity(l, dev, log);
+                crate::frontend::loopdev::detach(dev)
+            } {
                 Ok(()) => log.push(format!("detached {}", dev.display())),
                 Err(e) => log.push(format!("could not detach {}: {e:#}", dev.display())),
             },
@@ -215,6 +220,18 @@ pub fn release(l: &Ledger, log: &mut Vec<String>) {
     for d in l.dirs.iter().rev() {
         if std::fs::remove_dir(d).is_ok() {
             log.push(format!("removed {}", d.display()));
+        }
+    }
+}
+
+/// Put back the rq_affinity found on one of our loop devices, if the run changed it.
+fn restore_rq_affinity(l: &Ledger, dev: &Path, log: &mut Vec<String>) {
+    for (d, v) in l.rq_affinity.iter().filter(|(d, _)| d == dev) {
+        if crate::frontend::steer::read(d).ok() != Some(*v) {
+            match crate::frontend::steer::write(d, *v) {
+                Ok(()) => log.push(format!("restored rq_affinity {v} on {}", d.display())),
+                Err(e) => log.push(format!("could not restore rq_affinity on {}: {e:#}", d.display())),
+            }
         }
     }
 }

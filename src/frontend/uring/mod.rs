@@ -491,6 +491,8 @@ impl Server {
         // entries the kernel still holds: the loop ends when the unmount has given all back
         let mut live = slots.iter().filter(|s| s.live).count();
         loop {
+            // requests taken in one sweep came in together (poll.rs: not serial)
+            let batch = cqes.iter().filter(|(ud, res)| *ud != WAKE && *res >= 0).count();
             for (ud, res) in cqes.drain(..) {
                 if ud == WAKE {
                     arm_wake(ring, wake_buf);
@@ -504,7 +506,7 @@ impl Server {
                     }
                     continue;
                 }
-                self.request(&mut slots[i], i);
+                self.request(&mut slots[i], i, batch);
             }
             if stop.load(Ordering::Acquire) || live == 0 {
                 return;
@@ -565,9 +567,9 @@ impl Server {
         self.commits.push(ring_cmd(self.fuse_fd, abi::CMD_COMMIT_AND_FETCH, unique, slot, idx));
     }
 
-    fn request(&mut self, slot: &mut Slot, idx: usize) {
+    fn request(&mut self, slot: &mut Slot, idx: usize, batch: usize) {
         let h: abi::InHeader = abi::get(&slot.header.in_out);
-        let flight = self.poller.arrived();
+        let flight = self.poller.arrived_among(batch);
         let reply = self.handle(&h, slot, idx, flight);
         if let Reply::Now(errno, len) = reply {
             self.commit(slot, idx, h.unique, errno, len);

@@ -1,0 +1,161 @@
+//! Completion steering: which CPU the block layer completes our loop device's requests on
+//! (`/sys/block/loopN/queue/rq_affinity`). A loop device has one hardware queue, so with the
+//! kernel's default (0 for loop) a request is completed by raising the block softirq on the
+//! CPU that ended it: our serving thread's, in task context, which wakes ksoftirqd there, and
+//! ksoftirqd then wakes the client on its own CPU. With 2 ("force") the completion is sent to
+//! the CPU that submitted the request and runs there in the IPI's interrupt: one wake-up less
+//! on the round trip. Measured on 2 CPUs (BENCHMARKS.md, session 8): +15-20% IOPS at queue
+//! depth 1 (4 KiB and 128 KiB), but ~7% fewer at QD32, where one IPI per completion costs more
+//! than a softirq that completes a batch. So `auto` forces while requests come one at a time
+//! (the poller's serial test, `poll.rs`) and puts the device's own value back otherwise.
+//!
+//! The setting outlives the loop device's attachment (a later `losetup` of the same loopN
+//! inherits it), so the value found is restored at teardown, and recorded in the ledger first
+//! for `faultline cleanup` after a crash.
+
+use anyhow::{Context, Result, bail};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::*};
+
+/// What faultline does with the loop device's `rq_affinity` (`serve --rq-affinity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RqAffinity {
+    /// 2 while requests come one at a time, the device's own value otherwise
+    Auto,
+    /// never touch it
+    Keep,
+    /// this value (0, 1 or 2) for the disk's lifetime
+    Fixed(u8),
+}
+
+impl RqAffinity {
+    pub fn parse(s: &str) -> Result<RqAffinity, String> {
+        match s {
+            "auto" => Ok(RqAffinity::Auto),
+            "keep" => Ok(RqAffinity::Keep),
+            "0" | "1" | "2" => Ok(RqAffinity::Fixed(s.as_bytes()[0] - b'0')),
+            _ => Err(format!("'{s}' is not an rq_affinity setting; allowed: auto, keep, 0, 1, 2")),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RqAffinity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // YAML gives a bare 2 as a number
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        let s = match Raw::deserialize(d)? {
+            Raw::N(n) => n.to_string(),
+            Raw::S(s) => s,
+        };
+        RqAffinity::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The sysfs file of a loop device's rq_affinity.
+pub fn sysfs_path(device: &Path) -> PathBuf {
+    let name = device.file_name().unwrap_or_default().to_string_lossy();
+    PathBuf::from(format!("/sys/block/{name}/queue/rq_affinity"))
+}
+
+/// Read a loop device's rq_affinity.
+pub fn read(device: &Path) -> Result<u8> {
+    let p = sysfs_path(device);
+    let s = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
+    match s.trim() {
+        v @ ("0" | "1" | "2") => Ok(v.as_bytes()[0] - b'0'),
+        v => bail!("{} holds '{v}', not 0, 1 or 2", p.display()),
+    }
+}
+
+/// Write a loop device's rq_affinity (used by `cleanup` to put a crashed run's change back).
+pub fn write(device: &Path, v: u8) -> Result<()> {
+    let p = sysfs_path(device);
+    std::fs::write(&p, [b'0' + v]).with_context(|| format!("cannot write {v} to {}", p.display()))
+}
+
+/// The steering of one loop device. Transitions are rare (a change of queue depth), and each
+/// is one ~1 µs sysfs write that does not freeze the queue (measured during QD32 I/O).
+pub struct Steer {
+    file: File,
+    /// the device's value when we found it: what `serial(false)` and `restore` write
+    pub original: u8,
+    auto: bool,
+    /// the file holds 2 because of `serial(true)`
+    forced: AtomicBool,
+    /// serialises transitions (the classic front end serves from two threads); holds
+    /// `retired`: once restored, nothing more is written
+    gate: Mutex<bool>,
+}
+
+impl Steer {
+    /// Open the device's setting and apply a fixed value; `None` for `Keep`. The caller
+    /// records `original` in the ledger before any request can trigger a change (`Auto`
+    /// changes nothing until requests arrive; a fixed value is written here, after
+    /// `record`).
+    pub fn open(device: &Path, mode: RqAffinity, record: impl FnOnce(u8) -> Result<()>) -> Result<Option<Steer>> {
+        if mode == RqAffinity::Keep {
+            return Ok(None);
+        }
+        let original = read(device)?;
+        let path = sysfs_path(device);
+        let file = std::fs::OpenOptions::new().write(true).open(&path).with_context(|| format!("cannot open {} for writing", path.display()))?;
+        record(original)?;
+        let s = Steer { file, original, auto: mode == RqAffinity::Auto, forced: AtomicBool::new(false), gate: Mutex::new(false) };
+        if let RqAffinity::Fixed(v) = mode {
+            s.put(v).with_context(|| format!("cannot set {} to {v}", path.display()))?;
+        }
+        Ok(Some(s))
+    }
+
+    fn put(&self, v: u8) -> std::io::Result<()> {
+        self.file.write_at(&[b'0' + v], 0).map(|_| ())
+    }
+
+    /// Requests are coming one at a time (`true`) or overlap (`false`). Cheap when nothing
+    /// changes: one relaxed load.
+    #[inline]
+    pub fn serial(&self, serial: bool) {
+        if !self.auto || self.forced.load(Relaxed) == serial {
+            return;
+        }
+        let retired = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        if *retired || self.forced.load(Relaxed) == serial {
+            return;
+        }
+        // a failed write leaves the device as it was; steering is an optimisation
+        if self.put(if serial { 2 } else { self.original }).is_ok() {
+            self.forced.store(serial, Relaxed);
+        }
+    }
+
+    /// Put the device's own value back; later `serial` calls change nothing.
+    pub fn restore(&self) -> Result<()> {
+        let mut retired = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        *retired = true;
+        self.put(self.original).context("cannot restore the loop device's rq_affinity")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_modes_and_refuses_others() {
+        assert_eq!(RqAffinity::parse("auto"), Ok(RqAffinity::Auto));
+        assert_eq!(RqAffinity::parse("keep"), Ok(RqAffinity::Keep));
+        assert_eq!(RqAffinity::parse("2"), Ok(RqAffinity::Fixed(2)));
+        assert_eq!(RqAffinity::parse("0"), Ok(RqAffinity::Fixed(0)));
+        for bad in ["3", "on", "", "22"] {
+            assert!(RqAffinity::parse(bad).unwrap_err().contains("allowed: auto, keep, 0, 1, 2"), "{bad}");
+        }
+    }
+}
