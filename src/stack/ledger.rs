@@ -196,13 +196,13 @@ pub fn release(l: &Ledger, log: &mut Vec<String>) {
     release_upper(l, log);
     for (dev, backing) in &l.loops {
         match crate::frontend::loopdev::backing_file(dev) {
-            Some(b) if b == *backing => match {
+            Some(b) if b == *backing => {
                 restore_rq_affinity(l, dev, log);
-                crate::frontend::loopdev::detach(dev)
-            } {
-                Ok(()) => log.push(format!("detached {}", dev.display())),
-                Err(e) => log.push(format!("could not detach {}: {e:#}", dev.display())),
-            },
+                match crate::frontend::loopdev::detach(dev) {
+                    Ok(()) => log.push(format!("detached {}", dev.display())),
+                    Err(e) => log.push(format!("could not detach {}: {e:#}", dev.display())),
+                }
+            }
             _ => {} // gone, or reused by someone else: not ours any more
         }
     }
