@@ -129,10 +129,27 @@ impl Disk {
     /// be before the bytes are in: the request's chunks are locked first, so no later request
     /// can see the old bytes, and the copy overlaps the kernel's completion path (BENCHMARKS.md).
     pub fn write_then(&self, off: u64, data: &[u8], ack: impl FnOnce(Outcome)) {
-        if !self.in_range(off, data.len() as u64) {
+        // SAFETY: `data` is borrowed for the whole call
+        unsafe { self.write_from(off, store::Src::of(data), false, ack) }
+    }
+
+    /// Like `write_then`, but on the RAM store `ack` runs once the bytes are stored (content
+    /// hashing and edits follow, under the same locks), and from then on the caller may reuse
+    /// the buffer: the ring front end's reply goes into it.
+    ///
+    /// # Safety
+    /// `data` must be readable until `ack` runs.
+    pub unsafe fn write_then_copied(&self, off: u64, data: store::Src, ack: impl FnOnce(Outcome)) {
+        unsafe { self.write_from(off, data, true, ack) }
+    }
+
+    /// # Safety
+    /// `data` readable until `ack` runs if `ack_after_copy`, else until the call returns.
+    unsafe fn write_from(&self, off: u64, data: store::Src, ack_after_copy: bool, ack: impl FnOnce(Outcome)) {
+        if !self.in_range(off, data.len as u64) {
             return ack(Outcome { errno: Some(libc::EINVAL), delay: None });
         }
-        let mut p = self.engine.begin(Op::Write, off, data.len() as u64);
+        let mut p = self.engine.begin(Op::Write, off, data.len as u64);
         let mut ack = Some(ack);
         // No failed/dropped/redirected request so far, and content rules (if any) can only edit
         // bytes or delay: the store hashes each block as it copies it in (one pass; the hashing
@@ -143,20 +160,24 @@ impl Disk {
                 store::Hashed { bs: self.block_size as usize, start, blocks }
             });
             let early = p.reply_known().then_some(p.plan.delay);
-            let r = self.store.write_locked(
-                off,
-                data,
-                hashed,
-                &mut || {
-                    if let Some(delay) = early {
-                        (ack.take().unwrap())(Outcome { errno: None, delay })
-                    }
-                },
-                &mut |hashes, stored| {
-                    p.match_hashes(hashes);
-                    apply_edits(&p.plan.edits, stored);
-                },
-            );
+            // SAFETY: the caller's contract on `data`, passed on
+            let r = unsafe {
+                self.store.write_locked(
+                    off,
+                    data,
+                    hashed,
+                    ack_after_copy,
+                    &mut || {
+                        if let Some(delay) = early {
+                            (ack.take().unwrap())(Outcome { errno: None, delay })
+                        }
+                    },
+                    &mut |hashes, stored| {
+                        p.match_hashes(hashes);
+                        apply_edits(&p.plan.edits, stored);
+                    },
+                )
+            };
             if let Some(r) = r {
                 if let Some(ack) = ack.take() {
                     ack(match r {
@@ -167,7 +188,9 @@ impl Disk {
                 return;
             }
         }
-        (ack.take().unwrap())(self.write_two_pass(off, data, p));
+        // SAFETY: readable until ack (either contract); the slice is not used after this call
+        let outcome = self.write_two_pass(off, unsafe { std::slice::from_raw_parts(data.ptr, data.len) }, p);
+        (ack.take().unwrap())(outcome);
     }
 
     /// Hash first (content rules), then store as planned.
@@ -411,6 +434,36 @@ mod tests {
         let log = key(&ram);
         assert!(log.len() > 20, "the rules fired ({} entries)", log.len());
         assert_eq!(log, key(&file));
+        // the ring front end's write: acknowledged once stored, and the caller reuses its
+        // buffer from the acknowledgement on (here: scribbles over it); the hashing and edits
+        // that follow must come from the stored copy. Rules that only edit (a content delay
+        // would hold the acknowledgement until after the hashing), against a plain write.
+        let edits = || rules().into_iter().filter(|r| !matches!(r.action, Action::Delay { .. })).collect::<Vec<_>>();
+        let (plain, copied) = (disk_of(StoreSpec::Ram, size), disk_of(StoreSpec::Ram, size));
+        plain.arm(edits()).unwrap();
+        copied.arm(edits()).unwrap();
+        for (off, data) in &reqs {
+            let want = plain.write(*off, data);
+            let mut buf = data.clone();
+            let p = buf.as_mut_ptr();
+            let mut got = None;
+            // SAFETY: buf lives across the call; it is only written from the ack on
+            unsafe {
+                copied.write_then_copied(*off, store::Src { ptr: p, len: buf.len() }, |o| {
+                    std::ptr::write_bytes(p, 0xA5, buf.len());
+                    got = Some(o);
+                })
+            };
+            let got = got.unwrap();
+            assert_eq!((got.errno, got.delay), (want.errno, want.delay), "request at {off}");
+        }
+        let (mut w, mut z) = (vec![0u8; size as usize], vec![0u8; size as usize]);
+        plain.read(0, &mut w);
+        copied.read(0, &mut z);
+        assert!(w == z, "stored bytes differ when the source buffer is reused after the acknowledgement");
+        let fired = key(&plain);
+        assert!(fired.len() > 20, "the edit rules fired ({} entries)", fired.len());
+        assert_eq!(key(&copied), fired, "faults differ when the source buffer is reused after the acknowledgement");
         // an error by content fails the whole request and stores nothing, in both
         for d in [&ram, &file] {
             d.arm(vec![Rule::new(Action::Error { errno: libc::EIO }, &[Op::Write], Target::Content { hash: h(4) })]).unwrap();

@@ -17,14 +17,33 @@ pub trait Store: Send + Sync {
     fn size(&self) -> u64;
     fn describe(&self) -> String;
     /// Store `data` at `off` under locks that keep every other request off [off, off+len), for
-    /// stores nobody can observe except through later requests (RAM): once the locks are held,
-    /// `locked` runs (the caller may acknowledge the write there: any later request waits for the
-    /// locks); then the bytes are copied in, hashing the `Hashed` blocks on the way, and `edit`
-    /// gets the hashes and the stored bytes before the locks are released.
-    /// `None`: this store cannot; write (after hashing) with `write`.
-    fn write_locked(&self, off: u64, data: &[u8], hashed: Option<Hashed>, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
-        let _ = (off, data, hashed, locked, edit);
+    /// stores nobody can observe except through later requests (RAM): `locked` runs once the
+    /// locks are held (the caller may acknowledge the write there: any later request waits for
+    /// the locks) — before the copy, or with `ack_after_copy` once the bytes are stored; the
+    /// `Hashed` blocks are hashed (on the way in, or with `ack_after_copy` from the stored copy
+    /// after `locked`), and `edit` gets the hashes and the stored bytes before the locks are
+    /// released. `None`: this store cannot; write (after hashing) with `write`.
+    ///
+    /// # Safety
+    /// `data` must be readable until `locked` runs when `ack_after_copy` is set (the ring front
+    /// end replies there, and its reply reuses the buffer), else until the call returns.
+    unsafe fn write_locked(&self, off: u64, data: Src, hashed: Option<Hashed>, ack_after_copy: bool, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
+        let _ = (off, data, hashed, ack_after_copy, locked, edit);
         None
+    }
+}
+
+/// A write's bytes as a pointer and length, not a slice: with `ack_after_copy` the caller may
+/// reuse the buffer from `locked` on, which a `&[u8]` argument would forbid for the whole call.
+#[derive(Clone, Copy)]
+pub struct Src {
+    pub ptr: *const u8,
+    pub len: usize,
+}
+
+impl Src {
+    pub fn of(data: &[u8]) -> Src {
+        Src { ptr: data.as_ptr(), len: data.len() }
     }
 }
 
@@ -170,13 +189,15 @@ impl Store for RamStore {
         self.chunks(off, buf.len() as u64, false, |p, at, n| unsafe { std::ptr::copy_nonoverlapping(p, out.add(at), n) })
     }
     fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
-        self.write_locked(off, data, None, &mut || {}, &mut |_, _| {}).expect("the RAM store writes under its locks")
+        // SAFETY: `data` is borrowed for the whole call
+        unsafe { self.write_locked(off, Src::of(data), None, false, &mut || {}, &mut |_, _| {}) }.expect("the RAM store writes under its locks")
     }
     /// Each hashed block is hashed right before it is copied: the hashing runs while the
     /// previous block's non-temporal stores drain, so it costs ~0.5 µs per 128 KiB instead of
-    /// ~3.5 µs as a separate pass (BENCHMARKS.md).
-    fn write_locked(&self, off: u64, data: &[u8], hashed: Option<Hashed>, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
-        let len = data.len();
+    /// ~3.5 µs as a separate pass (BENCHMARKS.md). With `ack_after_copy` the copy comes first
+    /// and the hashing reads the stored bytes after `locked`: off the reply's path entirely.
+    unsafe fn write_locked(&self, off: u64, data: Src, hashed: Option<Hashed>, ack_after_copy: bool, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
+        let len = data.len;
         let h = hashed.unwrap_or(Hashed { bs: 1, start: len, blocks: 0 });
         if off.checked_add(len as u64).is_none_or(|e| e > self.size) || h.start + h.blocks * h.bs > len {
             return Some(Err(io::Error::from_raw_os_error(libc::EINVAL)));
@@ -185,26 +206,37 @@ impl Store for RamStore {
             return Some(Ok(())); // nothing to lock or copy; the caller acknowledges
         }
         self.with_write_locks(off, len as u64, || {
-            locked();
+            if !ack_after_copy {
+                locked();
+            }
             // large writes bypass the cache: the store's memory is cold, and an ordinary copy would
             // first read every destination line (w128k-qd1 +1-22% IOPS in 8 of 8 A/B pairs; at 4 KiB
             // no difference, so small writes keep the plain copy)
             let stream = len >= STREAM_MIN;
-            let (src, dst) = (data.as_ptr(), unsafe { self.base.add(off as usize) });
+            let (src, dst) = (data.ptr, unsafe { self.base.add(off as usize) });
             let copy = |at: usize, n: usize| unsafe {
                 if stream { copy_streaming(src.add(at), dst.add(at), n) } else { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), n) }
             };
+            let block = |base: *const u8, b: usize| unsafe { std::slice::from_raw_parts(base.add(h.start + b * h.bs), h.bs) };
             let mut hashes = Vec::with_capacity(h.blocks);
-            // SAFETY (copies): [off, off+len) is inside the mapping (checked) and locked for writing
-            copy(0, h.start);
-            for b in 0..h.blocks {
-                let at = h.start + b * h.bs;
-                hashes.push(crate::content::block_hash(&data[at..at + h.bs]));
-                copy(at, h.bs);
+            // SAFETY (copies, blocks): [off, off+len) is inside the mapping (checked) and locked
+            // for writing; `data` is readable until `locked` runs (the caller's contract)
+            if ack_after_copy {
+                copy(0, len);
+                store_fence();
+                locked();
+                // `data` may be reused from here on: hash the stored copy
+                hashes.extend((0..h.blocks).map(|b| crate::content::block_hash(block(dst, b))));
+            } else {
+                copy(0, h.start);
+                for b in 0..h.blocks {
+                    hashes.push(crate::content::block_hash(block(src, b)));
+                    copy(h.start + b * h.bs, h.bs);
+                }
+                let tail = h.start + h.blocks * h.bs;
+                copy(tail, len - tail);
+                store_fence();
             }
-            let tail = h.start + h.blocks * h.bs;
-            copy(tail, len - tail);
-            store_fence();
             edit(&hashes, unsafe { std::slice::from_raw_parts_mut(dst, len) });
         });
         Some(Ok(()))

@@ -14,8 +14,12 @@
 //!
 //! Differences from the classic path, by construction of the protocol:
 //! - A reply is a commit of the entry, which also refills its payload with the next request,
-//!   so a write is acknowledged only after its data is in the store (the classic path may
-//!   acknowledge once the RAM store's locks are held, `Disk::write_then`).
+//!   so a write is acknowledged once its data is copied into the store (the classic path may
+//!   acknowledge as soon as the RAM store's locks are held, `Disk::write_then`); content
+//!   hashing and edits then run on the stored copy, after the reply, under the same locks
+//!   (`Disk::write_then_copied`; 100,000 never-matching rules cost w128k ~7% when they ran
+//!   before the reply). That work no longer delays the completion only because the loop
+//!   device completes on the submitting CPU while requests are serial (`steer.rs`).
 //! - A delayed request holds its entry until its reply (64 per queue); more delayed requests
 //!   than that wait in the kernel's queue, like requests on a device with that queue depth.
 
@@ -389,10 +393,10 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
 
 /// The 128-byte command SQE for one entry: REGISTER carries the entry's two buffers
 /// (iovec array in `addr`, count in `len`), COMMIT_AND_FETCH names the request it answers.
-fn ring_cmd(fuse_fd: RawFd, op: u32, commit_id: u64, slot: &Slot, idx: usize) -> squeue::Entry128 {
-    let mut b = opcode::UringCmd80::new(types::Fd(fuse_fd), op).cmd(abi::cmd_req(commit_id, slot.qid));
-    if op == abi::CMD_REGISTER {
-        b = b.addr(Some(slot.iov.as_ptr() as u64));
+fn ring_cmd(fuse_fd: RawFd, op: u32, commit_id: u64, qid: u16, iov: Option<*const libc::iovec>, idx: usize) -> squeue::Entry128 {
+    let mut b = opcode::UringCmd80::new(types::Fd(fuse_fd), op).cmd(abi::cmd_req(commit_id, qid));
+    if let Some(iov) = iov {
+        b = b.addr(Some(iov as u64));
     }
     let e = b.build().user_data(idx as u64);
     if op != abi::CMD_REGISTER {
@@ -418,7 +422,7 @@ fn register(ring: &mut Ring, slots: &mut [Slot], fuse_fd: RawFd, queues: usize) 
     let mut failed: Option<i32> = None;
     while !todo.is_empty() {
         for &i in &todo {
-            let e = ring_cmd(fuse_fd, abi::CMD_REGISTER, 0, &slots[i], i);
+            let e = ring_cmd(fuse_fd, abi::CMD_REGISTER, 0, slots[i].qid, Some(slots[i].iov.as_ptr()), i);
             // SAFETY: the entry's buffers live in `slots` for the ring's lifetime
             unsafe { ring.submission().push(&e).expect("ring sized for every entry") };
             slots[i].live = true;
@@ -455,12 +459,24 @@ fn register(ring: &mut Ring, slots: &mut [Slot], fuse_fd: RawFd, queues: usize) 
     Ok(early)
 }
 
+/// The reply to the request in an entry: the out header, the used payload length, and the
+/// COMMIT_AND_FETCH that sends it and asks for the entry's next request.
+fn commit_sqe(fuse_fd: RawFd, header: &mut RingHeader, qid: u16, idx: usize, unique: u64, errno: Option<i32>, len: u32) -> squeue::Entry128 {
+    let len = if errno.is_some() { 0 } else { len };
+    let out = abi::OutHeader { len: (size_of::<abi::OutHeader>() as u32) + len, error: errno.map_or(0, |e| -e), unique };
+    abi::put(&mut header.in_out, &out);
+    header.ent.payload_sz = len;
+    ring_cmd(fuse_fd, abi::CMD_COMMIT_AND_FETCH, unique, qid, None, idx)
+}
+
 /// What a request's handler decided.
 enum Reply {
     /// reply now: an error, or success with this many payload bytes
     Now(Option<i32>, u32),
     /// the reply is due later (`Server::late`)
     Later,
+    /// the reply is already submitted
+    Sent,
 }
 
 struct Server {
@@ -506,7 +522,7 @@ impl Server {
                     }
                     continue;
                 }
-                self.request(&mut slots[i], i, batch);
+                self.request(ring, &mut slots[i], i, batch);
             }
             if stop.load(Ordering::Acquire) || live == 0 {
                 return;
@@ -560,27 +576,25 @@ impl Server {
 
     /// Queue the reply to the request in `slot` (and the fetch of its next request).
     fn commit(&mut self, slot: &mut Slot, idx: usize, unique: u64, errno: Option<i32>, len: u32) {
-        let len = if errno.is_some() { 0 } else { len };
-        let out = abi::OutHeader { len: (size_of::<abi::OutHeader>() as u32) + len, error: errno.map_or(0, |e| -e), unique };
-        abi::put(&mut slot.header.in_out, &out);
-        slot.header.ent.payload_sz = len;
-        self.commits.push(ring_cmd(self.fuse_fd, abi::CMD_COMMIT_AND_FETCH, unique, slot, idx));
+        self.commits.push(commit_sqe(self.fuse_fd, &mut slot.header, slot.qid, idx, unique, errno, len));
     }
 
-    fn request(&mut self, slot: &mut Slot, idx: usize, batch: usize) {
+    fn request(&mut self, ring: &mut Ring, slot: &mut Slot, idx: usize, batch: usize) {
         let h: abi::InHeader = abi::get(&slot.header.in_out);
         let flight = self.poller.arrived_among(batch);
-        let reply = self.handle(&h, slot, idx, flight);
+        let reply = self.handle(ring, &h, slot, idx, flight);
         if let Reply::Now(errno, len) = reply {
             self.commit(slot, idx, h.unique, errno, len);
         }
     }
 
     /// Answer one request: the same answers as the classic path (`fuse.rs`).
-    fn handle(&mut self, h: &abi::InHeader, slot: &mut Slot, idx: usize, flight: InFlight) -> Reply {
+    fn handle(&mut self, ring: &mut Ring, h: &abi::InHeader, slot: &mut Slot, idx: usize, flight: InFlight) -> Reply {
         let in_len = (slot.header.ent.payload_sz as usize).min(PAYLOAD);
         let op_in = slot.header.op_in;
-        let payload = slot.payload.get();
+        let Slot { qid, header, payload, .. } = slot;
+        let qid = *qid;
+        let payload = payload.get();
         let ok = |n: usize| Reply::Now(None, n as u32);
         let err = |e: i32| Reply::Now(Some(e), 0);
         match h.opcode {
@@ -593,11 +607,33 @@ impl Server {
             abi::WRITE => {
                 let w: abi::WriteIn = abi::get(&op_in);
                 let n = in_len.min(w.size as usize);
-                // the store is done with the data when write_then returns; the reply (the
-                // commit, which refills this payload) is only submitted after that
+                let data = crate::disk::store::Src { ptr: payload.as_ptr(), len: n };
+                let at = payload.as_mut_ptr();
+                let (fuse_fd, unique) = (self.fuse_fd, h.unique);
                 let mut out = None;
-                self.disk.write_then(w.offset, &payload[..n], |o| out = Some(o));
+                let mut sent = false;
+                // SAFETY: the payload stays mapped and is not touched until the ack, which the
+                // RAM store gives once the bytes are stored: the reply can go out there, and its
+                // commit refills this payload with the next request while the store still hashes
+                // (from its own copy) and edits, under locks that hold off later requests
+                unsafe {
+                    self.disk.write_then_copied(w.offset, data, |o| {
+                        if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
+                            let len = abi::put(std::slice::from_raw_parts_mut(at, PAYLOAD), &abi::WriteOut { size: n as u32, padding: 0 });
+                            let e = commit_sqe(fuse_fd, header, qid, idx, unique, None, len as u32);
+                            ring.submission().push(&e).expect("one commit per entry fits");
+                            // an interrupted submit leaves it queued for the loop's next submit
+                            let _ = ring.submit();
+                            sent = true;
+                        }
+                        out = Some(o);
+                    })
+                };
                 let o = out.expect("write_then always acknowledges");
+                if sent {
+                    drop(flight);
+                    return Reply::Sent;
+                }
                 let len = abi::put(payload, &abi::WriteOut { size: n as u32, padding: 0 });
                 self.finish(o, len as u32, h.unique, idx, flight)
             }
