@@ -235,13 +235,14 @@ fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<Pa
     out.flush()?;
     drop(out);
     eprintln!(
-        "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}, requests over {}) on {}; control socket {}; Ctrl-C to stop",
+        "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}) on {}; control socket {}; Ctrl-C to stop",
         faultline::spec::units::format_size(served.disk.size()),
         served.disk.describe_store(),
         served.disk.block_size(),
         served.disk.engine.list().len(),
         if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },
         served.transport(),
+        front.rq_affinity,
         served.device().display(),
         socket.display()
     );

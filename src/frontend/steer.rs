@@ -42,6 +42,16 @@ impl RqAffinity {
     }
 }
 
+impl std::fmt::Display for RqAffinity {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            RqAffinity::Auto => f.write_str("auto"),
+            RqAffinity::Keep => f.write_str("keep"),
+            RqAffinity::Fixed(v) => write!(f, "{v}"),
+        }
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for RqAffinity {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // YAML gives a bare 2 as a number
