@@ -14,30 +14,32 @@ type Job = Box<dyn FnOnce() + Send>;
 
 pub(super) const SPIN: Duration = Duration::from_micros(40);
 
-struct Item {
-    at: Instant,
-    seq: u64,
-    job: Job,
+/// Something due at `at`; `seq` keeps equal deadlines in arrival order. Earliest first in a
+/// `BinaryHeap<Reverse<Timed<T>>>` (here and in the ring thread's own timers, uring/).
+pub(super) struct Timed<T> {
+    pub at: Instant,
+    pub seq: u64,
+    pub item: T,
 }
-impl PartialEq for Item {
+impl<T> PartialEq for Timed<T> {
     fn eq(&self, o: &Self) -> bool {
         (self.at, self.seq) == (o.at, o.seq)
     }
 }
-impl Eq for Item {}
-impl PartialOrd for Item {
+impl<T> Eq for Timed<T> {}
+impl<T> PartialOrd for Timed<T> {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Item {
+impl<T> Ord for Timed<T> {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         (self.at, self.seq).cmp(&(o.at, o.seq))
     }
 }
 
 struct Shared {
-    heap: Mutex<(BinaryHeap<Reverse<Item>>, bool)>,
+    heap: Mutex<(BinaryHeap<Reverse<Timed<Job>>>, bool)>,
     cv: Condvar,
     /// Bumped on every push so a spinning waiter notices an earlier deadline.
     pushes: AtomicU64,
@@ -60,7 +62,7 @@ impl Delayer {
     pub fn at(&self, at: Instant, job: Job) {
         let mut g = self.shared.heap.lock().unwrap();
         let seq = self.shared.pushes.fetch_add(1, Ordering::Release);
-        g.0.push(Reverse(Item { at, seq, job }));
+        g.0.push(Reverse(Timed { at, seq, item: job }));
         drop(g);
         self.shared.cv.notify_one();
     }
@@ -81,7 +83,7 @@ fn run(s: &Shared) {
         // everything due: run outside the lock
         let mut due = Vec::new();
         while g.0.peek().is_some_and(|Reverse(i)| i.at <= now) {
-            due.push(g.0.pop().unwrap().0.job);
+            due.push(g.0.pop().unwrap().0.item);
         }
         if !due.is_empty() {
             drop(g);

@@ -26,6 +26,7 @@
 pub mod abi;
 
 use super::fuse::{self, NodeAttrs};
+use super::delay::Timed;
 use super::poll::{InFlight, Poller};
 use crate::disk::{Disk, Outcome};
 use abi::RingHeader;
@@ -195,33 +196,15 @@ struct Slot {
     live: bool,
 }
 
-/// A delayed reply, due at `at`. The ring thread keeps its own timers: a hand-off from the delay
-/// thread (eventfd, task work, a wake-up of this thread) made a 20 µs delay ~60-90 µs long.
+/// A delayed reply, kept as a `Timed<Late>` (due at its `at`). The ring thread keeps its own
+/// timers: a hand-off from the delay thread (eventfd, task work, a wake-up of this thread)
+/// made a 20 µs delay ~60-90 µs long.
 struct Late {
-    at: Instant,
-    seq: u64,
     slot: usize,
     unique: u64,
     errno: Option<i32>,
     len: u32,
     _flight: InFlight,
-}
-
-impl PartialEq for Late {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Late {}
-impl PartialOrd for Late {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Late {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(o.at, o.seq))
-    }
 }
 
 type Ring = IoUring<squeue::Entry128, cqueue::Entry>;
@@ -485,7 +468,7 @@ struct Server {
     attrs: NodeAttrs,
     fuse_fd: RawFd,
     /// delayed replies, earliest first
-    late: BinaryHeap<Reverse<Late>>,
+    late: BinaryHeap<Reverse<Timed<Late>>>,
     seq: u64,
     wake: Arc<OwnedFd>,
     commits: Vec<squeue::Entry128>,
@@ -531,6 +514,7 @@ impl Server {
             while self.late.peek().is_some_and(|Reverse(l)| l.at <= now) {
                 let Reverse(l) = self.late.pop().unwrap();
                 self.disk.engine.log.delay_lateness.record(l.at.elapsed());
+                let l = l.item;
                 self.commit(&mut slots[l.slot], l.slot, l.unique, l.errno, l.len);
             }
             {
@@ -717,7 +701,7 @@ impl Server {
         match o.delay {
             Some(d) if !d.is_zero() => {
                 self.seq += 1;
-                self.late.push(Reverse(Late { at: Instant::now() + d, seq: self.seq, slot: idx, unique, errno: o.errno, len, _flight: flight }));
+                self.late.push(Reverse(Timed { at: Instant::now() + d, seq: self.seq, item: Late { slot: idx, unique, errno: o.errno, len, _flight: flight } }));
                 Reply::Later
             }
             _ => {
