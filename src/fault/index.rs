@@ -163,15 +163,19 @@ mod tests {
         r
     }
 
-    #[test]
-    fn matches_brute_force() {
-        let mut seed = 12345u64;
-        let mut rnd = |m: u64| {
+    /// A seeded xorshift64 draw in [0, m).
+    fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+        move |m| {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             seed % m
-        };
+        }
+    }
+
+    #[test]
+    fn matches_brute_force() {
+        let mut rnd = xorshift(12345u64);
         for n in [0usize, 1, 2, 3, 7, 8, 9, 33, 100, 1000, 5000] {
             let mut v = Vec::new();
             for i in 0..n {
@@ -195,13 +199,7 @@ mod tests {
     /// never hide an overlap, including intervals that span buckets and queries at the edges.
     #[test]
     fn occupancy_bitmap_never_hides_an_overlap() {
-        let mut seed = 99u64;
-        let mut rnd = |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
+        let mut rnd = xorshift(99u64);
         let space = 1u64 << 36;
         let v: Vec<(u64, u64, usize)> = (0..300)
             .map(|i| {
