@@ -60,8 +60,9 @@ enum Cmd {
         #[arg(long, default_value = "auto", value_parser = RingMode::parse)]
         ring: RingMode,
         /// Which CPU completes the loop device's requests (its queue/rq_affinity): `auto` =
-        /// the submitting CPU (2) while requests come one at a time, the device's own value
-        /// otherwise; `keep` = never touch it; 0, 1 or 2 = that value. Put back at teardown.
+        /// over io_uring, the submitting CPU (2) while requests come one at a time, the
+        /// device's own value otherwise (classic /dev/fuse: untouched); `keep` = never touch
+        /// it; 0, 1 or 2 = that value. Put back at teardown.
         #[arg(long, default_value = "auto", value_parser = RqAffinity::parse)]
         rq_affinity: RqAffinity,
     },

@@ -130,7 +130,13 @@ impl Exposed {
             l.device = Some(device.clone());
         })?;
         me.device = device.clone();
-        let steer = steer::Steer::open(&device, opts.rq_affinity, |original| ledger.update(|l| l.rq_affinity.push((device.clone(), original))))?;
+        // `auto` needs the ring's overlap signal (a sweep of several requests); the classic
+        // path's two threads take queued requests one by one and look serial at any depth
+        let mode = match opts.rq_affinity {
+            steer::RqAffinity::Auto if me.ring.is_none() => steer::RqAffinity::Keep,
+            m => m,
+        };
+        let steer = steer::Steer::open(&device, mode, |original| ledger.update(|l| l.rq_affinity.push((device.clone(), original))))?;
         if let Some(s) = steer {
             me.poller.steer_with(s);
         }

@@ -7,7 +7,8 @@
 //! on the round trip. Measured on 2 CPUs (BENCHMARKS.md, session 8): +15-20% IOPS at queue
 //! depth 1 (4 KiB and 128 KiB), but ~7% fewer at QD32, where one IPI per completion costs more
 //! than a softirq that completes a batch. So `auto` forces while requests come one at a time
-//! (the poller's serial test, `poll.rs`) and puts the device's own value back otherwise.
+//! (the poller's serial test, `poll.rs`) and puts the device's own value back otherwise. Over
+//! the ring only (`frontend/mod.rs`): the classic path's threads look serial at any depth.
 //!
 //! The setting outlives the loop device's attachment (a later `losetup` of the same loopN
 //! inherits it), so the value found is restored at teardown, and recorded in the ledger first
@@ -23,7 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 /// What faultline does with the loop device's `rq_affinity` (`serve --rq-affinity`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RqAffinity {
-    /// 2 while requests come one at a time, the device's own value otherwise
+    /// 2 while requests come one at a time, the device's own value otherwise (over io_uring;
+    /// on the classic path, like `Keep`)
     Auto,
     /// never touch it
     Keep,
