@@ -4,6 +4,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::frontend::control;
+use faultline::frontend::cpu_latency::CpuLatency;
 use faultline::frontend::steer::RqAffinity;
 use faultline::frontend::uring::RingMode;
 use faultline::spec::units::{parse_busy_poll, parse_size};
@@ -65,6 +66,12 @@ enum Cmd {
         /// it; 0, 1 or 2 = that value. Put back at teardown.
         #[arg(long, default_value = "auto", value_parser = RqAffinity::parse)]
         rq_affinity: RqAffinity,
+        /// Idle CPUs' wake-up latency (/dev/cpu_dma_latency): `auto` = ask for 0 µs (idle
+        /// CPUs poll instead of halting) while the disk has requests, released 10 ms after
+        /// the last; `hold` = for the disk's whole life; `keep` = never ask. Machine-wide
+        /// while held: what runs on the disk gets the faster wake-ups too.
+        #[arg(long, default_value = "auto", value_parser = CpuLatency::parse)]
+        cpu_latency: CpuLatency,
     },
     /// Talk to a running `faultline serve` through its control socket.
     Fault {
@@ -174,9 +181,9 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity } => serve(
+        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity, cpu_latency } => serve(
             DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force },
-            &faultline::frontend::Options { busy_poll, ring, rq_affinity },
+            &faultline::frontend::Options { busy_poll, ring, rq_affinity, cpu_latency },
             rules,
             socket,
         ),
@@ -236,7 +243,7 @@ fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<Pa
     out.flush()?;
     drop(out);
     eprintln!(
-        "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}) on {}; control socket {}; Ctrl-C to stop",
+        "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}, cpu latency {}) on {}; control socket {}; Ctrl-C to stop",
         faultline::spec::units::format_size(served.disk.size()),
         served.disk.describe_store(),
         served.disk.block_size(),
@@ -244,6 +251,7 @@ fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<Pa
         if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },
         served.transport(),
         front.rq_affinity,
+        front.cpu_latency,
         served.device().display(),
         socket.display()
     );

@@ -8,7 +8,7 @@ pub const HUGE: usize = 2 << 20;
 
 /// A private anonymous mapping of `len` bytes (a multiple of 4 KiB), zeroed, starting on a
 /// 2 MiB boundary and marked MADV_HUGEPAGE when it is at least that big. Null on failure.
-pub fn map(len: usize) -> *mut u8 {
+fn map(len: usize) -> *mut u8 {
     let huge = len >= HUGE;
     // over-map by one huge page so the start can be aligned to it, then trim
     let extra = if huge { HUGE } else { 0 };
@@ -37,10 +37,53 @@ pub fn map(len: usize) -> *mut u8 {
     start as *mut u8
 }
 
-/// Give back a mapping made by `map` with the same `len`.
+/// Give back a mapping made by `map` with the same `len` (`Mapping`'s drop).
 ///
 /// # Safety
 /// `ptr` and `len` must come from one `map` call, and nothing may use the memory afterwards.
-pub unsafe fn unmap(ptr: *mut u8, len: usize) {
+unsafe fn unmap(ptr: *mut u8, len: usize) {
     unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
+}
+
+/// An owned anonymous mapping (`map`), unmapped on drop: I/O buffers and the ring's payloads.
+pub struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain memory owned by this value; `&`/`&mut` access follows Rust's borrow rules
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// `len` bytes (rounded up to 4 KiB), zeroed; on huge pages from 2 MiB (`map`).
+    pub fn new(len: usize) -> std::io::Result<Mapping> {
+        let len = len.max(1).next_multiple_of(4096);
+        let ptr = map(len);
+        if ptr.is_null() {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Mapping { ptr, len })
+    }
+}
+
+impl std::ops::Deref for Mapping {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` bytes and lives as long as self
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Mapping {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` is the only access
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, no slices outlive self
+        unsafe { unmap(self.ptr, self.len) }
+    }
 }

@@ -2,6 +2,7 @@
 //! control socket. No fault logic here.
 
 pub mod control;
+pub mod cpu_latency;
 pub mod delay;
 pub mod fuse;
 pub mod loopdev;
@@ -43,6 +44,8 @@ pub struct Options {
     pub ring: uring::RingMode,
     /// The loop device's completion CPU (`steer.rs`).
     pub rq_affinity: steer::RqAffinity,
+    /// Idle CPUs poll instead of halting while the disk is busy (`cpu_latency.rs`).
+    pub cpu_latency: cpu_latency::CpuLatency,
 }
 
 /// Measured on 2 CPUs: 50 µs catches nearly every next request at queue depth 1 (the gap is
@@ -51,7 +54,7 @@ pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
 
 impl Default for Options {
     fn default() -> Options {
-        Options { busy_poll: DEFAULT_BUSY_POLL, ring: uring::RingMode::Auto, rq_affinity: steer::RqAffinity::Auto }
+        Options { busy_poll: DEFAULT_BUSY_POLL, ring: uring::RingMode::Auto, rq_affinity: steer::RqAffinity::Auto, cpu_latency: cpu_latency::CpuLatency::Auto }
     }
 }
 
@@ -96,6 +99,13 @@ impl Exposed {
         ledger.update(|l| l.mounts.push(mountpoint.clone()))?;
         let bs = disk.block_size();
         let poller = Arc::new(poll::Poller::new(opts.busy_poll));
+        match cpu_latency::Hold::open(opts.cpu_latency, Arc::downgrade(&poller)) {
+            Ok(Some(h)) => poller.hold_with(h),
+            Ok(None) => {}
+            // the default degrades to leaving the machine alone; an explicit `hold` fails
+            Err(e) if opts.cpu_latency == cpu_latency::CpuLatency::Auto => eprintln!("faultline: warning: {e:#}; CPU latency left alone"),
+            Err(e) => return Err(e),
+        }
         let attrs = fuse::NodeAttrs::new(disk.clone());
         let session = fuser::Session::new(fuse::DiskFs::new(disk.clone(), attrs.clone(), poller.clone(), prepared.is_some()), &mountpoint, &cfg)
             .with_context(|| format!("cannot mount FUSE at {}", mountpoint.display()))?;

@@ -15,6 +15,7 @@
 //! of the process spins at a time, whichever disk it serves (two spinners on 2 CPUs cut QD1
 //! IOPS to a third; a btrfs raid1 stack serves two disks that take requests together).
 
+use super::cpu_latency::Hold;
 use super::steer::Steer;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
@@ -36,6 +37,8 @@ pub struct Poller {
     last_overlap: AtomicU64,
     /// the loop device's completion steering (`steer.rs`), told of each serial/overlap change
     steer: OnceLock<Steer>,
+    /// the CPU wake-up latency request (`cpu_latency.rs`), told of each arrival
+    hold: OnceLock<Hold>,
 }
 
 /// A request from arrival to reply; dropping it marks the reply sent. A delayed reply carries
@@ -58,6 +61,7 @@ impl Poller {
             seen: AtomicU64::new(0),
             last_overlap: AtomicU64::new(0),
             steer: OnceLock::new(),
+            hold: OnceLock::new(),
         }
     }
 
@@ -75,6 +79,21 @@ impl Poller {
         self.steer.get()
     }
 
+    /// Hold the CPU latency while requests come (set once, before requests are served).
+    pub fn hold_with(&self, h: Hold) {
+        let _ = self.hold.set(h);
+    }
+
+    pub fn hold(&self) -> Option<&Hold> {
+        self.hold.get()
+    }
+
+    /// Requests seen so far and requests in flight (the latency hold's watcher: quiet when
+    /// the first has not moved and the second is zero).
+    pub fn activity(&self) -> (u64, u32) {
+        (self.seen.load(Relaxed), self.in_flight.load(Acquire))
+    }
+
     /// A request arrived; keep the guard until its reply is sent (or handed to another thread).
     pub fn arrived(self: &Arc<Self>) -> InFlight {
         self.arrived_among(1)
@@ -85,6 +104,9 @@ impl Poller {
     /// alone would never see them overlap).
     pub fn arrived_among(self: &Arc<Self>, batch: usize) -> InFlight {
         let n = self.seen.fetch_add(1, Relaxed) + 1;
+        if let Some(h) = self.hold.get() {
+            h.busy();
+        }
         if self.in_flight.fetch_add(1, AcqRel) > 0 || batch > 1 {
             self.last_overlap.store(n, Relaxed);
             if let Some(s) = self.steer.get() {

@@ -143,7 +143,7 @@ impl Built {
 fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
     let t_rep = Instant::now();
     let cfg = DiskConfig { size: Some(setup.disk.size), block_size: setup.disk.block_size, store: setup.disk.store.clone(), destructive: false, force: false };
-    let front = crate::frontend::Options { busy_poll: setup.disk.busy_poll, ring: setup.disk.ring, rq_affinity: setup.disk.rq_affinity };
+    let front = crate::frontend::Options { busy_poll: setup.disk.busy_poll, ring: setup.disk.ring, rq_affinity: setup.disk.rq_affinity, cpu_latency: setup.disk.cpu_latency };
     let mut built = Built { stack: None, disks: Vec::new() };
     for _ in 0..setup.stack.disks() {
         built.disks.push(ServedDisk::start(&cfg, &front, |_| Ok(vec![]), None)?);

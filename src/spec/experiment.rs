@@ -36,6 +36,7 @@ struct RawDisk {
     busy_poll: Option<BusyPoll>,
     ring: Option<crate::frontend::uring::RingMode>,
     rq_affinity: Option<crate::frontend::steer::RqAffinity>,
+    cpu_latency: Option<crate::frontend::cpu_latency::CpuLatency>,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +112,8 @@ pub struct DiskChoice {
     pub ring: crate::frontend::uring::RingMode,
     /// the loop device's completion CPU (`serve --rq-affinity`)
     pub rq_affinity: crate::frontend::steer::RqAffinity,
+    /// idle CPUs poll while the disk is busy (`serve --cpu-latency`)
+    pub cpu_latency: crate::frontend::cpu_latency::CpuLatency,
 }
 
 /// One setup of an experiment, fully validated.
@@ -272,6 +275,7 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -
         busy_poll: crate::frontend::DEFAULT_BUSY_POLL,
         ring: crate::frontend::uring::RingMode::Auto,
         rq_affinity: crate::frontend::steer::RqAffinity::Auto,
+        cpu_latency: crate::frontend::cpu_latency::CpuLatency::Auto,
     });
     let Some(d) = d else { return Ok(out) };
     let at = loc(d);
@@ -295,6 +299,9 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -
     }
     if let Some(a) = d.value.rq_affinity {
         out.rq_affinity = a;
+    }
+    if let Some(c) = d.value.cpu_latency {
+        out.cpu_latency = c;
     }
     if let Some(r) = d.value.ring {
         out.ring = r;
@@ -426,5 +433,16 @@ mod tests {
         assert_eq!(rqa("disk: {rq_affinity: keep}\n").unwrap(), RqAffinity::Keep);
         let e = rqa("disk: {rq_affinity: 5}\n").unwrap_err();
         assert!(e.contains("t.yaml") && e.contains("line 2") && e.contains("allowed: auto, keep, 0, 1, 2"), "{e}");
+    }
+
+    #[test]
+    fn cpu_latency_defaults_to_auto() {
+        use crate::frontend::cpu_latency::CpuLatency;
+        let cl = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.cpu_latency);
+        assert_eq!(cl("").unwrap(), CpuLatency::Auto);
+        assert_eq!(cl("disk: {cpu_latency: keep}\n").unwrap(), CpuLatency::Keep);
+        assert_eq!(cl("disk: {cpu_latency: hold}\n").unwrap(), CpuLatency::Hold);
+        let e = cl("disk: {cpu_latency: 0}\n").unwrap_err();
+        assert!(e.contains("t.yaml") && e.contains("line 2") && e.contains("allowed: auto, keep, hold"), "{e}");
     }
 }

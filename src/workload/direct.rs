@@ -9,38 +9,28 @@ use std::path::Path;
 
 /// A zeroed buffer aligned for O_DIRECT; 2 MiB and more on huge pages (`crate::mem`).
 pub struct AlignedBuf {
-    ptr: *mut u8,
+    map: mem::Mapping,
     len: usize,
-    mapped: usize,
 }
-
-unsafe impl Send for AlignedBuf {}
 
 impl AlignedBuf {
     pub fn new(len: usize) -> AlignedBuf {
         // 64 KiB and more: round up to a whole huge page, the pinning win is per request
-        let mapped = if len >= 64 << 10 { len.next_multiple_of(mem::HUGE) } else { len.max(1).next_multiple_of(4096) };
-        let ptr = mem::map(mapped);
-        assert!(!ptr.is_null(), "out of memory mapping a {mapped} byte I/O buffer");
-        AlignedBuf { ptr, len, mapped }
+        let mapped = if len >= 64 << 10 { len.next_multiple_of(mem::HUGE) } else { len };
+        let map = mem::Mapping::new(mapped).unwrap_or_else(|e| panic!("out of memory mapping a {mapped} byte I/O buffer: {e}"));
+        AlignedBuf { map, len }
     }
 }
 
 impl std::ops::Deref for AlignedBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        &self.map[..self.len]
     }
 }
 impl std::ops::DerefMut for AlignedBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, no slices outlive self
-        unsafe { mem::unmap(self.ptr, self.mapped) }
+        &mut self.map[..self.len]
     }
 }
 

@@ -154,43 +154,13 @@ fn possible_cpus() -> Result<usize> {
     Ok(n)
 }
 
-/// An anonymous mapping: untouched pages cost no memory (a 4 KiB request touches one).
-struct Payload {
-    ptr: *mut u8,
-    len: usize,
-}
-// SAFETY: the mapping is owned by one entry, used by one thread at a time
-unsafe impl Send for Payload {}
-
-impl Payload {
-    fn new(len: usize) -> Result<Payload> {
-        // SAFETY: a fresh private anonymous mapping
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
-            bail!("cannot map a {len}-byte ring buffer: {}", std::io::Error::last_os_error());
-        }
-        Ok(Payload { ptr: p.cast(), len })
-    }
-    fn get(&mut self) -> &mut [u8] {
-        // SAFETY: the mapping is len bytes and lives as long as self
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Payload {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// One ring entry: a slot for one request at a time.
 struct Slot {
     qid: u16,
     header: Box<RingHeader>,
-    payload: Payload,
+    /// anonymous, on 4 KiB pages (`mem::map` uses huge pages from 2 MiB): untouched pages
+    /// cost no memory, a 4 KiB request touches one
+    payload: crate::mem::Mapping,
     iov: Box<[libc::iovec; 2]>,
     /// the kernel holds this entry's command (registered, or committed and fetching)
     live: bool,
@@ -318,10 +288,10 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
         for q in 0..queues {
             for _ in 0..ENTRIES_PER_QUEUE {
                 let mut header = Box::new(RingHeader { in_out: [0; 128], op_in: [0; 128], ent: Default::default() });
-                let mut payload = Payload::new(PAYLOAD)?;
+                let mut payload = crate::mem::Mapping::new(PAYLOAD).with_context(|| format!("cannot map a {PAYLOAD}-byte ring buffer"))?;
                 let iov = Box::new([
                     libc::iovec { iov_base: (&mut *header as *mut RingHeader).cast(), iov_len: size_of::<RingHeader>() },
-                    libc::iovec { iov_base: payload.get().as_mut_ptr().cast(), iov_len: PAYLOAD },
+                    libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: PAYLOAD },
                 ]);
                 slots.push(Slot { qid: q as u16, header, payload, iov, live: false });
             }
@@ -578,7 +548,7 @@ impl Server {
         let op_in = slot.header.op_in;
         let Slot { qid, header, payload, .. } = slot;
         let qid = *qid;
-        let payload = payload.get();
+        let payload = &mut payload[..];
         let ok = |n: usize| Reply::Now(None, n as u32);
         let err = |e: i32| Reply::Now(Some(e), 0);
         match h.opcode {
