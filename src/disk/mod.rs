@@ -71,7 +71,7 @@ impl Disk {
             }
             StoreSpec::File(p) => Box::new(store::FileStore::open(p, cfg.size)?),
             StoreSpec::Device(p) => {
-                let d = store::DeviceStore::open(p, cfg.destructive, cfg.force)?;
+                let d = store::FileStore::open_device(p, cfg.destructive, cfg.force)?;
                 if cfg.size.is_some_and(|s| s != d.size()) {
                     bail!("--size does not match the device ({} bytes); leave --size out for devices", d.size());
                 }

@@ -268,11 +268,15 @@ impl Store for RamStore {
     }
 }
 
-/// A regular file (created sparse if missing). Discard punches holes.
+/// Positioned I/O on an open file: a regular file (`open`: created sparse if missing; discard
+/// punches holes) or a real block device (`open_device`: opened O_EXCL, which the kernel
+/// refuses while the device is mounted or otherwise claimed; refused if it carries a
+/// partition table or file system unless forced; discard is BLKDISCARD, else zeroes).
 pub struct FileStore {
     file: File,
     path: PathBuf,
     size: u64,
+    device: bool,
 }
 
 impl FileStore {
@@ -304,44 +308,10 @@ impl FileStore {
         if size == 0 {
             bail!("store file {} is empty; give --size to create it", path.display());
         }
-        Ok(FileStore { file, path: path.to_owned(), size })
+        Ok(FileStore { file, path: path.to_owned(), size, device: false })
     }
-}
 
-impl Store for FileStore {
-    fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        self.file.read_exact_at(buf, off)
-    }
-    fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, off)
-    }
-    fn flush(&self) -> io::Result<()> {
-        self.file.sync_data()
-    }
-    fn discard(&self, off: u64, len: u64) -> io::Result<()> {
-        let r = unsafe {
-            libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64)
-        };
-        if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
-    }
-    fn size(&self) -> u64 {
-        self.size
-    }
-    fn describe(&self) -> String {
-        format!("file:{}", self.path.display())
-    }
-}
-
-/// A real block device. Opened O_EXCL, which the kernel refuses while the device is mounted
-/// or otherwise claimed; refused if it carries a partition table or file system unless forced.
-pub struct DeviceStore {
-    file: File,
-    path: PathBuf,
-    size: u64,
-}
-
-impl DeviceStore {
-    pub fn open(path: &Path, destructive: bool, force: bool) -> Result<DeviceStore> {
+    pub fn open_device(path: &Path, destructive: bool, force: bool) -> Result<FileStore> {
         if !destructive {
             bail!(
                 "--store device:{} overwrites the device; add --destructive to confirm that its contents may be destroyed",
@@ -374,7 +344,7 @@ impl DeviceStore {
         if unsafe { libc::ioctl(file.as_raw_fd(), 0x8008_1272, &mut size) } != 0 {
             bail!("cannot read the size of {}: {}", path.display(), io::Error::last_os_error());
         }
-        Ok(DeviceStore { file, path: path.to_owned(), size })
+        Ok(FileStore { file, path: path.to_owned(), size, device: true })
     }
 }
 
@@ -412,7 +382,7 @@ fn signature(path: &Path) -> Result<Option<String>> {
     })
 }
 
-impl Store for DeviceStore {
+impl Store for FileStore {
     fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         self.file.read_exact_at(buf, off)
     }
@@ -423,6 +393,11 @@ impl Store for DeviceStore {
         self.file.sync_data()
     }
     fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        if !self.device {
+            // SAFETY: a plain syscall on our fd
+            let r = unsafe { libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64) };
+            return if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) };
+        }
         // BLKDISCARD; if the device cannot discard, write zeroes so reads match RAM/file semantics
         let range = [off, len];
         if unsafe { libc::ioctl(self.file.as_raw_fd(), 0x1277, range.as_ptr()) } == 0 {
@@ -441,7 +416,7 @@ impl Store for DeviceStore {
         self.size
     }
     fn describe(&self) -> String {
-        format!("device:{}", self.path.display())
+        format!("{}:{}", if self.device { "device" } else { "file" }, self.path.display())
     }
 }
 
