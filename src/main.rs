@@ -251,7 +251,10 @@ fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<Pa
         if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },
         served.transport(),
         front.rq_affinity,
-        front.cpu_latency,
+        match served.cpu_latency_unavailable() {
+            Some(why) => format!("{} (unavailable: {why})", front.cpu_latency),
+            None => front.cpu_latency.to_string(),
+        },
         served.device().display(),
         socket.display()
     );

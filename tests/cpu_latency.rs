@@ -105,3 +105,40 @@ fn hold_lasts_the_disk_life_keep_never_asks() {
     assert!(seen.iter().all(|&v| v == base), "--cpu-latency keep: the limit changed while a client read: {seen:?}");
     s.stop();
 }
+
+/// In a private mount namespace where /dev/cpu_dma_latency is a read-only file: `auto` serves
+/// without it and says why; `hold` fails, naming the file.
+#[test]
+fn auto_serves_without_the_device_hold_fails() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("fake");
+    std::fs::write(&fake, b"").unwrap();
+    let shell = |args: &str| {
+        let script = format!(
+            "mount --bind {f} /dev/cpu_dma_latency && mount -o remount,bind,ro /dev/cpu_dma_latency && exec {bin} serve --size 64MiB --socket {dir}/s.sock {args}",
+            f = fake.display(),
+            bin = bin(),
+            dir = dir.path().display()
+        );
+        let mut c = Command::new("unshare");
+        c.args(["-m", "--propagation", "private", "sh", "-c", &script]);
+        c
+    };
+    let out = shell("--cpu-latency hold").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("/dev/cpu_dma_latency") && err.contains("keep"), "{err}");
+
+    let mut child = shell("").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("/dev/loop"), "serve did not start: {line:?}");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut start = String::new();
+    while !start.contains("serving") && err.read_line(&mut start).unwrap() > 0 {}
+    assert!(start.contains("cpu latency auto (unavailable: cannot open /dev/cpu_dma_latency"), "{start}");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success(), "serve without /dev/cpu_dma_latency did not tear down cleanly");
+}

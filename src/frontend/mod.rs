@@ -65,6 +65,8 @@ pub struct Exposed {
     /// how requests reach the daemon: "io_uring", or "/dev/fuse" with the reason the ring
     /// was not used
     pub transport: String,
+    /// why `--cpu-latency auto` could not ask (no /dev/cpu_dma_latency, ...), if so
+    pub cpu_latency_unavailable: Option<String>,
     session: Option<fuser::BackgroundSession>,
     ring: Option<uring::RingServer>,
     poller: Arc<poll::Poller>,
@@ -99,11 +101,13 @@ impl Exposed {
         ledger.update(|l| l.mounts.push(mountpoint.clone()))?;
         let bs = disk.block_size();
         let poller = Arc::new(poll::Poller::new(opts.busy_poll));
+        let mut cpu_latency_unavailable = None;
         match cpu_latency::Hold::open(opts.cpu_latency, Arc::downgrade(&poller)) {
             Ok(Some(h)) => poller.hold_with(h),
             Ok(None) => {}
-            // the default degrades to leaving the machine alone; an explicit `hold` fails
-            Err(e) if opts.cpu_latency == cpu_latency::CpuLatency::Auto => eprintln!("faultline: warning: {e:#}; CPU latency left alone"),
+            // the default degrades to leaving the machine alone (said at start-up and in a
+            // run's notes); an explicit `hold` fails
+            Err(e) if opts.cpu_latency == cpu_latency::CpuLatency::Auto => cpu_latency_unavailable = Some(format!("{e:#}")),
             Err(e) => return Err(e),
         }
         let attrs = fuse::NodeAttrs::new(disk.clone());
@@ -119,7 +123,7 @@ impl Exposed {
         let session = session
             .spawn()
             .context("cannot start the FUSE threads")?;
-        let mut me = Exposed { device: PathBuf::new(), mountpoint: mountpoint.clone(), transport, session: Some(session), ring: None, poller: poller.clone() };
+        let mut me = Exposed { device: PathBuf::new(), mountpoint: mountpoint.clone(), transport, cpu_latency_unavailable, session: Some(session), ring: None, poller: poller.clone() };
         if let (Some(p), Some(fd)) = (prepared, ring_fd) {
             match p.serve(disk, fd, poller.clone(), attrs) {
                 Ok(r) => {

@@ -159,6 +159,9 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
         if d.transport() != "io_uring" {
             notes.push(format!("disk {i}: requests over {}", d.transport()));
         }
+        if let Some(why) = d.cpu_latency_unavailable() {
+            notes.push(format!("disk {i}: CPU latency left alone (cpu_latency auto: {why})"));
+        }
     }
     // the faults' clock and counters start with the workload, not with mkfs
     let seq0: Vec<u64> = disks.iter().map(|d| {

@@ -59,6 +59,11 @@ impl ServedDisk {
         &self.exposed.as_ref().expect("exposed").transport
     }
 
+    /// Why `cpu_latency: auto` could not ask, if it could not.
+    pub fn cpu_latency_unavailable(&self) -> Option<&str> {
+        self.exposed.as_ref().expect("exposed").cpu_latency_unavailable.as_deref()
+    }
+
     pub fn teardown(mut self) -> Result<()> {
         self.release()
     }
