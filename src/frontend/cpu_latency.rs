@@ -135,16 +135,13 @@ impl Hold {
             self.state.wake.notify_one();
         }
     }
-
-    pub fn held(&self) -> bool {
-        self.state.held.load(Relaxed)
-    }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
         // the watcher may be the thread dropping the poller (its upgrade was the last
-        // reference): tell it to end, never join it; the kernel drops the request with the file
+        // reference), so it is told to end, never joined; the kernel drops the request when
+        // the watcher's reference to the file goes
         *self.state.gone.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.state.wake.notify_one();
     }
@@ -152,20 +149,28 @@ impl Drop for Hold {
 
 /// Release the request once the disk has had no request for `GRACE` and none is in flight.
 fn watch(s: &State, poller: &Weak<Poller>) {
-    let mut gone = s.gone.lock().unwrap_or_else(|e| e.into_inner());
     let mut last = None;
-    while !*gone {
-        if !s.held.load(Relaxed) {
-            gone = s.wake.wait(gone).unwrap_or_else(|e| e.into_inner());
-            last = None;
-            continue;
+    loop {
+        {
+            let mut gone = s.gone.lock().unwrap_or_else(|e| e.into_inner());
+            while !*gone && !s.held.load(Relaxed) {
+                gone = s.wake.wait(gone).unwrap_or_else(|e| e.into_inner());
+                last = None;
+            }
+            if *gone {
+                return;
+            }
+            if *s.wake.wait_timeout(gone, GRACE).unwrap_or_else(|e| e.into_inner()).0 {
+                return;
+            }
         }
-        gone = s.wake.wait_timeout(gone, GRACE).unwrap_or_else(|e| e.into_inner()).0;
-        let Some(p) = poller.upgrade() else { return };
-        let now = p.activity();
-        if last == Some(now.0) && now.1 == 0 && !*gone {
-            // -1: back to the kernel's default (no limit) while keeping the file for next time
-            if s.put(-1).is_ok() {
+        // not under the lock: if this upgrade is the poller's last reference, dropping it
+        // drops the `Hold`, whose drop takes the lock
+        let Some(now) = poller.upgrade().map(|p| p.activity()) else { return };
+        if last == Some(now.0) && now.1 == 0 {
+            let gone = s.gone.lock().unwrap_or_else(|e| e.into_inner());
+            // -1: back to the kernel's default (no limit), keeping the file for next time
+            if !*gone && s.put(-1).is_ok() {
                 s.held.store(false, Relaxed);
             }
         }

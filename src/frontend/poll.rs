@@ -84,10 +84,6 @@ impl Poller {
         let _ = self.hold.set(h);
     }
 
-    pub fn hold(&self) -> Option<&Hold> {
-        self.hold.get()
-    }
-
     /// Requests seen so far and requests in flight (the latency hold's watcher: quiet when
     /// the first has not moved and the second is zero).
     pub fn activity(&self) -> (u64, u32) {
