@@ -12,7 +12,8 @@ fn map(len: usize) -> *mut u8 {
     let huge = len >= HUGE;
     // over-map by one huge page so the start can be aligned to it, then trim
     let extra = if huge { HUGE } else { 0 };
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    // NORESERVE: untouched pages are not charged (the ring's 1 MiB payloads mostly stay so)
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
     // SAFETY: a fresh anonymous mapping; failure checked
     let raw = unsafe { libc::mmap(std::ptr::null_mut(), len + extra, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
     if raw == libc::MAP_FAILED {
@@ -35,14 +36,6 @@ fn map(len: usize) -> *mut u8 {
         }
     }
     start as *mut u8
-}
-
-/// Give back a mapping made by `map` with the same `len` (`Mapping`'s drop).
-///
-/// # Safety
-/// `ptr` and `len` must come from one `map` call, and nothing may use the memory afterwards.
-unsafe fn unmap(ptr: *mut u8, len: usize) {
-    unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
 }
 
 /// An owned anonymous mapping (`map`), unmapped on drop: I/O buffers and the ring's payloads.
@@ -83,7 +76,7 @@ impl std::ops::DerefMut for Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: our own mapping, no slices outlive self
-        unsafe { unmap(self.ptr, self.len) }
+        // SAFETY: our own mapping (`map` with this `len`), no slices outlive self
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, self.len) };
     }
 }
