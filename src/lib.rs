@@ -2,14 +2,15 @@
 //! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend -> stack.
 
 pub mod content;
+pub mod demo;
 pub mod disk;
 pub mod fault;
-pub mod mem;
 pub mod frontend;
+pub mod mem;
+pub mod report;
 pub mod run;
 pub mod spec;
-pub mod report;
 pub mod stack;
+pub mod sys;
 pub mod verify;
 pub mod workload;
-pub mod demo;

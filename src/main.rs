@@ -8,7 +8,8 @@ use faultline::frontend::cpu_latency::CpuLatency;
 use faultline::frontend::steer::RqAffinity;
 use faultline::frontend::uring::RingMode;
 use faultline::spec::units::{parse_busy_poll, parse_size};
-use faultline::stack::{ledger, served::ServedDisk};
+use faultline::stack::served::ServedDisk;
+use faultline::sys::ledger;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::PathBuf;
@@ -72,6 +73,10 @@ enum Cmd {
         /// while held: what runs on the disk gets the faster wake-ups too.
         #[arg(long, default_value = "auto", value_parser = CpuLatency::parse)]
         cpu_latency: CpuLatency,
+        /// (internal) Serve for this process (`faultline run`): when it dies, release what it
+        /// built on the disk and tear down.
+        #[arg(long, hide = true)]
+        owned_by: Option<u32>,
     },
     /// Talk to a running `faultline serve` through its control socket.
     Fault {
@@ -181,11 +186,12 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity, cpu_latency } => serve(
+        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity, cpu_latency, owned_by } => serve(
             DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force },
             &faultline::frontend::Options { busy_poll, ring, rq_affinity, cpu_latency },
             rules,
             socket,
+            owned_by,
         ),
         Cmd::Fault { socket, cmd } => fault(socket, cmd),
         Cmd::Run { file, out, check, quiet } => {
@@ -224,8 +230,9 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<PathBuf>, socket: Option<PathBuf>) -> Result<()> {
+fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<PathBuf>, socket: Option<PathBuf>, owned_by: Option<u32>) -> Result<()> {
     faultline::disk::check_block_size(cfg.block_size as u64)?;
+    let owner = owned_by.map(ledger::set_owner).transpose()?;
     // catch signals from the start so a Ctrl-C during set-up still tears down
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let socket = socket.unwrap_or_else(|| ledger::run_dir().join(format!("{}.sock", std::process::id())));
@@ -242,25 +249,73 @@ fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<Pa
     writeln!(out, "{}", served.device().display())?;
     out.flush()?;
     drop(out);
-    eprintln!(
-        "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}, cpu latency {}) on {}; control socket {}; Ctrl-C to stop",
-        faultline::spec::units::format_size(served.disk.size()),
-        served.disk.describe_store(),
-        served.disk.block_size(),
-        served.disk.engine.list().len(),
-        if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },
-        served.transport(),
-        front.rq_affinity,
-        match served.cpu_latency_unavailable() {
-            Some(why) => format!("{} (unavailable: {why})", front.cpu_latency),
-            None => front.cpu_latency.to_string(),
-        },
-        served.device().display(),
-        socket.display()
-    );
-    let sig = signals.forever().next();
-    eprintln!("faultline: signal {}, tearing down", sig.unwrap_or(0));
+    // a run's server shares the run's stderr: its start-up line would only be noise there
+    if owner.is_none() {
+        eprintln!(
+            "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}, cpu latency {}) on {}; control socket {}; Ctrl-C to stop",
+            faultline::spec::units::format_size(served.disk.size()),
+            served.disk.describe_store(),
+            served.disk.block_size(),
+            served.disk.engine.list().len(),
+            if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },
+            served.transport(),
+            front.rq_affinity,
+            match served.cpu_latency_unavailable() {
+                Some(why) => format!("{} (unavailable: {why})", front.cpu_latency),
+                None => front.cpu_latency.to_string(),
+            },
+            served.device().display(),
+            socket.display()
+        );
+    }
+    // until a signal, or until the owner is gone (its death signal may have come before the
+    // handler was in place)
+    let owner_running = || owner.is_none_or(|(p, t)| faultline::sys::process::is_running(p, t));
+    loop {
+        if let Some(sig) = signals.pending().next() {
+            if owner.is_none() {
+                eprintln!("faultline: signal {sig}, tearing down");
+            }
+            break;
+        }
+        if !owner_running() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    if let Some((pid, start)) = owner {
+        // a killed owner's threads may still wait for this disk: keep serving until they
+        // are gone, then take down what it built on the disk (file systems, commands)
+        let gone = || faultline::sys::process::is_gone(pid, start);
+        let t = std::time::Instant::now();
+        while !gone() && t.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if !owner_running() {
+            quiet_if_stderr_closed();
+            let mut notes = Vec::new();
+            ledger::release_owner(pid, start, &mut notes);
+            for n in notes {
+                eprintln!("faultline: run {pid} is gone: {n}");
+            }
+        }
+    }
     served.teardown()
+}
+
+/// A run's stderr may have been a pipe read by the run itself: with no reader left, writing
+/// to it fails and `eprintln!` would panic mid-teardown. Point stderr at /dev/null then.
+fn quiet_if_stderr_closed() {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let err = std::io::stderr();
+    let mut fds = [PollFd::new(err.as_fd(), PollFlags::POLLOUT)];
+    let broken = poll(&mut fds, PollTimeout::ZERO).is_ok() && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLERR));
+    if broken {
+        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+            let _ = nix::unistd::dup2_stderr(null.as_fd());
+        }
+    }
 }
 
 fn profile(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<()> {

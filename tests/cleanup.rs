@@ -27,3 +27,131 @@ fn cleanup_after_kill9() {
     let out = std::process::Command::new(bin()).arg("cleanup").output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains(&format!("pid {pid}")));
 }
+
+/// A run directory of this test's own (FAULTLINE_RUN_DIR), so its `cleanup` touches nothing
+/// of other tests running on the machine.
+struct RunDir(std::path::PathBuf);
+
+impl RunDir {
+    fn new(tag: &str) -> RunDir {
+        let p = std::path::PathBuf::from(format!("/run/faultline-cleanuptest-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        RunDir(p)
+    }
+
+    fn cleanup(&self) -> (String, std::time::Duration) {
+        let t = std::time::Instant::now();
+        let out = std::process::Command::new(bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), t.elapsed())
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// In the child: serve a disk in this process (what `run` did before its disks moved to a
+/// server process), then read from it with every reply delayed: the read waits, and a kill -9
+/// leaves the process stuck on its own FUSE connection.
+fn serve_and_read_own_disk() {
+    use faultline::disk::{DiskConfig, StoreSpec};
+    use faultline::frontend::{Options, uring::RingMode};
+    let cfg = DiskConfig { size: Some(64 << 20), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false };
+    let opts = Options { ring: RingMode::Off, ..Options::default() };
+    let served = faultline::stack::served::ServedDisk::start(
+        &cfg,
+        &opts,
+        |d| faultline::spec::rules::parse_rules("rules:\n  - type: delay\n    delay: 60s\n    op: read\n", "test", d.geometry()).map_err(anyhow::Error::msg),
+        None,
+    )
+    .unwrap();
+    println!("{}", served.device().display());
+    let d = faultline::workload::direct::DirectDev::open(served.device()).unwrap();
+    let mut buf = faultline::workload::direct::AlignedBuf::new(4096);
+    let _ = d.read_at(&mut buf, 0);
+    std::process::exit(0);
+}
+
+#[test]
+fn cleanup_aborts_the_fuse_connection_a_killed_process_is_stuck_on() {
+    if std::env::var_os("FAULTLINE_TEST_SELF_DEADLOCK").is_some() {
+        serve_and_read_own_disk();
+    }
+    let run = RunDir::new("stuck");
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "cleanup_aborts_the_fuse_connection_a_killed_process_is_stuck_on", "--nocapture", "--test-threads=1"])
+        .env("FAULTLINE_TEST_SELF_DEADLOCK", "1")
+        .env("FAULTLINE_RUN_DIR", &run.0)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut said = String::new();
+    let dev = loop {
+        let mut line = String::new();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "the child ended early: {said}");
+        said.push_str(&line);
+        // the device follows the harness's "test NAME ... " on the same line
+        if let Some(i) = line.find("/dev/loop") {
+            break std::path::PathBuf::from(line[i..].trim());
+        }
+    };
+    std::thread::sleep(std::time::Duration::from_millis(500)); // the read is waiting now
+    child.kill().unwrap();
+    let pid = child.id();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // stuck: a thread of the killed process still waits for the disk it served itself
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
+    assert!(threads >= 1 && child.try_wait().unwrap().is_none(), "the killed process was expected to hang on its own disk");
+    let (text, took) = run.cleanup();
+    assert!(text.contains("aborted FUSE connection"), "{text}");
+    assert!(text.contains(&format!("detached {}", dev.display())), "{text}");
+    assert!(took < std::time::Duration::from_secs(15), "cleanup took {took:?}: {text}");
+    // the abort let the stuck thread go: the process ends
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10), "the killed process is still stuck after cleanup");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let me = run.0.to_string_lossy().to_string();
+    assert!(!std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&me), "mount left: {text}");
+    assert!(std::fs::read_dir(run.0.join("runs")).map(|r| r.count()).unwrap_or(0) == 0, "ledger left: {text}");
+}
+
+#[test]
+fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
+    let run = RunDir::new("usermount");
+    let mut s = std::process::Command::new(bin())
+        .args(["serve", "--size", "64MiB"])
+        .env("FAULTLINE_RUN_DIR", &run.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(s.stdout.take().unwrap()), &mut line).unwrap();
+    let dev = std::path::PathBuf::from(line.trim());
+    // the user's own file system on the device, mounted where faultline recorded nothing
+    assert!(std::process::Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev).status().unwrap().success());
+    let mnt = tempfile::tempdir().unwrap();
+    assert!(std::process::Command::new("mount").arg(&dev).arg(mnt.path()).status().unwrap().success());
+    s.kill().unwrap();
+    s.wait().unwrap();
+    let (text, took) = run.cleanup();
+    let umount = || std::process::Command::new("umount").arg(mnt.path()).status();
+    let said = text.contains(&format!("could not detach {}: it is still mounted on {}", dev.display(), mnt.path().display())) && text.contains("did not record");
+    let still = faultline::sys::mount::is_mounted(mnt.path());
+    let _ = umount();
+    assert!(said, "{text}");
+    assert!(still, "cleanup must not take down a mount it did not make");
+    assert!(took < std::time::Duration::from_secs(15));
+    assert!(text.contains("kept "), "the ledger stays for the next cleanup: {text}");
+    // with the user's mount gone, the next cleanup finishes the job
+    let (text, _) = run.cleanup();
+    assert!(text.contains(&format!("detached {}", dev.display())), "{text}");
+}

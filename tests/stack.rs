@@ -70,7 +70,7 @@ fn sync_fs(p: &Path) {
 }
 
 fn fs_mounted(p: &Path) -> bool {
-    faultline::stack::ledger::is_mounted(p)
+    faultline::sys::mount::is_mounted(p)
 }
 
 fn ext4(mkfs: &[&str], mount: &[&str]) -> StackSpec {

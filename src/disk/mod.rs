@@ -310,7 +310,7 @@ impl Disk {
                 seq: 0,
                 t_us: self.engine.elapsed_us(),
                 rule: r.id,
-                action: "rot",
+                action: "rot".into(),
                 op: None,
                 offset: b * bs,
                 len: bs,

@@ -31,7 +31,7 @@ pub struct ArmedRule {
     pub blocks: AtomicU64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct RuleStatus {
     pub id: RuleId,
     #[serde(flatten)]
@@ -226,7 +226,7 @@ pub struct Engine {
 }
 
 /// Device-wide counters.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct EngineStats {
     pub uptime_us: u64,
     pub requests: u64,
@@ -574,7 +574,7 @@ impl Ctx<'_> {
             seq: 0,
             t_us: self.now_us,
             rule: r.id,
-            action: r.rule.action.name(),
+            action: r.rule.action.name().into(),
             op: Some(self.op),
             offset: self.offset,
             len: self.len,

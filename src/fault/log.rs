@@ -2,19 +2,20 @@
 //! The entry list is capped (counters never are) so a persistent rule cannot exhaust memory.
 
 use super::rule::{Op, RuleId};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 pub const DEFAULT_LOG_CAP: usize = 1_000_000;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LogEntry {
     pub seq: u64,
     /// Microseconds since the disk started.
     pub t_us: u64,
     pub rule: RuleId,
-    pub action: &'static str,
+    pub action: Cow<'static, str>,
     pub op: Option<Op>,
     /// The request (device bytes) the fault was injected into; for `rot`, the block.
     pub offset: u64,
@@ -37,7 +38,7 @@ pub struct Lateness {
     buckets: Vec<AtomicU64>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LatenessSummary {
     pub count: u64,
     pub p50_us: u64,
@@ -59,10 +60,12 @@ impl Lateness {
         let q = |f: f64| {
             let want = ((count as f64) * f).ceil().max(1.0) as u64;
             let mut acc = 0;
-            c.iter().position(|n| {
-                acc += n;
-                acc >= want
-            }).unwrap_or(0) as u64
+            c.iter()
+                .position(|n| {
+                    acc += n;
+                    acc >= want
+                })
+                .unwrap_or(0) as u64
         };
         LatenessSummary { count, p50_us: q(0.5), p99_us: q(0.99), max_us_capped: c.iter().rposition(|n| *n > 0).unwrap_or(0) as u64 }
     }

@@ -1,14 +1,14 @@
 //! A validated fault rule: what to do (action), to which requests (ops + target), and when
 //! (persistence, probability, window, progress trigger). Built by `spec::rules` from YAML/JSON.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::time::Duration;
 
 pub type RuleId = u64;
 
 /// Request kinds the front end delivers to the disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
     Read,
@@ -62,8 +62,14 @@ impl Serialize for OpSet {
     }
 }
 
+impl<'de> Deserialize<'de> for OpSet {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<OpSet, D::Error> {
+        Ok(OpSet::of(&Vec::<Op>::deserialize(d)?))
+    }
+}
+
 /// Which requests a rule looks at.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Target {
     /// Every request.
@@ -72,16 +78,20 @@ pub enum Target {
     Range { start: u64, end: u64 },
     /// Block-size chunks whose XXH3-128 equals this hash.
     Content {
-        #[serde(serialize_with = "ser_hash")]
+        #[serde(serialize_with = "ser_hash", deserialize_with = "de_hash")]
         hash: u128,
     },
+}
+
+fn de_hash<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
+    crate::content::parse_hash(&String::deserialize(d)?).map_err(serde::de::Error::custom)
 }
 
 fn ser_hash<S: serde::Serializer>(h: &u128, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&crate::content::hash_hex(*h))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Fill {
     Zero,
@@ -89,7 +99,7 @@ pub enum Fill {
 }
 
 /// Where in a block a bit flip lands. `None` = drawn at random (seeded) per flip.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlipAt {
     pub byte: Option<u32>,
     pub bit: Option<u8>,
@@ -103,18 +113,30 @@ impl Default for FlipAt {
 }
 
 /// How long a delayed request waits.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DelayDist {
     Fixed(Duration),
-    Uniform { min: Duration, max: Duration },
-    Normal { mean: Duration, stddev: Duration },
+    Uniform {
+        min: Duration,
+        max: Duration,
+    },
+    Normal {
+        mean: Duration,
+        stddev: Duration,
+    },
     /// Log-normal with the given median and sigma (of the underlying normal).
-    Lognormal { median: Duration, sigma: f64 },
-    Pareto { scale: Duration, shape: f64 },
+    Lognormal {
+        median: Duration,
+        sigma: f64,
+    },
+    Pareto {
+        scale: Duration,
+        shape: f64,
+    },
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "type")]
 pub enum Action {
     /// Flip one bit of each matched block (write: the stored copy; read: the returned buffer).
@@ -151,13 +173,13 @@ impl Action {
 }
 
 /// Active time window, measured from the disk's start.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Window {
     pub from: Duration,
     pub to: Option<Duration>,
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rule {
     pub name: Option<String>,
     #[serde(flatten)]
@@ -178,18 +200,7 @@ pub struct Rule {
 impl Rule {
     /// A rule with every condition at its default (persistent, always, any time).
     pub fn new(action: Action, ops: &[Op], target: Target) -> Rule {
-        Rule {
-            name: None,
-            action,
-            ops: OpSet::of(ops),
-            target,
-            times: None,
-            probability: None,
-            seed: 0,
-            window: None,
-            after_requests: 0,
-            after_bytes: 0,
-        }
+        Rule { name: None, action, ops: OpSet::of(ops), target, times: None, probability: None, seed: 0, window: None, after_requests: 0, after_bytes: 0 }
     }
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Requests: {"cmd":"add","rules":"<YAML rules document>"} | {"cmd":"list"} |
 //! {"cmd":"remove","ids":[1,2]} | {"cmd":"clear"} | {"cmd":"log","since":0,"max":1000} |
-//! {"cmd":"stats"}. Replies: {"ok":true,"result":...} or {"ok":false,"error":"..."}.
+//! {"cmd":"stats"} | {"cmd":"arm","rules":[<Rule as JSON>]} | {"cmd":"reset_epoch"} |
+//! {"cmd":"info"}. Replies: {"ok":true,"result":...} or {"ok":false,"error":"..."}.
 
 use crate::disk::Disk;
 use anyhow::{Context, Result, bail};
@@ -14,13 +15,30 @@ use std::path::Path;
 use std::sync::Arc;
 
 #[derive(Deserialize)]
-#[serde(tag = "cmd", rename_all = "lowercase", deny_unknown_fields)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
 enum Request {
-    Add { rules: String },
+    Add {
+        rules: String,
+    },
+    /// Rules already validated (a run's scheduler), as `fault::Rule` serializes them.
+    Arm {
+        rules: Vec<crate::fault::Rule>,
+    },
+    /// Restart the fault clock and request counters (a run's workload starts).
+    ResetEpoch,
+    /// What the server was started with: device, transport, block size.
+    Info,
     List,
-    Remove { ids: Vec<u64> },
+    Remove {
+        ids: Vec<u64>,
+    },
     Clear,
-    Log { #[serde(default)] since: u64, #[serde(default = "default_max")] max: usize },
+    Log {
+        #[serde(default)]
+        since: u64,
+        #[serde(default = "default_max")]
+        max: usize,
+    },
     Stats,
 }
 
@@ -29,26 +47,28 @@ fn default_max() -> usize {
 }
 
 /// Serve the socket on a background thread for the life of the process.
-pub fn start(path: &Path, disk: Arc<Disk>) -> Result<()> {
+/// `info` is the reply to `{"cmd":"info"}`.
+pub fn start(path: &Path, disk: Arc<Disk>, info: Value) -> Result<()> {
+    let info = Arc::new(info);
     let _ = std::fs::remove_file(path);
     let l = UnixListener::bind(path).with_context(|| format!("cannot bind control socket {}", path.display()))?;
     std::thread::Builder::new().name("faultline-control".into()).spawn(move || {
         for s in l.incoming().flatten() {
-            let d = disk.clone();
-            let _ = std::thread::Builder::new().name("faultline-client".into()).spawn(move || serve_client(s, &d));
+            let (d, i) = (disk.clone(), info.clone());
+            let _ = std::thread::Builder::new().name("faultline-client".into()).spawn(move || serve_client(s, &d, &i));
         }
     })?;
     Ok(())
 }
 
-fn serve_client(s: UnixStream, disk: &Disk) {
+fn serve_client(s: UnixStream, disk: &Disk, info: &Value) {
     let Ok(mut w) = s.try_clone() else { return };
     for line in BufReader::new(s).lines() {
         let Ok(line) = line else { return };
         if line.trim().is_empty() {
             continue;
         }
-        let reply = match handle(&line, disk) {
+        let reply = match handle(&line, disk, info) {
             Ok(v) => json!({"ok": true, "result": v}),
             Err(e) => json!({"ok": false, "error": format!("{e:#}")}),
         };
@@ -58,7 +78,7 @@ fn serve_client(s: UnixStream, disk: &Disk) {
     }
 }
 
-fn handle(line: &str, disk: &Disk) -> Result<Value> {
+fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
     let req: Request = serde_json::from_str(line).context("bad request (see docs/control.md)")?;
     Ok(match req {
         Request::Add { rules } => {
@@ -66,6 +86,15 @@ fn handle(line: &str, disk: &Disk) -> Result<Value> {
             let armed = disk.arm(rules)?;
             json!({"ids": armed.iter().map(|r| r.id).collect::<Vec<_>>()})
         }
+        Request::Arm { rules } => {
+            let armed = disk.arm(rules)?;
+            json!({"ids": armed.iter().map(|r| r.id).collect::<Vec<_>>()})
+        }
+        Request::ResetEpoch => {
+            disk.engine.reset_epoch();
+            json!({"log_total": disk.engine.log.total()})
+        }
+        Request::Info => info.clone(),
         Request::List => serde_json::to_value(disk.engine.list())?,
         Request::Remove { ids } => {
             let n = disk.engine.remove(&ids);
@@ -87,9 +116,5 @@ pub fn call(path: &Path, req: &Value) -> Result<Value> {
     let mut line = String::new();
     BufReader::new(&s).read_line(&mut line)?;
     let v: Value = serde_json::from_str(&line).context("bad reply from the control socket")?;
-    if v["ok"] == json!(true) {
-        Ok(v["result"].clone())
-    } else {
-        bail!("{}", v["error"].as_str().unwrap_or("unknown error"))
-    }
+    if v["ok"] == json!(true) { Ok(v["result"].clone()) } else { bail!("{}", v["error"].as_str().unwrap_or("unknown error")) }
 }

@@ -5,13 +5,13 @@ pub mod control;
 pub mod cpu_latency;
 pub mod delay;
 pub mod fuse;
-pub mod loopdev;
 pub mod poll;
 pub mod steer;
 pub mod uring;
 
 use crate::disk::Disk;
-use crate::stack::ledger::LedgerFile;
+use crate::sys::ledger::LedgerFile;
+use crate::sys::loopdev;
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -75,7 +75,7 @@ pub struct Exposed {
 impl Exposed {
     /// Mount the disk as a FUSE file and attach it to a loop device, recording each step.
     pub fn new(disk: Arc<Disk>, opts: &Options, ledger: &mut LedgerFile) -> Result<Exposed> {
-        let base = crate::stack::ledger::run_dir();
+        let base = crate::sys::ledger::run_dir();
         let mountpoint = base.join(format!("mnt-{}-{}", std::process::id(), ledger.seq));
         std::fs::create_dir_all(&mountpoint).with_context(|| format!("cannot create {}", mountpoint.display()))?;
         ledger.update(|l| l.dirs.push(mountpoint.clone()))?;
@@ -91,7 +91,9 @@ impl Exposed {
             uring::RingMode::Off => (None, None),
             mode => match uring::Prepared::new().and_then(|p| Ok((p, uring::Switch::on()?))) {
                 Ok((p, sw)) => (Some(p), Some(sw)),
-                Err(e) if mode == uring::RingMode::On => return Err(e.context("FUSE over io_uring was asked for (ring: on)")),
+                Err(e) if mode == uring::RingMode::On => {
+                    return Err(e.context("FUSE over io_uring was asked for (ring: on)"));
+                }
                 Err(e) => {
                     transport = format!("/dev/fuse (no io_uring: {e:#})");
                     (None, None)
@@ -120,17 +122,25 @@ impl Exposed {
             Some(_) => Some(dup()?),
             None => None,
         };
-        let session = session
-            .spawn()
-            .context("cannot start the FUSE threads")?;
-        let mut me = Exposed { device: PathBuf::new(), mountpoint: mountpoint.clone(), transport, cpu_latency_unavailable, session: Some(session), ring: None, poller: poller.clone() };
+        let session = session.spawn().context("cannot start the FUSE threads")?;
+        let mut me = Exposed {
+            device: PathBuf::new(),
+            mountpoint: mountpoint.clone(),
+            transport,
+            cpu_latency_unavailable,
+            session: Some(session),
+            ring: None,
+            poller: poller.clone(),
+        };
         if let (Some(p), Some(fd)) = (prepared, ring_fd) {
             match p.serve(disk, fd, poller.clone(), attrs) {
                 Ok(r) => {
                     me.ring = Some(r);
                     me.transport = "io_uring".into();
                 }
-                Err(e) if opts.ring == uring::RingMode::On => return Err(e.context("FUSE over io_uring was asked for (ring: on)")),
+                Err(e) if opts.ring == uring::RingMode::On => {
+                    return Err(e.context("FUSE over io_uring was asked for (ring: on)"));
+                }
                 // a refused registration turns the connection's io_uring off: fuser serves
                 Err(e) => me.transport = format!("/dev/fuse (no io_uring: {e:#})"),
             }
@@ -179,8 +189,8 @@ impl Exposed {
         if let Some(s) = self.session.take() {
             // umount_and_join unmounts and waits for the FUSE threads
             if let Err(e) = s.umount_and_join() {
-                if crate::stack::ledger::is_mounted(&self.mountpoint) {
-                    if let Err(e2) = unmount(&self.mountpoint) {
+                if crate::sys::mount::is_mounted(&self.mountpoint) {
+                    if let Err(e2) = crate::sys::mount::unmount(&self.mountpoint, Duration::from_secs(1)) {
                         first_err.get_or_insert(e2.context(format!("after fuser: {e}")));
                     }
                 }
@@ -201,27 +211,4 @@ impl Drop for Exposed {
             eprintln!("faultline: teardown: {e:#}");
         }
     }
-}
-
-/// Unmount a FUSE mount point: plain umount with retries, lazy as the last resort.
-pub fn unmount(p: &Path) -> Result<()> {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())?;
-    for _ in 0..20 {
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EBUSY) {
-            // EINVAL: not mounted (any more)
-            if e.raw_os_error() == Some(libc::EINVAL) {
-                return Ok(());
-            }
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-        return Ok(());
-    }
-    bail!("cannot unmount {}: {}", p.display(), std::io::Error::last_os_error())
 }

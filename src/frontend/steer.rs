@@ -14,10 +14,10 @@
 //! inherits it), so the value found is restored at teardown, and recorded in the ledger first
 //! for `faultline cleanup` after a crash.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 
@@ -71,27 +71,7 @@ impl<'de> serde::Deserialize<'de> for RqAffinity {
     }
 }
 
-/// The sysfs file of a loop device's rq_affinity.
-pub fn sysfs_path(device: &Path) -> PathBuf {
-    let name = device.file_name().unwrap_or_default().to_string_lossy();
-    PathBuf::from(format!("/sys/block/{name}/queue/rq_affinity"))
-}
-
-/// Read a loop device's rq_affinity.
-pub fn read(device: &Path) -> Result<u8> {
-    let p = sysfs_path(device);
-    let s = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?;
-    match s.trim() {
-        v @ ("0" | "1" | "2") => Ok(v.as_bytes()[0] - b'0'),
-        v => bail!("{} holds '{v}', not 0, 1 or 2", p.display()),
-    }
-}
-
-/// Write a loop device's rq_affinity (used by `cleanup` to put a crashed run's change back).
-pub fn write(device: &Path, v: u8) -> Result<()> {
-    let p = sysfs_path(device);
-    std::fs::write(&p, [b'0' + v]).with_context(|| format!("cannot write {v} to {}", p.display()))
-}
+pub use crate::sys::loopdev::{rq_affinity as read, rq_affinity_path as sysfs_path, set_rq_affinity as write};
 
 /// The steering of one loop device. Transitions are rare (a change of queue depth), and each
 /// is one ~1 µs sysfs write that does not freeze the queue (measured during QD32 I/O).

@@ -3,14 +3,14 @@
 //! with scheduled faults, make verification read the disk, verify, collect, tear down. Teardown
 //! happens on success, error and Ctrl-C (Drop of every part), and `faultline cleanup` after a crash.
 
+pub mod disks;
 pub mod schedule;
 
-use crate::disk::{Disk, DiskConfig};
 use crate::report::model as rm;
 use crate::spec::experiment::{Experiment, Setup, StackChoice};
-use crate::stack::served::ServedDisk;
 use crate::workload::{Maps, Progress, WorkloadResult};
 use anyhow::{Context, Result, bail};
+use disks::DiskServer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -77,7 +77,13 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
             }
             reps.push(r);
         }
-        let mut s = rm::SetupResult { name: setup.name.clone(), stack: setup.stack.label(), description: setup.description.clone(), repetitions: reps, aggregate: Default::default() };
+        let mut s = rm::SetupResult {
+            name: setup.name.clone(),
+            stack: setup.stack.label(),
+            description: setup.description.clone(),
+            repetitions: reps,
+            aggregate: Default::default(),
+        };
         s.aggregate_now();
         results.setups.push(s);
     }
@@ -115,7 +121,7 @@ fn progress_thread(label: String, p: Arc<Progress>, size: Option<u64>, done: Arc
 /// Everything one repetition builds, dropped (torn down) in reverse order of creation.
 struct Built {
     stack: Option<crate::stack::fs::Built>,
-    disks: Vec<ServedDisk>,
+    disks: Vec<Arc<DiskServer>>,
 }
 
 impl Built {
@@ -132,7 +138,7 @@ impl Built {
             }
         }
         for d in self.disks.drain(..).rev() {
-            if let Err(e) = d.teardown() {
+            if let Err(e) = d.stop() {
                 first.get_or_insert(e);
             }
         }
@@ -142,32 +148,34 @@ impl Built {
 
 fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
     let t_rep = Instant::now();
-    let cfg = DiskConfig { size: Some(setup.disk.size), block_size: setup.disk.block_size, store: setup.disk.store.clone(), destructive: false, force: false };
-    let front = crate::frontend::Options { busy_poll: setup.disk.busy_poll, ring: setup.disk.ring, rq_affinity: setup.disk.rq_affinity, cpu_latency: setup.disk.cpu_latency };
     let mut built = Built { stack: None, disks: Vec::new() };
-    for _ in 0..setup.stack.disks() {
-        built.disks.push(ServedDisk::start(&cfg, &front, |_| Ok(vec![]), None)?);
+    for i in 0..setup.stack.disks() {
+        built.disks.push(Arc::new(DiskServer::start(&setup.disk, i)?));
     }
-    let devices: Vec<PathBuf> = built.disks.iter().map(|d| d.device().to_owned()).collect();
-    let disks: Vec<Arc<Disk>> = built.disks.iter().map(|d| d.disk.clone()).collect();
+    let devices: Vec<PathBuf> = built.disks.iter().map(|d| d.device.clone()).collect();
+    let disks = built.disks.clone();
     let stack_spec = stack_spec(&setup.stack);
+    let phase = |what: &str| {
+        if !quiet {
+            eprintln!("faultline: {label}: {what}");
+        }
+    };
+    let shown: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
+    phase(&format!("build: {} stack on {}", setup.stack.label(), shown.join(" ")));
     built.stack = Some(crate::stack::fs::Built::build(&stack_spec, &devices)?);
     let mountpoint = built.stack.as_ref().and_then(|s| s.mountpoint.clone());
 
     let mut notes = Vec::new();
     for (i, d) in built.disks.iter().enumerate() {
-        if d.transport() != "io_uring" {
-            notes.push(format!("disk {i}: requests over {}", d.transport()));
+        if d.transport != "io_uring" {
+            notes.push(format!("disk {i}: requests over {}", d.transport));
         }
-        if let Some(why) = d.cpu_latency_unavailable() {
+        if let Some(why) = &d.cpu_latency_unavailable {
             notes.push(format!("disk {i}: CPU latency left alone (cpu_latency auto: {why})"));
         }
     }
     // the faults' clock and counters start with the workload, not with mkfs
-    let seq0: Vec<u64> = disks.iter().map(|d| {
-        d.engine.reset_epoch();
-        d.engine.log.total()
-    }).collect();
+    let seq0: Vec<u64> = disks.iter().map(|d| d.reset_epoch()).collect::<Result<_>>()?;
     let (static_faults, scheduled) = schedule::split(&setup.faults);
     for f in static_faults {
         disks[f.disk].arm(vec![f.rule.clone()])?;
@@ -220,6 +228,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 })
             };
             let observer = observe.then(|| sched.clone() as Arc<dyn crate::workload::WriteObserver>);
+            phase("workload");
             let res = crate::workload::run(&w, &maps, observer, Some(&progress));
             done.store(true, Relaxed);
             if let Some(t) = ticker {
@@ -275,6 +284,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             }
             // verification must read the disk, not the page cache
             built.stack.as_mut().unwrap().cold_cache()?;
+            phase("verify");
             let v = crate::verify::verify(&maps)?;
             maps.save(&out.join("maps").join(format!("{}-{}", setup.name, rep + 1)))?;
             (Some(res), Some(v))
@@ -286,12 +296,12 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let mut faults = Vec::new();
     let mut rules = Vec::new();
     for (i, d) in disks.iter().enumerate() {
-        let listed = d.engine.list();
+        let listed = d.list()?;
         let names: std::collections::HashMap<u64, String> = listed.iter().map(|r| (r.id, r.rule.name.clone().unwrap_or_default())).collect();
         let targets: std::collections::HashMap<u64, crate::fault::Target> = listed.iter().map(|r| (r.id, r.rule.target.clone())).collect();
-        let bs = d.block_size() as u64;
+        let bs = d.block_size;
         let mut seen: std::collections::HashSet<(u64, u64)> = std::collections::HashSet::new();
-        for e in d.engine.log.since(seq0[i], usize::MAX) {
+        for e in d.log_since(seq0[i])? {
             // faulty blocks = the logged blocks inside the rule's offset range (all of them for
             // content and whole-disk rules), each counted once per rule
             let range = match targets.get(&e.rule) {
@@ -320,8 +330,9 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 new_target_blocks: Some(new),
             });
         }
-        if d.engine.log.dropped() > 0 {
-            notes.push(format!("disk {i}: the fault log dropped {} entries (cap); counters below are exact", d.engine.log.dropped()));
+        let dropped = d.stats()?.log_dropped;
+        if dropped > 0 {
+            notes.push(format!("disk {i}: the fault log dropped {dropped} entries (cap); counters below are exact"));
         }
         for r in listed {
             rules.push(rm::RuleCount {

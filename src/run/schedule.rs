@@ -6,8 +6,8 @@
 //! needs no write (a fixed offset, the most duplicated content) are armed by a ticker thread.
 //! The fast path is three relaxed atomic loads per write.
 
+use super::disks::DiskServer;
 use crate::content::{block_hash, fill_block, stream::Stream};
-use crate::disk::Disk;
 use crate::fault::{Rule, Target};
 use crate::spec::rules::{Deferred, FaultSpec, Trigger};
 use crate::workload::{WriteEvent, WriteObserver};
@@ -47,7 +47,7 @@ struct State {
 }
 
 pub struct Scheduler {
-    disks: Vec<Arc<Disk>>,
+    disks: Vec<Arc<DiskServer>>,
     stream: Stream,
     seed: u64,
     by_content_default: bool,
@@ -67,7 +67,7 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// `faults` are the setup's faults that are not armed statically (see `split`).
-    pub fn new(disks: Vec<Arc<Disk>>, faults: Vec<FaultSpec>, stream: Stream, seed: u64, on_fs: bool) -> Arc<Scheduler> {
+    pub fn new(disks: Vec<Arc<DiskServer>>, faults: Vec<FaultSpec>, stream: Stream, seed: u64, on_fs: bool) -> Arc<Scheduler> {
         let slots: Vec<Slot> = faults
             .into_iter()
             .map(|spec| {
@@ -218,8 +218,8 @@ impl Scheduler {
         let label = s.spec.label.clone();
         match self.disks[disk].arm(vec![rule]) {
             Ok(armed) => {
-                for a in armed {
-                    st.firings.push(Firing { fault: label.clone(), rule_id: a.id, disk, target: what.clone(), t_s: self.elapsed_us() as f64 / 1e6 });
+                for id in armed {
+                    st.firings.push(Firing { fault: label.clone(), rule_id: id, disk, target: what.clone(), t_s: self.elapsed_us() as f64 / 1e6 });
                 }
             }
             Err(e) => st.notes.push(format!("{label}: could not arm: {e:#}")),
@@ -240,7 +240,10 @@ impl Scheduler {
                 let pick: Option<(usize, String)> = match &s.spec.deferred {
                     Some(Deferred::LastWritten) => {
                         // the last block, or with content targets the last one not yet targeted
-                        (0..ev.ids.len()).rev().find(|&k| !by_content || s.spec.allow_repeat || !st.targeted.contains(&ev.ids[k])).map(|k| (k, "last written block".to_string()))
+                        (0..ev.ids.len())
+                            .rev()
+                            .find(|&k| !by_content || s.spec.allow_repeat || !st.targeted.contains(&ev.ids[k]))
+                            .map(|k| (k, "last written block".to_string()))
                     }
                     Some(Deferred::Unique) => (0..ev.ids.len())
                         .find(|&k| self.stream.copies_of(ev.ids[k]) == 1 && (s.spec.allow_repeat || !st.targeted.contains(&ev.ids[k])))
@@ -291,7 +294,10 @@ impl Scheduler {
                 None => None,
                 Some(Deferred::MostDuplicated) => {
                     // the content written most often (not just most frequent in the profile)
-                    count.iter().max_by_key(|(id, (n, ..))| (*n, std::cmp::Reverse(**id))).map(|(id, (n, f, o))| (*id, *f, *o, format!("most duplicated content (id {id}, written {n} times)")))
+                    count
+                        .iter()
+                        .max_by_key(|(id, (n, ..))| (*n, std::cmp::Reverse(**id)))
+                        .map(|(id, (n, f, o))| (*id, *f, *o, format!("most duplicated content (id {id}, written {n} times)")))
                 }
                 Some(Deferred::Unique) => {
                     let mut c: Vec<_> = count.iter().filter(|(id, (n, ..))| *n == 1 && (s.spec.allow_repeat || !st.targeted.contains(id))).collect();

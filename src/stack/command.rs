@@ -2,7 +2,8 @@
 //! environment, killed as a group on timeout, on cancel (the caller's Ctrl-C flag), when
 //! unwound, and by `faultline cleanup` after a crash (the group is in the ledger).
 
-use crate::stack::ledger::{self, LedgerFile};
+use crate::sys::ledger::LedgerFile;
+use crate::sys::process;
 use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
@@ -181,7 +182,7 @@ pub fn spawn_command(spec: &CommandSpec, env: &CommandEnv) -> Result<RunningComm
     };
     let pgid = child.id() as i32;
     let mut group = Group { pgid, gone: false, ledger: None };
-    ledger.update(|l| l.procs.push((pgid, ledger::proc_start_time(pgid as u32).unwrap_or(0))))?;
+    ledger.update(|l| l.procs.push((pgid, process::start_time(pgid as u32).unwrap_or(0))))?;
     group.ledger = Some(ledger);
     let out = tail_reader(child.stdout.take().unwrap());
     let err = tail_reader(child.stderr.take().unwrap());

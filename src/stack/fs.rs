@@ -4,7 +4,8 @@
 //! devices under it (see docs/stacks.md).
 
 use crate::stack::command::{self, CommandEnv, CommandOutcome, CommandSpec};
-use crate::stack::ledger::{self, LedgerFile};
+use crate::sys::ledger::{self, LedgerFile};
+use crate::sys::mount;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -115,6 +116,12 @@ static LIVE: Mutex<Vec<(PathBuf, Vec<PathBuf>)>> = Mutex::new(Vec::new());
 
 fn run(cmd: &mut Command) -> Result<String> {
     let shown = format!("{cmd:?}").replace('"', "");
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the forked child before exec and makes one async-signal-safe
+    // call (prctl): mkfs and friends must not outlive a killed run and keep its disk busy
+    unsafe {
+        cmd.pre_exec(|| crate::sys::process::die_with_parent(nix::sys::signal::Signal::SIGKILL));
+    }
     let out = cmd.output().with_context(|| format!("cannot run `{shown}`"))?;
     if !out.status.success() {
         bail!("`{shown}` failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim());
@@ -139,33 +146,29 @@ fn which(prog: &str) -> Result<PathBuf> {
     bail!("`{prog}` is not installed (scripts/setup.sh installs it)")
 }
 
-/// Is `dev` a loop device backed by a FUSE file of this process (mnt-<pid>-N)?
+/// Is `dev` a loop device backed by a FUSE file of this process (mnt-<pid>-N), or of a disk
+/// server this process started (its ledger names this process as owner)?
 pub fn is_own_device(dev: &Path) -> bool {
-    let prefix = ledger::run_dir().join(format!("mnt-{}-", std::process::id()));
     let dev = std::fs::canonicalize(dev).unwrap_or_else(|_| dev.to_owned());
-    crate::frontend::loopdev::backing_file(&dev).is_some_and(|b| b.to_string_lossy().starts_with(&*prefix.to_string_lossy()))
+    let Some(b) = crate::sys::loopdev::backing_file(&dev) else {
+        return false;
+    };
+    let Ok(rest) = b.strip_prefix(ledger::run_dir()) else {
+        return false;
+    };
+    let name = rest.iter().next().unwrap_or_default().to_string_lossy();
+    let Some(pid) = name.strip_prefix("mnt-").and_then(|r| r.split('-').next()).and_then(|p| p.parse::<u32>().ok()) else {
+        return false;
+    };
+    let me = std::process::id();
+    pid == me || ledger::owner_of(pid) == Some(me)
 }
 
 /// Unmount a file system: sync, plain umount retried for ~3 s (a closing file, udev), lazy
-/// (MNT_DETACH) only as the last resort. Returns whether it had to be lazy.
+/// (MNT_DETACH) only as the last resort, never longer than the ledger's limit. Returns whether
+/// it had to be lazy.
 pub fn unmount_fs(p: &Path) -> Result<bool> {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())?;
-    let mut last = std::io::Error::from_raw_os_error(0);
-    for _ in 0..60 {
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            return Ok(false);
-        }
-        last = std::io::Error::last_os_error();
-        match last.raw_os_error() {
-            Some(libc::EINVAL) | Some(libc::ENOENT) => return Ok(false), // not mounted any more
-            Some(libc::EBUSY) => std::thread::sleep(Duration::from_millis(50)),
-            _ => break,
-        }
-    }
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } == 0 {
-        return Ok(true);
-    }
-    bail!("cannot unmount {}: {last}; lazy unmount failed too: {}", p.display(), std::io::Error::last_os_error())
+    ledger::unmount_fs(p)
 }
 
 /// Unmount every file system of this process that uses `dev` (called by a served disk before
@@ -177,26 +180,13 @@ pub fn release_on_device(dev: &Path) -> Vec<String> {
         if !devs.iter().any(|d| d == dev) {
             return true;
         }
-        sync_path(mnt);
         match unmount_fs(mnt) {
-            Ok(lazy) => notes.push(format!(
-                "unmounted {}{} before detaching {}",
-                mnt.display(),
-                if lazy { " lazily (busy)" } else { "" },
-                dev.display()
-            )),
+            Ok(lazy) => notes.push(format!("unmounted {}{} before detaching {}", mnt.display(), if lazy { " lazily (busy)" } else { "" }, dev.display())),
             Err(e) => notes.push(format!("{e:#}")),
         }
         false
     });
     notes
-}
-
-fn sync_path(p: &Path) {
-    if let Ok(f) = std::fs::File::open(p) {
-        use std::os::fd::AsRawFd;
-        unsafe { libc::syncfs(f.as_raw_fd()) };
-    }
 }
 
 /// A file system unmounted lazily (or just now) releases its device asynchronously, when the
@@ -211,7 +201,11 @@ fn wait_unclaimed(dev: &Path) -> Result<()> {
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) && t.elapsed() < Duration::from_secs(10) => {
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("{} is held by something else (a mounted file system?); mkfs would refuse it", dev.display()))),
+            Err(e) => {
+                return Err(
+                    anyhow::Error::new(e).context(format!("{} is held by something else (a mounted file system?); mkfs would refuse it", dev.display()))
+                );
+            }
         }
     }
 }
@@ -267,15 +261,10 @@ impl Built {
         }
         // kernel messages from now on that name our devices go into health() (I/O errors
         // on a raw device, file-system errors, checksum failures)
-        me.kmsg = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open("/dev/kmsg")
-            .ok()
-            .inspect(|f| {
-                use std::os::fd::AsRawFd;
-                unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
-            });
+        me.kmsg = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").ok().inspect(|f| {
+            use std::os::fd::AsRawFd;
+            unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
+        });
         let (kind, mkfs): (FsKind, Command) = match base {
             StackSpec::Raw => return Ok(me),
             StackSpec::Fs { kind, mkfs, mount } => {
@@ -361,10 +350,10 @@ impl Built {
     fn unmount(&mut self) -> Result<bool> {
         let mnt = self.mountpoint.clone().expect("fs stack");
         LIVE.lock().unwrap().retain(|(m, _)| *m != mnt);
-        if !ledger::is_mounted(&mnt) {
+        if !mount::is_mounted(&mnt) {
             return Ok(false);
         }
-        sync_path(&mnt);
+        let _ = mount::syncfs(&mnt);
         unmount_fs(&mnt)
     }
 
@@ -399,7 +388,10 @@ impl Built {
             return Ok(());
         }
         if self.unmount()? {
-            bail!("{} was busy: unmounted lazily, so its cache was not dropped; close files in it before cold_cache", self.mountpoint.as_ref().unwrap().display());
+            bail!(
+                "{} was busy: unmounted lazily, so its cache was not dropped; close files in it before cold_cache",
+                self.mountpoint.as_ref().unwrap().display()
+            );
         }
         self.mount()
     }
@@ -412,9 +404,9 @@ impl Built {
         if self.kind == Some(FsKind::Ext4) {
             bail!("dedupe needs btrfs or xfs with reflink; this is ext4");
         }
-        sync_path(&mnt);
+        let _ = mount::syncfs(&mnt);
         let mut rep = super::dedupe::dedupe_blocks(blocks, 4096)?;
-        sync_path(&mnt);
+        let _ = mount::syncfs(&mnt);
         let trim = Command::new(which("fstrim")?).arg("-v").arg(&mnt).output();
         match &trim {
             Ok(o) if o.status.success() => rep.trimmed = String::from_utf8_lossy(&o.stdout).trim().to_string(),
@@ -430,13 +422,13 @@ impl Built {
         if self.kind == Some(FsKind::Ext4) {
             bail!("dedupe needs btrfs or xfs with reflink; this is ext4");
         }
-        sync_path(&mnt);
+        let _ = mount::syncfs(&mnt);
         let t = Instant::now();
         let mut rep = DedupReport { shared_before: shared_bytes(&mnt)?, ..Default::default() };
         // -b 4096: workload duplicates are single 4 KiB blocks scattered in files; the default
         // 128 KiB hashing would only find runs of 32 equal blocks
         let out = run(Command::new(which("duperemove")?).args(["-dr", "-b", "4096"]).arg(&mnt))?;
-        sync_path(&mnt);
+        let _ = mount::syncfs(&mnt);
         // the copies dedupe freed still hold their bytes on the disk, where content-targeted
         // faults (rot by hash) would find them; discard them so only live blocks carry data
         let trim = Command::new(which("fstrim")?).arg(&mnt).output();
@@ -477,7 +469,7 @@ impl Built {
     /// build that name our devices (ext4/xfs/btrfs errors, checksum failures, repairs).
     pub fn health(&self) -> Vec<String> {
         let mut notes = self.notes.clone();
-        if self.kind == Some(FsKind::Btrfs) && self.mountpoint.as_ref().is_some_and(|m| ledger::is_mounted(m)) {
+        if self.kind == Some(FsKind::Btrfs) && self.mountpoint.as_ref().is_some_and(|m| mount::is_mounted(m)) {
             match self.device_stats() {
                 Ok(st) => {
                     for s in st {
@@ -567,7 +559,9 @@ impl Built {
 
     fn release(&mut self) -> Result<Vec<String>> {
         let mut notes = Vec::new();
-        let Some(mnt) = self.mountpoint.clone() else { return Ok(notes) };
+        let Some(mnt) = self.mountpoint.clone() else {
+            return Ok(notes);
+        };
         // on error the mount point and ledger stay, for a retry or `faultline cleanup`
         let lazy = self.unmount()?;
         self.mountpoint = None;
@@ -613,9 +607,13 @@ pub fn parse_device_stats(out: &str) -> Vec<DeviceStats> {
     let mut v: Vec<DeviceStats> = Vec::new();
     for line in out.lines() {
         // [/dev/loop3].corruption_errs  2
-        let Some((name, rest)) = line.strip_prefix('[').and_then(|l| l.split_once("].")) else { continue };
+        let Some((name, rest)) = line.strip_prefix('[').and_then(|l| l.split_once("].")) else {
+            continue;
+        };
         let mut it = rest.split_whitespace();
-        let (Some(key), Some(val)) = (it.next(), it.next().and_then(|x| x.parse::<u64>().ok())) else { continue };
+        let (Some(key), Some(val)) = (it.next(), it.next().and_then(|x| x.parse::<u64>().ok())) else {
+            continue;
+        };
         let dev = PathBuf::from(name);
         let i = match v.iter().position(|s| s.device == dev) {
             Some(i) => i,
@@ -683,7 +681,10 @@ pub fn extents(path: &Path) -> Result<Vec<Extent>> {
     let mut out = Vec::new();
     let mut start = 0u64;
     loop {
-        let mut req = Req { head: FiemapHead { start, length: u64::MAX - start, flags: FIEMAP_FLAG_SYNC, mapped: 0, count: N as u32, reserved: 0 }, ext: [FiemapExtent::default(); N] };
+        let mut req = Req {
+            head: FiemapHead { start, length: u64::MAX - start, flags: FIEMAP_FLAG_SYNC, mapped: 0, count: N as u32, reserved: 0 },
+            ext: [FiemapExtent::default(); N],
+        };
         if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, &mut req) } != 0 {
             bail!("FIEMAP on {}: {}", path.display(), std::io::Error::last_os_error());
         }

@@ -6,5 +6,4 @@ pub mod command;
 pub mod dedupe;
 pub mod fs;
 pub mod hold;
-pub mod ledger;
 pub mod served;

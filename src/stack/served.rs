@@ -4,7 +4,7 @@
 use crate::disk::{Disk, DiskConfig};
 use crate::fault::Rule;
 use crate::frontend::{self, Exposed};
-use crate::stack::ledger::LedgerFile;
+use crate::sys::ledger::LedgerFile;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,12 +18,7 @@ pub struct ServedDisk {
 
 impl ServedDisk {
     /// `rules` are armed before the device appears, so no request escapes them.
-    pub fn start(
-        cfg: &DiskConfig,
-        front: &frontend::Options,
-        rules: impl FnOnce(&Disk) -> Result<Vec<Rule>>,
-        socket: Option<&Path>,
-    ) -> Result<ServedDisk> {
+    pub fn start(cfg: &DiskConfig, front: &frontend::Options, rules: impl FnOnce(&Disk) -> Result<Vec<Rule>>, socket: Option<&Path>) -> Result<ServedDisk> {
         frontend::preflight()?;
         let disk = Arc::new(Disk::open(cfg)?);
         disk.arm(rules(&disk)?)?;
@@ -33,7 +28,7 @@ impl ServedDisk {
             Ok(e) => me.exposed = Some(e),
             Err(e) => {
                 // undo whatever part was built (e.g. the mount point of a failed mount)
-                crate::stack::ledger::release(&ledger.data, &mut Vec::new());
+                crate::sys::ledger::release(&ledger.data, &mut Vec::new());
                 ledger.remove();
                 return Err(e);
             }
@@ -44,7 +39,15 @@ impl ServedDisk {
                 std::fs::create_dir_all(parent)?;
             }
             me.ledger.as_mut().unwrap().update(|l| l.socket = Some(s.to_owned()))?;
-            frontend::control::start(s, disk)?;
+            let e = me.exposed.as_ref().expect("exposed");
+            let info = serde_json::json!({
+                "device": e.device,
+                "transport": e.transport,
+                "cpu_latency_unavailable": e.cpu_latency_unavailable,
+                "block_size": disk.block_size(),
+                "size": disk.size(),
+            });
+            frontend::control::start(s, disk, info)?;
             me.socket = Some(s.to_owned());
         }
         Ok(me)

@@ -112,7 +112,7 @@ impl Switch {
         if !std::path::Path::new(PARAM).exists() {
             bail!("this kernel has no FUSE over io_uring ({PARAM} is missing; it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)");
         }
-        let dir = crate::stack::ledger::run_dir();
+        let dir = crate::sys::ledger::run_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let path = dir.join("fuse-uring.lock");
         let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;

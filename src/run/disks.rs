@@ -1,0 +1,197 @@
+//! A run's disks, each served by a child process (`faultline serve --owned-by <run pid>`),
+//! never by the process that does I/O on them: when the run is killed (kill -9, the OOM
+//! killer) while its threads wait for the disk, the server still answers, the run's threads
+//! finish, and the server then releases what the run built on the disk and tears itself down.
+//! When the server dies instead, the run's I/O fails with errors rather than hanging for good
+//! (the kernel aborts a FUSE connection whose server is gone). docs/architecture.md has the why.
+
+use crate::disk::StoreSpec;
+use crate::fault::Rule;
+use crate::fault::engine::{EngineStats, RuleStatus};
+use crate::fault::log::LogEntry;
+use crate::fault::rule::RuleId;
+use crate::frontend::uring::RingMode;
+use crate::spec::experiment::DiskChoice;
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a server gets to tear down after it was asked to (unmount, detach, join threads).
+const STOP_LIMIT: Duration = Duration::from_secs(60);
+
+pub struct DiskServer {
+    pub device: PathBuf,
+    /// How requests reach the server ("io_uring", or "/dev/fuse" and why).
+    pub transport: String,
+    pub cpu_latency_unavailable: Option<String>,
+    pub block_size: u64,
+    child: Mutex<Option<Child>>,
+    conn: Mutex<Option<(BufReader<UnixStream>, UnixStream)>>,
+    socket: PathBuf,
+}
+
+fn store_arg(s: &StoreSpec) -> String {
+    match s {
+        StoreSpec::Ram => "ram".into(),
+        StoreSpec::File(p) => format!("file:{}", p.display()),
+        StoreSpec::Device(p) => format!("device:{}", p.display()),
+    }
+}
+
+impl DiskServer {
+    /// Start one server for `d` and wait until its device is attached.
+    pub fn start(d: &DiskChoice, index: usize) -> Result<DiskServer> {
+        let exe = std::env::current_exe().context("cannot find the faultline executable")?;
+        let socket = crate::sys::ledger::run_dir().join(format!("run-{}-disk{index}.sock", std::process::id()));
+        let mut c = Command::new(exe);
+        c.arg("serve")
+            .arg(format!("--size={}", d.size))
+            .arg(format!("--block-size={}", d.block_size))
+            .arg(format!("--store={}", store_arg(&d.store)))
+            .arg(format!("--busy-poll={}us", d.busy_poll.as_micros()))
+            .arg(format!(
+                "--ring={}",
+                match d.ring {
+                    RingMode::Auto => "auto",
+                    RingMode::On => "on",
+                    RingMode::Off => "off",
+                }
+            ))
+            .arg(format!("--rq-affinity={}", d.rq_affinity))
+            .arg(format!("--cpu-latency={}", d.cpu_latency))
+            .arg("--socket")
+            .arg(&socket)
+            .arg(format!("--owned-by={}", std::process::id()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            // the run's own stderr, which outlives the run: a server whose run was killed
+            // still has somewhere to say what it released
+            // its own group: a Ctrl-C on the terminal reaches the run, which tears down in order
+            .process_group(0);
+        // SAFETY: the hook runs in the forked child before exec and only makes one
+        // async-signal-safe system call (prctl)
+        unsafe {
+            c.pre_exec(|| crate::sys::process::die_with_parent(nix::sys::signal::Signal::SIGTERM));
+        }
+        let mut child = c.spawn().context("cannot start the disk server (faultline serve)")?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped stdout")).read_line(&mut line)?;
+        let mut me = DiskServer {
+            device: PathBuf::new(),
+            transport: String::new(),
+            cpu_latency_unavailable: None,
+            block_size: d.block_size as u64,
+            child: Mutex::new(Some(child)),
+            conn: Mutex::new(None),
+            socket,
+        };
+        if !line.starts_with("/dev/") {
+            let status = me.child.lock().unwrap().take().map(|mut c| c.wait());
+            match status {
+                Some(Ok(s)) => {
+                    bail!("disk {index}: the disk server did not start ({s}; its error is above)")
+                }
+                _ => bail!("disk {index}: the disk server did not start"),
+            }
+        }
+        let info = me.call(json!({"cmd": "info"}))?;
+        me.device = PathBuf::from(line.trim());
+        me.transport = info["transport"].as_str().unwrap_or_default().to_string();
+        me.cpu_latency_unavailable = info["cpu_latency_unavailable"].as_str().map(str::to_string);
+        Ok(me)
+    }
+
+    /// One request over the control socket (one connection, kept).
+    fn call(&self, req: Value) -> Result<Value> {
+        let mut conn = self.conn.lock().unwrap();
+        if conn.is_none() {
+            let s = UnixStream::connect(&self.socket).with_context(|| format!("cannot connect to the disk server at {}", self.socket.display()))?;
+            *conn = Some((BufReader::new(s.try_clone()?), s));
+        }
+        let (r, w) = conn.as_mut().unwrap();
+        writeln!(w, "{req}").context("the disk server is gone")?;
+        let mut line = String::new();
+        if r.read_line(&mut line)? == 0 {
+            bail!("the disk server closed its control socket");
+        }
+        let v: Value = serde_json::from_str(&line).context("bad reply from the disk server")?;
+        if v["ok"] == json!(true) { Ok(v["result"].clone()) } else { bail!("{}", v["error"].as_str().unwrap_or("unknown error")) }
+    }
+
+    pub fn arm(&self, rules: Vec<Rule>) -> Result<Vec<RuleId>> {
+        let v = self.call(json!({"cmd": "arm", "rules": rules}))?;
+        Ok(serde_json::from_value(v["ids"].clone())?)
+    }
+
+    pub fn list(&self) -> Result<Vec<RuleStatus>> {
+        Ok(serde_json::from_value(self.call(json!({"cmd": "list"}))?)?)
+    }
+
+    /// Every log entry from sequence number `since` on, fetched in pages.
+    pub fn log_since(&self, mut since: u64) -> Result<Vec<LogEntry>> {
+        let mut all = Vec::new();
+        loop {
+            let page: Vec<LogEntry> = serde_json::from_value(self.call(json!({"cmd": "log", "since": since, "max": 10_000}))?)?;
+            let Some(last) = page.last() else { break };
+            since = last.seq + 1;
+            all.extend(page);
+        }
+        Ok(all)
+    }
+
+    pub fn stats(&self) -> Result<EngineStats> {
+        Ok(serde_json::from_value(self.call(json!({"cmd": "stats"}))?)?)
+    }
+
+    /// Restart the fault clock; returns the log's sequence number at that moment.
+    pub fn reset_epoch(&self) -> Result<u64> {
+        let v = self.call(json!({"cmd": "reset_epoch"}))?;
+        v["log_total"].as_u64().context("bad reset_epoch reply")
+    }
+
+    /// Ask the server to tear down (SIGTERM) and wait for it, time-limited.
+    pub fn stop(&self) -> Result<()> {
+        self.conn.lock().unwrap().take();
+        let Some(mut child) = self.child.lock().unwrap().take() else {
+            return Ok(());
+        };
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let t = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait()? {
+                if status.success() {
+                    return Ok(());
+                }
+                bail!("the disk server of {} ended with {status} (its error is above)", self.device.display());
+            }
+            if t.elapsed() > STOP_LIMIT {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "the disk server of {} did not finish its teardown within {} s; killed it (`faultline cleanup` releases what it left)",
+                    self.device.display(),
+                    STOP_LIMIT.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+impl Drop for DiskServer {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("faultline: {e:#}");
+        }
+    }
+}
