@@ -1,5 +1,5 @@
 //! Cost of Engine::plan for one request, with and without 100k non-matching rules.
-use faultline::fault::rule::{Action, FlipAt, Op, Rule, Target};
+use faultline::spec::rule::{Action, FlipAt, Op, Rule, Target};
 use faultline::fault::Engine;
 use std::time::Instant;
 fn main() {

@@ -1,6 +1,7 @@
 //! faultline: a virtual faulty disk (and, later, the workload and report around it).
 //! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend -> stack.
 
+pub mod cli;
 pub mod content;
 pub mod demo;
 pub mod disk;

@@ -2,11 +2,8 @@
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::frontend::control;
-use faultline::frontend::cpu_latency::CpuLatency;
-use faultline::frontend::steer::RqAffinity;
-use faultline::frontend::uring::RingMode;
+use faultline::spec::disk::{CpuLatency, DiskConfig, FrontendOptions, RingMode, RqAffinity, StoreSpec, check_block_size};
 use faultline::spec::units::{parse_busy_poll, parse_size};
 use faultline::stack::served::ServedDisk;
 use faultline::sys::ledger;
@@ -59,19 +56,19 @@ enum Cmd {
         /// How requests reach the daemon: `on` = FUSE over io_uring (Linux 6.14+; the kernel's
         /// switch is turned on for the mount and put back), `off` = classic /dev/fuse reads,
         /// `auto` = io_uring where it works, else classic (the start-up line says which).
-        #[arg(long, default_value = "auto", value_parser = RingMode::parse)]
+        #[arg(long, value_enum, default_value = "auto")]
         ring: RingMode,
         /// Which CPU completes the loop device's requests (its queue/rq_affinity): `auto` =
         /// over io_uring, the submitting CPU (2) while requests come one at a time, the
         /// device's own value otherwise (classic /dev/fuse: untouched); `keep` = never touch
         /// it; 0, 1 or 2 = that value. Put back at teardown.
-        #[arg(long, default_value = "auto", value_parser = RqAffinity::parse)]
+        #[arg(long, value_enum, default_value = "auto")]
         rq_affinity: RqAffinity,
         /// Idle CPUs' wake-up latency (/dev/cpu_dma_latency): `auto` = ask for 0 µs (idle
         /// CPUs poll instead of halting) while the disk has requests, released 10 ms after
         /// the last; `hold` = for the disk's whole life; `keep` = never ask. Machine-wide
         /// while held: what runs on the disk gets the faster wake-ups too.
-        #[arg(long, default_value = "auto", value_parser = CpuLatency::parse)]
+        #[arg(long, value_enum, default_value = "auto")]
         cpu_latency: CpuLatency,
         /// (internal) Serve for this process (`faultline run`): when it dies, release what it
         /// built on the disk and tear down.
@@ -116,10 +113,10 @@ enum Cmd {
     },
     /// Run a workload (block device or files; flags or --spec YAML, docs/workload.md); saves
     /// results, a time series and the content maps for `verify`.
-    Workload(faultline::workload::cli::WorkloadArgs),
+    Workload(faultline::cli::workload::WorkloadArgs),
     /// Reread every block a workload wrote and classify it: ok, corrupted (misdirected),
     /// unreadable, short, missing.
-    Verify(faultline::workload::cli::VerifyArgs),
+    Verify(faultline::cli::workload::VerifyArgs),
     /// Demo: RAM disk, a bit-flip and an EIO rule, write + read-back pass, table + results.json.
     Demo {
         #[arg(long, default_value = "256MiB", value_parser = size_arg)]
@@ -187,8 +184,8 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity, cpu_latency, owned_by } => serve(
-            DiskConfig { size, block_size: block_size.min(u32::MAX as u64) as u32, store, destructive, force },
-            &faultline::frontend::Options { busy_poll, ring, rq_affinity, cpu_latency },
+            DiskConfig { size, block_size: check_block_size(block_size).map_err(anyhow::Error::msg)?, store, destructive, force },
+            &FrontendOptions { busy_poll, ring, rq_affinity, cpu_latency },
             rules,
             socket,
             owned_by,
@@ -215,8 +212,8 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Profile { paths, block_size, out } => profile(&paths, block_size, out),
-        Cmd::Workload(a) => faultline::workload::cli::workload(a),
-        Cmd::Verify(a) => faultline::workload::cli::verify(a),
+        Cmd::Workload(a) => faultline::cli::workload::workload(a),
+        Cmd::Verify(a) => faultline::cli::workload::verify(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Demo { size, written, out, seed } => faultline::demo::run(&faultline::demo::DemoOptions { size, written, out, seed }),
         Cmd::Report { dirs, out } => {
@@ -230,8 +227,7 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn serve(cfg: DiskConfig, front: &faultline::frontend::Options, rules: Option<PathBuf>, socket: Option<PathBuf>, owned_by: Option<u32>) -> Result<()> {
-    faultline::disk::check_block_size(cfg.block_size as u64)?;
+fn serve(cfg: DiskConfig, front: &FrontendOptions, rules: Option<PathBuf>, socket: Option<PathBuf>, owned_by: Option<u32>) -> Result<()> {
     let owner = owned_by.map(ledger::set_owner).transpose()?;
     // catch signals from the start so a Ctrl-C during set-up still tears down
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
@@ -319,7 +315,7 @@ fn quiet_if_stderr_closed() {
 }
 
 fn profile(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<()> {
-    let bs = faultline::disk::check_block_size(block_size)? as usize;
+    let bs = check_block_size(block_size).map_err(anyhow::Error::msg)? as usize;
     let mut m = faultline::content::profile::Measure::new(bs);
     for p in paths {
         m.add_path(p)?;

@@ -6,7 +6,7 @@ mod common;
 
 use faultline::content::{block_hash, fill_block};
 use faultline::disk::{DiskConfig, StoreSpec};
-use faultline::fault::rule::{Action, FlipAt, Op, Rule, Target};
+use faultline::spec::rule::{Action, FlipAt, Op, Rule, Target};
 use faultline::stack::command::{Cmdline, CommandEnv, CommandSpec, run_command, spawn_command};
 use faultline::stack::fs::{Built, FsKind, StackSpec, extents};
 use faultline::stack::served::ServedDisk;
@@ -279,7 +279,7 @@ fn btrfs_raid1_heals_rot_on_one_leg() {
 /// shared, rot that single physical block, and see both files hit.
 fn dedup_blast_radius(kind: FsKind, size: u64) {
     let d = disk(size);
-    let mut b = Built::build(&StackSpec::Dedup { kind, mkfs: vec![], mount: vec![] }, &[d.device().to_owned()]).unwrap();
+    let mut b = Built::build(&StackSpec::Dedup { kind, mkfs: vec![], mount: vec![], with_duperemove: true }, &[d.device().to_owned()]).unwrap();
     let mnt = b.mountpoint.clone().unwrap();
     let dup = content(90_000, 256, 5);
     let uniq = content(95_000, 256, 5);

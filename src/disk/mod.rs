@@ -8,38 +8,10 @@ use crate::fault::engine::{ArmedRule, Edit, Planning, block_span, flip_position}
 use crate::fault::log::{LogEntry, runs};
 use crate::fault::{Action, Engine, Op, Plan, Rule, StoreMode, Target};
 use anyhow::{Result, bail};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+pub use crate::spec::disk::{DiskConfig, StoreSpec};
 pub use store::Store;
-
-/// Which store backs the disk (`--store`).
-#[derive(Clone, Debug, PartialEq)]
-pub enum StoreSpec {
-    Ram,
-    File(PathBuf),
-    Device(PathBuf),
-}
-
-impl std::str::FromStr for StoreSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.split_once(':') {
-            None if s == "ram" => Ok(StoreSpec::Ram),
-            Some(("file", p)) if !p.is_empty() => Ok(StoreSpec::File(p.into())),
-            Some(("device", p)) if !p.is_empty() => Ok(StoreSpec::Device(p.into())),
-            _ => Err(format!("`{s}` is not a store; allowed: ram, file:PATH, device:PATH")),
-        }
-    }
-}
-
-pub struct DiskConfig {
-    pub size: Option<u64>,
-    pub block_size: u32,
-    pub store: StoreSpec,
-    pub destructive: bool,
-    pub force: bool,
-}
 
 /// Result of one request, as the front end must report it.
 #[derive(Debug, Default)]
@@ -54,16 +26,9 @@ pub struct Disk {
     block_size: u32,
 }
 
-pub fn check_block_size(bs: u64) -> Result<u32> {
-    if !(512..=65536).contains(&bs) || !bs.is_power_of_two() {
-        bail!("block size {bs} is not allowed; allowed: a power of two from 512B to 64KiB");
-    }
-    Ok(bs as u32)
-}
-
 impl Disk {
     pub fn open(cfg: &DiskConfig) -> Result<Disk> {
-        let bs = check_block_size(cfg.block_size as u64)?;
+        let bs = crate::spec::disk::check_block_size(cfg.block_size as u64).map_err(anyhow::Error::msg)?;
         let store: Box<dyn Store> = match &cfg.store {
             StoreSpec::Ram => {
                 let Some(size) = cfg.size else { bail!("a RAM disk needs --size (e.g. --size 8GiB)") };
@@ -258,7 +223,7 @@ impl Disk {
     }
 
     /// Flip one bit in every stored block the rule's target selects.
-    fn rot(&self, r: &ArmedRule, at: &crate::fault::rule::FlipAt) -> Result<()> {
+    fn rot(&self, r: &ArmedRule, at: &crate::spec::rule::FlipAt) -> Result<()> {
         let bs = self.block_size as u64;
         let mut block = vec![0u8; bs as usize];
         let mut hit = Vec::new();
@@ -335,7 +300,7 @@ fn io_outcome(e: std::io::Error) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fault::rule::FlipAt;
+    use crate::spec::rule::FlipAt;
 
     fn disk() -> Disk {
         Disk::open(&DiskConfig { size: Some(1 << 24), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false }).unwrap()
@@ -387,7 +352,7 @@ mod tests {
     /// logged, same delays; and a content error rule (whole request) takes the two-pass path.
     #[test]
     fn one_pass_content_writes_match_two_pass() {
-        use crate::fault::rule::{DelayDist, Fill};
+        use crate::spec::rule::{DelayDist, Fill};
         let dir = tempfile::tempdir().unwrap();
         let size = 1u64 << 22;
         let ram = disk_of(StoreSpec::Ram, size);

@@ -7,7 +7,7 @@
 
 use super::index::IntervalIndex;
 use super::log::{FaultLog, LogEntry, runs};
-use super::rule::{Action, DelayDist, FlipAt, Fill, Op, OpSet, Rule, RuleId, Target};
+use crate::spec::rule::{Action, DelayDist, FlipAt, Fill, Op, OpSet, Rule, RuleId, Target};
 use crate::content::{block_hash, seeded_hash};
 use arc_swap::ArcSwap;
 use rand::SeedableRng;
@@ -546,7 +546,7 @@ impl Ctx<'_> {
             }
             Action::Error { errno } => {
                 plan.errno.get_or_insert(*errno);
-                (whole, super::rule::errno_name(*errno))
+                (whole, crate::spec::rule::errno_name(*errno))
             }
             Action::Delay { delay } => {
                 let d = sample_delay(delay, r.rule.seed, r.fired.load(Relaxed));
@@ -619,7 +619,7 @@ fn sample_delay(d: &DelayDist, seed: u64, n: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fault::rule::Window;
+    use crate::spec::rule::Window;
 
     fn eng() -> Engine {
         Engine::new(4096)

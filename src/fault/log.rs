@@ -1,7 +1,7 @@
 //! The fault log: one entry per injection, plus exact per-rule counters kept by the engine.
 //! The entry list is capped (counters never are) so a persistent rule cannot exhaust memory.
 
-use super::rule::{Op, RuleId};
+use crate::spec::rule::{Op, RuleId};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::sync::Mutex;

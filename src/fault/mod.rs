@@ -3,7 +3,6 @@
 pub mod engine;
 pub mod index;
 pub mod log;
-pub mod rule;
 
 pub use engine::{Engine, Plan, StoreMode};
-pub use rule::{Action, Op, Rule, Target};
+pub use crate::spec::rule::{Action, Op, Rule, Target};

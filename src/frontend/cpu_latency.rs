@@ -22,48 +22,12 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
+pub use crate::spec::disk::CpuLatency;
+
 const DEVICE: &str = "/dev/cpu_dma_latency";
 /// No requests for this long (and none in flight): release. Long enough that a steady stream
 /// with gaps (a think time, a sync) keeps it; one take and release cost a few µs each.
 pub const GRACE: Duration = Duration::from_millis(10);
-
-/// What faultline does with the CPUs' wake-up latency (`serve --cpu-latency`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CpuLatency {
-    /// 0 µs while the disk has requests
-    Auto,
-    /// never ask
-    Keep,
-    /// 0 µs for the disk's whole life
-    Hold,
-}
-
-impl CpuLatency {
-    pub fn parse(s: &str) -> Result<CpuLatency, String> {
-        match s {
-            "auto" => Ok(CpuLatency::Auto),
-            "keep" => Ok(CpuLatency::Keep),
-            "hold" => Ok(CpuLatency::Hold),
-            _ => Err(format!("'{s}' is not a cpu_latency setting; allowed: auto, keep, hold")),
-        }
-    }
-}
-
-impl std::fmt::Display for CpuLatency {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str(match self {
-            CpuLatency::Auto => "auto",
-            CpuLatency::Keep => "keep",
-            CpuLatency::Hold => "hold",
-        })
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for CpuLatency {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        CpuLatency::parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
-    }
-}
 
 /// The machine's current CPU latency limit in µs (the smallest request of all processes;
 /// 2,000,000,000 when nobody asks).
@@ -178,17 +142,3 @@ fn watch(s: &State, poller: &Weak<Poller>) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_modes_and_refuses_others() {
-        assert_eq!(CpuLatency::parse("auto"), Ok(CpuLatency::Auto));
-        assert_eq!(CpuLatency::parse("keep"), Ok(CpuLatency::Keep));
-        assert_eq!(CpuLatency::parse("hold"), Ok(CpuLatency::Hold));
-        for bad in ["0", "on", "", "Hold"] {
-            assert!(CpuLatency::parse(bad).unwrap_err().contains("allowed: auto, keep, hold"), "{bad}");
-        }
-    }
-}

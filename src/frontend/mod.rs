@@ -10,6 +10,7 @@ pub mod steer;
 pub mod uring;
 
 use crate::disk::Disk;
+pub use crate::spec::disk::{DEFAULT_BUSY_POLL, FrontendOptions as Options};
 use crate::sys::ledger::LedgerFile;
 use crate::sys::loopdev;
 use anyhow::{Context, Result, bail};
@@ -34,29 +35,6 @@ pub fn preflight() -> Result<()> {
     Ok(())
 }
 
-/// How the disk is served (not what it does: that is the disk's and the rules' business).
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// After a request, poll /dev/fuse this long for the next one before sleeping
-    /// (`poll.rs`); zero never polls.
-    pub busy_poll: Duration,
-    /// FUSE over io_uring (`uring/`), classic /dev/fuse reads, or the first where it works.
-    pub ring: uring::RingMode,
-    /// The loop device's completion CPU (`steer.rs`).
-    pub rq_affinity: steer::RqAffinity,
-    /// Idle CPUs poll instead of halting while the disk is busy (`cpu_latency.rs`).
-    pub cpu_latency: cpu_latency::CpuLatency,
-}
-
-/// Measured on 2 CPUs: 50 µs catches nearly every next request at queue depth 1 (the gap is
-/// ~15-30 µs) and gives up soon when the disk goes idle.
-pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
-
-impl Default for Options {
-    fn default() -> Options {
-        Options { busy_poll: DEFAULT_BUSY_POLL, ring: uring::RingMode::Auto, rq_affinity: steer::RqAffinity::Auto, cpu_latency: cpu_latency::CpuLatency::Auto }
-    }
-}
 
 /// A disk exposed as a kernel block device.
 pub struct Exposed {

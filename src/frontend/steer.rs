@@ -21,56 +21,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 
-/// What faultline does with the loop device's `rq_affinity` (`serve --rq-affinity`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RqAffinity {
-    /// 2 while requests come one at a time, the device's own value otherwise (over io_uring;
-    /// on the classic path, like `Keep`)
-    Auto,
-    /// never touch it
-    Keep,
-    /// this value (0, 1 or 2) for the disk's lifetime
-    Fixed(u8),
-}
-
-impl RqAffinity {
-    pub fn parse(s: &str) -> Result<RqAffinity, String> {
-        match s {
-            "auto" => Ok(RqAffinity::Auto),
-            "keep" => Ok(RqAffinity::Keep),
-            "0" | "1" | "2" => Ok(RqAffinity::Fixed(s.as_bytes()[0] - b'0')),
-            _ => Err(format!("'{s}' is not an rq_affinity setting; allowed: auto, keep, 0, 1, 2")),
-        }
-    }
-}
-
-impl std::fmt::Display for RqAffinity {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self {
-            RqAffinity::Auto => f.write_str("auto"),
-            RqAffinity::Keep => f.write_str("keep"),
-            RqAffinity::Fixed(v) => write!(f, "{v}"),
-        }
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for RqAffinity {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // YAML gives a bare 2 as a number
-        #[derive(serde::Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
-        }
-        let s = match Raw::deserialize(d)? {
-            Raw::N(n) => n.to_string(),
-            Raw::S(s) => s,
-        };
-        RqAffinity::parse(&s).map_err(serde::de::Error::custom)
-    }
-}
-
+pub use crate::spec::disk::RqAffinity;
 pub use crate::sys::loopdev::{rq_affinity as read, rq_affinity_path as sysfs_path, set_rq_affinity as write};
 
 /// The steering of one loop device. Transitions are rare (a change of queue depth), and each
@@ -101,7 +52,7 @@ impl Steer {
         let file = std::fs::OpenOptions::new().write(true).open(&path).with_context(|| format!("cannot open {} for writing", path.display()))?;
         record(original)?;
         let s = Steer { file, original, auto: mode == RqAffinity::Auto, forced: AtomicBool::new(false), gate: Mutex::new(false) };
-        if let RqAffinity::Fixed(v) = mode {
+        if let Some(v) = mode.fixed() {
             s.put(v).with_context(|| format!("cannot set {} to {v}", path.display()))?;
         }
         Ok(Some(s))
@@ -136,18 +87,3 @@ impl Steer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_modes_and_refuses_others() {
-        assert_eq!(RqAffinity::parse("auto"), Ok(RqAffinity::Auto));
-        assert_eq!(RqAffinity::parse("keep"), Ok(RqAffinity::Keep));
-        assert_eq!(RqAffinity::parse("2"), Ok(RqAffinity::Fixed(2)));
-        assert_eq!(RqAffinity::parse("0"), Ok(RqAffinity::Fixed(0)));
-        for bad in ["3", "on", "", "22"] {
-            assert!(RqAffinity::parse(bad).unwrap_err().contains("allowed: auto, keep, 0, 1, 2"), "{bad}");
-        }
-    }
-}

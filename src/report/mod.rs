@@ -2,6 +2,7 @@
 //! docs/results.md) and the views derived from it: timeseries.csv, faults.csv,
 //! integrity.csv, report.html, and the summary table printed on stdout.
 
+pub mod collect;
 pub mod csv;
 pub mod html;
 pub mod model;

@@ -53,8 +53,22 @@ pub struct Repetition {
     pub notes: Vec<String>,
 }
 
-/// Per-op statistics: the workload's own summary, stored as it is.
-pub use crate::workload::LatencySummary as OpStats;
+/// Per-op statistics of a repetition (reads or writes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OpStats {
+    pub ops: u64,
+    pub bytes: u64,
+    pub mean_us: f64,
+    pub stddev_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+    pub iops: f64,
+    pub mib_s: f64,
+}
 
 /// One point of the per-interval time series; `t_s` is the end of the interval since the
 /// workload started.

@@ -5,13 +5,11 @@
 //! When the server dies instead, the run's I/O fails with errors rather than hanging for good
 //! (the kernel aborts a FUSE connection whose server is gone). docs/architecture.md has the why.
 
-use crate::disk::StoreSpec;
 use crate::fault::Rule;
 use crate::fault::engine::{EngineStats, RuleStatus};
 use crate::fault::log::LogEntry;
-use crate::fault::rule::RuleId;
-use crate::frontend::uring::RingMode;
-use crate::spec::experiment::DiskChoice;
+use crate::spec::rule::RuleId;
+use crate::spec::disk::DiskSpec;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -36,35 +34,20 @@ pub struct DiskServer {
     socket: PathBuf,
 }
 
-fn store_arg(s: &StoreSpec) -> String {
-    match s {
-        StoreSpec::Ram => "ram".into(),
-        StoreSpec::File(p) => format!("file:{}", p.display()),
-        StoreSpec::Device(p) => format!("device:{}", p.display()),
-    }
-}
-
 impl DiskServer {
     /// Start one server for `d` and wait until its device is attached.
-    pub fn start(d: &DiskChoice, index: usize) -> Result<DiskServer> {
+    pub fn start(d: &DiskSpec, index: usize) -> Result<DiskServer> {
         let exe = std::env::current_exe().context("cannot find the faultline executable")?;
         let socket = crate::sys::ledger::run_dir().join(format!("run-{}-disk{index}.sock", std::process::id()));
         let mut c = Command::new(exe);
         c.arg("serve")
-            .arg(format!("--size={}", d.size))
-            .arg(format!("--block-size={}", d.block_size))
-            .arg(format!("--store={}", store_arg(&d.store)))
-            .arg(format!("--busy-poll={}us", d.busy_poll.as_micros()))
-            .arg(format!(
-                "--ring={}",
-                match d.ring {
-                    RingMode::Auto => "auto",
-                    RingMode::On => "on",
-                    RingMode::Off => "off",
-                }
-            ))
-            .arg(format!("--rq-affinity={}", d.rq_affinity))
-            .arg(format!("--cpu-latency={}", d.cpu_latency))
+            .arg(format!("--size={}", d.size()))
+            .arg(format!("--block-size={}", d.disk.block_size))
+            .arg(format!("--store={}", d.disk.store))
+            .arg(format!("--busy-poll={}us", d.front.busy_poll.as_micros()))
+            .arg(format!("--ring={}", d.front.ring))
+            .arg(format!("--rq-affinity={}", d.front.rq_affinity))
+            .arg(format!("--cpu-latency={}", d.front.cpu_latency))
             .arg("--socket")
             .arg(&socket)
             .arg(format!("--owned-by={}", std::process::id()))
@@ -86,7 +69,7 @@ impl DiskServer {
             device: PathBuf::new(),
             transport: String::new(),
             cpu_latency_unavailable: None,
-            block_size: d.block_size as u64,
+            block_size: d.disk.block_size as u64,
             child: Mutex::new(Some(child)),
             conn: Mutex::new(None),
             socket,

@@ -1,13 +1,17 @@
 //! `faultline run FILE`: one experiment in, one results directory out. Per setup and
-//! repetition: start the faultline disk(s), build the stack, arm the faults, run the workload
-//! with scheduled faults, make verification read the disk, verify, collect, tear down. Teardown
+//! repetition, in named phases: build (disk servers, then the stack), arm (static faults),
+//! drive (the workload with scheduled faults, or the stack's command), verify (after making
+//! reads reach the disk), collect (fault log and rule counters), tear down. Teardown
 //! happens on success, error and Ctrl-C (Drop of every part), and `faultline cleanup` after a crash.
 
 pub mod disks;
 pub mod schedule;
 
 use crate::report::model as rm;
-use crate::spec::experiment::{Experiment, Setup, StackChoice};
+use crate::report::collect;
+use crate::spec::experiment::{Experiment, Setup};
+use crate::spec::stack::StackSpec;
+use crate::spec::workload::config::CONTENT_BLOCK;
 use crate::workload::{Maps, Progress, WorkloadResult};
 use anyhow::{Context, Result, bail};
 use disks::DiskServer;
@@ -122,6 +126,8 @@ fn progress_thread(label: String, p: Arc<Progress>, size: Option<u64>, done: Arc
 struct Built {
     stack: Option<crate::stack::fs::Built>,
     disks: Vec<Arc<DiskServer>>,
+    devices: Vec<PathBuf>,
+    mountpoint: Option<PathBuf>,
 }
 
 impl Built {
@@ -144,307 +150,226 @@ impl Built {
         }
         first.map_or(Ok(notes), Err)
     }
+
+    fn stack(&mut self) -> &mut crate::stack::fs::Built {
+        self.stack.as_mut().expect("built before the workload runs")
+    }
+}
+
+/// What one repetition passes from phase to phase.
+struct Rep<'a> {
+    setup: &'a Setup,
+    label: &'a str,
+    stop: &'a Arc<AtomicBool>,
+    quiet: bool,
+    notes: Vec<String>,
+}
+
+impl Rep<'_> {
+    fn phase(&self, what: &str) {
+        if !self.quiet {
+            eprintln!("faultline: {}: {what}", self.label);
+        }
+    }
 }
 
 fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
     let t_rep = Instant::now();
-    let mut built = Built { stack: None, disks: Vec::new() };
-    for i in 0..setup.stack.disks() {
-        built.disks.push(Arc::new(DiskServer::start(&setup.disk, i)?));
-    }
-    let devices: Vec<PathBuf> = built.disks.iter().map(|d| d.device.clone()).collect();
-    let disks = built.disks.clone();
-    let stack_spec = stack_spec(&setup.stack);
-    let phase = |what: &str| {
-        if !quiet {
-            eprintln!("faultline: {label}: {what}");
-        }
-    };
-    let shown: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
-    phase(&format!("build: {} stack on {}", setup.stack.label(), shown.join(" ")));
-    built.stack = Some(crate::stack::fs::Built::build(&stack_spec, &devices)?);
-    let mountpoint = built.stack.as_ref().and_then(|s| s.mountpoint.clone());
-
-    let mut notes = Vec::new();
-    for (i, d) in built.disks.iter().enumerate() {
-        if d.transport != "io_uring" {
-            notes.push(format!("disk {i}: requests over {}", d.transport));
-        }
-        if let Some(why) = &d.cpu_latency_unavailable {
-            notes.push(format!("disk {i}: CPU latency left alone (cpu_latency auto: {why})"));
-        }
-    }
-    // the faults' clock and counters start with the workload, not with mkfs
-    let seq0: Vec<u64> = disks.iter().map(|d| d.reset_epoch()).collect::<Result<_>>()?;
-    let (static_faults, scheduled) = schedule::split(&setup.faults);
-    for f in static_faults {
-        disks[f.disk].arm(vec![f.rule.clone()])?;
-    }
-
-    let (wres, verify) = match &setup.stack {
-        StackChoice::Command { cmd, timeout, .. } => {
-            use crate::stack::command::{Cmdline, CommandSpec};
-            let spec = CommandSpec { command: Cmdline::Shell(cmd.clone()), timeout: *timeout, cwd: None };
-            let o = built.stack.as_ref().unwrap().run_command(Some(&spec), Some(stop))?;
-            let how = match (o.exit_code, o.signal, o.timed_out, o.cancelled) {
-                (_, _, true, _) => "timed out (process group killed)".to_string(),
-                (_, _, _, true) => "cancelled".to_string(),
-                (Some(c), ..) => format!("exit code {c}"),
-                (None, Some(sig), ..) => format!("signal {sig}"),
-                _ => "unknown status".to_string(),
-            };
-            notes.push(format!("command `{cmd}`: {how} after {:.1} s", o.seconds));
-            if !o.stderr_tail.trim().is_empty() {
-                notes.push(format!("command stderr (tail): {}", o.stderr_tail.trim()));
-            }
-            if !o.success() {
-                notes.push("the command failed: see its status above".into());
-            }
+    let mut r = Rep { setup, label, stop, quiet, notes: Vec::new() };
+    let mut built = build(&mut r)?;
+    let (seq0, scheduled) = arm(&built, setup)?;
+    let (wres, verified) = match &setup.stack {
+        StackSpec::Command { .. } => {
+            drive_command(&mut r, &built)?;
             (None, None)
         }
         _ => {
-            let target = mountpoint.clone().unwrap_or_else(|| devices[0].clone());
-            let w = exp.workload_for(setup, &target).map_err(anyhow::Error::msg)?;
-            let maps = Maps::new(&w)?;
-            let stream = w.stream();
-            // no scheduled fault: no observer, so the write path pays nothing for scheduling
-            let observe = !scheduled.is_empty();
-            let sched = schedule::Scheduler::new(disks.clone(), scheduled, stream, w.seed, mountpoint.is_some());
-            let progress = Arc::new(Progress::new());
-            let done = Arc::new(AtomicBool::new(false));
-            let pb = progress_thread(label.to_string(), progress.clone(), w.size, done.clone(), quiet);
-            let p2 = progress.clone();
-            let ticker = observe.then(|| schedule::spawn_ticker(sched.clone(), move || p2.ops(), done.clone()));
-            let stopper = {
-                // Ctrl-C ends the workload early (its threads watch `progress.stop`)
-                let (stop, progress, done) = (stop.clone(), progress.clone(), done.clone());
-                std::thread::spawn(move || {
-                    while !done.load(Relaxed) {
-                        if stop.load(Relaxed) {
-                            progress.stop.store(true, Relaxed);
-                        }
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
-                })
+            let maps;
+            let w = {
+                let target = built.mountpoint.clone().unwrap_or_else(|| built.devices[0].clone());
+                let w = exp.workload_for(setup, &target).map_err(anyhow::Error::msg)?;
+                maps = crate::workload::Maps::new(&w)?;
+                w
             };
-            let observer = observe.then(|| sched.clone() as Arc<dyn crate::workload::WriteObserver>);
-            phase("workload");
-            let res = crate::workload::run(&w, &maps, observer, Some(&progress));
-            done.store(true, Relaxed);
-            if let Some(t) = ticker {
-                let _ = t.join();
-            }
-            let _ = stopper.join();
-            if let Some(h) = pb {
-                let _ = h.join();
-            }
-            let res = res?;
-            if stop.load(Relaxed) {
-                built.teardown()?;
-                bail!("interrupted");
-            }
-            let stack = built.stack.as_mut().unwrap();
-            if let Some(m) = &mountpoint {
-                syncfs(m)?;
-            }
-            if matches!(setup.stack, StackChoice::Dedup { with_duperemove: true, .. }) {
-                let d = stack.dedupe()?;
-                notes.push(format!("dedup (duperemove): {} bytes newly shared, {:.1} s", d.deduped(), d.seconds));
-            } else if matches!(setup.stack, StackChoice::Dedup { .. }) {
-                // one physical block per content: share every copy the map knows of
-                let mut blocks = Vec::new();
-                for (i, m) in maps.maps.iter().enumerate() {
-                    let p = maps.file_path(i).context("dedup needs the file interface")?;
-                    blocks.extend(m.written().map(|(b, id)| (p.clone(), b * crate::workload::config::CONTENT_BLOCK, id)));
-                }
-                let d = stack.dedupe_blocks(blocks)?;
-                notes.push(format!(
-                    "dedup: {} contents with copies, {} blocks now shared ({} MiB), {} differed, {} errors, {:.1} s; {}",
-                    d.groups,
-                    d.shared_blocks,
-                    d.bytes_deduped >> 20,
-                    d.differs,
-                    d.errors,
-                    d.seconds,
-                    d.trimmed
-                ));
-            }
-            let fs_layer = mountpoint.is_some();
-            sched.after_workload(&|f: &mut dyn FnMut(Option<usize>, u64, u64)| {
-                for (i, m) in maps.maps.iter().enumerate() {
-                    for (block, id) in m.written() {
-                        f(fs_layer.then_some(i), block * crate::workload::config::CONTENT_BLOCK, id);
-                    }
-                }
-            });
-            let (firings, sched_notes) = sched.finish();
-            notes.extend(sched_notes);
-            for fr in &firings {
-                notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
-            }
-            // verification must read the disk, not the page cache
-            built.stack.as_mut().unwrap().cold_cache()?;
-            phase("verify");
-            let v = crate::verify::verify(&maps)?;
+            let res = drive_workload(&mut r, &mut built, &w, &maps, scheduled)?;
+            let v = verify(&mut r, &mut built, &maps)?;
             maps.save(&out.join("maps").join(format!("{}-{}", setup.name, rep + 1)))?;
             (Some(res), Some(v))
         }
     };
-    notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
-
-    // what the engine did: every logged fault since the workload started, and rule counters
-    let mut faults = Vec::new();
-    let mut rules = Vec::new();
-    for (i, d) in disks.iter().enumerate() {
-        let listed = d.list()?;
-        let names: std::collections::HashMap<u64, String> = listed.iter().map(|r| (r.id, r.rule.name.clone().unwrap_or_default())).collect();
-        let targets: std::collections::HashMap<u64, crate::fault::Target> = listed.iter().map(|r| (r.id, r.rule.target.clone())).collect();
-        let bs = d.block_size;
-        let mut seen: std::collections::HashSet<(u64, u64)> = std::collections::HashSet::new();
-        for e in d.log_since(seq0[i])? {
-            // faulty blocks = the logged blocks inside the rule's offset range (all of them for
-            // content and whole-disk rules), each counted once per rule
-            let range = match targets.get(&e.rule) {
-                Some(crate::fault::Target::Range { start, end }) => Some((start / bs, end.div_ceil(bs))),
-                _ => None,
-            };
-            let mut new = 0;
-            for [first, n] in &e.blocks {
-                for b in *first..first + n {
-                    if range.is_none_or(|(s, t)| b >= s && b < t) && seen.insert((e.rule, b)) {
-                        new += 1;
-                    }
-                }
-            }
-            let new = if e.blocks.is_empty() { 1 } else { new };
-            faults.push(rm::InjectedFault {
-                t_s: e.t_us as f64 / 1e6,
-                rule_id: e.rule,
-                rule: names.get(&e.rule).cloned().unwrap_or_default(),
-                action: e.action.to_string(),
-                op: e.op.map(|o| o.name().to_string()).unwrap_or_else(|| "at-rest".into()),
-                offset: e.offset,
-                len: e.len,
-                blocks: e.block_count(),
-                disk: i as u32,
-                new_target_blocks: Some(new),
-            });
-        }
-        let dropped = d.stats()?.log_dropped;
-        if dropped > 0 {
-            notes.push(format!("disk {i}: the fault log dropped {dropped} entries (cap); counters below are exact"));
-        }
-        for r in listed {
-            rules.push(rm::RuleCount {
-                id: r.id,
-                name: r.rule.name.clone().unwrap_or_default(),
-                action: r.rule.action.name().to_string(),
-                op: r.rule.ops.ops().iter().map(|o| o.name()).collect::<Vec<_>>().join("+"),
-                fired: r.fired,
-                blocks: r.blocks,
-            });
-        }
-    }
+    r.notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
+    let (faults, rules) = collect(&mut r, &built.disks, &seq0)?;
+    let mut notes = r.notes;
     notes.extend(built.teardown()?);
-    Ok(repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verify, faults, rules, notes))
+    Ok(collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes))
 }
 
-fn stack_spec(s: &StackChoice) -> crate::stack::fs::StackSpec {
-    use crate::stack::fs::StackSpec as S;
-    match s.clone() {
-        StackChoice::Raw => S::Raw,
-        StackChoice::Fs { kind, mkfs, mount } => S::Fs { kind, mkfs, mount },
-        StackChoice::BtrfsRaid1 { mkfs, mount } => S::BtrfsRaid1 { mkfs, mount },
-        StackChoice::Dedup { kind, mkfs, mount, .. } => S::Dedup { kind, mkfs, mount },
-        StackChoice::Command { fs: None, .. } => S::Raw,
-        StackChoice::Command { fs: Some((kind, mkfs, mount)), .. } => S::Fs { kind, mkfs, mount },
+/// Build: one disk server per disk the stack needs, then the stack on their devices.
+fn build(r: &mut Rep) -> Result<Built> {
+    let setup = r.setup;
+    let mut built = Built { stack: None, disks: Vec::new(), devices: Vec::new(), mountpoint: None };
+    for i in 0..setup.stack.devices_needed() {
+        built.disks.push(Arc::new(DiskServer::start(&setup.disk, i)?));
     }
+    built.devices = built.disks.iter().map(|d| d.device.clone()).collect();
+    let shown: Vec<String> = built.devices.iter().map(|d| d.display().to_string()).collect();
+    r.phase(&format!("build: {} stack on {}", setup.stack.label(), shown.join(" ")));
+    built.stack = Some(crate::stack::fs::Built::build(&setup.stack, &built.devices)?);
+    built.mountpoint = built.stack.as_ref().and_then(|s| s.mountpoint.clone());
+    for (i, d) in built.disks.iter().enumerate() {
+        if d.transport != "io_uring" {
+            r.notes.push(format!("disk {i}: requests over {}", d.transport));
+        }
+        if let Some(why) = &d.cpu_latency_unavailable {
+            r.notes.push(format!("disk {i}: CPU latency left alone (cpu_latency auto: {why})"));
+        }
+    }
+    Ok(built)
 }
 
-fn syncfs(p: &Path) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-        bail!("syncfs {}: {}", p.display(), std::io::Error::last_os_error());
+/// Arm: the faults' clock and counters start now (not with mkfs); static faults are armed,
+/// the ones scheduled by workload progress are returned. Also returns each disk's fault-log
+/// position, from which `collect` reads.
+fn arm(built: &Built, setup: &Setup) -> Result<(Vec<u64>, Vec<crate::spec::rules::FaultSpec>)> {
+    let seq0: Vec<u64> = built.disks.iter().map(|d| d.reset_epoch()).collect::<Result<_>>()?;
+    let (static_faults, scheduled) = schedule::split(&setup.faults);
+    for f in static_faults {
+        built.disks[f.disk].arm(vec![f.rule.clone()])?;
+    }
+    Ok((seq0, scheduled))
+}
+
+/// Drive a `command` stack: the user's command is the workload.
+fn drive_command(r: &mut Rep, built: &Built) -> Result<()> {
+    let StackSpec::Command { command, .. } = &r.setup.stack else { unreachable!("a command stack") };
+    r.phase("command");
+    let o = built.stack.as_ref().expect("built").run_command(None, Some(r.stop))?;
+    let how = match (o.exit_code, o.signal, o.timed_out, o.cancelled) {
+        (_, _, true, _) => "timed out (process group killed)".to_string(),
+        (_, _, _, true) => "cancelled".to_string(),
+        (Some(c), ..) => format!("exit code {c}"),
+        (None, Some(sig), ..) => format!("signal {sig}"),
+        _ => "unknown status".to_string(),
+    };
+    let shown = match &command.command {
+        crate::spec::stack::Cmdline::Shell(s) => s.clone(),
+        crate::spec::stack::Cmdline::Argv(v) => v.join(" "),
+    };
+    r.notes.push(format!("command `{shown}`: {how} after {:.1} s", o.seconds));
+    if !o.stderr_tail.trim().is_empty() {
+        r.notes.push(format!("command stderr (tail): {}", o.stderr_tail.trim()));
+    }
+    if !o.success() {
+        r.notes.push("the command failed: see its status above".into());
     }
     Ok(())
 }
 
-fn sample(s: &crate::workload::Sample) -> rm::Sample {
-    rm::Sample {
-        t_s: s.t,
-        read_iops: s.read.iops,
-        read_mib_s: s.read.mib_s,
-        read_mean_us: s.read.mean_us,
-        read_p99_us: s.read.p99_us,
-        write_iops: s.write.iops,
-        write_mib_s: s.write.mib_s,
-        write_mean_us: s.write.mean_us,
-        write_p99_us: s.write.p99_us,
-        cpu_pct: s.cpu_pct,
-        rss_mib: s.rss_mib,
-    }
-}
-
-fn bad_block(file: Option<String>, b: &crate::verify::BadBlock) -> rm::BadBlock {
-    use crate::verify::BadBlock as B;
-    let offset = b.block() * crate::workload::config::CONTENT_BLOCK;
-    let (kind, errno, expected_id) = match b {
-        B::Corrupted { holds: Some(_), expected_id, .. } => ("misdirected", None, *expected_id),
-        B::Corrupted { expected_id, .. } => ("corrupted", None, *expected_id),
-        B::Unreadable { errno, .. } => ("unreadable", Some(crate::fault::rule::errno_name(*errno)), 0),
-        B::Short { .. } => ("short", None, 0),
-        B::Missing { .. } => ("missing", None, 0),
+/// Drive the workload, with scheduled faults armed by its progress; then sync, deduplicate
+/// (dedup stacks) and let the scheduler arm what waits for the end of the workload.
+fn drive_workload(r: &mut Rep, built: &mut Built, w: &crate::workload::Workload, maps: &Maps, scheduled: Vec<crate::spec::rules::FaultSpec>) -> Result<WorkloadResult> {
+    let (setup, stop) = (r.setup, r.stop);
+    let disks = built.disks.clone();
+    let mountpoint = built.mountpoint.clone();
+    // no scheduled fault: no observer, so the write path pays nothing for scheduling
+    let observe = !scheduled.is_empty();
+    let sched = schedule::Scheduler::new(disks, scheduled, w.stream(), w.seed, mountpoint.is_some());
+    let progress = Arc::new(Progress::new());
+    let done = Arc::new(AtomicBool::new(false));
+    let pb = progress_thread(r.label.to_string(), progress.clone(), w.size, done.clone(), r.quiet);
+    let p2 = progress.clone();
+    let ticker = observe.then(|| schedule::spawn_ticker(sched.clone(), move || p2.ops(), done.clone()));
+    let stopper = {
+        // Ctrl-C ends the workload early (its threads watch `progress.stop`)
+        let (stop, progress, done) = (stop.clone(), progress.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Relaxed) {
+                if stop.load(Relaxed) {
+                    progress.stop.store(true, Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
     };
-    rm::BadBlock { file, offset, kind: kind.to_string(), errno, expected_id }
-}
-
-fn integrity(v: &crate::verify::VerifyReport) -> rm::Integrity {
-    let mut bad: Vec<rm::BadBlock> = v.bad.iter().map(|b| bad_block(None, b)).collect();
-    let mut files_hit = Vec::new();
-    for f in &v.files {
-        let name = std::path::Path::new(&f.path).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_else(|| f.path.clone());
-        bad.extend(f.bad.iter().map(|b| bad_block(Some(name.clone()), b)));
-        if !f.bad.is_empty() {
-            files_hit.push(rm::FileHit { file: name, bad_blocks: f.bad.len() as u64 });
+    let observer = observe.then(|| sched.clone() as Arc<dyn crate::workload::WriteObserver>);
+    r.phase("workload");
+    let res = crate::workload::run(w, maps, observer, Some(&progress));
+    done.store(true, Relaxed);
+    if let Some(t) = ticker {
+        let _ = t.join();
+    }
+    let _ = stopper.join();
+    if let Some(h) = pb {
+        let _ = h.join();
+    }
+    let res = res?;
+    if stop.load(Relaxed) {
+        bail!("interrupted");
+    }
+    if let Some(m) = &mountpoint {
+        crate::sys::mount::syncfs(m)?;
+    }
+    if let StackSpec::Dedup { with_duperemove, .. } = &setup.stack {
+        let stack = built.stack();
+        if *with_duperemove {
+            let d = stack.dedupe()?;
+            r.notes.push(format!("dedup (duperemove): {} bytes newly shared, {:.1} s", d.deduped(), d.seconds));
+        } else {
+            // one physical block per content: share every copy the map knows of
+            let mut blocks = Vec::new();
+            for (i, m) in maps.maps.iter().enumerate() {
+                let p = maps.file_path(i).context("dedup needs the file interface")?;
+                blocks.extend(m.written().map(|(b, id)| (p.clone(), b * CONTENT_BLOCK, id)));
+            }
+            let d = stack.dedupe_blocks(blocks)?;
+            r.notes.push(format!(
+                "dedup: {} contents with copies, {} blocks now shared ({} MiB), {} differed, {} errors, {:.1} s; {}",
+                d.groups,
+                d.shared_blocks,
+                d.bytes_deduped >> 20,
+                d.differs,
+                d.errors,
+                d.seconds,
+                d.trimmed
+            ));
         }
     }
-    files_hit.sort_by(|a, b| b.bad_blocks.cmp(&a.bad_blocks).then(a.file.cmp(&b.file)));
-    let n = &v.counts;
-    rm::Integrity {
-        blocks_checked: n.checked,
-        ok: n.ok,
-        // the report counts misdirected apart from other corruption
-        corrupted: n.corrupted.saturating_sub(n.misdirected),
-        misdirected: n.misdirected,
-        unreadable: n.unreadable,
-        short: n.short,
-        missing: n.missing,
-        bad,
-        files_hit,
+    let fs_layer = mountpoint.is_some();
+    sched.after_workload(&|f: &mut dyn FnMut(Option<usize>, u64, u64)| {
+        for (i, m) in maps.maps.iter().enumerate() {
+            for (block, id) in m.written() {
+                f(fs_layer.then_some(i), block * CONTENT_BLOCK, id);
+            }
+        }
+    });
+    let (firings, sched_notes) = sched.finish();
+    r.notes.extend(sched_notes);
+    for fr in &firings {
+        r.notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
     }
+    Ok(res)
 }
 
-fn repetition(
-    rep: u32,
-    seconds: f64,
-    w: Option<WorkloadResult>,
-    v: Option<crate::verify::VerifyReport>,
-    faults: Vec<rm::InjectedFault>,
-    rules: Vec<rm::RuleCount>,
-    notes: Vec<String>,
-) -> rm::Repetition {
-    let mut r = rm::Repetition { index: rep + 1, seconds, faults, rules, notes, ..Default::default() };
-    if let Some(w) = w {
-        r.read = w.read.clone();
-        r.write = w.write.clone();
-        r.timeseries = w.timeseries.iter().map(sample).collect();
-        r.io_errors = w.errors.clone();
-        r.failed_ios = w.failed_ios.len() as u64;
-        r.retries = w.retries;
+/// Verify: reread every mapped block from the disk (not the page cache) and classify it.
+fn verify(r: &mut Rep, built: &mut Built, maps: &Maps) -> Result<crate::verify::VerifyReport> {
+    built.stack().cold_cache()?;
+    r.phase("verify");
+    crate::verify::verify(maps)
+}
+
+/// Collect what the fault engines did since the workload started: every logged fault and
+/// every rule's counters, from each disk server.
+fn collect(r: &mut Rep, disks: &[Arc<DiskServer>], seq0: &[u64]) -> Result<(Vec<rm::InjectedFault>, Vec<rm::RuleCount>)> {
+    let mut faults = Vec::new();
+    let mut rules = Vec::new();
+    for (i, d) in disks.iter().enumerate() {
+        let listed = d.list()?;
+        faults.extend(collect::injected_faults(i as u32, d.block_size, &listed, &d.log_since(seq0[i])?));
+        let dropped = d.stats()?.log_dropped;
+        if dropped > 0 {
+            r.notes.push(format!("disk {i}: the fault log dropped {dropped} entries (cap); counters below are exact"));
+        }
+        rules.extend(collect::rule_counts(&listed));
     }
-    if let Some(v) = v {
-        r.integrity = integrity(&v);
-    }
-    r
+    Ok((faults, rules))
 }

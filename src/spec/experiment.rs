@@ -6,11 +6,10 @@
 use super::rules::{DiskGeometry, FaultSpec, RawRule, WordOr, validate_fault};
 use super::units::{BusyPoll, Dur, Size};
 use super::workload::WorkloadYaml;
-use crate::disk::StoreSpec;
-pub use crate::stack::fs::FsKind;
+use super::disk::{CpuLatency, DEFAULT_EXPERIMENT_SIZE, DiskConfig, DiskSpec, RingMode, RqAffinity, StoreSpec};
+pub use super::stack::{Cmdline, CommandSpec, FsKind, StackSpec};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
-use std::time::Duration;
 
 pub const STACK_WORDS: &str = "raw, ext4, xfs, btrfs, btrfs-raid1, dedup (btrfs), dedup-xfs";
 
@@ -34,9 +33,9 @@ struct RawDisk {
     block_size: Option<Size>,
     store: Option<String>,
     busy_poll: Option<BusyPoll>,
-    ring: Option<crate::frontend::uring::RingMode>,
-    rq_affinity: Option<crate::frontend::steer::RqAffinity>,
-    cpu_latency: Option<crate::frontend::cpu_latency::CpuLatency>,
+    ring: Option<RingMode>,
+    rq_affinity: Option<RqAffinity>,
+    cpu_latency: Option<CpuLatency>,
 }
 
 #[derive(Deserialize)]
@@ -64,65 +63,14 @@ struct RawSetup {
     repeat: Option<Spanned<u32>>,
 }
 
-/// What is built on the faultline disk(s).
-#[derive(Clone, Debug, PartialEq)]
-pub enum StackChoice {
-    Raw,
-    Fs { kind: FsKind, mkfs: Vec<String>, mount: Vec<String> },
-    /// btrfs with data and metadata raid1 over two faultline disks.
-    BtrfsRaid1 { mkfs: Vec<String>, mount: Vec<String> },
-    /// Files written with realistic duplicates, then deduplicated (duperemove) on btrfs or xfs.
-    Dedup { kind: FsKind, mkfs: Vec<String>, mount: Vec<String>, with_duperemove: bool },
-    /// A user command is the workload; on the raw device or on a file system.
-    Command { cmd: String, timeout: Option<Duration>, fs: Option<(FsKind, Vec<String>, Vec<String>)> },
-}
-
-impl StackChoice {
-    pub fn disks(&self) -> usize {
-        if matches!(self, StackChoice::BtrfsRaid1 { .. }) { 2 } else { 1 }
-    }
-    /// Does the workload see a directory (file interface) rather than the device?
-    pub fn has_fs(&self) -> bool {
-        match self {
-            StackChoice::Raw => false,
-            StackChoice::Command { fs, .. } => fs.is_some(),
-            _ => true,
-        }
-    }
-    pub fn label(&self) -> String {
-        match self {
-            StackChoice::Raw => "raw".into(),
-            StackChoice::Fs { kind, .. } => kind.name().into(),
-            StackChoice::BtrfsRaid1 { .. } => "btrfs-raid1".into(),
-            StackChoice::Dedup { kind, .. } => format!("dedup-{}", kind.name()),
-            StackChoice::Command { fs: None, .. } => "command".into(),
-            StackChoice::Command { fs: Some((k, ..)), .. } => format!("command-{}", k.name()),
-        }
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct DiskChoice {
-    pub size: u64,
-    pub block_size: u32,
-    pub store: StoreSpec,
-    /// the front end's busy poll (`serve --busy-poll`)
-    pub busy_poll: Duration,
-    /// FUSE over io_uring or classic (`serve --ring`)
-    pub ring: crate::frontend::uring::RingMode,
-    /// the loop device's completion CPU (`serve --rq-affinity`)
-    pub rq_affinity: crate::frontend::steer::RqAffinity,
-    /// idle CPUs poll while the disk is busy (`serve --cpu-latency`)
-    pub cpu_latency: crate::frontend::cpu_latency::CpuLatency,
-}
-
 /// One setup of an experiment, fully validated.
 #[derive(Clone, Debug)]
 pub struct Setup {
     pub name: String,
     pub description: String,
-    pub disk: DiskChoice,
-    pub stack: StackChoice,
+    /// Its size is always set.
+    pub disk: DiskSpec,
+    pub stack: StackSpec,
     pub faults: Vec<FaultSpec>,
     pub repeat: u32,
 }
@@ -143,7 +91,7 @@ impl Experiment {
     /// a file system): the shared `workload:` with the interface the stack implies. `files` and
     /// `file_size` apply on file systems only, `device` and `span` on raw devices only, so one
     /// workload serves a sweep across both.
-    pub fn workload_for(&self, setup: &Setup, target: &std::path::Path) -> Result<crate::workload::Workload, String> {
+    pub fn workload_for(&self, setup: &Setup, target: &std::path::Path) -> Result<super::workload::Workload, String> {
         let Some(w) = &self.workload else { return Err(format!("{}: setup `{}` has no workload", self.source, setup.name)) };
         let mut w = w.clone();
         let file = setup.stack.has_fs();
@@ -199,7 +147,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     let base_disk = disk(raw.disk.as_ref(), None, source)?;
     let base_stack = match &raw.stack {
         Some(s) => stack(s, source)?,
-        None => StackChoice::Raw,
+        None => StackSpec::Raw,
     };
     let mut setups = Vec::new();
     match raw.setups {
@@ -236,7 +184,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         }
     }
     for s in &setups {
-        let needs_workload = !matches!(s.stack, StackChoice::Command { .. });
+        let needs_workload = !matches!(s.stack, StackSpec::Command { .. });
         if needs_workload && workload.is_none() {
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
@@ -247,12 +195,13 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         if exp.workload.is_some() {
             let w = exp.workload_for(s, std::path::Path::new("/dev/null"))?;
             let content_target = s.faults.iter().any(|f| f.deferred.is_some() && (f.by_content.unwrap_or(s.stack.has_fs()) || matches!(f.deferred, Some(super::rules::Deferred::MostDuplicated | super::rules::Deferred::Unique))));
-            if content_target && s.disk.block_size != 4096 {
-                return Err(format!("{source}: setup `{}`: content targets need a 4KiB disk block size (content is hashed per 4 KiB block); this disk has {}", s.name, s.disk.block_size));
+            if content_target && s.disk.disk.block_size != 4096 {
+                return Err(format!("{source}: setup `{}`: content targets need a 4KiB disk block size (content is hashed per 4 KiB block); this disk has {}", s.name, s.disk.disk.block_size));
             }
-            if let crate::workload::Interface::File { count, size, .. } = &w.interface {
-                if *count as u64 * size > s.disk.size {
-                    return Err(format!("{source}: setup `{}`: {count} files of {size} bytes do not fit on a {} byte disk", s.name, s.disk.size));
+            if let super::workload::Interface::File { count, size, .. } = &w.interface {
+                let disk_size = s.disk.size();
+                if (*count as u64).checked_mul(*size).is_none_or(|total| total > disk_size) {
+                    return Err(format!("{source}: setup `{}`: {count} files of {size} bytes do not fit on a {disk_size} byte disk", s.name));
                 }
             }
         }
@@ -267,47 +216,33 @@ fn repeat(r: &Spanned<u32>, source: &str) -> Result<u32, String> {
     Ok(r.value)
 }
 
-fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -> Result<DiskChoice, String> {
-    let mut out = base.cloned().unwrap_or(DiskChoice {
-        size: 1 << 30,
-        block_size: 4096,
-        store: StoreSpec::Ram,
-        busy_poll: crate::frontend::DEFAULT_BUSY_POLL,
-        ring: crate::frontend::uring::RingMode::Auto,
-        rq_affinity: crate::frontend::steer::RqAffinity::Auto,
-        cpu_latency: crate::frontend::cpu_latency::CpuLatency::Auto,
-    });
+fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskSpec>, source: &str) -> Result<DiskSpec, String> {
+    let mut out = base.cloned().unwrap_or_else(|| DiskSpec { disk: DiskConfig { size: Some(DEFAULT_EXPERIMENT_SIZE), ..DiskConfig::default() }, front: Default::default() });
     let Some(d) = d else { return Ok(out) };
     let at = loc(d);
-    if let Some(s) = d.value.size {
+    let v = &d.value;
+    if let Some(s) = v.size {
         if s.0 < 64 << 20 {
             return Err(format!("{source}:{at}: disk `size: {}` is too small; allowed: 64MiB or more", s.0));
         }
-        out.size = s.0;
+        out.disk.size = Some(s.0);
     }
-    if let Some(b) = d.value.block_size {
-        out.block_size = crate::disk::check_block_size(b.0).map_err(|e| format!("{source}:{at}: {e}"))?;
+    if let Some(b) = v.block_size {
+        out.disk.block_size = super::disk::check_block_size(b.0).map_err(|e| format!("{source}:{at}: {e}"))?;
     }
-    if let Some(st) = &d.value.store {
-        out.store = st.parse::<StoreSpec>().map_err(|e| format!("{source}:{at}: {e}"))?;
-        if matches!(out.store, StoreSpec::Device(_)) {
+    if let Some(st) = &v.store {
+        out.disk.store = st.parse::<StoreSpec>().map_err(|e| format!("{source}:{at}: {e}"))?;
+        if matches!(out.disk.store, StoreSpec::Device(_)) {
             return Err(format!("{source}:{at}: experiments use ram or file stores; a real device (destructive) is only served with `faultline serve --store device:PATH --destructive`"));
         }
     }
-    if let Some(b) = d.value.busy_poll {
-        out.busy_poll = b.0;
-    }
-    if let Some(a) = d.value.rq_affinity {
-        out.rq_affinity = a;
-    }
-    if let Some(c) = d.value.cpu_latency {
-        out.cpu_latency = c;
-    }
-    if let Some(r) = d.value.ring {
-        out.ring = r;
-    }
-    if out.size % out.block_size as u64 != 0 {
-        return Err(format!("{source}:{at}: disk size {} is not a multiple of the block size {}", out.size, out.block_size));
+    let f = &mut out.front;
+    f.busy_poll = v.busy_poll.map_or(f.busy_poll, |b| b.0);
+    f.rq_affinity = v.rq_affinity.unwrap_or(f.rq_affinity);
+    f.cpu_latency = v.cpu_latency.unwrap_or(f.cpu_latency);
+    f.ring = v.ring.unwrap_or(f.ring);
+    if out.size() % out.disk.block_size as u64 != 0 {
+        return Err(format!("{source}:{at}: disk size {} is not a multiple of the block size {}", out.size(), out.disk.block_size));
     }
     Ok(out)
 }
@@ -321,16 +256,16 @@ fn fs_kind(w: &str, at: &str, source: &str) -> Result<FsKind, String> {
     }
 }
 
-fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackChoice, String> {
+fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackSpec, String> {
     let at = loc(s);
     let r = match &s.value {
         WordOr::Word(w) => {
             return match w.as_str() {
-                "raw" => Ok(StackChoice::Raw),
-                "ext4" | "xfs" | "btrfs" => Ok(StackChoice::Fs { kind: fs_kind(w, &at, source)?, mkfs: vec![], mount: vec![] }),
-                "btrfs-raid1" => Ok(StackChoice::BtrfsRaid1 { mkfs: vec![], mount: vec![] }),
-                "dedup" | "dedup-btrfs" => Ok(StackChoice::Dedup { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![], with_duperemove: false }),
-                "dedup-xfs" => Ok(StackChoice::Dedup { kind: FsKind::Xfs, mkfs: vec![], mount: vec![], with_duperemove: false }),
+                "raw" => Ok(StackSpec::Raw),
+                "ext4" | "xfs" | "btrfs" => Ok(StackSpec::Fs { kind: fs_kind(w, &at, source)?, mkfs: vec![], mount: vec![] }),
+                "btrfs-raid1" => Ok(StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }),
+                "dedup" | "dedup-btrfs" => Ok(StackSpec::Dedup { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![], with_duperemove: false }),
+                "dedup-xfs" => Ok(StackSpec::Dedup { kind: FsKind::Xfs, mkfs: vec![], mount: vec![], with_duperemove: false }),
                 o => Err(format!("{source}:{at}: unknown stack `{o}`; allowed: {STACK_WORDS}, or a map {{fs, mkfs, mount, raid1, dedup, command, timeout}}")),
             };
         }
@@ -357,7 +292,12 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackChoice, Str
         if kind.is_none() && (!mkfs.is_empty() || !mount.is_empty()) {
             return Err(format!("{source}:{at}: `mkfs`/`mount` options need `fs`"));
         }
-        return Ok(StackChoice::Command { cmd: cmd.clone(), timeout: r.timeout.map(|d| d.0), fs: kind.map(|k| (k, mkfs, mount)) });
+        let base = match kind {
+            Some(kind) => StackSpec::Fs { kind, mkfs, mount },
+            None => StackSpec::Raw,
+        };
+        let command = CommandSpec { command: Cmdline::Shell(cmd.clone()), timeout: r.timeout.map(|d| d.0), cwd: None };
+        return Ok(StackSpec::Command { base: Box::new(base), command });
     }
     if r.timeout.is_some() {
         return Err(format!("{source}:{at}: `timeout` applies to a `command` stack"));
@@ -368,15 +308,15 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackChoice, Str
     match (r.raid1 == Some(true), r.dedup == Some(true)) {
         (true, true) => Err(format!("{source}:{at}: choose `raid1` or `dedup`, not both")),
         (true, false) if kind != FsKind::Btrfs => Err(format!("{source}:{at}: `raid1` is built with btrfs (no md/device-mapper here); use `fs: btrfs`")),
-        (true, false) => Ok(StackChoice::BtrfsRaid1 { mkfs, mount }),
+        (true, false) => Ok(StackSpec::BtrfsRaid1 { mkfs, mount }),
         (false, true) if kind == FsKind::Ext4 => Err(format!("{source}:{at}: `dedup` needs reflinks: `fs: btrfs` or `fs: xfs`")),
-        (false, true) => Ok(StackChoice::Dedup { kind, mkfs, mount, with_duperemove }),
-        (false, false) => Ok(StackChoice::Fs { kind, mkfs, mount }),
+        (false, true) => Ok(StackSpec::Dedup { kind, mkfs, mount, with_duperemove }),
+        (false, false) => Ok(StackSpec::Fs { kind, mkfs, mount }),
     }
 }
 
-fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskChoice, st: &StackChoice, source: &str) -> Result<Vec<FaultSpec>, String> {
-    let geo = DiskGeometry { size: d.size, block_size: d.block_size };
+fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskSpec, st: &StackSpec, source: &str) -> Result<Vec<FaultSpec>, String> {
+    let geo = DiskGeometry { size: d.size(), block_size: d.disk.block_size };
     let mut out = Vec::new();
     for (i, r) in list.unwrap_or_default().into_iter().enumerate() {
         let at = loc(&r);
@@ -385,8 +325,8 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskChoice, st: &StackChoice,
             None => format!("fault #{}", i + 1),
         };
         let f = validate_fault(r.value, geo, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
-        if f.disk >= st.disks() {
-            return Err(format!("{source}:{at}: {label}: `disk: {}` does not exist; this stack has {} disk(s): 0..{}", f.disk, st.disks(), st.disks() - 1));
+        if f.disk >= st.devices_needed() {
+            return Err(format!("{source}:{at}: {label}: `disk: {}` does not exist; this stack has {} disk(s): 0..{}", f.disk, st.devices_needed(), st.devices_needed() - 1));
         }
         if f.by_content == Some(false) && st.has_fs() {
             return Err(format!("{source}:{at}: {label}: `by: offset` needs device offsets, which a file system hides; use `by: content` (the default on file systems)"));
@@ -399,14 +339,15 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskChoice, st: &StackChoice,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn busy_poll_defaults_and_turns_off() {
         let poll = |disk: &str| {
             let e = parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").unwrap();
-            e.setups[0].disk.busy_poll
+            e.setups[0].disk.front.busy_poll
         };
-        assert_eq!(poll(""), crate::frontend::DEFAULT_BUSY_POLL);
+        assert_eq!(poll(""), crate::spec::disk::DEFAULT_BUSY_POLL);
         assert_eq!(poll("disk: {busy_poll: off}\n"), Duration::ZERO);
         assert_eq!(poll("disk: {busy_poll: 0}\n"), Duration::ZERO);
         assert_eq!(poll("disk: {busy_poll: 20us}\n"), Duration::from_micros(20));
@@ -414,8 +355,8 @@ mod tests {
 
     #[test]
     fn ring_defaults_to_auto_and_takes_on_off() {
-        use crate::frontend::uring::RingMode;
-        let ring = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.ring);
+        use crate::spec::disk::RingMode;
+        let ring = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.front.ring);
         assert_eq!(ring("").unwrap(), RingMode::Auto);
         assert_eq!(ring("disk: {ring: on}\n").unwrap(), RingMode::On);
         assert_eq!(ring("disk: {ring: off}\n").unwrap(), RingMode::Off);
@@ -426,10 +367,10 @@ mod tests {
 
     #[test]
     fn rq_affinity_defaults_to_auto_and_takes_numbers() {
-        use crate::frontend::steer::RqAffinity;
-        let rqa = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.rq_affinity);
+        use crate::spec::disk::RqAffinity;
+        let rqa = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.front.rq_affinity);
         assert_eq!(rqa("").unwrap(), RqAffinity::Auto);
-        assert_eq!(rqa("disk: {rq_affinity: 2}\n").unwrap(), RqAffinity::Fixed(2));
+        assert_eq!(rqa("disk: {rq_affinity: 2}\n").unwrap(), RqAffinity::Two);
         assert_eq!(rqa("disk: {rq_affinity: keep}\n").unwrap(), RqAffinity::Keep);
         let e = rqa("disk: {rq_affinity: 5}\n").unwrap_err();
         assert!(e.contains("t.yaml") && e.contains("line 2") && e.contains("allowed: auto, keep, 0, 1, 2"), "{e}");
@@ -437,8 +378,8 @@ mod tests {
 
     #[test]
     fn cpu_latency_defaults_to_auto() {
-        use crate::frontend::cpu_latency::CpuLatency;
-        let cl = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.cpu_latency);
+        use crate::spec::disk::CpuLatency;
+        let cl = |disk: &str| parse_experiment(&format!("name: x\n{disk}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.setups[0].disk.front.cpu_latency);
         assert_eq!(cl("").unwrap(), CpuLatency::Auto);
         assert_eq!(cl("disk: {cpu_latency: keep}\n").unwrap(), CpuLatency::Keep);
         assert_eq!(cl("disk: {cpu_latency: hold}\n").unwrap(), CpuLatency::Hold);

@@ -1,6 +1,12 @@
-//! User-facing input: units and rules files. Parses and validates; never does I/O beyond reading the file.
+//! User-facing input and the settings it produces: units, rules, disks, stacks, workloads and
+//! experiment files. Parses and validates; never does I/O beyond reading the file. The bottom
+//! layer: it imports no other layer of faultline (only `content`, for block hashes), and the
+//! layers consume its plain typed settings.
 
+pub mod disk;
 pub mod experiment;
+pub mod rule;
 pub mod rules;
+pub mod stack;
 pub mod units;
 pub mod workload;

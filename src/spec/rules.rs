@@ -6,7 +6,7 @@
 
 use super::units::{Dur, Ratio, Size, parse_size};
 use crate::content::parse_hash;
-use crate::fault::rule::{Action, DelayDist, ERRNOS, Fill, FlipAt, Op, OpSet, Rule, Target, Window};
+use crate::spec::rule::{Action, DelayDist, ERRNOS, Fill, FlipAt, Op, OpSet, Rule, Target, Window};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_saphyr::Spanned;

@@ -2,35 +2,17 @@
 //! environment, killed as a group on timeout, on cancel (the caller's Ctrl-C flag), when
 //! unwound, and by `faultline cleanup` after a crash (the group is in the ledger).
 
+pub use crate::spec::stack::{Cmdline, CommandSpec};
 use crate::sys::ledger::LedgerFile;
 use crate::sys::process;
 use anyhow::{Result, bail};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// `"shell string"` (run by `sh -c`) or `[argv, ...]`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum Cmdline {
-    Shell(String),
-    Argv(Vec<String>),
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CommandSpec {
-    pub command: Cmdline,
-    /// Killed (whole process group) after this long.
-    #[serde(default)]
-    pub timeout: Option<Duration>,
-    /// Working directory (default: the mount point if any, else the current directory).
-    #[serde(default)]
-    pub cwd: Option<PathBuf>,
-}
 
 /// What the command sees: FAULTLINE_DEVICE, FAULTLINE_DEVICES (space-separated),
 /// FAULTLINE_MOUNT (only for file-system stacks).

@@ -8,3 +8,11 @@ pub mod limit;
 pub mod loopdev;
 pub mod mount;
 pub mod process;
+
+/// The size of a file or block device in bytes (a device's size is where a seek to its end lands).
+pub fn file_size(p: &std::path::Path) -> anyhow::Result<u64> {
+    use anyhow::Context;
+    use std::io::Seek;
+    let mut f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+    f.seek(std::io::SeekFrom::End(0)).with_context(|| format!("cannot find the size of {}", p.display()))
+}

@@ -1,8 +1,8 @@
 //! `run`: set up files and threads, run the engine per thread, sample the time series, and
 //! merge the threads' results. `run_block` is the older block-only entry point, kept for callers.
 
-pub use super::config::{CONTENT_BLOCK, ErrorPolicy};
-use super::config::{Engine, Interface, SyncMode, Workload};
+pub use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy};
+use crate::spec::workload::config::{Engine, Interface, SyncMode, Workload};
 use super::maps::Maps;
 use super::op::{Region, Shared, ThreadOut, Worker};
 use super::stats::{LatencySummary as Summary, Sample, hist, sampler, summary};
@@ -155,7 +155,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
     failed.sort_by_key(|f| (f.file, f.offset));
     let mut errors = BTreeMap::new();
     for f in &failed {
-        *errors.entry(format!("{}:{}", f.op, crate::fault::rule::errno_name(f.errno))).or_insert(0) += 1;
+        *errors.entry(format!("{}:{}", f.op, crate::spec::rule::errno_name(f.errno))).or_insert(0) += 1;
     }
     Ok(WorkloadResult {
         seconds: secs,

@@ -1,6 +1,6 @@
 //! The file interface's files: names, creation, and opening with the run's sync mode.
 
-use super::config::SyncMode;
+use crate::spec::workload::config::SyncMode;
 use anyhow::{Context, Result};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;

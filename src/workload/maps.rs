@@ -2,7 +2,7 @@
 //! plus what they describe, so a later `verify` finds the device or files again.
 //! Saved as DIR/maps.json (the index) and DIR/map.bin or DIR/map-NNNN.bin (8 B per 4 KiB block).
 
-use super::config::{CONTENT_BLOCK, Interface, Workload};
+use crate::spec::workload::config::{CONTENT_BLOCK, Interface, Workload};
 use super::files::file_name;
 use super::map::ContentMap;
 use anyhow::{Context, Result, bail};
@@ -102,8 +102,4 @@ impl Maps {
     }
 }
 
-pub fn device_size(p: &Path) -> Result<u64> {
-    use std::io::Seek;
-    let mut f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
-    Ok(f.seek(std::io::SeekFrom::End(0))?)
-}
+pub use crate::sys::file_size as device_size;

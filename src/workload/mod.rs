@@ -5,8 +5,6 @@
 //! content, map, errors, retries, stats) lives in `op` and is shared by both engines: `psync`
 //! and `uring` only move bytes.
 
-pub mod cli;
-pub mod config;
 pub mod direct;
 pub mod engine;
 pub mod files;
@@ -18,7 +16,7 @@ pub mod psync;
 pub mod stats;
 pub mod uring;
 
-pub use config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
+pub use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
 pub use engine::{IoError, LatencySummary, WorkloadResult, run};
 pub use maps::Maps;
 pub use stats::Sample;

@@ -3,7 +3,7 @@
 //! `Worker::complete` (stats, content map, errors, policy), plus `Worker::retry` (synchronous
 //! retries with backoff). Engines only move bytes.
 
-use super::config::{CONTENT_BLOCK, ErrorPolicy, SyncMode, Workload};
+use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy, SyncMode, Workload};
 use super::engine::IoError;
 use super::maps::Maps;
 use super::pattern::PatternGen;

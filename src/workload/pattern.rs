@@ -4,35 +4,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Pattern {
-    Sequential,
-    Uniform,
-    /// TPC-C NURand: a skewed, non-contiguous hot set.
-    Hotspot,
-    /// Zipf with exponent theta; ranks are scattered over the region.
-    Zipf(f64),
-}
-
-impl std::str::FromStr for Pattern {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "sequential" | "seq" => Ok(Pattern::Sequential),
-            "uniform" | "random" => Ok(Pattern::Uniform),
-            "hotspot" | "nurand" => Ok(Pattern::Hotspot),
-            _ => {
-                if let Some(t) = s.strip_prefix("zipf:").or_else(|| s.strip_prefix("zipf")) {
-                    let theta: f64 = t.trim_start_matches(['(', ':']).trim_end_matches(')').parse().map_err(|_| format!("`{s}`: zipf needs a theta, e.g. zipf:1.2"))?;
-                    if theta > 0.0 {
-                        return Ok(Pattern::Zipf(theta));
-                    }
-                }
-                Err(format!("`{s}` is not a pattern; allowed: sequential, uniform, hotspot, zipf:THETA"))
-            }
-        }
-    }
-}
+pub use crate::spec::workload::config::Pattern;
 
 /// Generates block indexes in [0, n) for one thread's region.
 pub struct PatternGen {

@@ -6,7 +6,7 @@
 //! BENCHMARKS.md); done beside the I/O it leaves the critical path. The I/O stays strictly
 //! synchronous: one pwrite at a time, the next issued only after the previous returned.
 
-use super::config::CONTENT_BLOCK;
+use crate::spec::workload::config::CONTENT_BLOCK;
 use super::direct::AlignedBuf;
 use super::op::{Op, Worker, fill, fills_ahead};
 use std::fs::File;

@@ -7,7 +7,7 @@
 //! its content filled into a spare slot (`staged`), so the fill overlaps the I/Os in flight; it
 //! is announced to the write observer and submitted only when a slot frees.
 
-use super::config::CONTENT_BLOCK;
+use crate::spec::workload::config::CONTENT_BLOCK;
 use super::direct::AlignedBuf;
 use super::op::{Op, Worker, fill, fills_ahead, io_result};
 use anyhow::{Context, Result};

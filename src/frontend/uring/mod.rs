@@ -56,44 +56,7 @@ const INIT_WAIT: Duration = Duration::from_secs(5);
 /// 40 µs spin as the delay thread uses, 0 µs with 100 µs).
 const DELAY_SPIN: Duration = Duration::from_micros(100);
 
-/// Whether the disk is served over io_uring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RingMode {
-    /// over io_uring where the kernel has it, else classic /dev/fuse reads (said at start-up)
-    Auto,
-    /// over io_uring or not at all
-    On,
-    /// classic /dev/fuse reads
-    Off,
-}
-
-impl RingMode {
-    pub fn parse(s: &str) -> Result<RingMode, String> {
-        match s {
-            "auto" => Ok(RingMode::Auto),
-            "on" | "yes" | "true" => Ok(RingMode::On),
-            "off" | "no" | "false" => Ok(RingMode::Off),
-            _ => Err(format!("'{s}' is not a FUSE transport setting; allowed: auto, on, off")),
-        }
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for RingMode {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // YAML reads a bare `on`/`off` as a bool
-        #[derive(serde::Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            B(bool),
-            S(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::B(true) => Ok(RingMode::On),
-            Raw::B(false) => Ok(RingMode::Off),
-            Raw::S(s) => RingMode::parse(&s).map_err(serde::de::Error::custom),
-        }
-    }
-}
+pub use crate::spec::disk::RingMode;
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 

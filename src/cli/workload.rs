@@ -1,9 +1,9 @@
 //! `faultline workload` and `faultline verify`: flags or a YAML spec, a progress bar on stderr
 //! (hidden when stderr is not a terminal), a result table on stdout, results in --out DIR.
 
-use super::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
-use super::pattern::Pattern;
-use super::{Maps, Progress, WorkloadResult, run};
+use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
+use crate::spec::workload::config::Pattern;
+use crate::workload::{Maps, Progress, WorkloadResult, run};
 use crate::spec::units::{parse_duration, parse_size};
 use anyhow::{Context, Result, bail};
 use std::io::{IsTerminal, Write};
@@ -154,7 +154,7 @@ pub fn workload(a: WorkloadArgs) -> Result<()> {
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
     maps.save(&a.out)?;
     std::fs::write(a.out.join("result.json"), serde_json::to_vec_pretty(&res)?)?;
-    let mut csv = String::from(super::Sample::CSV_HEADER);
+    let mut csv = String::from(crate::workload::Sample::CSV_HEADER);
     csv.push('\n');
     for s in &res.timeseries {
         csv.push_str(&s.csv_row());
@@ -212,13 +212,13 @@ pub fn verify(a: VerifyArgs) -> Result<()> {
     let maps = if a.map.extension().is_some_and(|e| e == "bin") {
         // an old-style single map file: needs the device
         let Some(dev) = &a.device else { bail!("{} is a single map file: give --device", a.map.display()) };
-        let m = super::map::ContentMap::load(&a.map)?;
-        Maps { target: super::maps::Target::Block { device: dev.clone() }, seed: m.seed, maps: vec![m] }
+        let m = crate::workload::map::ContentMap::load(&a.map)?;
+        Maps { target: crate::workload::maps::Target::Block { device: dev.clone() }, seed: m.seed, maps: vec![m] }
     } else {
         let mut m = Maps::load(&a.map)?;
         match (&mut m.target, &a.device, &a.dir) {
-            (super::maps::Target::Block { device }, Some(d), _) => *device = d.clone(),
-            (super::maps::Target::File { dir, .. }, _, Some(d)) => *dir = d.clone(),
+            (crate::workload::maps::Target::Block { device }, Some(d), _) => *device = d.clone(),
+            (crate::workload::maps::Target::File { dir, .. }, _, Some(d)) => *dir = d.clone(),
             (_, None, None) => {}
             _ => bail!("--device is for a block workload's maps, --dir for a file workload's"),
         }

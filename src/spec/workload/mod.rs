@@ -6,8 +6,9 @@
 
 use super::units::{Dur, Size};
 use crate::content::profile::Profile;
-use crate::workload::config::{CONTENT_BLOCK, Engine, ErrorPolicy, Interface, SyncMode, Workload};
-use crate::workload::pattern::Pattern;
+pub mod config;
+
+pub use config::{CONTENT_BLOCK, Engine, ErrorPolicy, Interface, Pattern, SyncMode, Workload};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::path::{Path, PathBuf};

@@ -1,11 +1,42 @@
-//! What a workload is: a validated description built from flags or YAML (spec::workload).
+//! What a workload is: the settings, validated, built from flags (`faultline workload`) or YAML
+//! (`spec::workload`); the `workload` layer runs them.
 
-use super::pattern::Pattern;
 use crate::content::profile::Profile;
 use crate::content::stream::Stream;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// Which block of a region the next request touches (`workload::pattern` generates them).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Pattern {
+    Sequential,
+    Uniform,
+    /// TPC-C NURand: a skewed, non-contiguous hot set.
+    Hotspot,
+    /// Zipf with exponent theta; ranks are scattered over the region.
+    Zipf(f64),
+}
+
+impl std::str::FromStr for Pattern {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sequential" | "seq" => Ok(Pattern::Sequential),
+            "uniform" | "random" => Ok(Pattern::Uniform),
+            "hotspot" | "nurand" => Ok(Pattern::Hotspot),
+            _ => {
+                if let Some(t) = s.strip_prefix("zipf:").or_else(|| s.strip_prefix("zipf")) {
+                    let theta: f64 = t.trim_start_matches(['(', ':']).trim_end_matches(')').parse().map_err(|_| format!("`{s}`: zipf needs a theta, e.g. zipf:1.2"))?;
+                    if theta > 0.0 {
+                        return Ok(Pattern::Zipf(theta));
+                    }
+                }
+                Err(format!("`{s}` is not a pattern; allowed: sequential, uniform, hotspot, zipf:THETA"))
+            }
+        }
+    }
+}
 
 /// Content is generated, mapped and verified in 4 KiB units whatever the I/O size.
 pub const CONTENT_BLOCK: u64 = 4096;
@@ -152,7 +183,7 @@ impl Workload {
         match &self.interface {
             Interface::Block { device } => match self.span {
                 Some(s) => Ok(s),
-                None => super::maps::device_size(device),
+                None => crate::sys::file_size(device),
             },
             Interface::File { count, size, .. } => Ok(*count as u64 * size),
         }
