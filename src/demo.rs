@@ -48,7 +48,12 @@ pub fn run(o: &DemoOptions) -> Result<()> {
         bail!("--write must be between 16MiB and the disk size ({})", format_size(o.size));
     }
     let cfg = DiskConfig { size: Some(o.size), block_size: BS as u32, store: StoreSpec::Ram, destructive: false, force: false };
-    let served = ServedDisk::start(&cfg, &Default::default(), |d| crate::spec::rules::parse_rules(DEMO_RULES, "demo rules", d.geometry()).map_err(anyhow::Error::msg), None)?;
+    let served = ServedDisk::start(
+        &cfg,
+        &Default::default(),
+        |d| crate::spec::rules::parse_rules(DEMO_RULES, "demo rules", d.geometry()).map_err(anyhow::Error::msg),
+        None,
+    )?;
     let dev_path = served.device().to_owned();
     println!("faultline demo: {} RAM disk on {}, {} blocks", format_size(o.size), dev_path.display(), format_size(BS));
     let dev = DirectDev::open(&dev_path)?;

@@ -144,7 +144,8 @@ fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
     s.wait().unwrap();
     let (text, took) = run.cleanup();
     let umount = || std::process::Command::new("umount").arg(mnt.path()).status();
-    let said = text.contains(&format!("could not detach {}: it is still mounted on {}", dev.display(), mnt.path().display())) && text.contains("did not record");
+    let said =
+        text.contains(&format!("could not detach {}: it is still mounted on {}", dev.display(), mnt.path().display())) && text.contains("did not record");
     let still = faultline::sys::mount::is_mounted(mnt.path());
     let _ = umount();
     assert!(said, "{text}");

@@ -90,4 +90,3 @@ fn delays(ring: &str) {
     drop(d);
     s.stop();
 }
-

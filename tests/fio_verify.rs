@@ -33,10 +33,17 @@ fn fio_verify_fails_exactly_where_bitflips_fired() {
     let fired: BTreeSet<u64> = s
         .log()
         .iter()
-        .flat_map(|e| e["blocks"].as_array().unwrap().iter().flat_map(|r| {
-            let (a, n) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
-            a..a + n
-        }).collect::<Vec<_>>())
+        .flat_map(|e| {
+            e["blocks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| {
+                    let (a, n) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
+                    a..a + n
+                })
+                .collect::<Vec<_>>()
+        })
         .collect();
     assert!(fired.contains(&100) && fired.contains(&2000) && fired.len() > 4, "rules did not fire as set up: {fired:?}");
     assert_eq!(fio_bad, fired, "fio's verification failures must be exactly the blocks where bit flips fired\n{text}");

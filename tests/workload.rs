@@ -30,7 +30,10 @@ fn workload(s: &Serve, size: u64, on_error: ErrorPolicy) -> BlockWorkload {
 
 #[test]
 fn verify_classifies_corruption_errors_and_misdirection() {
-    let s = Serve::start("64MiB", "rules:\n  - {type: bitflip, op: write, target: {block: 100}}\n  - {type: misdirected-write, shift: -16KiB, target: {block: 200}}\n");
+    let s = Serve::start(
+        "64MiB",
+        "rules:\n  - {type: bitflip, op: write, target: {block: 100}}\n  - {type: misdirected-write, shift: -16KiB, target: {block: 200}}\n",
+    );
     let map = Arc::new(ContentMap::new((64 << 20) / BS, 4096, 5));
     let res = run_block(&workload(&s, 8 << 20, ErrorPolicy::Stop), map.clone()).unwrap();
     assert_eq!(res.write.ops, (8 << 20) / 16384);
@@ -294,8 +297,8 @@ fn io_uring_errors_are_recorded_and_retried() {
 
 #[test]
 fn io_uring_never_has_two_writes_to_one_block_in_flight() {
-    use faultline::workload::{Engine, Maps, run};
     use faultline::workload::pattern::Pattern;
+    use faultline::workload::{Engine, Maps, run};
     // 16 blocks, 32 in flight, random: without serializing overlaps the device and the map
     // disagree about which of two concurrent writes a block holds
     let s = Serve::start("32MiB", "rules: []\n");

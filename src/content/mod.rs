@@ -4,7 +4,7 @@
 pub mod profile;
 pub mod stream;
 
-use twox_hash::{XxHash3_128, XxHash3_64};
+use twox_hash::{XxHash3_64, XxHash3_128};
 
 /// The content hash faultline matches on: XXH3-128 of one block-size chunk. twox-hash picks
 /// AVX2 at run time (xxhash-rust decides at compile time, so a portable build got SSE2: half

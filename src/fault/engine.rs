@@ -7,7 +7,7 @@
 
 use super::index::IntervalIndex;
 use super::log::{FaultLog, LogEntry, runs};
-use super::rule::{Action, DelayDist, FlipAt, Fill, Op, OpSet, Rule, RuleId, Target};
+use super::rule::{Action, DelayDist, Fill, FlipAt, Op, OpSet, Rule, RuleId, Target};
 use crate::content::{block_hash, seeded_hash};
 use arc_swap::ArcSwap;
 use rand::SeedableRng;
@@ -354,7 +354,8 @@ impl Engine {
         let set = self.set.load();
         let mut plan = Plan::default();
         let (any, range) = (set.any_ops.has(op), set.range_ops.has(op));
-        let ctx = Ctx { engine: self, op, offset, len, now_us: if any || range || set.content_ops.has(op) { self.elapsed_us() } else { 0 }, req_idx, bytes_before };
+        let ctx =
+            Ctx { engine: self, op, offset, len, now_us: if any || range || set.content_ops.has(op) { self.elapsed_us() } else { 0 }, req_idx, bytes_before };
         if any {
             for r in &set.any {
                 if ctx.fires(r) {
@@ -533,12 +534,7 @@ impl Ctx<'_> {
                     let to = (b * bs + *offset as u64 + length.map(|l| l as u64).unwrap_or(bs)).min((b + 1) * bs);
                     let (from, to) = (from.max(bs0), to.min(req_e));
                     if from < to {
-                        plan.edits.push(Edit::Fill {
-                            pos: (from - req_s) as usize,
-                            len: (to - from) as usize,
-                            fill: *fill,
-                            seed: r.rule.seed ^ b,
-                        });
+                        plan.edits.push(Edit::Fill { pos: (from - req_s) as usize, len: (to - from) as usize, fill: *fill, seed: r.rule.seed ^ b });
                         hit.push(b);
                     }
                 }
@@ -601,15 +597,9 @@ fn sample_delay(d: &DelayDist, seed: u64, n: u64) -> Duration {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let secs = match *d {
         DelayDist::Fixed(d) => return d,
-        DelayDist::Uniform { min, max } => {
-            rand_distr::Uniform::new_inclusive(min.as_secs_f64(), max.as_secs_f64()).unwrap().sample(&mut rng)
-        }
-        DelayDist::Normal { mean, stddev } => {
-            rand_distr::Normal::new(mean.as_secs_f64(), stddev.as_secs_f64()).unwrap().sample(&mut rng)
-        }
-        DelayDist::Lognormal { median, sigma } => {
-            rand_distr::LogNormal::new(median.as_secs_f64().ln(), sigma).unwrap().sample(&mut rng)
-        }
+        DelayDist::Uniform { min, max } => rand_distr::Uniform::new_inclusive(min.as_secs_f64(), max.as_secs_f64()).unwrap().sample(&mut rng),
+        DelayDist::Normal { mean, stddev } => rand_distr::Normal::new(mean.as_secs_f64(), stddev.as_secs_f64()).unwrap().sample(&mut rng),
+        DelayDist::Lognormal { median, sigma } => rand_distr::LogNormal::new(median.as_secs_f64().ln(), sigma).unwrap().sample(&mut rng),
         DelayDist::Pareto { scale, shape } => rand_distr::Pareto::new(scale.as_secs_f64(), shape).unwrap().sample(&mut rng),
     };
     // cap at one minute so a heavy tail cannot hang a request forever

@@ -210,10 +210,12 @@ mod tests {
             .collect();
         let idx = IntervalIndex::build(v.clone());
         assert!(idx.shift > 12, "buckets should be coarse here (shift {})", idx.shift);
-        let mut queries: Vec<(u64, u64)> = (0..20_000).map(|_| {
-            let qs = rnd(space + (1 << 30));
-            (qs, qs + rnd(1 << 17) + 1)
-        }).collect();
+        let mut queries: Vec<(u64, u64)> = (0..20_000)
+            .map(|_| {
+                let qs = rnd(space + (1 << 30));
+                (qs, qs + rnd(1 << 17) + 1)
+            })
+            .collect();
         // the edges of every interval, and a query spanning more buckets than the bitmap tests
         for &(s, e, _) in &v {
             queries.extend([(s.saturating_sub(1), s), (s, s + 1), (e - 1, e), (e, e + 4096)]);

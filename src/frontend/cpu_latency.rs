@@ -103,7 +103,10 @@ impl Hold {
         if mode == CpuLatency::Keep {
             return Ok(None);
         }
-        let file = std::fs::OpenOptions::new().write(true).open(DEVICE).with_context(|| format!("cannot open {DEVICE} (cpu_latency {mode}; `keep` does without it)"))?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(DEVICE)
+            .with_context(|| format!("cannot open {DEVICE} (cpu_latency {mode}; `keep` does without it)"))?;
         let state = Arc::new(State { file, held: AtomicBool::new(false), gone: Mutex::new(false), wake: Condvar::new() });
         if mode == CpuLatency::Hold {
             state.put(0).with_context(|| format!("cannot write to {DEVICE}"))?;
@@ -111,10 +114,7 @@ impl Hold {
             return Ok(Some(Hold { state }));
         }
         let s = state.clone();
-        std::thread::Builder::new()
-            .name("faultline-cpulat".into())
-            .spawn(move || watch(&s, &poller))
-            .context("cannot start the cpu latency thread")?;
+        std::thread::Builder::new().name("faultline-cpulat".into()).spawn(move || watch(&s, &poller)).context("cannot start the cpu latency thread")?;
         Ok(Some(Hold { state }))
     }
 

@@ -18,8 +18,8 @@
 use super::cpu_latency::Hold;
 use super::steer::Steer;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Set while some thread of this process spins (all disks share it).

@@ -124,14 +124,18 @@ fn header(h: &mut String, run: &Run, several: bool) {
 /// The study's table: one row per setup, faults injected vs failures, mean ± sd over repetitions.
 fn overview(h: &mut String, runs: &[Run]) {
     let several = runs.len() > 1;
-    h.push_str("<h2>Injected faults vs reported failures</h2>\n<p class=\"muted\">Mean ± sample standard deviation over repetitions. \
+    h.push_str(
+        "<h2>Injected faults vs reported failures</h2>\n<p class=\"muted\">Mean ± sample standard deviation over repetitions. \
 Failures = silent + detected bad blocks at verification; silent = wrong data returned without an error; \
-detected = unreadable, short or missing; app errors = I/Os that failed during the run (definitions: docs/results.md).</p>\n<table><tr>");
+detected = unreadable, short or missing; app errors = I/Os that failed during the run (definitions: docs/results.md).</p>\n<table><tr>",
+    );
     if several {
         h.push_str("<th class=\"l\">Run</th>");
     }
-    h.push_str("<th class=\"l\">Setup</th><th class=\"l\">Stack</th><th>Reps</th><th>Write MiB/s</th><th>Read MiB/s</th><th>Write p99 µs</th>\
-<th>Faults injected</th><th>Failures</th><th>Silent</th><th>Detected</th><th>App errors</th></tr>\n");
+    h.push_str(
+        "<th class=\"l\">Setup</th><th class=\"l\">Stack</th><th>Reps</th><th>Write MiB/s</th><th>Read MiB/s</th><th>Write p99 µs</th>\
+<th>Faults injected</th><th>Failures</th><th>Silent</th><th>Detected</th><th>App errors</th></tr>\n",
+    );
     for run in runs {
         for s in &run.results.setups {
             let a = Aggregate::from(s.repetitions.as_slice());
@@ -276,10 +280,7 @@ pub fn throughput_chart(title: &str, reps: &[Repetition]) -> String {
         .map(|(k, i, f)| Marker {
             x: f.t_s,
             color: PALETTE[k % PALETTE.len()].to_string(),
-            title: format!(
-                "rep {i} · {:.3} s · {} {} · rule {} {} · offset {} · {} blocks",
-                f.t_s, f.action, f.op, f.rule_id, f.rule, f.offset, f.blocks
-            ),
+            title: format!("rep {i} · {:.3} s · {} {} · rule {} {} · offset {} · {} blocks", f.t_s, f.action, f.op, f.rule_id, f.rule, f.offset, f.blocks),
         })
         .collect();
     let chart = LineChart {
@@ -303,8 +304,10 @@ pub fn throughput_chart(title: &str, reps: &[Repetition]) -> String {
 }
 
 fn latency_table(h: &mut String, reps: &[Repetition]) {
-    h.push_str("<h3>Latency (µs)</h3><table><tr><th>Rep</th><th class=\"l\">Op</th><th>Ops</th><th>IOPS</th><th>Mean</th><th>Stddev</th>\
-<th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>Max</th></tr>\n");
+    h.push_str(
+        "<h3>Latency (µs)</h3><table><tr><th>Rep</th><th class=\"l\">Op</th><th>Ops</th><th>IOPS</th><th>Mean</th><th>Stddev</th>\
+<th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>Max</th></tr>\n",
+    );
     for r in reps {
         for (op, o) in [("write", &r.write), ("read", &r.read)] {
             if o.ops == 0 {

@@ -68,13 +68,29 @@ struct RawSetup {
 #[derive(Clone, Debug, PartialEq)]
 pub enum StackChoice {
     Raw,
-    Fs { kind: FsKind, mkfs: Vec<String>, mount: Vec<String> },
+    Fs {
+        kind: FsKind,
+        mkfs: Vec<String>,
+        mount: Vec<String>,
+    },
     /// btrfs with data and metadata raid1 over two faultline disks.
-    BtrfsRaid1 { mkfs: Vec<String>, mount: Vec<String> },
+    BtrfsRaid1 {
+        mkfs: Vec<String>,
+        mount: Vec<String>,
+    },
     /// Files written with realistic duplicates, then deduplicated (duperemove) on btrfs or xfs.
-    Dedup { kind: FsKind, mkfs: Vec<String>, mount: Vec<String>, with_duperemove: bool },
+    Dedup {
+        kind: FsKind,
+        mkfs: Vec<String>,
+        mount: Vec<String>,
+        with_duperemove: bool,
+    },
     /// A user command is the workload; on the raw device or on a file system.
-    Command { cmd: String, timeout: Option<Duration>, fs: Option<(FsKind, Vec<String>, Vec<String>)> },
+    Command {
+        cmd: String,
+        timeout: Option<Duration>,
+        fs: Option<(FsKind, Vec<String>, Vec<String>)>,
+    },
 }
 
 impl StackChoice {
@@ -172,7 +188,8 @@ impl Experiment {
         }
         let at = if file { super::workload::Where::Dir(target.to_path_buf()) } else { super::workload::Where::Device(target.to_path_buf()) };
         let l = w.referenced;
-        super::workload::resolve(&w.value, &self.source, at).map_err(|e| e.replacen(&format!("{}: workload:", self.source), &format!("{}:{}:{}: workload:", self.source, l.line(), l.column()), 1))
+        super::workload::resolve(&w.value, &self.source, at)
+            .map_err(|e| e.replacen(&format!("{}: workload:", self.source), &format!("{}:{}:{}: workload:", self.source, l.line(), l.column()), 1))
     }
 }
 
@@ -205,7 +222,14 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     match raw.setups {
         None => {
             let faults = faults(raw.faults, &base_disk, &base_stack, source)?;
-            setups.push(Setup { name: name.clone(), description: raw.description.clone().unwrap_or_default(), disk: base_disk, stack: base_stack, faults, repeat: base_repeat });
+            setups.push(Setup {
+                name: name.clone(),
+                description: raw.description.clone().unwrap_or_default(),
+                disk: base_disk,
+                stack: base_stack,
+                faults,
+                repeat: base_repeat,
+            });
         }
         Some(list) => {
             if list.is_empty() {
@@ -246,9 +270,16 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     for s in &exp.setups {
         if exp.workload.is_some() {
             let w = exp.workload_for(s, std::path::Path::new("/dev/null"))?;
-            let content_target = s.faults.iter().any(|f| f.deferred.is_some() && (f.by_content.unwrap_or(s.stack.has_fs()) || matches!(f.deferred, Some(super::rules::Deferred::MostDuplicated | super::rules::Deferred::Unique))));
+            let content_target = s.faults.iter().any(|f| {
+                f.deferred.is_some()
+                    && (f.by_content.unwrap_or(s.stack.has_fs())
+                        || matches!(f.deferred, Some(super::rules::Deferred::MostDuplicated | super::rules::Deferred::Unique)))
+            });
             if content_target && s.disk.block_size != 4096 {
-                return Err(format!("{source}: setup `{}`: content targets need a 4KiB disk block size (content is hashed per 4 KiB block); this disk has {}", s.name, s.disk.block_size));
+                return Err(format!(
+                    "{source}: setup `{}`: content targets need a 4KiB disk block size (content is hashed per 4 KiB block); this disk has {}",
+                    s.name, s.disk.block_size
+                ));
             }
             if let crate::workload::Interface::File { count, size, .. } = &w.interface {
                 if *count as u64 * size > s.disk.size {
@@ -291,7 +322,9 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskChoice>, source: &str) -
     if let Some(st) = &d.value.store {
         out.store = st.parse::<StoreSpec>().map_err(|e| format!("{source}:{at}: {e}"))?;
         if matches!(out.store, StoreSpec::Device(_)) {
-            return Err(format!("{source}:{at}: experiments use ram or file stores; a real device (destructive) is only served with `faultline serve --store device:PATH --destructive`"));
+            return Err(format!(
+                "{source}:{at}: experiments use ram or file stores; a real device (destructive) is only served with `faultline serve --store device:PATH --destructive`"
+            ));
         }
     }
     if let Some(b) = d.value.busy_poll {
@@ -349,7 +382,9 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackChoice, Str
     }
     if let Some(cmd) = &r.command {
         if r.raid1.is_some() || r.dedup.is_some() {
-            return Err(format!("{source}:{at}: a `command` stack runs on the raw device or on one file system (`fs`); raid1 and dedup are not available with it"));
+            return Err(format!(
+                "{source}:{at}: a `command` stack runs on the raw device or on one file system (`fs`); raid1 and dedup are not available with it"
+            ));
         }
         if cmd.trim().is_empty() {
             return Err(format!("{source}:{at}: `command` is empty"));
@@ -389,7 +424,9 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskChoice, st: &StackChoice,
             return Err(format!("{source}:{at}: {label}: `disk: {}` does not exist; this stack has {} disk(s): 0..{}", f.disk, st.disks(), st.disks() - 1));
         }
         if f.by_content == Some(false) && st.has_fs() {
-            return Err(format!("{source}:{at}: {label}: `by: offset` needs device offsets, which a file system hides; use `by: content` (the default on file systems)"));
+            return Err(format!(
+                "{source}:{at}: {label}: `by: offset` needs device offsets, which a file system hides; use `by: content` (the default on file systems)"
+            ));
         }
         out.push(f);
     }

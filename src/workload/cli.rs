@@ -128,7 +128,8 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
     w.span = a.span.or(w.span);
     w.rate_iops = a.rate_iops.or(w.rate_iops);
     if let Some(p) = &a.profile {
-        w.profile = crate::spec::workload::load_profile(p, a.spec.as_ref().map(|p| p.display().to_string()).as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
+        w.profile =
+            crate::spec::workload::load_profile(p, a.spec.as_ref().map(|p| p.display().to_string()).as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
     }
     // the profile as this run's stream uses it (resolve fitted the spec's; flags may change the bounds)
     w.fit_profile();

@@ -220,7 +220,9 @@ pub fn run_block(b: &BlockWorkload, map: Arc<super::map::ContentMap>) -> Result<
     for blk in 0..maps.maps[0].len() {
         match maps.maps[0].get(blk) {
             Some(id) => map.set(blk, id),
-            None if r.failed_ios.iter().any(|f| f.op == "write" && blk * CONTENT_BLOCK >= f.offset && blk * CONTENT_BLOCK < f.offset + f.len) => map.forget(blk),
+            None if r.failed_ios.iter().any(|f| f.op == "write" && blk * CONTENT_BLOCK >= f.offset && blk * CONTENT_BLOCK < f.offset + f.len) => {
+                map.forget(blk)
+            }
             None => {}
         }
     }

@@ -40,7 +40,11 @@ impl Maps {
                 if span > size {
                     bail!("span {span} is larger than {} ({size} bytes)", device.display());
                 }
-                Ok(Maps { target: Target::Block { device: device.clone() }, seed: w.seed, maps: vec![ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)] })
+                Ok(Maps {
+                    target: Target::Block { device: device.clone() },
+                    seed: w.seed,
+                    maps: vec![ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)],
+                })
             }
             Interface::File { dir, count, size } => Ok(Maps {
                 target: Target::File { dir: dir.clone(), names: (0..*count as usize).map(file_name).collect() },

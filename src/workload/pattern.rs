@@ -23,7 +23,8 @@ impl std::str::FromStr for Pattern {
             "hotspot" | "nurand" => Ok(Pattern::Hotspot),
             _ => {
                 if let Some(t) = s.strip_prefix("zipf:").or_else(|| s.strip_prefix("zipf")) {
-                    let theta: f64 = t.trim_start_matches(['(', ':']).trim_end_matches(')').parse().map_err(|_| format!("`{s}`: zipf needs a theta, e.g. zipf:1.2"))?;
+                    let theta: f64 =
+                        t.trim_start_matches(['(', ':']).trim_end_matches(')').parse().map_err(|_| format!("`{s}`: zipf needs a theta, e.g. zipf:1.2"))?;
                     if theta > 0.0 {
                         return Ok(Pattern::Zipf(theta));
                     }

@@ -80,12 +80,8 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     // COOP_TASKRUN: completions are run when this thread enters the kernel anyway, not by
     // interrupting it (+10-20% IOPS at QD32 here, bench/workload.sh). SINGLE_ISSUER: only
     // this thread uses the ring. Kernels before 6.0 refuse them: fall back to a plain ring.
-    let mut ring = IoUring::builder()
-        .setup_coop_taskrun()
-        .setup_single_issuer()
-        .build(entries)
-        .or_else(|_| IoUring::new(entries))
-        .context("cannot set up an io_uring")?;
+    let mut ring =
+        IoUring::builder().setup_coop_taskrun().setup_single_issuer().build(entries).or_else(|_| IoUring::new(entries)).context("cannot set up an io_uring")?;
     // one slot more than the depth: the staged op's
     let slots = qd + 1;
     let mut sl = Slots {
