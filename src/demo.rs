@@ -132,7 +132,7 @@ pub fn run(o: &DemoOptions) -> Result<()> {
             r.blocks
         );
     }
-    println!("\n{:<30} {:>7}  {}", "client saw", "blocks", "where");
+    println!("\n{:<30} {:>7}  where", "client saw", "blocks");
     println!("{:<30} {:>7}  {}", "corrupted, no error (silent)", corrupted.len(), fmt_runs(&runs(corrupted.iter().copied())));
     println!("{:<30} {:>7}  {}", "unreadable (EIO)", unreadable.len(), fmt_runs(&runs(seen_unreadable.iter().copied())));
     println!("{:<30} {:>7}", "ok", ok);

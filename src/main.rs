@@ -311,10 +311,8 @@ fn quiet_if_stderr_closed() {
     let err = std::io::stderr();
     let mut fds = [PollFd::new(err.as_fd(), PollFlags::POLLOUT)];
     let broken = poll(&mut fds, PollTimeout::ZERO).is_ok() && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLERR));
-    if broken {
-        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-            let _ = nix::unistd::dup2_stderr(null.as_fd());
-        }
+    if broken && let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stderr(null.as_fd());
     }
 }
 

@@ -214,7 +214,9 @@ fn psync_prefilled_writes_match_io_uring_and_stop_cleanly() {
 fn observer_progress_rate_and_timeseries() {
     use faultline::workload::{Engine, Maps, Progress, WriteEvent, WriteObserver, run};
     use std::sync::Mutex;
-    struct Rec(Mutex<Vec<(u64, u64, u64, Vec<u64>)>>);
+    /// (written_before, ops_before, offset, ids) of each announced write
+    type Announced = (u64, u64, u64, Vec<u64>);
+    struct Rec(Mutex<Vec<Announced>>);
     impl WriteObserver for Rec {
         fn before_write(&self, ev: &WriteEvent) {
             self.0.lock().unwrap().push((ev.written_before, ev.ops_before, ev.offset, ev.ids.to_vec()));

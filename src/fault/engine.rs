@@ -363,14 +363,12 @@ impl Engine {
                 }
             }
         }
-        if range {
-            if let Some(idx) = &set.ranges {
-                idx.query(offset, offset + len.max(1), |s, e, r| {
-                    if ctx.fires(r) {
-                        ctx.apply(r, &mut plan, s.max(offset), e.min(offset + len));
-                    }
-                });
-            }
+        if range && let Some(idx) = &set.ranges {
+            idx.query(offset, offset + len.max(1), |s, e, r| {
+                if ctx.fires(r) {
+                    ctx.apply(r, &mut plan, s.max(offset), e.min(offset + len));
+                }
+            });
         }
         Planning { set, ctx, plan }
     }
@@ -492,10 +490,10 @@ impl Ctx<'_> {
             return false;
         }
         let n = r.matched.fetch_add(1, Relaxed);
-        if let Some(p) = rule.probability {
-            if unit(rule.seed, n) >= p {
-                return false;
-            }
+        if let Some(p) = rule.probability
+            && unit(rule.seed, n) >= p
+        {
+            return false;
         }
         match rule.times {
             Some(t) => r.fired.fetch_update(Relaxed, Relaxed, |f| (f < t).then_some(f + 1)).is_ok(),

@@ -108,10 +108,10 @@ fn header(h: &mut String, run: &Run, several: bool) {
         let _ = write!(h, "<h2>Run {}</h2>", esc(&run.label));
     }
     let experiment = serde_json::to_string_pretty(&r.experiment).unwrap_or_default();
-    let _ = write!(
+    let _ = writeln!(
         h,
         "<p>Name <b>{}</b> · started {} · faultline {} · results schema {} · {} setups</p>\
-<details><summary>Experiment</summary><pre>{}</pre></details>\n",
+<details><summary>Experiment</summary><pre>{}</pre></details>",
         esc(&r.name),
         utc_date(r.started_unix),
         esc(&r.faultline_version),
@@ -145,9 +145,9 @@ detected = unreadable, short or missing; app errors = I/Os that failed during th
                 let _ = write!(h, "<td class=\"l\">{}</td>", esc(&run.label));
             }
             let silent_class = if a.silent.mean > 0.0 { " silent" } else { "" };
-            let _ = write!(
+            let _ = writeln!(
                 h,
-                "<td class=\"l\"><a href=\"#{}\">{}</a></td><td class=\"l\">{}</td><td>{n}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>\n",
+                "<td class=\"l\"><a href=\"#{}\">{}</a></td><td class=\"l\">{}</td><td>{n}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
                 anchor(if several { Some(&run.label) } else { None }, &s.name),
                 esc(&s.name),
                 esc(&s.stack),
@@ -179,9 +179,9 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
         Some(r) => format!("{r} · {}", s.name),
         None => s.name.clone(),
     };
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<section id=\"{}\"><h2>{}</h2><p>Stack <b>{}</b>{}</p>\n",
+        "<section id=\"{}\"><h2>{}</h2><p>Stack <b>{}</b>{}</p>",
         anchor(run, &s.name),
         esc(&label),
         esc(&s.stack),
@@ -211,10 +211,10 @@ fn repetitions_table(h: &mut String, s: &SetupResult, a: &Aggregate) {
         let c = r.counts();
         let errs: Vec<String> = r.io_errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let i = &r.integrity;
-        let _ = write!(
+        let _ = writeln!(
             h,
             "<tr><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td>\
-<td title=\"corrupted {} + misdirected {}\">{}</td><td title=\"unreadable {} + short {} + missing {}\">{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>\n",
+<td title=\"corrupted {} + misdirected {}\">{}</td><td title=\"unreadable {} + short {} + missing {}\">{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
             r.index,
             r.seconds,
             r.write.mib_s,
@@ -235,9 +235,9 @@ fn repetitions_table(h: &mut String, s: &SetupResult, a: &Aggregate) {
         );
     }
     let n = a.repetitions;
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<tr class=\"agg\"><td>mean</td><td></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td></td><td></td><td></td></tr></table>\n",
+        "<tr class=\"agg\"><td>mean</td><td></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td></td><td></td><td></td></tr></table>",
         mean_sd(a.write_mib_s, n, 1),
         mean_sd(a.read_mib_s, n, 1),
         count_sd(a.faults_injected, n),
@@ -313,9 +313,9 @@ fn latency_table(h: &mut String, reps: &[Repetition]) {
             if o.ops == 0 {
                 continue;
             }
-            let _ = write!(
+            let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td class=\"l\">{op}</td><td>{}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>\n",
+                "<tr><td>{}</td><td class=\"l\">{op}</td><td>{}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
                 r.index, o.ops, o.iops, o.mean_us, o.stddev_us, o.p50_us, o.p90_us, o.p99_us, o.p999_us, o.max_us
             );
         }
@@ -362,9 +362,9 @@ fn rules_table(h: &mut String, reps: &[Repetition]) {
     h.push_str("<h3>Rules</h3><table><tr><th>Rep</th><th>Id</th><th class=\"l\">Name</th><th class=\"l\">Action</th><th class=\"l\">Op</th><th>Fired</th><th>Blocks</th></tr>\n");
     for r in reps {
         for c in &r.rules {
-            let _ = write!(
+            let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>\n",
+                "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
                 r.index,
                 c.id,
                 esc(&c.name),
@@ -398,14 +398,14 @@ fn files_table(h: &mut String, reps: &[Repetition]) {
     if files.is_empty() {
         return;
     }
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<h3>Files hit ({} files; top {})</h3><table><tr><th class=\"l\">File</th><th>Bad blocks (all reps)</th><th>Reps hit</th></tr>\n",
+        "<h3>Files hit ({} files; top {})</h3><table><tr><th class=\"l\">File</th><th>Bad blocks (all reps)</th><th>Reps hit</th></tr>",
         files.len(),
         TOP_FILES.min(files.len())
     );
     for (f, b, n) in files.iter().take(TOP_FILES) {
-        let _ = write!(h, "<tr><td class=\"l\">{}</td><td>{b}</td><td>{n}</td></tr>\n", esc(f));
+        let _ = writeln!(h, "<tr><td class=\"l\">{}</td><td>{b}</td><td>{n}</td></tr>", esc(f));
     }
     h.push_str("</table>\n");
 }

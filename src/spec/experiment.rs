@@ -164,18 +164,18 @@ impl Experiment {
         let mut w = w.clone();
         let file = setup.stack.has_fs();
         let iface = if file { "file" } else { "block" };
-        if let Some(i) = &w.value.interface {
-            if i.value != iface {
-                return Err(format!(
-                    "{}:{}:{}: interface: `{}` does not fit setup `{}` (stack {}); leave `interface` out, the stack decides it ({iface})",
-                    self.source,
-                    i.referenced.line(),
-                    i.referenced.column(),
-                    i.value,
-                    setup.name,
-                    setup.stack.label()
-                ));
-            }
+        if let Some(i) = &w.value.interface
+            && i.value != iface
+        {
+            return Err(format!(
+                "{}:{}:{}: interface: `{}` does not fit setup `{}` (stack {}); leave `interface` out, the stack decides it ({iface})",
+                self.source,
+                i.referenced.line(),
+                i.referenced.column(),
+                i.value,
+                setup.name,
+                setup.stack.label()
+            ));
         }
         w.value.interface = Some(Spanned { value: iface.to_string(), referenced: w.referenced, defined: w.defined });
         if file {
@@ -281,10 +281,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     s.name, s.disk.block_size
                 ));
             }
-            if let crate::workload::Interface::File { count, size, .. } = &w.interface {
-                if *count as u64 * size > s.disk.size {
-                    return Err(format!("{source}: setup `{}`: {count} files of {size} bytes do not fit on a {} byte disk", s.name, s.disk.size));
-                }
+            if let crate::workload::Interface::File { count, size, .. } = &w.interface
+                && *count as u64 * size > s.disk.size
+            {
+                return Err(format!("{source}: setup `{}`: {count} files of {size} bytes do not fit on a {} byte disk", s.name, s.disk.size));
             }
         }
     }

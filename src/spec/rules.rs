@@ -222,15 +222,15 @@ fn no_experiment_keys(r: &RawRule) -> Result<(), String> {
     if let Some((k, _)) = used.iter().find(|(_, u)| *u) {
         return Err(format!("`{k}` belongs to experiment files (faultline run), where a workload drives the schedule; a rules file arms every rule at once"));
     }
-    if let Some(WordOr::Word(w)) = &r.target {
-        if DEFERRED_WORDS.contains(&w.as_str()) {
-            return Err(format!("target `{w}` is resolved by a workload and works only in experiment files (faultline run)"));
-        }
+    if let Some(WordOr::Word(w)) = &r.target
+        && DEFERRED_WORDS.contains(&w.as_str())
+    {
+        return Err(format!("target `{w}` is resolved by a workload and works only in experiment files (faultline run)"));
     }
-    if let Some(WordOr::Map(t)) = &r.target {
-        if t.file.is_some() {
-            return Err("target `{file, block}` is resolved by a workload and works only in experiment files (faultline run)".into());
-        }
+    if let Some(WordOr::Map(t)) = &r.target
+        && t.file.is_some()
+    {
+        return Err("target `{file, block}` is resolved by a workload and works only in experiment files (faultline run)".into());
     }
     Ok(())
 }
@@ -424,10 +424,10 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
                 return Err(format!("`offset: {offset}` is outside the block; allowed: 0..{}", bs - 1));
             }
             let length = r.length.map(|s| s.0);
-            if let Some(l) = length {
-                if l == 0 || offset + l > bs {
-                    return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
-                }
+            if let Some(l) = length
+                && (l == 0 || offset + l > bs)
+            {
+                return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
             }
             let fill = match r.fill.as_deref().unwrap_or("random") {
                 "random" => Fill::Random,

@@ -184,7 +184,7 @@ impl fmt::Display for Size {
 pub fn format_size(n: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (u, m) in UNITS {
-        if n >= m && n % m == 0 {
+        if n >= m && n.is_multiple_of(m) {
             return format!("{}{u}", n / m);
         }
     }
@@ -195,11 +195,11 @@ pub fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
     if ns == 0 {
         "0s".into()
-    } else if ns % 1_000_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000_000) {
         format!("{}s", ns / 1_000_000_000)
-    } else if ns % 1_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000) {
         format!("{}ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         format!("{}us", ns / 1_000)
     } else {
         format!("{ns}ns")

@@ -229,10 +229,10 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
             w.profile = load_profile(p, source).map_err(|m| at(source, c, "content.profile", m))?;
         }
     }
-    if let (Interface::File { count, .. }, Some(t)) = (&w.interface, &y.threads) {
-        if *count < t.value {
-            return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
-        }
+    if let (Interface::File { count, .. }, Some(t)) = (&w.interface, &y.threads)
+        && *count < t.value
+    {
+        return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
     }
     w.fit_profile();
     Ok(w)
@@ -276,12 +276,12 @@ pub fn load_profile(p: &str, source: &str) -> Result<Profile, String> {
 /// then the source tree it was built from.
 pub fn profile_dirs() -> Vec<PathBuf> {
     let mut v = Vec::new();
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(d) = exe.parent() {
-            v.push(d.join("profiles"));
-            v.push(d.join("../share/faultline/profiles"));
-            v.push(d.join("../../profiles"));
-        }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(d) = exe.parent()
+    {
+        v.push(d.join("profiles"));
+        v.push(d.join("../share/faultline/profiles"));
+        v.push(d.join("../../profiles"));
     }
     v.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles"));
     v.retain(|d| d.is_dir());

@@ -170,7 +170,7 @@ impl Workload {
 
     pub fn check(&self) -> anyhow::Result<()> {
         use anyhow::bail;
-        if self.block_size == 0 || self.block_size % CONTENT_BLOCK != 0 || self.block_size > 256 * CONTENT_BLOCK {
+        if self.block_size == 0 || !self.block_size.is_multiple_of(CONTENT_BLOCK) || self.block_size > 256 * CONTENT_BLOCK {
             bail!("block size {} must be a multiple of {CONTENT_BLOCK} up to 1MiB", self.block_size);
         }
         if self.size.is_none() && self.ops.is_none() && self.duration.is_none() {

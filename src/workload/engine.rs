@@ -109,12 +109,12 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                     }
                     r?;
                     // buffered and fsync:N files: make the data durable before the run counts as done
-                    if matches!(sh.w.sync, SyncMode::None | SyncMode::Fsync(_)) {
-                        if let Region::Files { files, .. } = wk.region() {
-                            let idx = files.clone();
-                            for (slot, f) in fs.iter().enumerate() {
-                                sync_file(&mut wk, f, slot, Some(idx[slot]));
-                            }
+                    if matches!(sh.w.sync, SyncMode::None | SyncMode::Fsync(_))
+                        && let Region::Files { files, .. } = wk.region()
+                    {
+                        let idx = files.clone();
+                        for (slot, f) in fs.iter().enumerate() {
+                            sync_file(&mut wk, f, slot, Some(idx[slot]));
                         }
                     }
                     Ok(wk.out)

@@ -193,17 +193,17 @@ impl<'s, 'a> Worker<'s, 'a> {
     /// a fault for exactly this write) and start the op's clock.
     pub fn announce(&self, op: &mut Op, ids: &[u64]) {
         let sh = self.sh;
-        if op.is_write {
-            if let Some(obs) = sh.observer {
-                obs.before_write(&WriteEvent {
-                    written_before: op.written_before,
-                    ops_before: op.ops_before,
-                    elapsed: sh.start.elapsed(),
-                    file: op.file,
-                    offset: op.offset,
-                    ids: &ids[..(op.len / CONTENT_BLOCK) as usize],
-                });
-            }
+        if op.is_write
+            && let Some(obs) = sh.observer
+        {
+            obs.before_write(&WriteEvent {
+                written_before: op.written_before,
+                ops_before: op.ops_before,
+                elapsed: sh.start.elapsed(),
+                file: op.file,
+                offset: op.offset,
+                ids: &ids[..(op.len / CONTENT_BLOCK) as usize],
+            });
         }
         op.t0 = Instant::now();
     }

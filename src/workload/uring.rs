@@ -103,14 +103,14 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     loop {
         // fill the queue
         while (staged.is_some() || !exhausted) && sl.inflight() - (staged.is_some() as usize) < qd {
-            if let Some(d) = wk.rate_wait() {
-                if sl.inflight() > 0 {
-                    // wait for completions rather than sleep with I/O in flight
-                    let ts = types::Timespec::from(d);
-                    let args = types::SubmitArgs::new().timespec(&ts);
-                    let _ = ring.submitter().submit_with_args(1, &args);
-                    break;
-                }
+            if let Some(d) = wk.rate_wait()
+                && sl.inflight() > 0
+            {
+                // wait for completions rather than sleep with I/O in flight
+                let ts = types::Timespec::from(d);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                let _ = ring.submitter().submit_with_args(1, &args);
+                break;
             }
             let (s, mut op) = match staged.take() {
                 // drawn ahead: a stop or the duration may have come since
