@@ -79,7 +79,7 @@ impl Disk {
             }
         };
         let size = store.size();
-        if size < bs as u64 * 16 || size % bs as u64 != 0 {
+        if size < bs as u64 * 16 || !size.is_multiple_of(bs as u64) {
             bail!("disk size {size} must be a multiple of the block size ({bs}) and at least 16 blocks");
         }
         Ok(Disk { store, engine: Engine::new(bs), block_size: bs })
