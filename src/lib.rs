@@ -2,7 +2,6 @@
 //! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend -> stack.
 
 pub mod content;
-pub mod demo;
 pub mod disk;
 pub mod fault;
 pub mod frontend;

@@ -120,19 +120,6 @@ enum Cmd {
     /// Reread every block a workload wrote and classify it: ok, corrupted (misdirected),
     /// unreadable, short, missing.
     Verify(faultline::workload::cli::VerifyArgs),
-    /// Demo: RAM disk, a bit-flip and an EIO rule, write + read-back pass, table + results.json.
-    Demo {
-        #[arg(long, default_value = "256MiB", value_parser = size_arg)]
-        size: u64,
-        /// Bytes written and read back.
-        #[arg(long = "write", default_value = "64MiB", value_parser = size_arg)]
-        written: u64,
-        /// Results directory.
-        #[arg(long, default_value = "faultline-demo")]
-        out: PathBuf,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
     /// Rebuild report.html from one or more results directories (several: side by side).
     Report {
         #[arg(required = true)]
@@ -218,7 +205,6 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Workload(a) => faultline::workload::cli::workload(a),
         Cmd::Verify(a) => faultline::workload::cli::verify(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
-        Cmd::Demo { size, written, out, seed } => faultline::demo::run(&faultline::demo::DemoOptions { size, written, out, seed }),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
             for r in &runs {

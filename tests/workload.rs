@@ -4,7 +4,6 @@
 
 mod common;
 use common::*;
-use faultline::content::{profile::Profile, stream::Stream};
 use faultline::verify::{BadBlock, verify_device};
 use faultline::workload::engine::{BlockWorkload, ErrorPolicy, run_block};
 use faultline::workload::map::ContentMap;
@@ -21,7 +20,6 @@ fn workload(s: &Serve, size: u64, on_error: ErrorPolicy) -> BlockWorkload {
         size: Some(size),
         ops: None,
         duration: None,
-        stream: Stream::new(&Profile::none().scaled(size / BS), 5),
         seed: 5,
         on_error,
         span: Some(size),

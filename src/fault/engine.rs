@@ -253,10 +253,6 @@ impl Engine {
         }
     }
 
-    pub fn block_size(&self) -> u64 {
-        self.block_size
-    }
-
     /// µs since the epoch began (the disk's start, or the last `reset_epoch`).
     pub fn elapsed_us(&self) -> u64 {
         (self.start.elapsed().as_micros() as u64).saturating_sub(self.epoch_us.load(Relaxed))

@@ -62,14 +62,6 @@ impl<T> IntervalIndex<T> {
         (b0..=b1).any(|b| self.occupied.get((b / 64) as usize).is_some_and(|w| w & (1 << (b % 64)) != 0))
     }
 
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// Call `f(start, end, item)` for every interval overlapping [qs, qe).
     #[inline]
     pub fn query(&self, qs: u64, qe: u64, mut f: impl FnMut(u64, u64, &T)) {

@@ -71,7 +71,7 @@ impl<'de> serde::Deserialize<'de> for RqAffinity {
     }
 }
 
-pub use crate::sys::loopdev::{rq_affinity as read, rq_affinity_path as sysfs_path, set_rq_affinity as write};
+pub use crate::sys::loopdev::{rq_affinity as read, rq_affinity_path as sysfs_path};
 
 /// The steering of one loop device. Transitions are rare (a change of queue depth), and each
 /// is one ~1 µs sysfs write that does not freeze the queue (measured during QD32 I/O).

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -181,10 +181,6 @@ impl DiskServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-
-    pub fn socket(&self) -> &Path {
-        &self.socket
     }
 }
 

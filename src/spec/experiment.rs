@@ -146,7 +146,6 @@ pub struct Setup {
 #[derive(Clone, Debug)]
 pub struct Experiment {
     pub name: String,
-    pub description: String,
     /// The file as written (echoed into results.json).
     pub text: String,
     pub source: String,
@@ -265,7 +264,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
-    let exp = Experiment { name, description: raw.description.unwrap_or_default(), text: text.to_string(), source: source.to_string(), workload, setups };
+    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() {

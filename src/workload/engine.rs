@@ -7,7 +7,6 @@ use super::maps::Maps;
 use super::op::{Region, Shared, ThreadOut, Worker};
 use super::stats::{LatencySummary as Summary, Sample, hist, sampler, summary};
 use super::{Progress, WriteObserver, files};
-use crate::content::stream::Stream;
 use crate::workload::pattern::Pattern;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -190,8 +189,6 @@ pub struct BlockWorkload {
     pub size: Option<u64>,
     pub ops: Option<u64>,
     pub duration: Option<Duration>,
-    /// Ignored: content now comes from the profile + seed of `Workload`; kept for callers.
-    pub stream: Stream,
     pub seed: u64,
     pub on_error: ErrorPolicy,
     pub span: Option<u64>,

@@ -54,26 +54,11 @@ impl Maps {
         }
     }
 
-    /// Bytes the workload addresses.
-    pub fn capacity(&self) -> u64 {
-        self.maps.iter().map(|m| m.len() * CONTENT_BLOCK).sum()
-    }
-
     /// Path of file `i` (file interface).
     pub fn file_path(&self, i: usize) -> Option<PathBuf> {
         match &self.target {
             Target::File { dir, names } => names.get(i).map(|n| dir.join(n)),
             Target::Block { .. } => None,
-        }
-    }
-
-    /// Every written 4 KiB block: (file index or None on a device, byte offset, content id).
-    pub fn for_each_written(&self, mut f: impl FnMut(Option<usize>, u64, u64)) {
-        let is_file = matches!(self.target, Target::File { .. });
-        for (i, m) in self.maps.iter().enumerate() {
-            for (b, id) in m.written() {
-                f(is_file.then_some(i), b * CONTENT_BLOCK, id);
-            }
         }
     }
 

@@ -19,7 +19,7 @@ pub mod stats;
 pub mod uring;
 
 pub use config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
-pub use engine::{IoError, LatencySummary, WorkloadResult, run};
+pub use engine::{LatencySummary, WorkloadResult, run};
 pub use maps::Maps;
 pub use stats::Sample;
 
