@@ -1,4 +1,5 @@
-//! faultline: a virtual faulty disk (and, later, the workload and report around it).
+//! faultline: a virtual faulty disk, and the experiments run on it (workloads, stacks, faults,
+//! verification, reports).
 //! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend -> stack.
 
 pub mod content;

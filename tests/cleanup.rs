@@ -55,8 +55,8 @@ impl Drop for RunDir {
     }
 }
 
-/// In the child: serve a disk in this process (what `run` did before its disks moved to a
-/// server process), then read from it with every reply delayed: the read waits, and a kill -9
+/// In the child: serve a disk in this very process (the library allows it, though `run` uses
+/// server processes), then read from it with every reply delayed: the read waits, and a kill -9
 /// leaves the process stuck on its own FUSE connection.
 fn serve_and_read_own_disk() {
     use faultline::disk::{DiskConfig, StoreSpec};

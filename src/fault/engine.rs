@@ -125,8 +125,8 @@ struct RuleSet {
     ranges: Option<IntervalIndex<Arc<ArmedRule>>>,
     content: ContentMap,
     /// One bit per slot, set for every content rule's hash (high 64 bits): a block whose bit is
-    /// clear skips the map lookup, which with 50,000 rules misses the cache on almost every block
-    /// (the lookup cost ~60% of what hashing the block does, perf in bench/device.sh).
+    /// clear skips the map lookup, which with many rules misses the cache on almost every block
+    /// and then costs a good part of what hashing the block does (BENCHMARKS.md).
     content_filter: Vec<u64>,
     any_ops: OpSet,
     range_ops: OpSet,

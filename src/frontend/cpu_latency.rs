@@ -3,11 +3,10 @@
 //! request wakes a CPU that went idle while it waited: the client's, when the completion
 //! reaches it; the loop worker's and ours, when the request is handed on. A halted CPU is woken
 //! by an IPI, and in a VM both the IPI and the halt's exit go through the hypervisor; a polling
-//! CPU notices the work without an IPI (the kernel skips it for a CPU that polls). Measured on
-//! this 2-CPU VM (BENCHMARKS.md, session 9): about 2x IOPS at queue depth 1 (4 KiB), 1.6x at
-//! 128 KiB, 1.0-1.2x at QD32. The cost: idle CPUs spin while it is held, so `auto` holds it only
-//! while requests come (released `GRACE` after the last one, never while a reply is still
-//! due), and `keep` leaves the machine alone.
+//! CPU notices the work without an IPI (the kernel skips it for a CPU that polls). The gain is
+//! largest at queue depth 1 and small at deep queues (BENCHMARKS.md). The cost: idle CPUs spin
+//! while it is held, so `auto` holds it only while requests come (released `GRACE` after the
+//! last one, never while a reply is still due), and `keep` leaves the machine alone.
 //!
 //! The request belongs to the open file: the kernel drops it when the file is closed, also
 //! when the process dies, so a crash leaves nothing to clean up. It is machine-wide: whatever

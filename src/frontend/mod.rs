@@ -48,8 +48,9 @@ pub struct Options {
     pub cpu_latency: cpu_latency::CpuLatency,
 }
 
-/// Measured on 2 CPUs: 50 µs catches nearly every next request at queue depth 1 (the gap is
-/// ~15-30 µs) and gives up soon when the disk goes idle.
+/// Longer than the daemon's idle gap between a reply and the next request at queue depth 1, so
+/// the poll catches nearly every next request, and short enough to give up soon when the disk
+/// goes idle (BENCHMARKS.md).
 pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
 
 impl Default for Options {

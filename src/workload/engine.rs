@@ -1,5 +1,6 @@
 //! `run`: set up files and threads, run the engine per thread, sample the time series, and
-//! merge the threads' results. `run_block` is the older block-only entry point, kept for callers.
+//! merge the threads' results. `run_block` runs a `BlockWorkload` (a flat psync block
+//! workload that tests build directly).
 
 pub use super::config::{CONTENT_BLOCK, ErrorPolicy};
 use super::config::{Engine, Interface, SyncMode, Workload};
@@ -178,7 +179,8 @@ pub fn sync_file(wk: &mut Worker, f: &File, _slot: usize, file: Option<usize>) {
     }
 }
 
-/// A block workload in the older shape (tests and callers from before `run`).
+/// A psync workload on one block device, as flat fields (tests build these directly);
+/// `run_block` turns it into a `Workload`.
 #[derive(Clone, Debug)]
 pub struct BlockWorkload {
     pub device: PathBuf,

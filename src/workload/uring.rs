@@ -78,7 +78,7 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     let per = bs / CONTENT_BLOCK as usize;
     let entries = qd.next_power_of_two() as u32;
     // COOP_TASKRUN: completions are run when this thread enters the kernel anyway, not by
-    // interrupting it (+10-20% IOPS at QD32 here, bench/workload.sh). SINGLE_ISSUER: only
+    // interrupting it, which pays at deep queues (BENCHMARKS.md). SINGLE_ISSUER: only
     // this thread uses the ring. Kernels before 6.0 refuse them: fall back to a plain ring.
     let mut ring =
         IoUring::builder().setup_coop_taskrun().setup_single_issuer().build(entries).or_else(|_| IoUring::new(entries)).context("cannot set up an io_uring")?;
