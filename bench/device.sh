@@ -20,10 +20,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
-peers=${FAULTLINE_PEERS:-$top/../shared/bench}
+# the shared folder's bench/ (the peers) sits beside the repository
+peers=${FAULTLINE_PEERS:-$(dirname "$top")/shared/bench}
 rounds=${1:-5}
 secs=${2:-3}
-[ -d "$peers" ] || { echo "peer scripts not found at $peers (set FAULTLINE_PEERS)" >&2; exit 2; }
+[ -d "$peers" ] || { echo "device.sh: peer scripts not found at $peers (expected in the shared folder beside the repository; set FAULTLINE_PEERS to its bench/)" >&2; exit 2; }
 bash "$top/scripts/setup.sh"
 fl="$top/target/release/faultline"
 if [ "${HOLD_CPU_LATENCY:-0}" = 1 ]; then

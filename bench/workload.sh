@@ -7,11 +7,13 @@
 # Last line: min_iops_ratio_vs_fio=R cpu_per_io_ratio_vs_fio=C (R: worst point; C: worst point).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+top=$(pwd)
 . scripts/env.sh
 secs=${1:-3}
 reps=${REPS:-3}
-shared=${FAULTLINE_SHARED:-../shared}
-[ -d "$shared/bench" ] || shared=/work/shared
+# the shared folder (peers, fio points) sits beside the repository
+shared=${FAULTLINE_SHARED:-$(dirname "$top")/shared}
+[ -d "$shared/bench" ] || { echo "workload.sh: shared bench scripts not found at $shared/bench (expected beside the repository; set FAULTLINE_SHARED to the shared folder)" >&2; exit 2; }
 . "$shared/bench/_deps.sh"
 cargo build --release --quiet --bin faultline --example contentspeed
 bin=target/release/faultline

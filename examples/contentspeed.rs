@@ -24,5 +24,6 @@ fn main() {
     }
     let s = t.elapsed().as_secs_f64();
     let full = (n * buf.len() as u64) as f64 / s / 1e9;
-    println!("content_fill_gb_s={fill:.2} content_stream_fill_gb_s={full:.2} (4 KiB blocks, one core{})", if buf[7] == 0 && buf[8] == 0 { "" } else { "" });
+    std::hint::black_box(&buf); // the filled bytes count as used
+    println!("content_fill_gb_s={fill:.2} content_stream_fill_gb_s={full:.2} (4 KiB blocks, one core)");
 }

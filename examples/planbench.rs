@@ -1,6 +1,6 @@
 //! Cost of Engine::plan for one request, with and without 100k non-matching rules.
-use faultline::spec::rule::{Action, FlipAt, Op, Rule, Target};
 use faultline::fault::Engine;
+use faultline::spec::rule::{Action, FlipAt, Op, Rule, Target};
 use std::time::Instant;
 fn main() {
     let data: Vec<u8> = (0..128 * 1024).map(|i| (i * 7 % 251) as u8).collect();

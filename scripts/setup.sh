@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything faultline needs on a fresh Debian/Ubuntu machine (run as root): apt packages,
-# a Rust toolchain if none is installed, and a release build. Safe to run again.
+# a Rust toolchain if none is installed (and rustfmt + clippy, which CI runs, where rustup manages
+# it), and a release build. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,16 @@ if ! command -v cargo >/dev/null 2>&1; then
   }
 fi
 . scripts/env.sh
+# CI checks formatting and lints; a minimal rustup profile has neither tool
+if command -v rustup >/dev/null 2>&1; then
+  comps=()
+  cargo fmt --version >/dev/null 2>&1 || comps+=(rustfmt)
+  cargo clippy --version >/dev/null 2>&1 || comps+=(clippy)
+  if [ ${#comps[@]} -gt 0 ]; then
+    echo "setup: adding Rust components ${comps[*]}" >&2
+    rustup component add "${comps[@]}" >/dev/null
+  fi
+fi
 
 [ -e /dev/fuse ] || { echo "setup: /dev/fuse is missing: FUSE is not available on this machine" >&2; exit 1; }
 cargo build --release --quiet

@@ -1,9 +1,9 @@
-//! faultline: a virtual faulty disk (and, later, the workload and report around it).
+//! faultline: a virtual faulty disk, and the experiments run on it (workloads, stacks, faults,
+//! verification, reports).
 //! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend -> stack.
 
 pub mod cli;
 pub mod content;
-pub mod demo;
 pub mod disk;
 pub mod fault;
 pub mod frontend;

@@ -117,19 +117,6 @@ enum Cmd {
     /// Reread every block a workload wrote and classify it: ok, corrupted (misdirected),
     /// unreadable, short, missing.
     Verify(faultline::cli::workload::VerifyArgs),
-    /// Demo: RAM disk, a bit-flip and an EIO rule, write + read-back pass, table + results.json.
-    Demo {
-        #[arg(long, default_value = "256MiB", value_parser = size_arg)]
-        size: u64,
-        /// Bytes written and read back.
-        #[arg(long = "write", default_value = "64MiB", value_parser = size_arg)]
-        written: u64,
-        /// Results directory.
-        #[arg(long, default_value = "faultline-demo")]
-        out: PathBuf,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-    },
     /// Rebuild report.html from one or more results directories (several: side by side).
     Report {
         #[arg(required = true)]
@@ -215,7 +202,6 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
-        Cmd::Demo { size, written, out, seed } => faultline::demo::run(&faultline::demo::DemoOptions { size, written, out, seed }),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
             for r in &runs {
@@ -307,10 +293,8 @@ fn quiet_if_stderr_closed() {
     let err = std::io::stderr();
     let mut fds = [PollFd::new(err.as_fd(), PollFlags::POLLOUT)];
     let broken = poll(&mut fds, PollTimeout::ZERO).is_ok() && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLERR));
-    if broken {
-        if let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
-            let _ = nix::unistd::dup2_stderr(null.as_fd());
-        }
+    if broken && let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stderr(null.as_fd());
     }
 }
 

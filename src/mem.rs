@@ -1,8 +1,7 @@
 //! I/O buffers on transparent huge pages. For an O_DIRECT request the kernel pins the user
 //! buffer and releases it afterwards page by page; on a 2 MiB folio that is one pin and one
-//! release (gup_fast + bio page release were ~20% of the CPU of a 128 KiB O_DIRECT write from
-//! a 4 KiB-page buffer, bench/workload.sh). Not used for the RAM store: there a huge page
-//! would turn a sparse 4 KiB write into 2 MiB of memory, and it measured no faster.
+//! release, a visible saving for large requests (BENCHMARKS.md). Not used for the RAM store:
+//! there a huge page would turn a sparse 4 KiB write into 2 MiB of memory.
 
 pub const HUGE: usize = 2 << 20;
 

@@ -5,10 +5,12 @@ use common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-
 #[test]
 fn write_bitflip_is_stored_read_bitflip_is_not() {
-    let s = Serve::start("64MiB", "rules:\n  - {type: bitflip, op: write, target: {block: 10, count: 2}}\n  - {type: bitflip, op: read, byte: 7, bit: 6, target: {block: 20}}\n");
+    let s = Serve::start(
+        "64MiB",
+        "rules:\n  - {type: bitflip, op: write, target: {block: 10, count: 2}}\n  - {type: bitflip, op: read, byte: 7, bit: 6, target: {block: 20}}\n",
+    );
     let d = s.open();
     write_blocks(&d, 0, 32, 1, |b| b);
     for b in 0..32 {

@@ -85,7 +85,8 @@ fn device_store_needs_destructive_and_refuses_signatures() {
 #[test]
 fn not_root() {
     let before = (loops(), faultline_mounts());
-    let out = Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(bin()).args(["serve", "--size", "16MiB"]).output().unwrap();
+    let out =
+        Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(bin()).args(["serve", "--size", "16MiB"]).output().unwrap();
     let e = check_failed(&out, before);
     assert!(e.contains("must run as root"), "{e}");
 }

@@ -55,8 +55,8 @@ impl Drop for RunDir {
     }
 }
 
-/// In the child: serve a disk in this process (what `run` did before its disks moved to a
-/// server process), then read from it with every reply delayed: the read waits, and a kill -9
+/// In the child: serve a disk in this very process (the library allows it, though `run` uses
+/// server processes), then read from it with every reply delayed: the read waits, and a kill -9
 /// leaves the process stuck on its own FUSE connection.
 fn serve_and_read_own_disk() {
     use faultline::disk::{DiskConfig, StoreSpec};
@@ -144,7 +144,8 @@ fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
     s.wait().unwrap();
     let (text, took) = run.cleanup();
     let umount = || std::process::Command::new("umount").arg(mnt.path()).status();
-    let said = text.contains(&format!("could not detach {}: it is still mounted on {}", dev.display(), mnt.path().display())) && text.contains("did not record");
+    let said =
+        text.contains(&format!("could not detach {}: it is still mounted on {}", dev.display(), mnt.path().display())) && text.contains("did not record");
     let still = faultline::sys::mount::is_mounted(mnt.path());
     let _ = umount();
     assert!(said, "{text}");

@@ -64,7 +64,14 @@ fn auto_holds_while_requests_come_or_a_reply_is_due() {
         let s = Serve::start_args(&["--size", "64MiB", "--ring", ring], "rules: []\n");
         // start-up's own requests (udev probing the new device) end: released
         assert!(becomes(base, Duration::from_secs(2)), "--ring {ring}: still held 2 s after start-up");
-        let held: Vec<i32> = while_reading(&s, || (0..10).map(|_| { std::thread::sleep(Duration::from_millis(20)); limit() }).collect());
+        let held: Vec<i32> = while_reading(&s, || {
+            (0..10)
+                .map(|_| {
+                    std::thread::sleep(Duration::from_millis(20));
+                    limit()
+                })
+                .collect()
+        });
         assert!(held.iter().all(|&v| v == 0), "--ring {ring}: not held while a client reads: {held:?}");
         assert!(becomes(base, Duration::from_millis(500)), "--ring {ring}: still held 0.5 s after the last request");
 
@@ -101,7 +108,14 @@ fn hold_lasts_the_disk_life_keep_never_asks() {
     assert_gone(&dev, pid);
 
     let s = Serve::start_args(&["--size", "64MiB", "--cpu-latency", "keep"], "rules: []\n");
-    let seen: Vec<i32> = while_reading(&s, || (0..10).map(|_| { std::thread::sleep(Duration::from_millis(20)); limit() }).collect());
+    let seen: Vec<i32> = while_reading(&s, || {
+        (0..10)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                limit()
+            })
+            .collect()
+    });
     assert!(seen.iter().all(|&v| v == base), "--cpu-latency keep: the limit changed while a client read: {seen:?}");
     s.stop();
 }

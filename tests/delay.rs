@@ -56,8 +56,9 @@ fn delays(ring: &str) {
             let with = median_read_us(&d, 1000, n);
             s.call(json!({"cmd": "remove", "ids": ids}));
             seen.push(with - base);
-            // Client side: the client also pays the VM's wake-up latency after a long sleep
-            // (10-25 us here, examples/wakelat.rs), which a short undelayed request does not.
+            // Client side: the client also pays its own wake-up after sleeping through the delay
+            // (WAKE_ALLOWANCE_US; examples/wakelat.rs measures it), which a short undelayed
+            // request does not.
             let tol = (want_us as f64 * 0.10).max(5.0) + WAKE_ALLOWANCE_US;
             if (with - base - want_us as f64).abs() <= tol {
                 break;
@@ -90,4 +91,3 @@ fn delays(ring: &str) {
     drop(d);
     s.stop();
 }
-

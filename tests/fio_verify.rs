@@ -13,7 +13,11 @@ fn fio_verify_fails_exactly_where_bitflips_fired() {
         "64MiB",
         "rules:\n  - {type: bitflip, op: write, target: {block: 100, count: 3}}\n  - {type: bitflip, op: write, byte: 2000, bit: 3, target: {block: 2000}}\n  - {type: bitflip, op: write, random: true, seed: 7, probability: 0.002}\n",
     );
+    // fio writes its verify state file (<job>-<host>-<n>-verify.state) into its working
+    // directory when verification fails: keep it out of the repository
+    let cwd = tempfile::tempdir().unwrap();
     let out = std::process::Command::new("fio")
+        .current_dir(cwd.path())
         .args(["--name=v", "--rw=randwrite", "--bs=4k", "--size=16M", "--direct=1", "--ioengine=psync", "--randrepeat=1"])
         .args(["--verify=crc32c", "--do_verify=1", "--verify_fatal=0", "--verify_dump=0", "--continue_on_error=verify"])
         .arg(format!("--filename={}", s.dev.display()))
@@ -33,10 +37,17 @@ fn fio_verify_fails_exactly_where_bitflips_fired() {
     let fired: BTreeSet<u64> = s
         .log()
         .iter()
-        .flat_map(|e| e["blocks"].as_array().unwrap().iter().flat_map(|r| {
-            let (a, n) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
-            a..a + n
-        }).collect::<Vec<_>>())
+        .flat_map(|e| {
+            e["blocks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| {
+                    let (a, n) = (r[0].as_u64().unwrap(), r[1].as_u64().unwrap());
+                    a..a + n
+                })
+                .collect::<Vec<_>>()
+        })
         .collect();
     assert!(fired.contains(&100) && fired.contains(&2000) && fired.len() > 4, "rules did not fire as set up: {fired:?}");
     assert_eq!(fio_bad, fired, "fio's verification failures must be exactly the blocks where bit flips fired\n{text}");

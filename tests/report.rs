@@ -9,12 +9,32 @@ use std::process::Command;
 const HOSTILE: &str = "ext4 <script>alert(1)</script> \"q\" & 'a'";
 
 fn ops(mib_s: f64, p99: f64) -> OpStats {
-    OpStats { ops: 1000, bytes: 4096 * 1000, mean_us: 1.0 / 3.0, stddev_us: 0.1, p50_us: 8.0, p90_us: 12.5, p99_us: p99, p999_us: p99 * 2.0, max_us: 9000.25, iops: mib_s * 256.0, mib_s }
+    OpStats {
+        ops: 1000,
+        bytes: 4096 * 1000,
+        mean_us: 1.0 / 3.0,
+        stddev_us: 0.1,
+        p50_us: 8.0,
+        p90_us: 12.5,
+        p99_us: p99,
+        p999_us: p99 * 2.0,
+        max_us: 9000.25,
+        iops: mib_s * 256.0,
+        mib_s,
+    }
 }
 
 fn rep(index: u32, write_mib_s: f64, faults: &[(f64, u64)], bad: &[(&str, Option<&str>)], failed_ios: u64) -> Repetition {
     let timeseries = (1..=10)
-        .map(|t| Sample { t_s: t as f64 * 0.5, write_mib_s: write_mib_s + t as f64 * 0.1, write_iops: 100.0, read_mib_s: 0.0, cpu_pct: 37.5, rss_mib: 12.0, ..Default::default() })
+        .map(|t| Sample {
+            t_s: t as f64 * 0.5,
+            write_mib_s: write_mib_s + t as f64 * 0.1,
+            write_iops: 100.0,
+            read_mib_s: 0.0,
+            cpu_pct: 37.5,
+            rss_mib: 12.0,
+            ..Default::default()
+        })
         .collect();
     let faults = faults
         .iter()
@@ -192,7 +212,10 @@ fn html_is_self_contained_escaped_with_one_chart_per_setup() {
     assert_eq!(h.matches("class=\"fault-marker\"").count(), count(&r, |x| x.faults.clone()));
     let no_ns = h.replace("xmlns=\"http://www.w3.org/2000/svg\"", "");
     assert!(!no_ns.contains("http://") && !no_ns.contains("https://"), "external URL in report.html");
-    assert!(!h.contains("<script") && !h.contains("<marquee") && !h.contains("<b>last") && !h.contains("<b>bold") && !h.contains("<i>BTRFS"), "unescaped text from results");
+    assert!(
+        !h.contains("<script") && !h.contains("<marquee") && !h.contains("<b>last") && !h.contains("<b>bold") && !h.contains("<i>BTRFS"),
+        "unescaped text from results"
+    );
     assert!(h.contains("ext4 &lt;script&gt;alert(1)&lt;/script&gt; &quot;q&quot; &amp; &#39;a&#39;"));
     assert!(h.contains("2023-11-14 22:13:20 UTC"));
     // the study table: the raw setup's faults and failures as mean ± sd

@@ -178,7 +178,11 @@ fn experiment_errors_name_line_and_allowed() {
         ("name: x\nstack: zfs\nworkload: {size: 1MiB}\n", "exp.yaml:2:", "allowed: raw, ext4"),
         ("name: x\nworkload: {size: 1MiB}\nfaults:\n  - {type: bitflip, target: last_written_block}\n", "exp.yaml:4:", "needs a `when`"),
         ("name: x\nworkload: {size: 1MiB}\nfaults:\n  - {type: bitflip, target: unique, disk: 1}\n", "exp.yaml:4:", "does not exist"),
-        ("name: x\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: bitflip, op: write, target: last_written_block, by: offset, when: {every: 1MiB}}\n", "exp.yaml:5:", "by: content"),
+        (
+            "name: x\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: bitflip, op: write, target: last_written_block, by: offset, when: {every: 1MiB}}\n",
+            "exp.yaml:5:",
+            "by: content",
+        ),
         ("name: x\ncolour: red\n", "exp.yaml", "colour"),
         ("stack: raw\n", "exp.yaml", "missing `name`"),
         ("name: x\ndisk: {busy_poll: 5ms}\n", "line 2 column 19", "up to 1ms"),

@@ -356,7 +356,11 @@ fn command_stack_env_exit_and_kills() {
     // a command stack on ext4: runs in the mount point, argv form
     let spec = StackSpec::Command {
         base: Box::new(ext4(&[], &[])),
-        command: CommandSpec { command: Cmdline::Argv(vec!["/bin/sh".into(), "-c".into(), "pwd; echo hi > $FAULTLINE_MOUNT/x".into()]), timeout: None, cwd: None },
+        command: CommandSpec {
+            command: Cmdline::Argv(vec!["/bin/sh".into(), "-c".into(), "pwd; echo hi > $FAULTLINE_MOUNT/x".into()]),
+            timeout: None,
+            cwd: None,
+        },
     };
     let b = Built::build(&spec, std::slice::from_ref(&dev)).unwrap();
     let mnt = b.mountpoint.clone().unwrap();
@@ -395,7 +399,8 @@ fn command_stack_env_exit_and_kills() {
     }
     assert_ne!(unsafe { libc::kill(-pgid, 0) }, 0, "group {pgid} survived the drop");
     // the command's ledger entry is gone
-    let procs: Vec<serde_json::Value> = ledger_files(std::process::id()).iter().map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap()["procs"].clone()).collect();
+    let procs: Vec<serde_json::Value> =
+        ledger_files(std::process::id()).iter().map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap()["procs"].clone()).collect();
     assert!(procs.iter().all(|p| p.as_array().is_none_or(|a| a.is_empty())), "{procs:?}");
     b.teardown().unwrap();
     d.teardown().unwrap();

@@ -48,7 +48,12 @@ impl Drop for NextLoop {
 /// The value the run found on its loop device, as its ledger recorded it.
 fn recorded(pid: u32, dev: &Path) -> String {
     let l: serde_json::Value = serde_json::from_slice(&std::fs::read(format!("/run/faultline/runs/{pid}-0.json")).unwrap()).unwrap();
-    let e = l["rq_affinity"].as_array().unwrap().iter().find(|e| e[0].as_str() == Some(&dev.to_string_lossy())).expect("the ledger records the device's rq_affinity");
+    let e = l["rq_affinity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e[0].as_str() == Some(&dev.to_string_lossy()))
+        .expect("the ledger records the device's rq_affinity");
     let v = e[1].as_u64().unwrap().to_string();
     assert_ne!(v, "2", "{} started at 2: something else changed it; forcing cannot be observed", dev.display());
     v

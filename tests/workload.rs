@@ -4,7 +4,6 @@
 
 mod common;
 use common::*;
-use faultline::content::{profile::Profile, stream::Stream};
 use faultline::verify::{BadBlock, verify_device};
 use faultline::workload::engine::{BlockWorkload, ErrorPolicy, run_block};
 use faultline::workload::map::ContentMap;
@@ -21,7 +20,6 @@ fn workload(s: &Serve, size: u64, on_error: ErrorPolicy) -> BlockWorkload {
         size: Some(size),
         ops: None,
         duration: None,
-        stream: Stream::new(&Profile::none().scaled(size / BS), 5),
         seed: 5,
         on_error,
         span: Some(size),
@@ -30,7 +28,10 @@ fn workload(s: &Serve, size: u64, on_error: ErrorPolicy) -> BlockWorkload {
 
 #[test]
 fn verify_classifies_corruption_errors_and_misdirection() {
-    let s = Serve::start("64MiB", "rules:\n  - {type: bitflip, op: write, target: {block: 100}}\n  - {type: misdirected-write, shift: -16KiB, target: {block: 200}}\n");
+    let s = Serve::start(
+        "64MiB",
+        "rules:\n  - {type: bitflip, op: write, target: {block: 100}}\n  - {type: misdirected-write, shift: -16KiB, target: {block: 200}}\n",
+    );
     let map = Arc::new(ContentMap::new((64 << 20) / BS, 4096, 5));
     let res = run_block(&workload(&s, 8 << 20, ErrorPolicy::Stop), map.clone()).unwrap();
     assert_eq!(res.write.ops, (8 << 20) / 16384);
@@ -211,7 +212,9 @@ fn psync_prefilled_writes_match_io_uring_and_stop_cleanly() {
 fn observer_progress_rate_and_timeseries() {
     use faultline::workload::{Engine, Maps, Progress, WriteEvent, WriteObserver, run};
     use std::sync::Mutex;
-    struct Rec(Mutex<Vec<(u64, u64, u64, Vec<u64>)>>);
+    /// (written_before, ops_before, offset, ids) of each announced write
+    type Announced = (u64, u64, u64, Vec<u64>);
+    struct Rec(Mutex<Vec<Announced>>);
     impl WriteObserver for Rec {
         fn before_write(&self, ev: &WriteEvent) {
             self.0.lock().unwrap().push((ev.written_before, ev.ops_before, ev.offset, ev.ids.to_vec()));
@@ -294,8 +297,8 @@ fn io_uring_errors_are_recorded_and_retried() {
 
 #[test]
 fn io_uring_never_has_two_writes_to_one_block_in_flight() {
-    use faultline::workload::{Engine, Maps, run};
     use faultline::workload::pattern::Pattern;
+    use faultline::workload::{Engine, Maps, run};
     // 16 blocks, 32 in flight, random: without serializing overlaps the device and the map
     // disagree about which of two concurrent writes a block holds
     let s = Serve::start("32MiB", "rules: []\n");

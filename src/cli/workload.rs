@@ -1,10 +1,10 @@
 //! `faultline workload` and `faultline verify`: flags or a YAML spec, a progress bar on stderr
 //! (hidden when stderr is not a terminal), a result table on stdout, results in --out DIR.
 
-use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
-use crate::spec::workload::config::Pattern;
-use crate::workload::{Maps, Progress, WorkloadResult, run};
 use crate::spec::units::{parse_duration, parse_size};
+use crate::spec::workload::config::Pattern;
+use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
+use crate::workload::{Maps, Progress, WorkloadResult, run};
 use anyhow::{Context, Result, bail};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -128,7 +128,8 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
     w.span = a.span.or(w.span);
     w.rate_iops = a.rate_iops.or(w.rate_iops);
     if let Some(p) = &a.profile {
-        w.profile = crate::spec::workload::load_profile(p, a.spec.as_ref().map(|p| p.display().to_string()).as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
+        w.profile =
+            crate::spec::workload::load_profile(p, a.spec.as_ref().map(|p| p.display().to_string()).as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
     }
     // the profile as this run's stream uses it (resolve fitted the spec's; flags may change the bounds)
     w.fit_profile();

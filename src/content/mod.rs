@@ -4,11 +4,11 @@
 pub mod profile;
 pub mod stream;
 
-use twox_hash::{XxHash3_128, XxHash3_64};
+use twox_hash::{XxHash3_64, XxHash3_128};
 
 /// The content hash faultline matches on: XXH3-128 of one block-size chunk. twox-hash picks
-/// AVX2 at run time (xxhash-rust decides at compile time, so a portable build got SSE2: half
-/// the speed, BENCHMARKS.md).
+/// AVX2 at run time (xxhash-rust decides at compile time, so a portable build would be held to
+/// SSE2; BENCHMARKS.md).
 #[inline]
 pub fn block_hash(block: &[u8]) -> u128 {
     XxHash3_128::oneshot(block)
@@ -46,8 +46,8 @@ const LANES: usize = 16;
 
 /// Fill `out` with the bytes of content `id` under `seed`. Deterministic (saved content maps
 /// depend on it); ids that differ give unrelated bytes. Each lane is a xorshift64 generator
-/// seeded by splitmix64 from (id, seed, lane): multiply-free steps run ~4x faster than one
-/// splitmix64 per word, which matters at large block sizes (bench/workload.sh, w128k).
+/// seeded by splitmix64 from (id, seed, lane): multiply-free steps that vectorize are much
+/// cheaper than one splitmix64 per word, which matters at large block sizes (BENCHMARKS.md).
 pub fn fill_block(id: u64, seed: u64, out: &mut [u8]) {
     let base = splitmix64(id ^ splitmix64(seed ^ 0x6661_756c_746c_696e));
     let mut s = [0u64; LANES];

@@ -82,12 +82,7 @@ impl Profile {
     /// count; at least one content survives per class that had one at this scale).
     pub fn scaled(&self, blocks: u64) -> Profile {
         let f = blocks as f64 / self.total_blocks() as f64;
-        let mut classes: Vec<(u64, u64)> = self
-            .classes
-            .iter()
-            .map(|(c, n)| (*c, (*n as f64 * f).round() as u64))
-            .filter(|(_, n)| *n > 0)
-            .collect();
+        let mut classes: Vec<(u64, u64)> = self.classes.iter().map(|(c, n)| (*c, (*n as f64 * f).round() as u64)).filter(|(_, n)| *n > 0).collect();
         if classes.is_empty() {
             classes.push((1, blocks.max(1)));
         }
@@ -147,11 +142,7 @@ impl Measure {
         let ft = meta.file_type();
         use std::os::unix::fs::FileTypeExt;
         if ft.is_dir() {
-            let mut entries: Vec<_> = std::fs::read_dir(p)
-                .with_context(|| format!("cannot list {}", p.display()))?
-                .flatten()
-                .map(|e| e.path())
-                .collect();
+            let mut entries: Vec<_> = std::fs::read_dir(p).with_context(|| format!("cannot list {}", p.display()))?.flatten().map(|e| e.path()).collect();
             entries.sort();
             for e in entries {
                 self.add_path(&e)?;

@@ -7,10 +7,10 @@ pub mod store;
 use crate::fault::engine::{ArmedRule, Edit, Planning, block_span, flip_position};
 use crate::fault::log::{LogEntry, runs};
 use crate::fault::{Action, Engine, Op, Plan, Rule, StoreMode, Target};
+pub use crate::spec::disk::{DiskConfig, StoreSpec};
 use anyhow::{Result, bail};
 use std::sync::Arc;
 use std::time::Duration;
-pub use crate::spec::disk::{DiskConfig, StoreSpec};
 pub use store::Store;
 
 /// Result of one request, as the front end must report it.
@@ -44,7 +44,7 @@ impl Disk {
             }
         };
         let size = store.size();
-        if size < bs as u64 * 16 || size % bs as u64 != 0 {
+        if size < bs as u64 * 16 || !size.is_multiple_of(bs as u64) {
             bail!("disk size {size} must be a multiple of the block size ({bs}) and at least 16 blocks");
         }
         Ok(Disk { store, engine: Engine::new(bs), block_size: bs })

@@ -3,8 +3,8 @@
 use anyhow::{Context, Result, bail};
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::RwLock;
 
@@ -27,7 +27,15 @@ pub trait Store: Send + Sync {
     /// # Safety
     /// `data` must be readable until `locked` runs when `ack_after_copy` is set (the ring front
     /// end replies there, and its reply reuses the buffer), else until the call returns.
-    unsafe fn write_locked(&self, off: u64, data: Src, hashed: Option<Hashed>, ack_after_copy: bool, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
+    unsafe fn write_locked(
+        &self,
+        off: u64,
+        data: Src,
+        hashed: Option<Hashed>,
+        ack_after_copy: bool,
+        locked: &mut dyn FnMut(),
+        edit: &mut dyn FnMut(&[u128], &mut [u8]),
+    ) -> Option<io::Result<()>> {
         let _ = (off, data, hashed, ack_after_copy, locked, edit);
         None
     }
@@ -196,7 +204,15 @@ impl Store for RamStore {
     /// previous block's non-temporal stores drain, so it costs ~0.5 µs per 128 KiB instead of
     /// ~3.5 µs as a separate pass (BENCHMARKS.md). With `ack_after_copy` the copy comes first
     /// and the hashing reads the stored bytes after `locked`: off the reply's path entirely.
-    unsafe fn write_locked(&self, off: u64, data: Src, hashed: Option<Hashed>, ack_after_copy: bool, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
+    unsafe fn write_locked(
+        &self,
+        off: u64,
+        data: Src,
+        hashed: Option<Hashed>,
+        ack_after_copy: bool,
+        locked: &mut dyn FnMut(),
+        edit: &mut dyn FnMut(&[u128], &mut [u8]),
+    ) -> Option<io::Result<()>> {
         let len = data.len;
         let h = hashed.unwrap_or(Hashed { bs: 1, start: len, blocks: 0 });
         if off.checked_add(len as u64).is_none_or(|e| e > self.size) || h.start + h.blocks * h.bs > len {
@@ -313,10 +329,7 @@ impl FileStore {
 
     pub fn open_device(path: &Path, destructive: bool, force: bool) -> Result<FileStore> {
         if !destructive {
-            bail!(
-                "--store device:{} overwrites the device; add --destructive to confirm that its contents may be destroyed",
-                path.display()
-            );
+            bail!("--store device:{} overwrites the device; add --destructive to confirm that its contents may be destroyed", path.display());
         }
         let meta = std::fs::metadata(path).with_context(|| format!("cannot stat {}", path.display()))?;
         if !meta.file_type().is_block_device() {
@@ -325,19 +338,14 @@ impl FileStore {
         if let Some(m) = mounted_at(path) {
             bail!("{} is mounted on {m}; refusing to use a mounted device", path.display());
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_EXCL)
-            .open(path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(libc::EBUSY) => anyhow::anyhow!("{} is in use (mounted, part of a RAID/LVM, or held by another program); refusing", path.display()),
-                _ => anyhow::anyhow!("cannot open {}: {e}", path.display()),
-            })?;
-        if let Some(sig) = signature(path)? {
-            if !force {
-                bail!("{} carries {sig}; refusing to overwrite it (add --force to destroy it)", path.display());
-            }
+        let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_EXCL).open(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => anyhow::anyhow!("{} is in use (mounted, part of a RAID/LVM, or held by another program); refusing", path.display()),
+            _ => anyhow::anyhow!("cannot open {}: {e}", path.display()),
+        })?;
+        if let Some(sig) = signature(path)?
+            && !force
+        {
+            bail!("{} carries {sig}; refusing to overwrite it (add --force to destroy it)", path.display());
         }
         let mut size = 0u64;
         // BLKGETSIZE64

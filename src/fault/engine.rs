@@ -7,8 +7,8 @@
 
 use super::index::IntervalIndex;
 use super::log::{FaultLog, LogEntry, runs};
-use crate::spec::rule::{Action, DelayDist, FlipAt, Fill, Op, OpSet, Rule, RuleId, Target};
 use crate::content::{block_hash, seeded_hash};
+use crate::spec::rule::{Action, DelayDist, Fill, FlipAt, Op, OpSet, Rule, RuleId, Target};
 use arc_swap::ArcSwap;
 use rand::SeedableRng;
 use rand_distr::Distribution;
@@ -125,8 +125,8 @@ struct RuleSet {
     ranges: Option<IntervalIndex<Arc<ArmedRule>>>,
     content: ContentMap,
     /// One bit per slot, set for every content rule's hash (high 64 bits): a block whose bit is
-    /// clear skips the map lookup, which with 50,000 rules misses the cache on almost every block
-    /// (the lookup cost ~60% of what hashing the block does, perf in bench/device.sh).
+    /// clear skips the map lookup, which with many rules misses the cache on almost every block
+    /// and then costs a good part of what hashing the block does (BENCHMARKS.md).
     content_filter: Vec<u64>,
     any_ops: OpSet,
     range_ops: OpSet,
@@ -253,10 +253,6 @@ impl Engine {
         }
     }
 
-    pub fn block_size(&self) -> u64 {
-        self.block_size
-    }
-
     /// µs since the epoch began (the disk's start, or the last `reset_epoch`).
     pub fn elapsed_us(&self) -> u64 {
         (self.start.elapsed().as_micros() as u64).saturating_sub(self.epoch_us.load(Relaxed))
@@ -354,7 +350,8 @@ impl Engine {
         let set = self.set.load();
         let mut plan = Plan::default();
         let (any, range) = (set.any_ops.has(op), set.range_ops.has(op));
-        let ctx = Ctx { engine: self, op, offset, len, now_us: if any || range || set.content_ops.has(op) { self.elapsed_us() } else { 0 }, req_idx, bytes_before };
+        let ctx =
+            Ctx { engine: self, op, offset, len, now_us: if any || range || set.content_ops.has(op) { self.elapsed_us() } else { 0 }, req_idx, bytes_before };
         if any {
             for r in &set.any {
                 if ctx.fires(r) {
@@ -362,14 +359,12 @@ impl Engine {
                 }
             }
         }
-        if range {
-            if let Some(idx) = &set.ranges {
-                idx.query(offset, offset + len.max(1), |s, e, r| {
-                    if ctx.fires(r) {
-                        ctx.apply(r, &mut plan, s.max(offset), e.min(offset + len));
-                    }
-                });
-            }
+        if range && let Some(idx) = &set.ranges {
+            idx.query(offset, offset + len.max(1), |s, e, r| {
+                if ctx.fires(r) {
+                    ctx.apply(r, &mut plan, s.max(offset), e.min(offset + len));
+                }
+            });
         }
         Planning { set, ctx, plan }
     }
@@ -491,10 +486,10 @@ impl Ctx<'_> {
             return false;
         }
         let n = r.matched.fetch_add(1, Relaxed);
-        if let Some(p) = rule.probability {
-            if unit(rule.seed, n) >= p {
-                return false;
-            }
+        if let Some(p) = rule.probability
+            && unit(rule.seed, n) >= p
+        {
+            return false;
         }
         match rule.times {
             Some(t) => r.fired.fetch_update(Relaxed, Relaxed, |f| (f < t).then_some(f + 1)).is_ok(),
@@ -533,12 +528,7 @@ impl Ctx<'_> {
                     let to = (b * bs + *offset as u64 + length.map(|l| l as u64).unwrap_or(bs)).min((b + 1) * bs);
                     let (from, to) = (from.max(bs0), to.min(req_e));
                     if from < to {
-                        plan.edits.push(Edit::Fill {
-                            pos: (from - req_s) as usize,
-                            len: (to - from) as usize,
-                            fill: *fill,
-                            seed: r.rule.seed ^ b,
-                        });
+                        plan.edits.push(Edit::Fill { pos: (from - req_s) as usize, len: (to - from) as usize, fill: *fill, seed: r.rule.seed ^ b });
                         hit.push(b);
                     }
                 }
@@ -601,15 +591,9 @@ fn sample_delay(d: &DelayDist, seed: u64, n: u64) -> Duration {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let secs = match *d {
         DelayDist::Fixed(d) => return d,
-        DelayDist::Uniform { min, max } => {
-            rand_distr::Uniform::new_inclusive(min.as_secs_f64(), max.as_secs_f64()).unwrap().sample(&mut rng)
-        }
-        DelayDist::Normal { mean, stddev } => {
-            rand_distr::Normal::new(mean.as_secs_f64(), stddev.as_secs_f64()).unwrap().sample(&mut rng)
-        }
-        DelayDist::Lognormal { median, sigma } => {
-            rand_distr::LogNormal::new(median.as_secs_f64().ln(), sigma).unwrap().sample(&mut rng)
-        }
+        DelayDist::Uniform { min, max } => rand_distr::Uniform::new_inclusive(min.as_secs_f64(), max.as_secs_f64()).unwrap().sample(&mut rng),
+        DelayDist::Normal { mean, stddev } => rand_distr::Normal::new(mean.as_secs_f64(), stddev.as_secs_f64()).unwrap().sample(&mut rng),
+        DelayDist::Lognormal { median, sigma } => rand_distr::LogNormal::new(median.as_secs_f64().ln(), sigma).unwrap().sample(&mut rng),
         DelayDist::Pareto { scale, shape } => rand_distr::Pareto::new(scale.as_secs_f64(), shape).unwrap().sample(&mut rng),
     };
     // cap at one minute so a heavy tail cannot hang a request forever

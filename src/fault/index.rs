@@ -4,8 +4,8 @@
 //!
 //! In front of the tree, a coarse occupancy bitmap (at most 2^16 buckets over [0, max end)):
 //! a query whose buckets no interval touches is answered with one bit test instead of a
-//! ~17-level walk of cold arrays (0.2 µs a request with 50,000 rules, most of a read's
-//! matching cost). Requests far from every targeted range, the usual case, take that path;
+//! walk of cold arrays, which with many rules is most of a read's matching cost
+//! (BENCHMARKS.md). Requests far from every targeted range, the usual case, take that path;
 //! requests among dense rules still walk the tree.
 
 pub struct IntervalIndex<T> {
@@ -60,14 +60,6 @@ impl<T> IntervalIndex<T> {
             return true;
         }
         (b0..=b1).any(|b| self.occupied.get((b / 64) as usize).is_some_and(|w| w & (1 << (b % 64)) != 0))
-    }
-
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
     }
 
     /// Call `f(start, end, item)` for every interval overlapping [qs, qe).
@@ -210,10 +202,12 @@ mod tests {
             .collect();
         let idx = IntervalIndex::build(v.clone());
         assert!(idx.shift > 12, "buckets should be coarse here (shift {})", idx.shift);
-        let mut queries: Vec<(u64, u64)> = (0..20_000).map(|_| {
-            let qs = rnd(space + (1 << 30));
-            (qs, qs + rnd(1 << 17) + 1)
-        }).collect();
+        let mut queries: Vec<(u64, u64)> = (0..20_000)
+            .map(|_| {
+                let qs = rnd(space + (1 << 30));
+                (qs, qs + rnd(1 << 17) + 1)
+            })
+            .collect();
         // the edges of every interval, and a query spanning more buckets than the bitmap tests
         for &(s, e, _) in &v {
             queries.extend([(s.saturating_sub(1), s), (s, s + 1), (e - 1, e), (e, e + 4096)]);

@@ -4,5 +4,5 @@ pub mod engine;
 pub mod index;
 pub mod log;
 
-pub use engine::{Engine, Plan, StoreMode};
 pub use crate::spec::rule::{Action, Op, Rule, Target};
+pub use engine::{Engine, Plan, StoreMode};

@@ -3,11 +3,10 @@
 //! request wakes a CPU that went idle while it waited: the client's, when the completion
 //! reaches it; the loop worker's and ours, when the request is handed on. A halted CPU is woken
 //! by an IPI, and in a VM both the IPI and the halt's exit go through the hypervisor; a polling
-//! CPU notices the work without an IPI (the kernel skips it for a CPU that polls). Measured on
-//! this 2-CPU VM (BENCHMARKS.md, session 9): about 2x IOPS at queue depth 1 (4 KiB), 1.6x at
-//! 128 KiB, 1.0-1.2x at QD32. The cost: idle CPUs spin while it is held, so `auto` holds it only
-//! while requests come (released `GRACE` after the last one, never while a reply is still
-//! due), and `keep` leaves the machine alone.
+//! CPU notices the work without an IPI (the kernel skips it for a CPU that polls). The gain is
+//! largest at queue depth 1 and small at deep queues (BENCHMARKS.md). The cost: idle CPUs spin
+//! while it is held, so `auto` holds it only while requests come (released `GRACE` after the
+//! last one, never while a reply is still due), and `keep` leaves the machine alone.
 //!
 //! The request belongs to the open file: the kernel drops it when the file is closed, also
 //! when the process dies, so a crash leaves nothing to clean up. It is machine-wide: whatever
@@ -67,7 +66,10 @@ impl Hold {
         if mode == CpuLatency::Keep {
             return Ok(None);
         }
-        let file = std::fs::OpenOptions::new().write(true).open(DEVICE).with_context(|| format!("cannot open {DEVICE} (cpu_latency {mode}; `keep` does without it)"))?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(DEVICE)
+            .with_context(|| format!("cannot open {DEVICE} (cpu_latency {mode}; `keep` does without it)"))?;
         let state = Arc::new(State { file, held: AtomicBool::new(false), gone: Mutex::new(false), wake: Condvar::new() });
         if mode == CpuLatency::Hold {
             state.put(0).with_context(|| format!("cannot write to {DEVICE}"))?;
@@ -75,10 +77,7 @@ impl Hold {
             return Ok(Some(Hold { state }));
         }
         let s = state.clone();
-        std::thread::Builder::new()
-            .name("faultline-cpulat".into())
-            .spawn(move || watch(&s, &poller))
-            .context("cannot start the cpu latency thread")?;
+        std::thread::Builder::new().name("faultline-cpulat".into()).spawn(move || watch(&s, &poller)).context("cannot start the cpu latency thread")?;
         Ok(Some(Hold { state }))
     }
 
@@ -141,4 +140,3 @@ fn watch(s: &State, poller: &Weak<Poller>) {
         last = Some(now.0);
     }
 }
-

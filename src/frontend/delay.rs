@@ -1,8 +1,8 @@
 //! Late replies. A delayed request is executed at once and its reply handed here, so the FUSE
-//! threads keep serving other requests. One thread sleeps on a condvar until ~40 µs before the
-//! earliest deadline, then spin-waits: thread::sleep alone overshoots by ~75 µs (FUSE-NOTES.md),
-//! mostly the default 50 µs timer slack, which this thread sets to 1 ns. Spinning is kept short
-//! because on a small machine a spinning thread takes a CPU from the I/O path it is timing.
+//! threads keep serving other requests. One thread sleeps on a condvar until `SPIN` before the
+//! earliest deadline, then spin-waits: a sleep alone overshoots (../shared/docs/FUSE-NOTES.md),
+//! mostly by the default 50 µs timer slack, which this thread sets to 1 ns. Spinning is kept
+//! short because on a small machine a spinning thread takes a CPU from the I/O path it is timing.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

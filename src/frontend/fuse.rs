@@ -5,8 +5,8 @@ use super::delay::Delayer;
 use super::poll::{InFlight, Poller};
 use crate::disk::{Disk, Outcome};
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyWrite, Request, WriteFlags,
 };
 use std::cell::RefCell;
 use std::ffi::OsStr;
@@ -137,7 +137,7 @@ fn empty(reply: ReplyEmpty) -> impl FnOnce(Option<i32>) + Send {
 impl Filesystem for DiskFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // ASYNC_DIO lets the kernel keep several direct-I/O requests of one file in flight
-        // (without it QD32 halves, FUSE-NOTES.md).
+        // (without it a deep queue gains little, ../shared/docs/FUSE-NOTES.md).
         let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO);
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_background(256);

@@ -35,7 +35,6 @@ pub fn preflight() -> Result<()> {
     Ok(())
 }
 
-
 /// A disk exposed as a kernel block device.
 pub struct Exposed {
     pub device: PathBuf,
@@ -166,12 +165,11 @@ impl Exposed {
         let ring = self.ring.take();
         if let Some(s) = self.session.take() {
             // umount_and_join unmounts and waits for the FUSE threads
-            if let Err(e) = s.umount_and_join() {
-                if crate::sys::mount::is_mounted(&self.mountpoint) {
-                    if let Err(e2) = crate::sys::mount::unmount(&self.mountpoint, Duration::from_secs(1)) {
-                        first_err.get_or_insert(e2.context(format!("after fuser: {e}")));
-                    }
-                }
+            if let Err(e) = s.umount_and_join()
+                && crate::sys::mount::is_mounted(&self.mountpoint)
+                && let Err(e2) = crate::sys::mount::unmount(&self.mountpoint, Duration::from_secs(1))
+            {
+                first_err.get_or_insert(e2.context(format!("after fuser: {e}")));
             }
         }
         drop(ring);

@@ -1,7 +1,7 @@
 //! Busy polling of /dev/fuse after a request, so the next request does not pay a sleep and a
-//! wake-up. At queue depth 1 the daemon is idle between its reply and the next request for
-//! ~15-30 µs; a blocking read sleeps there, and waking it (an IPI and the idle CPU's exit, a
-//! VM exit in a guest) is a large part of the round trip. fuser owns the read loop, so the
+//! wake-up. At queue depth 1 the daemon is idle for a short gap between its reply and the next
+//! request; a blocking read sleeps there, and waking it (an IPI and the idle CPU's exit, a VM
+//! exit in a guest) is a large part of the round trip. fuser owns the read loop, so the
 //! poll happens at the end of our own read/write handlers: `poll(2)` (timeout 0) the session's
 //! /dev/fuse, yielding between polls, until a request is pending or the budget runs out;
 //! fuser's blocking read then finds the request waiting. All clone fds share one input queue,
@@ -9,17 +9,17 @@
 //!
 //! Spinning only pays while requests come one at a time (the CPUs idle between them). Under
 //! a deep queue the CPUs are busy with the client and the kernel, and a spinner takes time
-//! from them (ungated, QD32 random reads came out ~15% lower in the first A/B runs). So a
-//! thread spins only when the last `SERIAL_RUN` requests each arrived while no other was in
-//! flight (at QD32 that leaves ~1% of requests followed by a spin), and at most one thread
-//! of the process spins at a time, whichever disk it serves (two spinners on 2 CPUs cut QD1
-//! IOPS to a third; a btrfs raid1 stack serves two disks that take requests together).
+//! from them. So a thread spins only when the last `SERIAL_RUN` requests each arrived while no
+//! other was in flight (a deep queue rarely passes that test), and at most one thread of the
+//! process spins at a time, whichever disk it serves: on a small machine two spinners starve
+//! the I/O they wait for, and a btrfs raid1 stack serves two disks that take requests
+//! together. BENCHMARKS.md has the measurements behind these choices.
 
 use super::cpu_latency::Hold;
 use super::steer::Steer;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, OnceLock};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Set while some thread of this process spins (all disks share it).

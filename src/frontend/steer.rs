@@ -4,9 +4,9 @@
 //! CPU that ended it: our serving thread's, in task context, which wakes ksoftirqd there, and
 //! ksoftirqd then wakes the client on its own CPU. With 2 ("force") the completion is sent to
 //! the CPU that submitted the request and runs there in the IPI's interrupt: one wake-up less
-//! on the round trip. Measured on 2 CPUs (BENCHMARKS.md, session 8): +15-20% IOPS at queue
-//! depth 1 (4 KiB and 128 KiB), but ~7% fewer at QD32, where one IPI per completion costs more
-//! than a softirq that completes a batch. So `auto` forces while requests come one at a time
+//! on the round trip. That helps at queue depth 1 but hurts at deep queues, where one IPI per
+//! completion costs more than a softirq that completes a batch (BENCHMARKS.md). So `auto`
+//! forces while requests come one at a time
 //! (the poller's serial test, `poll.rs`) and puts the device's own value back otherwise. Over
 //! the ring only (`frontend/mod.rs`): the classic path's threads look serial at any depth.
 //!
@@ -22,10 +22,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering::*};
 
 pub use crate::spec::disk::RqAffinity;
-pub use crate::sys::loopdev::{rq_affinity as read, rq_affinity_path as sysfs_path, set_rq_affinity as write};
+pub use crate::sys::loopdev::{rq_affinity as read, rq_affinity_path as sysfs_path};
 
 /// The steering of one loop device. Transitions are rare (a change of queue depth), and each
-/// is one ~1 µs sysfs write that does not freeze the queue (measured during QD32 I/O).
+/// is one cheap sysfs write that does not freeze the queue.
 pub struct Steer {
     file: File,
     /// the device's value when we found it: what `serial(false)` and `restore` write
@@ -86,4 +86,3 @@ impl Steer {
         self.put(self.original).context("cannot restore the loop device's rq_affinity")
     }
 }
-

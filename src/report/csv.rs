@@ -14,7 +14,8 @@ fn row(out: &mut String, fields: &[String]) {
     out.push('\n');
 }
 
-pub const TIMESERIES_HEADER: &str = "setup,repetition,t_s,read_iops,read_mib_s,read_mean_us,read_p99_us,write_iops,write_mib_s,write_mean_us,write_p99_us,cpu_pct,rss_mib";
+pub const TIMESERIES_HEADER: &str =
+    "setup,repetition,t_s,read_iops,read_mib_s,read_mean_us,read_p99_us,write_iops,write_mib_s,write_mean_us,write_p99_us,cpu_pct,rss_mib";
 pub const FAULTS_HEADER: &str = "setup,repetition,t_s,rule_id,rule,action,op,offset,len,blocks";
 pub const INTEGRITY_HEADER: &str = "setup,repetition,file,offset,kind,errno,expected_id";
 

@@ -108,10 +108,10 @@ fn header(h: &mut String, run: &Run, several: bool) {
         let _ = write!(h, "<h2>Run {}</h2>", esc(&run.label));
     }
     let experiment = serde_json::to_string_pretty(&r.experiment).unwrap_or_default();
-    let _ = write!(
+    let _ = writeln!(
         h,
         "<p>Name <b>{}</b> · started {} · faultline {} · results schema {} · {} setups</p>\
-<details><summary>Experiment</summary><pre>{}</pre></details>\n",
+<details><summary>Experiment</summary><pre>{}</pre></details>",
         esc(&r.name),
         utc_date(r.started_unix),
         esc(&r.faultline_version),
@@ -124,14 +124,18 @@ fn header(h: &mut String, run: &Run, several: bool) {
 /// The study's table: one row per setup, faults injected vs failures, mean ± sd over repetitions.
 fn overview(h: &mut String, runs: &[Run]) {
     let several = runs.len() > 1;
-    h.push_str("<h2>Injected faults vs reported failures</h2>\n<p class=\"muted\">Mean ± sample standard deviation over repetitions. \
+    h.push_str(
+        "<h2>Injected faults vs reported failures</h2>\n<p class=\"muted\">Mean ± sample standard deviation over repetitions. \
 Failures = silent + detected bad blocks at verification; silent = wrong data returned without an error; \
-detected = unreadable, short or missing; app errors = I/Os that failed during the run (definitions: docs/results.md).</p>\n<table><tr>");
+detected = unreadable, short or missing; app errors = I/Os that failed during the run (definitions: docs/results.md).</p>\n<table><tr>",
+    );
     if several {
         h.push_str("<th class=\"l\">Run</th>");
     }
-    h.push_str("<th class=\"l\">Setup</th><th class=\"l\">Stack</th><th>Reps</th><th>Write MiB/s</th><th>Read MiB/s</th><th>Write p99 µs</th>\
-<th>Faults injected</th><th>Failures</th><th>Silent</th><th>Detected</th><th>App errors</th></tr>\n");
+    h.push_str(
+        "<th class=\"l\">Setup</th><th class=\"l\">Stack</th><th>Reps</th><th>Write MiB/s</th><th>Read MiB/s</th><th>Write p99 µs</th>\
+<th>Faults injected</th><th>Failures</th><th>Silent</th><th>Detected</th><th>App errors</th></tr>\n",
+    );
     for run in runs {
         for s in &run.results.setups {
             let a = Aggregate::from(s.repetitions.as_slice());
@@ -141,9 +145,9 @@ detected = unreadable, short or missing; app errors = I/Os that failed during th
                 let _ = write!(h, "<td class=\"l\">{}</td>", esc(&run.label));
             }
             let silent_class = if a.silent.mean > 0.0 { " silent" } else { "" };
-            let _ = write!(
+            let _ = writeln!(
                 h,
-                "<td class=\"l\"><a href=\"#{}\">{}</a></td><td class=\"l\">{}</td><td>{n}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>\n",
+                "<td class=\"l\"><a href=\"#{}\">{}</a></td><td class=\"l\">{}</td><td>{n}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
                 anchor(if several { Some(&run.label) } else { None }, &s.name),
                 esc(&s.name),
                 esc(&s.stack),
@@ -175,9 +179,9 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
         Some(r) => format!("{r} · {}", s.name),
         None => s.name.clone(),
     };
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<section id=\"{}\"><h2>{}</h2><p>Stack <b>{}</b>{}</p>\n",
+        "<section id=\"{}\"><h2>{}</h2><p>Stack <b>{}</b>{}</p>",
         anchor(run, &s.name),
         esc(&label),
         esc(&s.stack),
@@ -207,10 +211,10 @@ fn repetitions_table(h: &mut String, s: &SetupResult, a: &Aggregate) {
         let c = r.counts();
         let errs: Vec<String> = r.io_errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let i = &r.integrity;
-        let _ = write!(
+        let _ = writeln!(
             h,
             "<tr><td>{}</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td>\
-<td title=\"corrupted {} + misdirected {}\">{}</td><td title=\"unreadable {} + short {} + missing {}\">{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>\n",
+<td title=\"corrupted {} + misdirected {}\">{}</td><td title=\"unreadable {} + short {} + missing {}\">{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
             r.index,
             r.seconds,
             r.write.mib_s,
@@ -231,9 +235,9 @@ fn repetitions_table(h: &mut String, s: &SetupResult, a: &Aggregate) {
         );
     }
     let n = a.repetitions;
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<tr class=\"agg\"><td>mean</td><td></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td></td><td></td><td></td></tr></table>\n",
+        "<tr class=\"agg\"><td>mean</td><td></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td></td><td></td><td></td></tr></table>",
         mean_sd(a.write_mib_s, n, 1),
         mean_sd(a.read_mib_s, n, 1),
         count_sd(a.faults_injected, n),
@@ -276,10 +280,7 @@ pub fn throughput_chart(title: &str, reps: &[Repetition]) -> String {
         .map(|(k, i, f)| Marker {
             x: f.t_s,
             color: PALETTE[k % PALETTE.len()].to_string(),
-            title: format!(
-                "rep {i} · {:.3} s · {} {} · rule {} {} · offset {} · {} blocks",
-                f.t_s, f.action, f.op, f.rule_id, f.rule, f.offset, f.blocks
-            ),
+            title: format!("rep {i} · {:.3} s · {} {} · rule {} {} · offset {} · {} blocks", f.t_s, f.action, f.op, f.rule_id, f.rule, f.offset, f.blocks),
         })
         .collect();
     let chart = LineChart {
@@ -303,16 +304,18 @@ pub fn throughput_chart(title: &str, reps: &[Repetition]) -> String {
 }
 
 fn latency_table(h: &mut String, reps: &[Repetition]) {
-    h.push_str("<h3>Latency (µs)</h3><table><tr><th>Rep</th><th class=\"l\">Op</th><th>Ops</th><th>IOPS</th><th>Mean</th><th>Stddev</th>\
-<th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>Max</th></tr>\n");
+    h.push_str(
+        "<h3>Latency (µs)</h3><table><tr><th>Rep</th><th class=\"l\">Op</th><th>Ops</th><th>IOPS</th><th>Mean</th><th>Stddev</th>\
+<th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>Max</th></tr>\n",
+    );
     for r in reps {
         for (op, o) in [("write", &r.write), ("read", &r.read)] {
             if o.ops == 0 {
                 continue;
             }
-            let _ = write!(
+            let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td class=\"l\">{op}</td><td>{}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>\n",
+                "<tr><td>{}</td><td class=\"l\">{op}</td><td>{}</td><td>{:.0}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
                 r.index, o.ops, o.iops, o.mean_us, o.stddev_us, o.p50_us, o.p90_us, o.p99_us, o.p999_us, o.max_us
             );
         }
@@ -359,9 +362,9 @@ fn rules_table(h: &mut String, reps: &[Repetition]) {
     h.push_str("<h3>Rules</h3><table><tr><th>Rep</th><th>Id</th><th class=\"l\">Name</th><th class=\"l\">Action</th><th class=\"l\">Op</th><th>Fired</th><th>Blocks</th></tr>\n");
     for r in reps {
         for c in &r.rules {
-            let _ = write!(
+            let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>\n",
+                "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
                 r.index,
                 c.id,
                 esc(&c.name),
@@ -395,14 +398,14 @@ fn files_table(h: &mut String, reps: &[Repetition]) {
     if files.is_empty() {
         return;
     }
-    let _ = write!(
+    let _ = writeln!(
         h,
-        "<h3>Files hit ({} files; top {})</h3><table><tr><th class=\"l\">File</th><th>Bad blocks (all reps)</th><th>Reps hit</th></tr>\n",
+        "<h3>Files hit ({} files; top {})</h3><table><tr><th class=\"l\">File</th><th>Bad blocks (all reps)</th><th>Reps hit</th></tr>",
         files.len(),
         TOP_FILES.min(files.len())
     );
     for (f, b, n) in files.iter().take(TOP_FILES) {
-        let _ = write!(h, "<tr><td class=\"l\">{}</td><td>{b}</td><td>{n}</td></tr>\n", esc(f));
+        let _ = writeln!(h, "<tr><td class=\"l\">{}</td><td>{b}</td><td>{n}</td></tr>", esc(f));
     }
     h.push_str("</table>\n");
 }

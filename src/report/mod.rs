@@ -25,8 +25,7 @@ pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
     }
     let json = serde_json::to_string_pretty(&r).context("cannot serialize results")?;
     // serde_json writes NaN/infinity as null, which would make the file unreadable later: refuse now
-    serde_json::from_str::<Results>(&json)
-        .context("results hold a value JSON cannot represent (NaN or infinity in a number field?)")?;
+    serde_json::from_str::<Results>(&json).context("results hold a value JSON cannot represent (NaN or infinity in a number field?)")?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create results directory {}", dir.display()))?;
     let files = [
         ("results.json", json),
@@ -51,18 +50,16 @@ pub fn load_dir(dir: &Path) -> Result<Results> {
         bail!("{}: not a directory; give the results directory that holds results.json", dir.display());
     }
     let path = dir.join("results.json");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("{}: not a faultline results directory: cannot read {}", dir.display(), path.display()))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("{}: not a faultline results directory: cannot read {}", dir.display(), path.display()))?;
     let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
     match v.get("schema") {
         None => bail!("{}: no \"schema\" field; this is not a faultline results.json", path.display()),
         Some(s) => match s.as_u64() {
             Some(n) if n == SCHEMA as u64 => {}
-            Some(n) => bail!(
-                "{}: results schema version {n}, but this faultline ({}) reads schema version {SCHEMA}",
-                path.display(),
-                env!("CARGO_PKG_VERSION")
-            ),
+            Some(n) => {
+                bail!("{}: results schema version {n}, but this faultline ({}) reads schema version {SCHEMA}", path.display(), env!("CARGO_PKG_VERSION"))
+            }
             None => bail!("{}: \"schema\" is {s}, expected a version number", path.display()),
         },
     }
@@ -120,10 +117,7 @@ pub fn rebuild(dirs: &[PathBuf], out: Option<&Path>) -> Result<(Vec<Results>, Pa
     let labelled: Vec<html::Run> = runs
         .iter()
         .zip(dirs)
-        .map(|(r, d)| html::Run {
-            label: if dirs.len() == 1 { r.name.clone() } else { format!("{} ({})", r.name, d.display()) },
-            results: r,
-        })
+        .map(|(r, d)| html::Run { label: if dirs.len() == 1 { r.name.clone() } else { format!("{} ({})", r.name, d.display()) }, results: r })
         .collect();
     let page = html::render(&labelled);
     std::fs::write(&out, page).with_context(|| format!("cannot write {}", out.display()))?;

@@ -86,13 +86,8 @@ impl LineChart {
     /// The x and y scales of the plot area: x from 0 to the last point or marker, y from 0
     /// to the nice tick at or above the largest value.
     pub fn scales(&self) -> (Scale, Scale, Vec<f64>, Vec<f64>) {
-        let xmax = self
-            .series
-            .iter()
-            .flat_map(|s| s.points.iter().map(|p| p.0))
-            .chain(self.markers.iter().map(|m| m.x))
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max);
+        let xmax =
+            self.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).chain(self.markers.iter().map(|m| m.x)).filter(|v| v.is_finite()).fold(0.0, f64::max);
         let ymax = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|v| v.is_finite()).fold(0.0, f64::max);
         let xt = nice_ticks(xmax, 8);
         let yt = nice_ticks(ymax, 5);

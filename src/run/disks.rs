@@ -8,14 +8,14 @@
 use crate::fault::Rule;
 use crate::fault::engine::{EngineStats, RuleStatus};
 use crate::fault::log::LogEntry;
-use crate::spec::rule::RuleId;
 use crate::spec::disk::DiskSpec;
+use crate::spec::rule::RuleId;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -164,10 +164,6 @@ impl DiskServer {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-
-    pub fn socket(&self) -> &Path {
-        &self.socket
     }
 }
 

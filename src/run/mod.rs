@@ -7,8 +7,8 @@
 pub mod disks;
 pub mod schedule;
 
-use crate::report::model as rm;
 use crate::report::collect;
+use crate::report::model as rm;
 use crate::spec::experiment::{Experiment, Setup};
 use crate::spec::stack::StackSpec;
 use crate::spec::workload::config::CONTENT_BLOCK;
@@ -267,7 +267,13 @@ fn drive_command(r: &mut Rep, built: &Built) -> Result<()> {
 
 /// Drive the workload, with scheduled faults armed by its progress; then sync, deduplicate
 /// (dedup stacks) and let the scheduler arm what waits for the end of the workload.
-fn drive_workload(r: &mut Rep, built: &mut Built, w: &crate::workload::Workload, maps: &Maps, scheduled: Vec<crate::spec::rules::FaultSpec>) -> Result<WorkloadResult> {
+fn drive_workload(
+    r: &mut Rep,
+    built: &mut Built,
+    w: &crate::workload::Workload,
+    maps: &Maps,
+    scheduled: Vec<crate::spec::rules::FaultSpec>,
+) -> Result<WorkloadResult> {
     let (setup, stop) = (r.setup, r.stop);
     let disks = built.disks.clone();
     let mountpoint = built.mountpoint.clone();

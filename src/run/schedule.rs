@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Called with (file, offset, content id) for each block the workload wrote.
+pub type WrittenVisitor<'a> = &'a mut dyn FnMut(Option<usize>, u64, u64);
+
 const CBLOCK: u64 = 4096;
 
 /// One armed firing, for the results.
@@ -275,7 +278,7 @@ impl Scheduler {
 
     /// After the workload (and dedup): arm the faults at rest. `written` lists (file, offset,
     /// id) of what the workload wrote, for unique / file-block targets.
-    pub fn after_workload(&self, written: &dyn Fn(&mut dyn FnMut(Option<usize>, u64, u64))) {
+    pub fn after_workload(&self, written: &dyn Fn(WrittenVisitor<'_>)) {
         let mut st = self.state.lock().unwrap();
         let idx: Vec<usize> = (0..st.slots.len()).filter(|&i| st.slots[i].spec.trigger == Trigger::AfterWorkload).collect();
         if idx.is_empty() {

@@ -242,7 +242,9 @@ mod tests {
 
     #[test]
     fn keywords_parse_print_and_refuse() {
-        for (s, want) in [("auto", RingMode::Auto), ("on", RingMode::On), ("yes", RingMode::On), ("true", RingMode::On), ("off", RingMode::Off), ("false", RingMode::Off)] {
+        for (s, want) in
+            [("auto", RingMode::Auto), ("on", RingMode::On), ("yes", RingMode::On), ("true", RingMode::On), ("off", RingMode::Off), ("false", RingMode::Off)]
+        {
             assert_eq!(RingMode::parse(s), Ok(want), "{s}");
         }
         assert_eq!(RingMode::On.to_string(), "on");

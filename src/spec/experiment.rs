@@ -3,11 +3,11 @@
 //! base). Every key is documented in docs/experiment.md. Everything is validated before any
 //! disk is created; errors name the file, line, column and what is allowed.
 
+use super::disk::{CpuLatency, DEFAULT_EXPERIMENT_SIZE, DiskConfig, DiskSpec, RingMode, RqAffinity, StoreSpec};
 use super::rules::{DiskGeometry, FaultSpec, RawRule, WordOr, validate_fault};
+pub use super::stack::{Cmdline, CommandSpec, FsKind, StackSpec};
 use super::units::{BusyPoll, Dur, Size};
 use super::workload::WorkloadYaml;
-use super::disk::{CpuLatency, DEFAULT_EXPERIMENT_SIZE, DiskConfig, DiskSpec, RingMode, RqAffinity, StoreSpec};
-pub use super::stack::{Cmdline, CommandSpec, FsKind, StackSpec};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
@@ -78,7 +78,6 @@ pub struct Setup {
 #[derive(Clone, Debug)]
 pub struct Experiment {
     pub name: String,
-    pub description: String,
     /// The file as written (echoed into results.json).
     pub text: String,
     pub source: String,
@@ -96,18 +95,18 @@ impl Experiment {
         let mut w = w.clone();
         let file = setup.stack.has_fs();
         let iface = if file { "file" } else { "block" };
-        if let Some(i) = &w.value.interface {
-            if i.value != iface {
-                return Err(format!(
-                    "{}:{}:{}: interface: `{}` does not fit setup `{}` (stack {}); leave `interface` out, the stack decides it ({iface})",
-                    self.source,
-                    i.referenced.line(),
-                    i.referenced.column(),
-                    i.value,
-                    setup.name,
-                    setup.stack.label()
-                ));
-            }
+        if let Some(i) = &w.value.interface
+            && i.value != iface
+        {
+            return Err(format!(
+                "{}:{}:{}: interface: `{}` does not fit setup `{}` (stack {}); leave `interface` out, the stack decides it ({iface})",
+                self.source,
+                i.referenced.line(),
+                i.referenced.column(),
+                i.value,
+                setup.name,
+                setup.stack.label()
+            ));
         }
         w.value.interface = Some(Spanned { value: iface.to_string(), referenced: w.referenced, defined: w.defined });
         if file {
@@ -120,7 +119,8 @@ impl Experiment {
         }
         let at = if file { super::workload::Where::Dir(target.to_path_buf()) } else { super::workload::Where::Device(target.to_path_buf()) };
         let l = w.referenced;
-        super::workload::resolve(&w.value, &self.source, at).map_err(|e| e.replacen(&format!("{}: workload:", self.source), &format!("{}:{}:{}: workload:", self.source, l.line(), l.column()), 1))
+        super::workload::resolve(&w.value, &self.source, at)
+            .map_err(|e| e.replacen(&format!("{}: workload:", self.source), &format!("{}:{}:{}: workload:", self.source, l.line(), l.column()), 1))
     }
 }
 
@@ -153,7 +153,14 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     match raw.setups {
         None => {
             let faults = faults(raw.faults, &base_disk, &base_stack, source)?;
-            setups.push(Setup { name: name.clone(), description: raw.description.clone().unwrap_or_default(), disk: base_disk, stack: base_stack, faults, repeat: base_repeat });
+            setups.push(Setup {
+                name: name.clone(),
+                description: raw.description.clone().unwrap_or_default(),
+                disk: base_disk,
+                stack: base_stack,
+                faults,
+                repeat: base_repeat,
+            });
         }
         Some(list) => {
             if list.is_empty() {
@@ -189,14 +196,21 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
-    let exp = Experiment { name, description: raw.description.unwrap_or_default(), text: text.to_string(), source: source.to_string(), workload, setups };
+    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() {
             let w = exp.workload_for(s, std::path::Path::new("/dev/null"))?;
-            let content_target = s.faults.iter().any(|f| f.deferred.is_some() && (f.by_content.unwrap_or(s.stack.has_fs()) || matches!(f.deferred, Some(super::rules::Deferred::MostDuplicated | super::rules::Deferred::Unique))));
+            let content_target = s.faults.iter().any(|f| {
+                f.deferred.is_some()
+                    && (f.by_content.unwrap_or(s.stack.has_fs())
+                        || matches!(f.deferred, Some(super::rules::Deferred::MostDuplicated | super::rules::Deferred::Unique)))
+            });
             if content_target && s.disk.disk.block_size != 4096 {
-                return Err(format!("{source}: setup `{}`: content targets need a 4KiB disk block size (content is hashed per 4 KiB block); this disk has {}", s.name, s.disk.disk.block_size));
+                return Err(format!(
+                    "{source}: setup `{}`: content targets need a 4KiB disk block size (content is hashed per 4 KiB block); this disk has {}",
+                    s.name, s.disk.disk.block_size
+                ));
             }
             if let super::workload::Interface::File { count, size, .. } = &w.interface {
                 let disk_size = s.disk.size();
@@ -217,7 +231,9 @@ fn repeat(r: &Spanned<u32>, source: &str) -> Result<u32, String> {
 }
 
 fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskSpec>, source: &str) -> Result<DiskSpec, String> {
-    let mut out = base.cloned().unwrap_or_else(|| DiskSpec { disk: DiskConfig { size: Some(DEFAULT_EXPERIMENT_SIZE), ..DiskConfig::default() }, front: Default::default() });
+    let mut out = base
+        .cloned()
+        .unwrap_or_else(|| DiskSpec { disk: DiskConfig { size: Some(DEFAULT_EXPERIMENT_SIZE), ..DiskConfig::default() }, front: Default::default() });
     let Some(d) = d else { return Ok(out) };
     let at = loc(d);
     let v = &d.value;
@@ -233,7 +249,9 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskSpec>, source: &str) -> 
     if let Some(st) = &v.store {
         out.disk.store = st.parse::<StoreSpec>().map_err(|e| format!("{source}:{at}: {e}"))?;
         if matches!(out.disk.store, StoreSpec::Device(_)) {
-            return Err(format!("{source}:{at}: experiments use ram or file stores; a real device (destructive) is only served with `faultline serve --store device:PATH --destructive`"));
+            return Err(format!(
+                "{source}:{at}: experiments use ram or file stores; a real device (destructive) is only served with `faultline serve --store device:PATH --destructive`"
+            ));
         }
     }
     let f = &mut out.front;
@@ -284,7 +302,9 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackSpec, Strin
     }
     if let Some(cmd) = &r.command {
         if r.raid1.is_some() || r.dedup.is_some() {
-            return Err(format!("{source}:{at}: a `command` stack runs on the raw device or on one file system (`fs`); raid1 and dedup are not available with it"));
+            return Err(format!(
+                "{source}:{at}: a `command` stack runs on the raw device or on one file system (`fs`); raid1 and dedup are not available with it"
+            ));
         }
         if cmd.trim().is_empty() {
             return Err(format!("{source}:{at}: `command` is empty"));
@@ -326,10 +346,17 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskSpec, st: &StackSpec, sou
         };
         let f = validate_fault(r.value, geo, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
         if f.disk >= st.devices_needed() {
-            return Err(format!("{source}:{at}: {label}: `disk: {}` does not exist; this stack has {} disk(s): 0..{}", f.disk, st.devices_needed(), st.devices_needed() - 1));
+            return Err(format!(
+                "{source}:{at}: {label}: `disk: {}` does not exist; this stack has {} disk(s): 0..{}",
+                f.disk,
+                st.devices_needed(),
+                st.devices_needed() - 1
+            ));
         }
         if f.by_content == Some(false) && st.has_fs() {
-            return Err(format!("{source}:{at}: {label}: `by: offset` needs device offsets, which a file system hides; use `by: content` (the default on file systems)"));
+            return Err(format!(
+                "{source}:{at}: {label}: `by: offset` needs device offsets, which a file system hides; use `by: content` (the default on file systems)"
+            ));
         }
         out.push(f);
     }

@@ -48,9 +48,6 @@ impl OpSet {
     pub fn union(self, o: OpSet) -> OpSet {
         OpSet(self.0 | o.0)
     }
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
     pub fn ops(self) -> Vec<Op> {
         Op::ALL.into_iter().filter(|o| self.has(*o)).collect()
     }

@@ -7,8 +7,8 @@
 use super::units::{Dur, Ratio, Size, parse_size};
 use crate::content::parse_hash;
 use crate::spec::rule::{Action, DelayDist, ERRNOS, Fill, FlipAt, Op, OpSet, Rule, Target, Window};
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 use std::fmt;
 use std::marker::PhantomData;
@@ -222,15 +222,15 @@ fn no_experiment_keys(r: &RawRule) -> Result<(), String> {
     if let Some((k, _)) = used.iter().find(|(_, u)| *u) {
         return Err(format!("`{k}` belongs to experiment files (faultline run), where a workload drives the schedule; a rules file arms every rule at once"));
     }
-    if let Some(WordOr::Word(w)) = &r.target {
-        if DEFERRED_WORDS.contains(&w.as_str()) {
-            return Err(format!("target `{w}` is resolved by a workload and works only in experiment files (faultline run)"));
-        }
+    if let Some(WordOr::Word(w)) = &r.target
+        && DEFERRED_WORDS.contains(&w.as_str())
+    {
+        return Err(format!("target `{w}` is resolved by a workload and works only in experiment files (faultline run)"));
     }
-    if let Some(WordOr::Map(t)) = &r.target {
-        if t.file.is_some() {
-            return Err("target `{file, block}` is resolved by a workload and works only in experiment files (faultline run)".into());
-        }
+    if let Some(WordOr::Map(t)) = &r.target
+        && t.file.is_some()
+    {
+        return Err("target `{file, block}` is resolved by a workload and works only in experiment files (faultline run)".into());
     }
     Ok(())
 }
@@ -255,7 +255,10 @@ pub enum Trigger {
     /// At the start of the workload (the default; `rot` defaults to AfterWorkload).
     Start,
     /// Each time this many more bytes have been written (at most `count` times).
-    Every { bytes: u64, count: Option<u64> },
+    Every {
+        bytes: u64,
+        count: Option<u64>,
+    },
     AfterOps(u64),
     At(std::time::Duration),
     /// After the workload (and deduplication), before verification: faults at rest.
@@ -286,14 +289,19 @@ pub(crate) fn validate_fault(mut r: RawRule, geo: DiskGeometry, label: String) -
             "most_duplicated" => Some(Deferred::MostDuplicated),
             "unique" => Some(Deferred::Unique),
             "any" => None,
-            other => return Err(format!("unknown target `{other}`; allowed: any, last_written_block, most_duplicated, unique, {{file, block}}, {{offset, length}}, {{block, count}}, {{hash}}")),
+            other => {
+                return Err(format!(
+                    "unknown target `{other}`; allowed: any, last_written_block, most_duplicated, unique, {{file, block}}, {{offset, length}}, {{block, count}}, {{hash}}"
+                ));
+            }
         },
         Some(WordOr::Map(t)) if t.file.is_some() => {
             if t.offset.is_some() || t.length.is_some() || t.count.is_some() || t.hash.is_some() {
                 return Err("a file target is `{file: F, block: N}` (block N, 4 KiB, of the workload's file F); no other keys".into());
             }
             let f = t.file.as_deref().unwrap();
-            let file = f.trim_start_matches('f').parse::<usize>().map_err(|_| format!("file `{f}` is not a workload file; allowed: f0, f1, ... (or 0, 1, ...)"))?;
+            let file =
+                f.trim_start_matches('f').parse::<usize>().map_err(|_| format!("file `{f}` is not a workload file; allowed: f0, f1, ... (or 0, 1, ...)"))?;
             Some(Deferred::FileBlock { file, block: t.block.unwrap_or(0) })
         }
         _ => None,
@@ -416,10 +424,10 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
                 return Err(format!("`offset: {offset}` is outside the block; allowed: 0..{}", bs - 1));
             }
             let length = r.length.map(|s| s.0);
-            if let Some(l) = length {
-                if l == 0 || offset + l > bs {
-                    return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
-                }
+            if let Some(l) = length
+                && (l == 0 || offset + l > bs)
+            {
+                return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
             }
             let fill = match r.fill.as_deref().unwrap_or("random") {
                 "random" => Fill::Random,
@@ -429,7 +437,11 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
             Action::Corrupt { offset: offset as u32, length: length.map(|l| l as u32), fill }
         }
         "error" => Action::Error { errno: parse_errno(r.errno.as_ref())? },
-        "delay" => Action::Delay { delay: parse_delay(r.delay.ok_or("type delay needs `delay` (e.g. `delay: 100us` or `delay: {distribution: lognormal, median: 1ms, sigma: 0.5}`)")?)? },
+        "delay" => Action::Delay {
+            delay: parse_delay(
+                r.delay.ok_or("type delay needs `delay` (e.g. `delay: 100us` or `delay: {distribution: lognormal, median: 1ms, sigma: 0.5}`)")?,
+            )?,
+        },
         "lost-write" => Action::LostWrite,
         "torn-write" => {
             let keep = r.keep.ok_or("type torn-write needs `keep` (bytes of each write that reach the disk, e.g. `keep: 2KiB`)")?.0;
@@ -532,11 +544,9 @@ fn parse_errno(e: Option<&NumOrWord>) -> Result<i32, String> {
         None => Ok(libc::EIO),
         Some(NumOrWord::Num(n)) if (1..4096).contains(n) => Ok(*n as i32),
         Some(NumOrWord::Num(n)) => Err(format!("errno {n} is out of range; allowed: 1..4095 or a name: {}", names())),
-        Some(NumOrWord::Word(w)) => ERRNOS
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(w))
-            .map(|(_, v)| *v)
-            .ok_or_else(|| format!("unknown errno `{w}`; allowed: {}", names())),
+        Some(NumOrWord::Word(w)) => {
+            ERRNOS.iter().find(|(n, _)| n.eq_ignore_ascii_case(w)).map(|(_, v)| *v).ok_or_else(|| format!("unknown errno `{w}`; allowed: {}", names()))
+        }
     }
 }
 

@@ -99,4 +99,3 @@ pub struct CommandSpec {
     #[serde(default)]
     pub cwd: Option<PathBuf>,
 }
-

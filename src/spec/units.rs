@@ -7,8 +7,7 @@ use std::time::Duration;
 
 pub const SIZE_HELP: &str =
     "a byte count with an optional unit: B, KiB, MiB, GiB, TiB (powers of 1024) or kB, MB, GB, TB (powers of 1000), e.g. 4KiB, 8GiB, 512";
-pub const DURATION_HELP: &str =
-    "a duration with a unit: ns, us (or µs), ms, s, m, h, e.g. 10us, 1.5ms, 30s";
+pub const DURATION_HELP: &str = "a duration with a unit: ns, us (or µs), ms, s, m, h, e.g. 10us, 1.5ms, 30s";
 pub const RATIO_HELP: &str = "a ratio between 0 and 1, or a percentage, e.g. 0.25 or 25%";
 
 /// A size in bytes.
@@ -24,11 +23,7 @@ pub struct Dur(pub Duration);
 pub struct Ratio(pub f64);
 
 fn split_number(s: &str) -> (&str, &str) {
-    let end = s
-        .char_indices()
-        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '_'))
-        .map(|(i, _)| i)
-        .unwrap_or(s.len());
+    let end = s.char_indices().find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '_')).map(|(i, _)| i).unwrap_or(s.len());
     (&s[..end], s[end..].trim())
 }
 
@@ -71,10 +66,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if num.is_empty() {
         return Err(format!("`{text}` is not a duration; expected {DURATION_HELP}"));
     }
-    let f: f64 = num
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration; expected {DURATION_HELP}"))?;
+    let f: f64 = num.replace('_', "").parse().map_err(|_| format!("`{text}` is not a duration; expected {DURATION_HELP}"))?;
     let ns_per: f64 = match unit {
         "ns" => 1.0,
         "us" | "µs" => 1e3,
@@ -131,12 +123,8 @@ impl<'de> Deserialize<'de> for BusyPoll {
 
 pub fn parse_ratio(text: &str) -> Result<f64, String> {
     let s = text.trim();
-    let v = if let Some(p) = s.strip_suffix('%') {
-        p.trim().parse::<f64>().map(|v| v / 100.0)
-    } else {
-        s.parse::<f64>()
-    }
-    .map_err(|_| format!("`{text}` is not a ratio; expected {RATIO_HELP}"))?;
+    let v = if let Some(p) = s.strip_suffix('%') { p.trim().parse::<f64>().map(|v| v / 100.0) } else { s.parse::<f64>() }
+        .map_err(|_| format!("`{text}` is not a ratio; expected {RATIO_HELP}"))?;
     if !(0.0..=1.0).contains(&v) {
         return Err(format!("`{text}` is out of range; expected {RATIO_HELP}"));
     }
@@ -196,7 +184,7 @@ impl fmt::Display for Size {
 pub fn format_size(n: u64) -> String {
     const UNITS: [(&str, u64); 4] = [("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (u, m) in UNITS {
-        if n >= m && n % m == 0 {
+        if n >= m && n.is_multiple_of(m) {
             return format!("{}{u}", n / m);
         }
     }
@@ -207,11 +195,11 @@ pub fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
     if ns == 0 {
         "0s".into()
-    } else if ns % 1_000_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000_000) {
         format!("{}s", ns / 1_000_000_000)
-    } else if ns % 1_000_000 == 0 {
+    } else if ns.is_multiple_of(1_000_000) {
         format!("{}ms", ns / 1_000_000)
-    } else if ns % 1_000 == 0 {
+    } else if ns.is_multiple_of(1_000) {
         format!("{}us", ns / 1_000)
     } else {
         format!("{ns}ns")

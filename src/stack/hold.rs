@@ -6,7 +6,7 @@
 //! state `faultline cleanup` must undo.
 
 use crate::disk::{DiskConfig, StoreSpec};
-use crate::stack::command::{CommandSpec, Cmdline};
+use crate::stack::command::{Cmdline, CommandSpec};
 use crate::stack::fs::{Built, FsKind, StackSpec};
 use crate::stack::served::ServedDisk;
 use anyhow::{Result, bail};

@@ -74,11 +74,11 @@ impl ServedDisk {
     fn release(&mut self) -> Result<()> {
         // a file system of this process still mounted on the device goes first: the loop
         // device cannot be detached under it
-        if let Some(e) = &self.exposed {
-            if !e.device.as_os_str().is_empty() {
-                for note in crate::stack::fs::release_on_device(&e.device) {
-                    eprintln!("faultline: {note}");
-                }
+        if let Some(e) = &self.exposed
+            && !e.device.as_os_str().is_empty()
+        {
+            for note in crate::stack::fs::release_on_device(&e.device) {
+                eprintln!("faultline: {note}");
             }
         }
         let r = match self.exposed.take() {
@@ -88,12 +88,12 @@ impl ServedDisk {
         if let Some(s) = self.socket.take() {
             let _ = std::fs::remove_file(s);
         }
-        if let Some(l) = self.ledger.take() {
-            if r.is_ok() {
-                l.remove();
-            }
-            // else: keep the ledger so `faultline cleanup` can finish the job
+        if let Some(l) = self.ledger.take()
+            && r.is_ok()
+        {
+            l.remove();
         }
+        // else: keep the ledger so `faultline cleanup` can finish the job
         r
     }
 }

@@ -81,14 +81,14 @@ impl LedgerFile {
         let path = dir.join(format!("{pid}-{seq}.json"));
         // a file of that name is left by a dead process whose pid we now have: release its
         // resources before our own records overwrite it
-        if let Ok(old) = std::fs::read(&path).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice::<Ledger>(&b)?)) {
-            if old.start_time != data.start_time {
-                let mut log = Vec::new();
-                release_upper(&old, &mut log);
-                release(&old, &mut log);
-                for l in log {
-                    eprintln!("faultline: stale ledger {}: {l}", path.display());
-                }
+        if let Ok(old) = std::fs::read(&path).map_err(anyhow::Error::from).and_then(|b| Ok(serde_json::from_slice::<Ledger>(&b)?))
+            && old.start_time != data.start_time
+        {
+            let mut log = Vec::new();
+            release_upper(&old, &mut log);
+            release(&old, &mut log);
+            for l in log {
+                eprintln!("faultline: stale ledger {}: {l}", path.display());
             }
         }
         let f = LedgerFile { path, seq, data };

@@ -27,11 +27,18 @@ pub enum BadBlock {
         #[serde(skip_serializing_if = "Option::is_none")]
         holds_file: Option<usize>,
     },
-    Unreadable { block: u64, errno: i32 },
+    Unreadable {
+        block: u64,
+        errno: i32,
+    },
     /// The file ends before this block.
-    Short { block: u64 },
+    Short {
+        block: u64,
+    },
     /// The file is gone.
-    Missing { block: u64 },
+    Missing {
+        block: u64,
+    },
 }
 
 impl BadBlock {

@@ -1,13 +1,13 @@
 //! `run`: set up files and threads, run the engine per thread, sample the time series, and
-//! merge the threads' results. `run_block` is the older block-only entry point, kept for callers.
+//! merge the threads' results. `run_block` runs a `BlockWorkload` (a flat psync block
+//! workload that tests build directly).
 
-pub use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy};
-use crate::spec::workload::config::{Engine, Interface, SyncMode, Workload};
 use super::maps::Maps;
 use super::op::{Region, Shared, ThreadOut, Worker};
 use super::stats::{LatencySummary as Summary, Sample, hist, sampler, summary};
 use super::{Progress, WriteObserver, files};
-use crate::content::stream::Stream;
+pub use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy};
+use crate::spec::workload::config::{Engine, Interface, SyncMode, Workload};
 use crate::workload::pattern::Pattern;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -109,12 +109,12 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                     }
                     r?;
                     // buffered and fsync:N files: make the data durable before the run counts as done
-                    if matches!(sh.w.sync, SyncMode::None | SyncMode::Fsync(_)) {
-                        if let Region::Files { files, .. } = wk.region() {
-                            let idx = files.clone();
-                            for (slot, f) in fs.iter().enumerate() {
-                                sync_file(&mut wk, f, slot, Some(idx[slot]));
-                            }
+                    if matches!(sh.w.sync, SyncMode::None | SyncMode::Fsync(_))
+                        && let Region::Files { files, .. } = wk.region()
+                    {
+                        let idx = files.clone();
+                        for (slot, f) in fs.iter().enumerate() {
+                            sync_file(&mut wk, f, slot, Some(idx[slot]));
                         }
                     }
                     Ok(wk.out)
@@ -179,7 +179,8 @@ pub fn sync_file(wk: &mut Worker, f: &File, _slot: usize, file: Option<usize>) {
     }
 }
 
-/// A block workload in the older shape (tests and callers from before `run`).
+/// A psync workload on one block device, as flat fields (tests build these directly);
+/// `run_block` turns it into a `Workload`.
 #[derive(Clone, Debug)]
 pub struct BlockWorkload {
     pub device: PathBuf,
@@ -190,8 +191,6 @@ pub struct BlockWorkload {
     pub size: Option<u64>,
     pub ops: Option<u64>,
     pub duration: Option<Duration>,
-    /// Ignored: content now comes from the profile + seed of `Workload`; kept for callers.
-    pub stream: Stream,
     pub seed: u64,
     pub on_error: ErrorPolicy,
     pub span: Option<u64>,
@@ -220,7 +219,9 @@ pub fn run_block(b: &BlockWorkload, map: Arc<super::map::ContentMap>) -> Result<
     for blk in 0..maps.maps[0].len() {
         match maps.maps[0].get(blk) {
             Some(id) => map.set(blk, id),
-            None if r.failed_ios.iter().any(|f| f.op == "write" && blk * CONTENT_BLOCK >= f.offset && blk * CONTENT_BLOCK < f.offset + f.len) => map.forget(blk),
+            None if r.failed_ios.iter().any(|f| f.op == "write" && blk * CONTENT_BLOCK >= f.offset && blk * CONTENT_BLOCK < f.offset + f.len) => {
+                map.forget(blk)
+            }
             None => {}
         }
     }

@@ -2,9 +2,9 @@
 //! plus what they describe, so a later `verify` finds the device or files again.
 //! Saved as DIR/maps.json (the index) and DIR/map.bin or DIR/map-NNNN.bin (8 B per 4 KiB block).
 
-use crate::spec::workload::config::{CONTENT_BLOCK, Interface, Workload};
 use super::files::file_name;
 use super::map::ContentMap;
+use crate::spec::workload::config::{CONTENT_BLOCK, Interface, Workload};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -40,7 +40,11 @@ impl Maps {
                 if span > size {
                     bail!("span {span} is larger than {} ({size} bytes)", device.display());
                 }
-                Ok(Maps { target: Target::Block { device: device.clone() }, seed: w.seed, maps: vec![ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)] })
+                Ok(Maps {
+                    target: Target::Block { device: device.clone() },
+                    seed: w.seed,
+                    maps: vec![ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)],
+                })
             }
             Interface::File { dir, count, size } => Ok(Maps {
                 target: Target::File { dir: dir.clone(), names: (0..*count as usize).map(file_name).collect() },
@@ -50,26 +54,11 @@ impl Maps {
         }
     }
 
-    /// Bytes the workload addresses.
-    pub fn capacity(&self) -> u64 {
-        self.maps.iter().map(|m| m.len() * CONTENT_BLOCK).sum()
-    }
-
     /// Path of file `i` (file interface).
     pub fn file_path(&self, i: usize) -> Option<PathBuf> {
         match &self.target {
             Target::File { dir, names } => names.get(i).map(|n| dir.join(n)),
             Target::Block { .. } => None,
-        }
-    }
-
-    /// Every written 4 KiB block: (file index or None on a device, byte offset, content id).
-    pub fn for_each_written(&self, mut f: impl FnMut(Option<usize>, u64, u64)) {
-        let is_file = matches!(self.target, Target::File { .. });
-        for (i, m) in self.maps.iter().enumerate() {
-            for (b, id) in m.written() {
-                f(is_file.then_some(i), b * CONTENT_BLOCK, id);
-            }
         }
     }
 

@@ -17,7 +17,7 @@ pub mod stats;
 pub mod uring;
 
 pub use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
-pub use engine::{IoError, LatencySummary, WorkloadResult, run};
+pub use engine::{LatencySummary, WorkloadResult, run};
 pub use maps::Maps;
 pub use stats::Sample;
 

@@ -3,7 +3,6 @@
 //! `Worker::complete` (stats, content map, errors, policy), plus `Worker::retry` (synchronous
 //! retries with backoff). Engines only move bytes.
 
-use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy, SyncMode, Workload};
 use super::engine::IoError;
 use super::maps::Maps;
 use super::pattern::PatternGen;
@@ -11,6 +10,7 @@ use super::stats::{IntervalAcc, OpAcc};
 use super::{Progress, WriteEvent, WriteObserver};
 use crate::content::fill_block;
 use crate::content::stream::Stream;
+use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy, SyncMode, Workload};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Mutex;
@@ -193,17 +193,17 @@ impl<'s, 'a> Worker<'s, 'a> {
     /// a fault for exactly this write) and start the op's clock.
     pub fn announce(&self, op: &mut Op, ids: &[u64]) {
         let sh = self.sh;
-        if op.is_write {
-            if let Some(obs) = sh.observer {
-                obs.before_write(&WriteEvent {
-                    written_before: op.written_before,
-                    ops_before: op.ops_before,
-                    elapsed: sh.start.elapsed(),
-                    file: op.file,
-                    offset: op.offset,
-                    ids: &ids[..(op.len / CONTENT_BLOCK) as usize],
-                });
-            }
+        if op.is_write
+            && let Some(obs) = sh.observer
+        {
+            obs.before_write(&WriteEvent {
+                written_before: op.written_before,
+                ops_before: op.ops_before,
+                elapsed: sh.start.elapsed(),
+                file: op.file,
+                offset: op.offset,
+                ids: &ids[..(op.len / CONTENT_BLOCK) as usize],
+            });
         }
         op.t0 = Instant::now();
     }

@@ -34,7 +34,7 @@ impl PatternGen {
         // TPC-C uses NURand(8191, 1, 100000) for items: A about n/12, rounded to 2^k-1
         let a = ((n / 12).max(1).next_power_of_two() - 1).max(1);
         let c = rng.random_range(0..=a);
-        let mut scatter = 0x9E37_79B9_7F4A_7C15u64 % n.max(2) | 1;
+        let mut scatter = (0x9E37_79B9_7F4A_7C15u64 % n.max(2)) | 1;
         while gcd(scatter, n) != 1 {
             scatter += 2;
         }

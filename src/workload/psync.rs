@@ -1,14 +1,15 @@
 //! The psync engine: one pread/pwrite at a time per thread.
 //!
 //! Large writes have their content generated ahead: while write k is in flight, a filler thread
-//! writes the bytes of write k+1 into a second buffer. At 128 KiB QD1 the fill costs about a
-//! third of the time per I/O (writing lines the loop worker on the other core has just read,
-//! BENCHMARKS.md); done beside the I/O it leaves the critical path. The I/O stays strictly
-//! synchronous: one pwrite at a time, the next issued only after the previous returned.
+//! writes the bytes of write k+1 into a second buffer. For large writes at queue depth 1 the
+//! fill is a large part of the time per I/O (it writes cache lines the loop worker on another
+//! core has just read; BENCHMARKS.md); done beside the I/O it leaves the critical path. The
+//! I/O stays strictly synchronous: one pwrite at a time, the next issued only after the
+//! previous returned.
 
-use crate::spec::workload::config::CONTENT_BLOCK;
 use super::direct::AlignedBuf;
 use super::op::{Op, Worker, fill, fills_ahead};
+use crate::spec::workload::config::CONTENT_BLOCK;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};

@@ -7,9 +7,9 @@
 //! its content filled into a spare slot (`staged`), so the fill overlaps the I/Os in flight; it
 //! is announced to the write observer and submitted only when a slot frees.
 
-use crate::spec::workload::config::CONTENT_BLOCK;
 use super::direct::AlignedBuf;
 use super::op::{Op, Worker, fill, fills_ahead, io_result};
+use crate::spec::workload::config::CONTENT_BLOCK;
 use anyhow::{Context, Result};
 use io_uring::{IoUring, opcode, types};
 use std::collections::HashSet;
@@ -78,14 +78,10 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     let per = bs / CONTENT_BLOCK as usize;
     let entries = qd.next_power_of_two() as u32;
     // COOP_TASKRUN: completions are run when this thread enters the kernel anyway, not by
-    // interrupting it (+10-20% IOPS at QD32 here, bench/workload.sh). SINGLE_ISSUER: only
+    // interrupting it, which pays at deep queues (BENCHMARKS.md). SINGLE_ISSUER: only
     // this thread uses the ring. Kernels before 6.0 refuse them: fall back to a plain ring.
-    let mut ring = IoUring::builder()
-        .setup_coop_taskrun()
-        .setup_single_issuer()
-        .build(entries)
-        .or_else(|_| IoUring::new(entries))
-        .context("cannot set up an io_uring")?;
+    let mut ring =
+        IoUring::builder().setup_coop_taskrun().setup_single_issuer().build(entries).or_else(|_| IoUring::new(entries)).context("cannot set up an io_uring")?;
     // one slot more than the depth: the staged op's
     let slots = qd + 1;
     let mut sl = Slots {
@@ -107,14 +103,14 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     loop {
         // fill the queue
         while (staged.is_some() || !exhausted) && sl.inflight() - (staged.is_some() as usize) < qd {
-            if let Some(d) = wk.rate_wait() {
-                if sl.inflight() > 0 {
-                    // wait for completions rather than sleep with I/O in flight
-                    let ts = types::Timespec::from(d);
-                    let args = types::SubmitArgs::new().timespec(&ts);
-                    let _ = ring.submitter().submit_with_args(1, &args);
-                    break;
-                }
+            if let Some(d) = wk.rate_wait()
+                && sl.inflight() > 0
+            {
+                // wait for completions rather than sleep with I/O in flight
+                let ts = types::Timespec::from(d);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                let _ = ring.submitter().submit_with_args(1, &args);
+                break;
             }
             let (s, mut op) = match staged.take() {
                 // drawn ahead: a stop or the duration may have come since

@@ -222,8 +222,11 @@ pub fn cmd_req(commit_id: u64, qid: u16) -> [u8; 80] {
     c
 }
 
-/// A plain-old-data wire struct: any bit pattern is valid, no padding is read uninitialised
-/// (every field is an integer and the layouts above have no implicit padding).
+/// A plain-old-data wire struct.
+///
+/// # Safety
+/// Any bit pattern must be valid and no padding may be read uninitialised (every field is an
+/// integer and the layouts above have no implicit padding).
 pub unsafe trait Wire: Copy + Default {}
 unsafe impl Wire for InHeader {}
 unsafe impl Wire for OutHeader {}

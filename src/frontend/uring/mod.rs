@@ -25,19 +25,19 @@
 
 pub mod abi;
 
-use super::fuse::{self, NodeAttrs};
 use super::delay::Timed;
+use super::fuse::{self, NodeAttrs};
 use super::poll::{InFlight, Poller};
 use crate::disk::{Disk, Outcome};
 use abi::RingHeader;
 use anyhow::{Context, Result, bail};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Entries (requests in flight to the daemon) per queue: the loop device's default queue depth
@@ -78,7 +78,8 @@ impl Switch {
         let dir = crate::sys::ledger::run_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let path = dir.join("fuse-uring.lock");
-        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        let lock =
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
         // SAFETY: a valid fd; blocks until other faultline processes have put the switch back
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
             bail!("cannot lock {}: {}", path.display(), std::io::Error::last_os_error());
@@ -94,10 +95,10 @@ impl Switch {
 
 impl Drop for Switch {
     fn drop(&mut self) {
-        if self.restore {
-            if let Err(e) = std::fs::write(PARAM, "N") {
-                eprintln!("faultline: cannot turn {PARAM} back off: {e}");
-            }
+        if self.restore
+            && let Err(e) = std::fs::write(PARAM, "N")
+        {
+            eprintln!("faultline: cannot turn {PARAM} back off: {e}");
         }
     }
 }
@@ -282,16 +283,7 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
             return;
         }
     };
-    let mut s = Server {
-        disk,
-        poller,
-        attrs,
-        fuse_fd: fuse_fd.as_raw_fd(),
-        late: BinaryHeap::new(),
-        seq: 0,
-        wake,
-        commits: Vec::new(),
-    };
+    let mut s = Server { disk, poller, attrs, fuse_fd: fuse_fd.as_raw_fd(), late: BinaryHeap::new(), seq: 0, wake, commits: Vec::new() };
     // the default 50 µs timer slack would make every timed wait for a delayed reply late
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
     s.run(&mut ring, &mut slots, early, &stop);
@@ -461,11 +453,10 @@ impl Server {
             let r = match next {
                 // a delayed reply is due soon: spin to its deadline, yielding (the yield is the
                 // kernel entry that runs task work, so new requests still come in meanwhile)
-                Some(at) if at.saturating_duration_since(Instant::now()) <= DELAY_SPIN => ring.submit().map(|n| {
+                Some(at) if at.saturating_duration_since(Instant::now()) <= DELAY_SPIN => ring.submit().inspect(|_| {
                     while ring.completion().is_empty() && Instant::now() < at {
                         unsafe { libc::sched_yield() };
                     }
-                    n
                 }),
                 // later: sleep until shortly before it, or until a request comes
                 Some(at) => {
@@ -571,7 +562,8 @@ impl Server {
                 match self.attrs.lookup(h.nodeid, name) {
                     Some(a) => {
                         let ttl = fuse::TTL.as_secs();
-                        let e = abi::EntryOut { nodeid: a.ino.0, generation: 0, entry_valid: ttl, attr_valid: ttl, attr: abi::attr_from(&a), ..Default::default() };
+                        let e =
+                            abi::EntryOut { nodeid: a.ino.0, generation: 0, entry_valid: ttl, attr_valid: ttl, attr: abi::attr_from(&a), ..Default::default() };
                         ok(abi::put(payload, &e))
                     }
                     None => err(libc::ENOENT),
@@ -634,7 +626,11 @@ impl Server {
         match o.delay {
             Some(d) if !d.is_zero() => {
                 self.seq += 1;
-                self.late.push(Reverse(Timed { at: Instant::now() + d, seq: self.seq, item: Late { slot: idx, unique, errno: o.errno, len, _flight: flight } }));
+                self.late.push(Reverse(Timed {
+                    at: Instant::now() + d,
+                    seq: self.seq,
+                    item: Late { slot: idx, unique, errno: o.errno, len, _flight: flight },
+                }));
                 Reply::Later
             }
             _ => {

@@ -27,7 +27,8 @@ impl std::str::FromStr for Pattern {
             "hotspot" | "nurand" => Ok(Pattern::Hotspot),
             _ => {
                 if let Some(t) = s.strip_prefix("zipf:").or_else(|| s.strip_prefix("zipf")) {
-                    let theta: f64 = t.trim_start_matches(['(', ':']).trim_end_matches(')').parse().map_err(|_| format!("`{s}`: zipf needs a theta, e.g. zipf:1.2"))?;
+                    let theta: f64 =
+                        t.trim_start_matches(['(', ':']).trim_end_matches(')').parse().map_err(|_| format!("`{s}`: zipf needs a theta, e.g. zipf:1.2"))?;
                     if theta > 0.0 {
                         return Ok(Pattern::Zipf(theta));
                     }
@@ -201,7 +202,7 @@ impl Workload {
 
     pub fn check(&self) -> anyhow::Result<()> {
         use anyhow::bail;
-        if self.block_size == 0 || self.block_size % CONTENT_BLOCK != 0 || self.block_size > 256 * CONTENT_BLOCK {
+        if self.block_size == 0 || !self.block_size.is_multiple_of(CONTENT_BLOCK) || self.block_size > 256 * CONTENT_BLOCK {
             bail!("block size {} must be a multiple of {CONTENT_BLOCK} up to 1MiB", self.block_size);
         }
         if self.size.is_none() && self.ops.is_none() && self.duration.is_none() {

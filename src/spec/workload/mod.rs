@@ -80,7 +80,8 @@ pub fn parse_workload(text: &str, source: &str, target: Option<Where>) -> Result
     let f: WorkloadFile = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
     let l = &f.workload.referenced;
     // errors about the whole mapping get its line and column
-    resolve(&f.workload.value, source, target).map_err(|e| e.replacen(&format!("{source}: workload:"), &format!("{source}:{}:{}: workload:", l.line(), l.column()), 1))
+    resolve(&f.workload.value, source, target)
+        .map_err(|e| e.replacen(&format!("{source}: workload:"), &format!("{source}:{}:{}: workload:", l.line(), l.column()), 1))
 }
 
 pub fn parse_workload_file(path: &Path, target: Option<Where>) -> Result<Workload, String> {
@@ -229,10 +230,10 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
             w.profile = load_profile(p, source).map_err(|m| at(source, c, "content.profile", m))?;
         }
     }
-    if let (Interface::File { count, .. }, Some(t)) = (&w.interface, &y.threads) {
-        if *count < t.value {
-            return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
-        }
+    if let (Interface::File { count, .. }, Some(t)) = (&w.interface, &y.threads)
+        && *count < t.value
+    {
+        return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
     }
     w.fit_profile();
     Ok(w)
@@ -276,12 +277,12 @@ pub fn load_profile(p: &str, source: &str) -> Result<Profile, String> {
 /// then the source tree it was built from.
 pub fn profile_dirs() -> Vec<PathBuf> {
     let mut v = Vec::new();
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(d) = exe.parent() {
-            v.push(d.join("profiles"));
-            v.push(d.join("../share/faultline/profiles"));
-            v.push(d.join("../../profiles"));
-        }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(d) = exe.parent()
+    {
+        v.push(d.join("profiles"));
+        v.push(d.join("../share/faultline/profiles"));
+        v.push(d.join("../../profiles"));
     }
     v.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles"));
     v.retain(|d| d.is_dir());
@@ -325,7 +326,10 @@ mod tests {
             ("workload:\n  device: /dev/x\n  ops: 1\n  colour: red\n", "line 4 column 3: unknown field `colour`, expected one of interface, device"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  pattern: spiral\n", "w.yaml:4:12: pattern: `spiral` is not a pattern; allowed: sequential"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  engine: aio\n", "w.yaml:4:11: engine: `aio` is not an engine; allowed: psync, io_uring"),
-            ("workload:\n  device: /dev/x\n  ops: 1\n  sync: sometimes\n", "w.yaml:4:9: sync: `sometimes` is not a sync mode; allowed: none, direct, dsync, fsync:N"),
+            (
+                "workload:\n  device: /dev/x\n  ops: 1\n  sync: sometimes\n",
+                "w.yaml:4:9: sync: `sometimes` is not a sync mode; allowed: none, direct, dsync, fsync:N",
+            ),
             ("workload:\n  device: /dev/x\n  ops: 1\n  mix: {read: 60, write: 60}\n", "w.yaml:4:8: mix: read 60 + write 60 is not 100"),
             ("workload:\n  device: /dev/x\n", "w.yaml:2:3: workload: no bound"),
             ("workload:\n  interface: block\n  ops: 1\n", "w.yaml:2:3: workload: no `device`"),

@@ -91,7 +91,6 @@ impl Built {
         }
         Ok(rep)
     }
-
 }
 
 /// One extent of a file, from FIEMAP.
@@ -179,4 +178,3 @@ pub fn shared_bytes(dir: &Path) -> Result<u64> {
     }
     Ok(total)
 }
-

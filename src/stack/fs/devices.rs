@@ -74,4 +74,3 @@ pub(super) fn wait_unclaimed(dev: &Path) -> Result<()> {
         }
     }
 }
-

@@ -100,7 +100,6 @@ impl Built {
         }
         all
     }
-
 }
 
 /// Does a kernel message name device `name` (loop1, not loop10)?

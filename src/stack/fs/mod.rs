@@ -5,12 +5,12 @@
 //! which devices are ours and what is mounted on them; `health`: btrfs counters and kernel
 //! messages; `dedup`: deduplication and FIEMAP.
 
-use crate::stack::command::{self, CommandEnv, CommandOutcome, CommandSpec};
 pub use crate::spec::stack::{FsKind, StackSpec};
+use crate::stack::command::{self, CommandEnv, CommandOutcome, CommandSpec};
 pub use dedup::{DedupReport, Extent, FIEMAP_EXTENT_SHARED, extents, shared_bytes};
+use devices::{LIVE, wait_unclaimed};
 pub use devices::{is_own_device, release_on_device, unmount_fs};
 pub use health::{DeviceStats, parse_device_stats};
-use devices::{LIVE, wait_unclaimed};
 
 mod dedup;
 mod devices;
@@ -18,10 +18,10 @@ mod health;
 use crate::sys::ledger::{self, LedgerFile};
 use crate::sys::mount;
 use anyhow::{Context, Result, bail};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
-use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug, Default)]
@@ -222,20 +222,6 @@ impl Built {
         unmount_fs(&mnt)
     }
 
-    /// The mount options in effect, from /proc/self/mountinfo (e.g. to check `data=journal`).
-    pub fn mount_options(&self) -> Option<String> {
-        let mnt = self.mountpoint.as_ref()?.to_string_lossy().into_owned();
-        let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-        info.lines().find_map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            if f.get(4) != Some(&mnt.as_str()) {
-                return None;
-            }
-            let sep = f.iter().position(|x| *x == "-")?;
-            Some(format!("{},{}", f[5], f.get(sep + 3).unwrap_or(&"")))
-        })
-    }
-
     /// Make later reads come from the disk. File systems: unmount and mount again, which
     /// drops every cached page and metadata block of this file system only (drop_caches is
     /// global and leaves dirty data). Raw: fsync + BLKFLSBUF on each device (its buffer cache).
@@ -316,4 +302,3 @@ impl Drop for Built {
         }
     }
 }
-
