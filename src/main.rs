@@ -34,7 +34,7 @@ enum Cmd {
         #[arg(long, default_value = "4KiB", value_parser = size_arg)]
         block_size: u64,
         /// Backing store: ram | file:PATH | device:PATH.
-        #[arg(long, default_value = "ram")]
+        #[arg(long, default_value_t = DiskConfig::default().store)]
         store: StoreSpec,
         /// Confirm that a device store may be overwritten.
         #[arg(long)]
@@ -56,19 +56,19 @@ enum Cmd {
         /// How requests reach the daemon: `on` = FUSE over io_uring (Linux 6.14+; the kernel's
         /// switch is turned on for the mount and put back), `off` = classic /dev/fuse reads,
         /// `auto` = io_uring where it works, else classic (the start-up line says which).
-        #[arg(long, value_enum, default_value = "auto")]
+        #[arg(long, value_enum, default_value_t = FrontendOptions::default().ring)]
         ring: RingMode,
         /// Which CPU completes the loop device's requests (its queue/rq_affinity): `auto` =
         /// over io_uring, the submitting CPU (2) while requests come one at a time, the
         /// device's own value otherwise (classic /dev/fuse: untouched); `keep` = never touch
         /// it; 0, 1 or 2 = that value. Put back at teardown.
-        #[arg(long, value_enum, default_value = "auto")]
+        #[arg(long, value_enum, default_value_t = FrontendOptions::default().rq_affinity)]
         rq_affinity: RqAffinity,
         /// Idle CPUs' wake-up latency (/dev/cpu_dma_latency): `auto` = ask for 0 µs (idle
         /// CPUs poll instead of halting) while the disk has requests, released 10 ms after
         /// the last; `hold` = for the disk's whole life; `keep` = never ask. Machine-wide
         /// while held: what runs on the disk gets the faster wake-ups too.
-        #[arg(long, value_enum, default_value = "auto")]
+        #[arg(long, value_enum, default_value_t = FrontendOptions::default().cpu_latency)]
         cpu_latency: CpuLatency,
         /// (internal) Serve for this process (`faultline run`): when it dies, release what it
         /// built on the disk and tear down.
