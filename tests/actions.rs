@@ -1,14 +1,49 @@
-//! Each fault action and trigger, observed by a real client doing O_DIRECT I/O on /dev/loopN.
+//! Each fault action and trigger, observed by a real client doing O_DIRECT I/O on /dev/loopN,
+//! over both transports: the faults are applied by the disk, but each transport carries the
+//! request, the errno and the reply's bytes in its own way.
 
 mod common;
 use common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-#[test]
-fn write_bitflip_is_stored_read_bitflip_is_not() {
-    let s = Serve::start(
+/// Each test runs twice: `NAME::ring` over FUSE over io_uring (reported skipped where it cannot
+/// be had) and `NAME::classic` over /dev/fuse reads.
+macro_rules! both_transports {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn ring() {
+                if super::need_ring() {
+                    super::$name("on");
+                }
+            }
+            #[test]
+            fn classic() {
+                super::$name("off");
+            }
+        }
+    )*};
+}
+
+both_transports!(
+    write_bitflip_is_stored_read_bitflip_is_not,
+    corrupt_zero_and_random,
+    errors_fail_the_whole_request_and_carry_errno,
+    lost_torn_and_misdirected_writes,
+    transient_fires_exactly_times,
+    probability_within_bounds_and_matches_log,
+    content_rules_hit_only_matching_blocks,
+    window_and_after_requests,
+    rot_corrupts_at_rest,
+    discard_and_flush,
+    control_socket_round_trip,
+);
+
+fn write_bitflip_is_stored_read_bitflip_is_not(ring: &str) {
+    let s = Serve::start_ring(
         "64MiB",
+        ring,
         "rules:\n  - {type: bitflip, op: write, target: {block: 10, count: 2}}\n  - {type: bitflip, op: read, byte: 7, bit: 6, target: {block: 20}}\n",
     );
     let d = s.open();
@@ -33,10 +68,10 @@ fn write_bitflip_is_stored_read_bitflip_is_not() {
     s.stop();
 }
 
-#[test]
-fn corrupt_zero_and_random() {
-    let s = Serve::start(
+fn corrupt_zero_and_random(ring: &str) {
+    let s = Serve::start_ring(
         "64MiB",
+        ring,
         "rules:\n  - {type: corrupt, op: write, offset: 100, length: 50, fill: zero, target: {block: 3}}\n  - {type: corrupt, op: read, offset: 4000, fill: random, target: {block: 4}}\n",
     );
     let d = s.open();
@@ -53,10 +88,10 @@ fn corrupt_zero_and_random() {
     s.stop();
 }
 
-#[test]
-fn errors_fail_the_whole_request_and_carry_errno() {
-    let s = Serve::start(
+fn errors_fail_the_whole_request_and_carry_errno(ring: &str) {
+    let s = Serve::start_ring(
         "64MiB",
+        ring,
         "rules:\n  - {type: error, op: read, target: {block: 5}}\n  - {type: error, op: write, errno: ENOSPC, target: {block: 40}}\n  - {type: error, op: write, errno: EROFS, target: {block: 50}}\n",
     );
     let d = s.open();
@@ -81,10 +116,10 @@ fn errors_fail_the_whole_request_and_carry_errno() {
     s.stop();
 }
 
-#[test]
-fn lost_torn_and_misdirected_writes() {
-    let s = Serve::start(
+fn lost_torn_and_misdirected_writes(ring: &str) {
+    let s = Serve::start_ring(
         "64MiB",
+        ring,
         "rules:\n  - {type: lost-write, target: {block: 1}}\n  - {type: torn-write, keep: 1KiB, target: {block: 2}}\n  - {type: misdirected-write, shift: 40KiB, target: {block: 3}}\n",
     );
     let d = s.open();
@@ -103,9 +138,8 @@ fn lost_torn_and_misdirected_writes() {
     s.stop();
 }
 
-#[test]
-fn transient_fires_exactly_times() {
-    let s = Serve::start("64MiB", "rules:\n  - {type: error, op: read, times: 3, target: {block: 7}}\n");
+fn transient_fires_exactly_times(ring: &str) {
+    let s = Serve::start_ring("64MiB", ring, "rules:\n  - {type: error, op: read, times: 3, target: {block: 7}}\n");
     let d = s.open();
     let fails = (0..20).filter(|_| read_block(&d, 7).is_err()).count();
     assert_eq!(fails, 3);
@@ -114,9 +148,8 @@ fn transient_fires_exactly_times() {
     s.stop();
 }
 
-#[test]
-fn probability_within_bounds_and_matches_log() {
-    let s = Serve::start("64MiB", "rules:\n  - {type: error, op: read, probability: 30%, seed: 42, target: {block: 9}}\n");
+fn probability_within_bounds_and_matches_log(ring: &str) {
+    let s = Serve::start_ring("64MiB", ring, "rules:\n  - {type: error, op: read, probability: 30%, seed: 42, target: {block: 9}}\n");
     let d = s.open();
     let n = 3000;
     let fails = (0..n).filter(|_| read_block(&d, 9).is_err()).count() as f64;
@@ -129,9 +162,8 @@ fn probability_within_bounds_and_matches_log() {
     s.stop();
 }
 
-#[test]
-fn content_rules_hit_only_matching_blocks() {
-    let s = Serve::start("64MiB", "rules: []\n");
+fn content_rules_hit_only_matching_blocks(ring: &str) {
+    let s = Serve::start_ring("64MiB", ring, "rules: []\n");
     let d = s.open();
     // content id 77 at blocks 3, 9, 25; other blocks unique
     let id_of = |b: u64| if [3, 9, 25].contains(&b) { 77 } else { 1000 + b };
@@ -153,9 +185,8 @@ fn content_rules_hit_only_matching_blocks() {
     s.stop();
 }
 
-#[test]
-fn window_and_after_requests() {
-    let s = Serve::start("64MiB", "rules:\n  - {type: error, op: read, window: {from: 1500ms, to: 3s}, target: {block: 1}}\n");
+fn window_and_after_requests(ring: &str) {
+    let s = Serve::start_ring("64MiB", ring, "rules:\n  - {type: error, op: read, window: {from: 1500ms, to: 3s}, target: {block: 1}}\n");
     let d = s.open();
     let t0 = Instant::now();
     assert!(read_block(&d, 1).is_ok(), "fired before the window");
@@ -176,9 +207,8 @@ fn window_and_after_requests() {
     s.stop();
 }
 
-#[test]
-fn rot_corrupts_at_rest() {
-    let s = Serve::start("64MiB", "rules: []\n");
+fn rot_corrupts_at_rest(ring: &str) {
+    let s = Serve::start_ring("64MiB", ring, "rules: []\n");
     let d = s.open();
     write_blocks(&d, 0, 16, 6, |b| if b % 5 == 0 { 500 } else { b });
     let h = faultline::content::hash_hex(faultline::content::block_hash(&expected(500, 6)));
@@ -200,9 +230,8 @@ fn rot_corrupts_at_rest() {
     s.stop();
 }
 
-#[test]
-fn discard_and_flush() {
-    let s = Serve::start("64MiB", "rules:\n  - {type: error, op: flush}\n");
+fn discard_and_flush(ring: &str) {
+    let s = Serve::start_ring("64MiB", ring, "rules:\n  - {type: error, op: flush}\n");
     let d = s.open();
     write_blocks(&d, 0, 64, 7, |b| b);
     assert!(d.sync().is_err(), "a flush error must fail fsync");
@@ -219,9 +248,8 @@ fn discard_and_flush() {
     s.stop();
 }
 
-#[test]
-fn control_socket_round_trip() {
-    let s = Serve::start("64MiB", "rules:\n  - {name: a, type: error, op: read, target: {block: 1}}\n");
+fn control_socket_round_trip(ring: &str) {
+    let s = Serve::start_ring("64MiB", ring, "rules:\n  - {name: a, type: error, op: read, target: {block: 1}}\n");
     let ids = s.add("rules:\n  - {name: b, type: delay, delay: 1ms}\n  - {name: c, type: bitflip, op: write, random: true, seed: 3}\n");
     assert_eq!(ids.len(), 2);
     assert_eq!(s.rules().len(), 3);

@@ -60,7 +60,7 @@ fn while_reading<T>(s: &Serve, f: impl FnOnce() -> T) -> T {
 fn auto_holds_while_requests_come_or_a_reply_is_due() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let base = baseline();
-    for ring in ["on", "off"] {
+    for ring in transports() {
         let s = Serve::start_args(&["--size", "64MiB", "--ring", ring], "rules: []\n");
         // start-up's own requests (udev probing the new device) end: released
         assert!(becomes(base, Duration::from_secs(2)), "--ring {ring}: still held 2 s after start-up");

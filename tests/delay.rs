@@ -26,7 +26,7 @@ const WAKE_ALLOWANCE_US: f64 = 30.0;
 /// through fuser, or a late commit of the ring entry).
 #[test]
 fn delays_are_precise_and_do_not_block_others() {
-    for ring in ["on", "off"] {
+    for ring in transports() {
         eprintln!("--ring {ring}");
         delays(ring);
     }

@@ -5,7 +5,9 @@
 mod common;
 use common::*;
 use faultline::workload::direct::AlignedBuf;
+use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Names of the serve process's threads.
@@ -24,8 +26,11 @@ const RULES: &str = "rules:
   - {type: bitflip, op: write, target: {block: 13}}
 ";
 
+/// What the client saw of each block: (block, errno, bytes).
+type Seen = Vec<(u64, Option<i32>, Vec<u8>)>;
+
 /// Everything a request can carry, through one transport; returns what the client saw.
-fn exercise(ring: &str) -> Vec<(u64, Option<i32>, Vec<u8>)> {
+fn exercise(ring: &str) -> Seen {
     // and a content rule: writes of block 15's bytes are flipped (hashed after the reply over
     // the ring, Disk::write_then_copied; before it on the classic path)
     let h15 = faultline::content::hash_hex(faultline::content::block_hash(&expected(15, 3)));
@@ -64,20 +69,27 @@ fn exercise(ring: &str) -> Vec<(u64, Option<i32>, Vec<u8>)> {
 
 #[test]
 fn both_transports_serve_the_same_bytes_and_faults() {
-    let ring = exercise("on");
-    let classic = exercise("off");
-    for ((b, e1, d1), (_, e2, d2)) in ring.iter().zip(&classic) {
-        assert_eq!(e1, e2, "block {b}: errno over io_uring {e1:?}, classic {e2:?}");
-        assert!(d1 == d2, "block {b}: different bytes over io_uring and classic");
-        match b {
-            9 => assert_eq!(*e1, Some(libc::EIO), "block 9 must fail with EIO"),
-            7 | 13 | 15 => {
-                let want = expected(*b, 3);
-                let diff: Vec<usize> = (0..want.len()).filter(|&i| want[i] != d1[i]).collect();
-                assert_eq!(diff, vec![0], "block {b}: exactly the first byte flipped");
-                assert_eq!(want[0] ^ d1[0], 1, "block {b}: the lowest bit");
+    let seen: Vec<(&str, Seen)> = transports().into_iter().map(|ring| (ring, exercise(ring))).collect();
+    for (ring, blocks) in &seen {
+        for (b, e, d) in blocks {
+            match b {
+                9 => assert_eq!(*e, Some(libc::EIO), "--ring {ring}: block 9 must fail with EIO"),
+                7 | 13 | 15 => {
+                    assert_eq!(*e, None, "--ring {ring}: block {b} failed");
+                    let want = expected(*b, 3);
+                    let diff: Vec<usize> = (0..want.len()).filter(|&i| want[i] != d[i]).collect();
+                    assert_eq!(diff, vec![0], "--ring {ring}: block {b}: exactly the first byte flipped");
+                    assert_eq!(want[0] ^ d[0], 1, "--ring {ring}: block {b}: the lowest bit");
+                }
+                _ => assert!(e.is_none() && d == &expected(*b, 3), "--ring {ring}: block {b} corrupted or failed ({e:?})"),
             }
-            _ => assert!(d1 == &expected(*b, 3), "block {b} corrupted"),
+        }
+    }
+    // and the two agree request by request, where both ran
+    if let [(_, ring), (_, classic)] = &seen[..] {
+        for ((b, e1, d1), (_, e2, d2)) in ring.iter().zip(classic) {
+            assert_eq!(e1, e2, "block {b}: errno over io_uring {e1:?}, classic {e2:?}");
+            assert!(d1 == d2, "block {b}: different bytes over io_uring and classic");
         }
     }
 }
@@ -92,6 +104,9 @@ fn switch_state() -> String {
 
 #[test]
 fn switch_is_put_back_and_the_ring_keeps_working() {
+    if !need_ring() {
+        return;
+    }
     std::fs::create_dir_all("/run/faultline").unwrap();
     let before = switch_state();
     let s = Serve::start_args(&["--size", "64MiB", "--ring", "on"], "rules: []\n");
@@ -113,4 +128,44 @@ fn bad_ring_value_is_refused() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("allowed: auto, on, off"), "{err}");
+}
+
+/// `FAULTLINE_RING=off` makes the machine look like one whose kernel lacks FUSE over io_uring:
+/// `--ring on` fails naming the variable, `auto` serves over /dev/fuse and says why, and a
+/// value it does not know is refused rather than ignored.
+#[test]
+fn faultline_ring_off_looks_like_a_kernel_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |val: &str, ring: &str| {
+        let mut c = Command::new(bin());
+        c.env("FAULTLINE_RING", val).args(["serve", "--size", "64MiB", "--ring", ring, "--socket"]).arg(dir.path().join("s.sock"));
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    };
+    let out = serve("off", "on").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "--ring on served with FAULTLINE_RING=off");
+    assert!(err.contains("ring: on") && err.contains("FAULTLINE_RING=off"), "{err}");
+    let out = serve("of", "auto").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("FAULTLINE_RING=of is not understood"), "{err}");
+
+    let mut child = serve("off", "auto").spawn().unwrap();
+    let pid = child.id();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("/dev/loop"), "serve did not start: {line:?}");
+    let dev = std::path::PathBuf::from(line.trim());
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut start = String::new();
+    while !start.contains("serving") && err.read_line(&mut start).unwrap() > 0 {}
+    assert!(start.contains("requests over /dev/fuse (no io_uring: turned off by FAULTLINE_RING=off)"), "{start}");
+    assert!(!threads(pid).iter().any(|t| t == "faultline-ring"), "a ring thread runs with FAULTLINE_RING=off");
+    let d = faultline::workload::direct::DirectDev::open(&dev).unwrap();
+    write_blocks(&d, 0, 8, 4, |b| b);
+    assert_eq!(read_block(&d, 5).unwrap(), expected(5, 4));
+    drop(d);
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success(), "serve with FAULTLINE_RING=off did not tear down cleanly");
+    assert_gone(&dev, pid);
 }

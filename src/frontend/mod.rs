@@ -52,6 +52,8 @@ pub struct Exposed {
 impl Exposed {
     /// Mount the disk as a FUSE file and attach it to a loop device, recording each step.
     pub fn new(disk: Arc<Disk>, opts: &Options, ledger: &mut LedgerFile) -> Result<Exposed> {
+        // before anything is made: with FAULTLINE_RING=off the kernel's switch is never touched
+        let unavailable = uring::unavailable()?;
         let base = crate::sys::ledger::run_dir();
         let mountpoint = base.join(format!("mnt-{}-{}", std::process::id(), ledger.seq));
         std::fs::create_dir_all(&mountpoint).with_context(|| format!("cannot create {}", mountpoint.display()))?;
@@ -66,7 +68,7 @@ impl Exposed {
         let mut transport = String::from("/dev/fuse");
         let (prepared, switch) = match opts.ring {
             uring::RingMode::Off => (None, None),
-            mode => match uring::Prepared::new().and_then(|p| Ok((p, uring::Switch::on()?))) {
+            mode => match unavailable.map_or_else(|| uring::Prepared::new().and_then(|p| Ok((p, uring::Switch::on()?))), |why| Err(anyhow::anyhow!(why))) {
                 Ok((p, sw)) => (Some(p), Some(sw)),
                 Err(e) if mode == uring::RingMode::On => {
                     return Err(e.context("FUSE over io_uring was asked for (ring: on)"));

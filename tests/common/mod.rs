@@ -15,6 +15,52 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_faultline")
 }
 
+/// Why FUSE over io_uring cannot be had on this machine (a kernel without it, or
+/// `FAULTLINE_RING=off`), by the same check `serve` makes.
+pub fn ring_unavailable() -> Option<String> {
+    faultline::frontend::uring::unavailable().expect("FAULTLINE_RING")
+}
+
+/// Report (part of) a test as skipped, visibly: on the test's stderr, which libtest does not
+/// capture when written to directly (unlike `eprintln!`), and as a line appended to the file
+/// named by `FAULTLINE_SKIP_LOG`, which scripts/test.sh counts and lists. `part` names the
+/// skipped half of a test that runs the rest ("" for the whole test).
+pub fn skip(part: &str, why: &str) {
+    use std::io::Write;
+    let test = std::thread::current().name().unwrap_or("?").to_string();
+    let what = if part.is_empty() { format!("{}::{test}", env!("CARGO_CRATE_NAME")) } else { format!("{}::{test} [{part}]", env!("CARGO_CRATE_NAME")) };
+    let line = format!("SKIPPED: {what}: {why}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(path) = std::env::var_os("FAULTLINE_SKIP_LOG") {
+        // one write of one short line to an O_APPEND file: lines of concurrent tests do not mix
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).expect("open FAULTLINE_SKIP_LOG");
+        f.write_all(line.as_bytes()).expect("write FAULTLINE_SKIP_LOG");
+    }
+}
+
+/// For a test that needs FUSE over io_uring: true if it can run, else reports it skipped.
+pub fn need_ring() -> bool {
+    match ring_unavailable() {
+        None => true,
+        Some(why) => {
+            skip("", &format!("needs FUSE over io_uring: {why}"));
+            false
+        }
+    }
+}
+
+/// The `--ring` values a test runs over: "on" (FUSE over io_uring) where it can be had, and
+/// "off" (classic /dev/fuse) always; a missing "on" is reported skipped.
+pub fn transports() -> Vec<&'static str> {
+    match ring_unavailable() {
+        None => vec!["on", "off"],
+        Some(why) => {
+            skip("--ring on", &format!("needs FUSE over io_uring: {why}"));
+            vec!["off"]
+        }
+    }
+}
+
 pub struct Serve {
     child: Option<Child>,
     pub dev: PathBuf,
@@ -25,6 +71,11 @@ pub struct Serve {
 impl Serve {
     pub fn start(size: &str, rules: &str) -> Serve {
         Self::start_args(&["--size", size], rules)
+    }
+
+    /// Over one transport: `ring` is a `--ring` value.
+    pub fn start_ring(size: &str, ring: &str, rules: &str) -> Serve {
+        Self::start_args(&["--size", size, "--ring", ring], rules)
     }
 
     pub fn start_args(args: &[&str], rules: &str) -> Serve {

@@ -60,6 +60,28 @@ pub use crate::spec::disk::RingMode;
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
+/// `FAULTLINE_RING=off` makes this machine look like one whose kernel lacks FUSE over io_uring:
+/// `auto` serves over /dev/fuse and `on` fails, each saying why. It exists to run everything
+/// over the classic path on a kernel that has the ring (the test suite's second pass).
+pub const ENV: &str = "FAULTLINE_RING";
+
+/// Why FUSE over io_uring cannot be had here, known before trying: turned off by `ENV`, or a
+/// kernel without it. `None` does not promise that it works (registration may still fail).
+/// A value of `ENV` other than `off`, `auto` or empty is an error: a typo must not silently
+/// leave the ring on.
+pub fn unavailable() -> Result<Option<String>> {
+    match std::env::var(ENV).as_deref() {
+        Ok("off") => return Ok(Some(format!("turned off by {ENV}=off"))),
+        Ok("auto" | "") | Err(std::env::VarError::NotPresent) => {}
+        Ok(v) => bail!("{ENV}={v} is not understood; allowed: off, auto (or unset)"),
+        Err(e) => bail!("{ENV}: {e}"),
+    }
+    if !std::path::Path::new(PARAM).exists() {
+        return Ok(Some(format!("this kernel has no FUSE over io_uring ({PARAM} is missing; it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)")));
+    }
+    Ok(None)
+}
+
 /// The kernel's switch for FUSE over io_uring, on for as long as this guard lives. It is a
 /// global module parameter, off by default; the kernel reads it when it sends INIT and when a
 /// ring command arrives, but a connection whose INIT asked for io_uring keeps it after the
@@ -72,8 +94,8 @@ pub struct Switch {
 
 impl Switch {
     pub fn on() -> Result<Switch> {
-        if !std::path::Path::new(PARAM).exists() {
-            bail!("this kernel has no FUSE over io_uring ({PARAM} is missing; it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)");
+        if let Some(why) = unavailable()? {
+            bail!(why);
         }
         let dir = crate::sys::ledger::run_dir();
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
