@@ -127,7 +127,7 @@ fn bad_ring_value_is_refused() {
     let out = std::process::Command::new(bin()).args(["serve", "--size", "64MiB", "--ring", "fast"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("allowed: auto, on, off"), "{err}");
+    assert!(err.contains("'fast'") && err.contains("possible values: auto, on, off"), "{err}");
 }
 
 /// `FAULTLINE_RING=off` makes the machine look like one whose kernel lacks FUSE over io_uring:
