@@ -99,13 +99,16 @@ impl Write for &Sock {
     }
 }
 
+/// An open connection: a clone of its socket and its thread.
+type OpenConn = (Sock, Option<std::thread::JoinHandle<()>>);
+
 /// What every connection shares.
 pub(super) struct Shared {
     pub disk: Arc<Disk>,
     pub delayer: Delayer,
     pub stop: AtomicBool,
     /// Open connections: a clone of each socket (to end it at teardown) and its thread.
-    pub conns: Mutex<HashMap<u64, (Sock, Option<std::thread::JoinHandle<()>>)>>,
+    pub conns: Mutex<HashMap<u64, OpenConn>>,
     next_id: AtomicU64,
     /// When the last "refused" note was printed (one per second at most).
     refused_note: Mutex<Option<Instant>>,
@@ -193,8 +196,19 @@ fn session(sh: &Shared, sock: Sock) -> Res<()> {
     let Some(style) = handshake(sh, &sock)? else { return Ok(()) };
     sock.set_read_timeout(None).map_err(io_err("socket"))?;
     let writer = Arc::new(Mutex::new(sock.try_clone().map_err(io_err("socket"))?));
-    let mut c =
-        Conn { sh, rd: sock, inb: vec![0; IN_BUF], start: 0, end: 0, out: Out { buf: vec![0; OUT_BUF], len: 0 }, writer, style, big: Vec::new(), spin: false };
+    let mut c = Conn {
+        sh,
+        rd: sock,
+        inb: vec![0; IN_BUF],
+        start: 0,
+        end: 0,
+        out: Out { buf: vec![0; OUT_BUF], len: 0 },
+        writer,
+        style,
+        big: Vec::new(),
+        spin: false,
+        served: 0,
+    };
     let r = c.serve();
     // the client sees the end now, even while a delayed reply still holds the writer
     c.rd.shutdown();
@@ -409,6 +423,8 @@ struct Conn<'a> {
     big: Vec<u8>,
     /// The last wait for input was short: poll before sleeping (see `SPIN`).
     spin: bool,
+    /// Requests served since the last blocking wait for input.
+    served: u32,
 }
 
 /// The later of two results: the first error wins, delays add up (the second step starts
@@ -497,7 +513,11 @@ impl Conn<'_> {
         }
         let t = Instant::now();
         let n = (&self.rd).read(&mut self.inb[self.end..]).map_err(io_err("receive"))?;
-        self.spin = t.elapsed() < SPIN;
+        // spin next time only for a lone connection whose client sends one request, waits for
+        // its reply, and sends the next at once (queue depth 1): with several connections or
+        // requests in flight the CPUs are better left to the clients
+        self.spin = t.elapsed() < SPIN && self.served == 1 && self.sh.conns.lock().unwrap().len() == 1;
+        self.served = 0;
         Ok(n)
     }
 
@@ -514,6 +534,7 @@ impl Conn<'_> {
                 return self.flush();
             }
             self.request(&req)?;
+            self.served += 1;
             if self.out.len >= OUT_BUF / 2 {
                 self.flush()?;
             }
@@ -667,7 +688,9 @@ impl Conn<'_> {
     /// A write: the payload is consumed whatever the verdict, so the stream stays in step.
     fn write(&mut self, req: &Request, payload: u64, bad_flags: bool, beyond: bool) -> Res<()> {
         let len = payload as usize;
-        let in_buf = len <= self.inb.len() / 2;
+        // a large payload not yet received goes straight to its own buffer: moving it to the
+        // front of the input buffer would cost another copy
+        let in_buf = len <= self.end - self.start || len < 64 << 10;
         if in_buf {
             self.fill(len)?;
         } else {
