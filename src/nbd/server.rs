@@ -423,7 +423,7 @@ struct Conn<'a> {
     big: Vec<u8>,
     /// The last wait for input was short: poll before sleeping (see `SPIN`).
     spin: bool,
-    /// Requests served since the last blocking wait for input.
+    /// Requests served since the last wait for input.
     served: u32,
 }
 
@@ -485,6 +485,7 @@ impl Conn<'_> {
     /// requests have been coming one at a time.
     fn receive(&mut self) -> Res<usize> {
         use std::os::fd::AsRawFd;
+        let lone = std::mem::take(&mut self.served) == 1;
         if self.spin && !SPINNING.swap(true, Ordering::Acquire) {
             let t = Instant::now();
             let fd = self.rd.as_raw_fd();
@@ -516,8 +517,7 @@ impl Conn<'_> {
         // spin next time only for a lone connection whose client sends one request, waits for
         // its reply, and sends the next at once (queue depth 1): with several connections or
         // requests in flight the CPUs are better left to the clients
-        self.spin = t.elapsed() < SPIN && self.served == 1 && self.sh.conns.lock().unwrap().len() == 1;
-        self.served = 0;
+        self.spin = t.elapsed() < SPIN && lone && self.sh.conns.lock().unwrap().len() == 1;
         Ok(n)
     }
 
