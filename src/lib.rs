@@ -1,6 +1,6 @@
 //! faultline: a virtual faulty disk, and the experiments run on it (workloads, stacks, faults,
 //! verification, reports).
-//! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend -> stack.
+//! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend, nbd -> stack.
 
 pub mod cli;
 pub mod content;
@@ -8,6 +8,7 @@ pub mod disk;
 pub mod fault;
 pub mod frontend;
 pub mod mem;
+pub mod nbd;
 pub mod report;
 pub mod run;
 pub mod spec;

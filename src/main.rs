@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use faultline::frontend::control;
 use faultline::spec::disk::{CpuLatency, DiskConfig, FrontendOptions, RingMode, RqAffinity, StoreSpec, check_block_size};
 use faultline::spec::units::{parse_busy_poll, parse_size};
-use faultline::stack::served::ServedDisk;
+use faultline::stack::served::{Exposure, ServedDisk};
 use faultline::sys::ledger;
 use serde_json::{Value, json};
 use std::io::Write;
@@ -70,6 +70,14 @@ enum Cmd {
         /// while held: what runs on the disk gets the faster wake-ups too.
         #[arg(long, value_enum, default_value_t = FrontendOptions::default().cpu_latency)]
         cpu_latency: CpuLatency,
+        /// Also serve the disk over NBD: tcp://HOST:PORT (port 0: any free port) or unix:PATH
+        /// (docs/nbd.md). The export's URI is printed on stdout (libnbd form: nbd://HOST:PORT,
+        /// nbd+unix:///?socket=PATH).
+        #[arg(long, value_name = "ADDRESS")]
+        nbd: Option<faultline::nbd::NbdAddr>,
+        /// Serve over NBD only: no FUSE mount, no loop device (needs --nbd).
+        #[arg(long, requires = "nbd")]
+        no_loop: bool,
         /// (internal) Serve for this process (`faultline run`): when it dies, release what it
         /// built on the disk and tear down.
         #[arg(long, hide = true)]
@@ -170,9 +178,10 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity, cpu_latency, owned_by } => serve(
+        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity, cpu_latency, nbd, no_loop, owned_by } => serve(
             DiskConfig { size, block_size: check_block_size(block_size).map_err(anyhow::Error::msg)?, store, destructive, force },
             &FrontendOptions { busy_poll, ring, rq_affinity, cpu_latency },
+            &Exposure { loop_device: !no_loop, nbd },
             rules,
             socket,
             owned_by,
@@ -213,22 +222,29 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn serve(cfg: DiskConfig, front: &FrontendOptions, rules: Option<PathBuf>, socket: Option<PathBuf>, owned_by: Option<u32>) -> Result<()> {
+fn serve(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option<PathBuf>, socket: Option<PathBuf>, owned_by: Option<u32>) -> Result<()> {
     let owner = owned_by.map(ledger::set_owner).transpose()?;
     // catch signals from the start so a Ctrl-C during set-up still tears down
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let socket = socket.unwrap_or_else(|| ledger::run_dir().join(format!("{}.sock", std::process::id())));
-    let served = ServedDisk::start(
+    let served = ServedDisk::start_as(
         &cfg,
         front,
+        how,
         |d| match &rules {
             Some(p) => faultline::spec::rules::parse_rules_file(p, d.geometry()).map_err(anyhow::Error::msg),
             None => Ok(vec![]),
         },
         Some(&socket),
     )?;
+    // first line: the loop device, or the NBD URI when there is none; with both, the URI second
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", served.device().display())?;
+    if !served.device().as_os_str().is_empty() {
+        writeln!(out, "{}", served.device().display())?;
+    }
+    if let Some(u) = served.nbd_uri() {
+        writeln!(out, "{u}")?;
+    }
     out.flush()?;
     drop(out);
     // a run's server shares the run's stderr: its start-up line would only be noise there
@@ -246,7 +262,11 @@ fn serve(cfg: DiskConfig, front: &FrontendOptions, rules: Option<PathBuf>, socke
                 Some(why) => format!("{} (unavailable: {why})", front.cpu_latency),
                 None => front.cpu_latency.to_string(),
             },
-            served.device().display(),
+            [served.device().display().to_string(), served.nbd_uri().unwrap_or_default()]
+                .into_iter()
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>()
+                .join(" and "),
             socket.display()
         );
     }

@@ -1,9 +1,11 @@
-//! A served disk: store + engine + FUSE/loop front end + control socket + ledger, started as
-//! one unit and torn down as one (explicitly, on drop, or by `faultline cleanup` after a crash).
+//! A served disk: store + engine + FUSE/loop front end and/or NBD server + control socket +
+//! ledger, started as one unit and torn down as one (explicitly, on drop, or by `faultline
+//! cleanup` after a crash).
 
 use crate::disk::{Disk, DiskConfig};
 use crate::fault::Rule;
 use crate::frontend::{self, Exposed};
+use crate::nbd::{NbdAddr, NbdServer};
 use crate::sys::ledger::LedgerFile;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -12,38 +14,73 @@ use std::sync::Arc;
 pub struct ServedDisk {
     pub disk: Arc<Disk>,
     exposed: Option<Exposed>,
+    nbd: Option<NbdServer>,
     ledger: Option<LedgerFile>,
     pub socket: Option<PathBuf>,
+}
+
+/// How the disk is exposed: the loop device (FUSE + /dev/loopN), an NBD server, or both.
+#[derive(Clone, Debug)]
+pub struct Exposure {
+    pub loop_device: bool,
+    pub nbd: Option<NbdAddr>,
+}
+
+impl Default for Exposure {
+    fn default() -> Exposure {
+        Exposure { loop_device: true, nbd: None }
+    }
 }
 
 impl ServedDisk {
     /// `rules` are armed before the device appears, so no request escapes them.
     pub fn start(cfg: &DiskConfig, front: &frontend::Options, rules: impl FnOnce(&Disk) -> Result<Vec<Rule>>, socket: Option<&Path>) -> Result<ServedDisk> {
-        frontend::preflight()?;
+        Self::start_as(cfg, front, &Exposure::default(), rules, socket)
+    }
+
+    /// `start`, exposed as `how` says (the NBD server starts after the loop device).
+    pub fn start_as(
+        cfg: &DiskConfig,
+        front: &frontend::Options,
+        how: &Exposure,
+        rules: impl FnOnce(&Disk) -> Result<Vec<Rule>>,
+        socket: Option<&Path>,
+    ) -> Result<ServedDisk> {
+        if how.loop_device {
+            frontend::preflight()?;
+        } else if how.nbd.is_none() {
+            anyhow::bail!("without the loop device the disk needs --nbd ADDRESS, or it is exposed nowhere");
+        }
         let disk = Arc::new(Disk::open(cfg)?);
         disk.arm(rules(&disk)?)?;
         let mut ledger = LedgerFile::create()?;
-        let mut me = ServedDisk { disk: disk.clone(), exposed: None, ledger: None, socket: None };
-        match Exposed::new(disk.clone(), front, &mut ledger) {
-            Ok(e) => me.exposed = Some(e),
-            Err(e) => {
-                // undo whatever part was built (e.g. the mount point of a failed mount)
-                crate::sys::ledger::release(&ledger.data, &mut Vec::new());
-                ledger.remove();
-                return Err(e);
+        let mut me = ServedDisk { disk: disk.clone(), exposed: None, nbd: None, ledger: None, socket: None };
+        if how.loop_device {
+            match Exposed::new(disk.clone(), front, &mut ledger) {
+                Ok(e) => me.exposed = Some(e),
+                Err(e) => {
+                    // undo whatever part was built (e.g. the mount point of a failed mount)
+                    crate::sys::ledger::release(&ledger.data, &mut Vec::new());
+                    ledger.remove();
+                    return Err(e);
+                }
             }
         }
         me.ledger = Some(ledger);
+        if let Some(a) = &how.nbd {
+            me.nbd = Some(NbdServer::start(disk.clone(), a)?);
+        }
         if let Some(s) = socket {
             if let Some(parent) = s.parent() {
                 std::fs::create_dir_all(parent)?;
             }
             me.ledger.as_mut().unwrap().update(|l| l.socket = Some(s.to_owned()))?;
-            let e = me.exposed.as_ref().expect("exposed");
+            let e = me.exposed.as_ref();
             let info = serde_json::json!({
-                "device": e.device,
-                "transport": e.transport,
-                "cpu_latency_unavailable": e.cpu_latency_unavailable,
+                "device": e.map(|e| &e.device),
+                "transport": e.map(|e| &e.transport),
+                "cpu_latency_unavailable": e.and_then(|e| e.cpu_latency_unavailable.as_ref()),
+                "nbd": me.nbd.as_ref().map(|n| n.uri()),
                 "block_size": disk.block_size(),
                 "size": disk.size(),
             });
@@ -53,18 +90,24 @@ impl ServedDisk {
         Ok(me)
     }
 
+    /// The loop device (`/dev/loopN`); empty when the disk is served over NBD only.
     pub fn device(&self) -> &Path {
-        &self.exposed.as_ref().expect("exposed").device
+        self.exposed.as_ref().map_or(Path::new(""), |e| &e.device)
     }
 
-    /// How requests reach the daemon ("io_uring", or "/dev/fuse" and why).
+    /// The NBD export's URI (libnbd form), when served over NBD.
+    pub fn nbd_uri(&self) -> Option<String> {
+        self.nbd.as_ref().map(|n| n.uri())
+    }
+
+    /// How requests reach the daemon ("io_uring", or "/dev/fuse" and why; "nbd only").
     pub fn transport(&self) -> &str {
-        &self.exposed.as_ref().expect("exposed").transport
+        self.exposed.as_ref().map_or("NBD only", |e| &e.transport)
     }
 
     /// Why `cpu_latency: auto` could not ask, if it could not.
     pub fn cpu_latency_unavailable(&self) -> Option<&str> {
-        self.exposed.as_ref().expect("exposed").cpu_latency_unavailable.as_deref()
+        self.exposed.as_ref().and_then(|e| e.cpu_latency_unavailable.as_deref())
     }
 
     pub fn teardown(mut self) -> Result<()> {
@@ -72,6 +115,8 @@ impl ServedDisk {
     }
 
     fn release(&mut self) -> Result<()> {
+        // NBD clients first: their connections end, the disk stays until the loop device goes
+        drop(self.nbd.take());
         // a file system of this process still mounted on the device goes first: the loop
         // device cannot be detached under it
         if let Some(e) = &self.exposed

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# bench/nbd.sh [ROUNDS] [SECONDS] -- faultline's NBD server vs nbdkit memory (and qemu-nbd on a
+# tmpfs file where qemu-utils is installed), same clients, side by side in one run.
+#
+# Every server listens on a Unix socket in a temp dir and holds SIZE (default 1GiB) in RAM:
+# `faultline serve --no-loop --nbd unix:...` (no rules), `nbdkit memory SIZE`, `qemu-nbd -t` on
+# a raw file in /dev/shm. Each is filled once with the same random SIZE (nbdcopy), so every
+# round reads allocated, steady-state storage. Points, each the same client command for every
+# server:
+#   copy-in    nbdcopy FILE -> server (MB/s; the file is in /dev/shm, nbdcopy's defaults:
+#              multi-conn where advertised, 64 requests of 256 KiB in flight per connection)
+#   copy-out   nbdcopy server -> null: (MB/s)
+#   rr4k-qd1 rw4k-qd1 rr4k-qd32 rw4k-qd32 w128k-qd1   fio --ioengine=nbd (IOPS)
+# Each round runs every point on every server back to back, in an order rotated per round, so
+# the machine's drift (other tenants) lands on all servers alike. Ratios are the median over
+# rounds of the per-round ratio (paired); tables are medians. The machine is left as it is for
+# every candidate; HOLD_CPU_LATENCY=1 holds a 0 us CPU wake-up latency for the whole run
+# (every candidate measured with polling CPUs). Last line: min_ratio_vs_nbdkit=R
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+rounds=${1:-5}
+secs=${2:-3}
+size=${SIZE:-1GiB}
+bash "$top/scripts/setup.sh"
+fl="$top/target/release/faultline"
+if [ "${HOLD_CPU_LATENCY:-0}" = 1 ]; then
+  exec 9>/dev/cpu_dma_latency
+  printf 0 >&9
+  echo "HOLD_CPU_LATENCY=1: every candidate measured with the CPU latency limit held at 0 us" >&2
+fi
+work=$(mktemp -d /dev/shm/faultline-nbd-bench.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+bytes=$(python3 -c "import sys; u={'K':1<<10,'M':1<<20,'G':1<<30}; s=sys.argv[1].rstrip('iB'); print(int(s[:-1])*u[s[-1]] if s[-1] in u else int(s))" "$size")
+
+wait_sock() { for _ in $(seq 300); do [ -S "$1" ] && return 0; sleep 0.1; done; echo "no socket $1" >&2; exit 1; }
+declare -A uri
+"$fl" serve --size "$size" --no-loop --nbd "unix:$work/fl.nbd" --socket "$work/fl.ctl" > "$work/fl.out" 2> "$work/fl.err" &
+pids+=($!)
+wait_sock "$work/fl.nbd"
+uri[faultline]="nbd+unix:///?socket=$work/fl.nbd"
+nbdkit -f -U "$work/kit.nbd" memory "$bytes" &
+pids+=($!)
+wait_sock "$work/kit.nbd"
+uri[nbdkit]="nbd+unix:///?socket=$work/kit.nbd"
+names=(faultline nbdkit)
+if command -v qemu-nbd >/dev/null; then
+  truncate -s "$bytes" "$work/qemu.img"
+  # -t: keep serving after a client leaves; -e: nbdcopy may open several connections
+  qemu-nbd -t -e 16 -f raw -k "$work/qemu.nbd" "$work/qemu.img" &
+  pids+=($!)
+  wait_sock "$work/qemu.nbd"
+  uri[qemu-nbd]="nbd+unix:///?socket=$work/qemu.nbd"
+  names+=(qemu-nbd)
+fi
+head -c "$bytes" /dev/urandom > "$work/src"
+for n in "${names[@]}"; do nbdcopy "$work/src" "${uri[$n]}"; done
+echo "servers: ${names[*]} ($size each, filled)" >&2
+
+mbps() { # seconds for $bytes -> MB/s
+  python3 -c "import sys; print(int($bytes / 1e6 / float(sys.argv[1])))" "$1"
+}
+timed() { # command... -> wall seconds
+  local t0 t1
+  t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N)
+  python3 -c "print($t1 - $t0)"
+}
+iops() { # uri fio-args...
+  local u=$1; shift
+  fio --name=p --ioengine=nbd --uri="$u" --size="$bytes" --runtime="$secs" --time_based \
+    --output-format=json --output="$work/fio.json" "$@" >/dev/null 2>&1
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$work/fio.json"
+}
+measure() { # point uri
+  case $1 in
+    copy-in) mbps "$(timed nbdcopy "$work/src" "$2")" ;;
+    copy-out) mbps "$(timed nbdcopy "$2" null:)" ;;
+    rr4k-qd1) iops "$2" --rw=randread --bs=4k --iodepth=1 ;;
+    rw4k-qd1) iops "$2" --rw=randwrite --bs=4k --iodepth=1 ;;
+    rr4k-qd32) iops "$2" --rw=randread --bs=4k --iodepth=32 ;;
+    rw4k-qd32) iops "$2" --rw=randwrite --bs=4k --iodepth=32 ;;
+    w128k-qd1) iops "$2" --rw=write --bs=128k --iodepth=1 ;;
+  esac
+}
+points=(copy-in copy-out rr4k-qd1 rw4k-qd1 rr4k-qd32 rw4k-qd32 w128k-qd1)
+for r in $(seq "$rounds"); do
+  echo "== round $r/$rounds" >&2
+  for p in "${points[@]}"; do
+    line="$p"
+    for k in $(seq 0 $((${#names[@]} - 1))); do
+      n=${names[$(( (k + r) % ${#names[@]} ))]}
+      line="$line $n=$(measure "$p" "${uri[$n]}")"
+    done
+    echo "$r $line" | tee -a "$work/results" >&2
+  done
+done
+
+python3 - "$work/results" "${names[@]}" <<'PY'
+import sys, statistics
+from collections import defaultdict
+names = sys.argv[2:]
+vals = defaultdict(lambda: defaultdict(dict))   # vals[point][round][name]
+for line in open(sys.argv[1]):
+    r, point, *kv = line.split()
+    for x in kv:
+        k, v = x.split("=")
+        vals[point][r][k] = int(v)
+points = ["copy-in", "copy-out", "rr4k-qd1", "rw4k-qd1", "rr4k-qd32", "rw4k-qd32", "w128k-qd1"]
+med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
+paired = lambda p, a, b: statistics.median(v[a] / v[b] for v in vals[p].values())
+print("median (copy: MB/s, fio: IOPS)")
+print(f"{'':<12}" + "".join(f"{p:>11}" for p in points))
+for n in names:
+    print(f"{n:<12}" + "".join(f"{med(p, n):>11.0f}" for p in points))
+ratios = {}
+for peer in names[1:]:
+    ratios[peer] = {p: paired(p, "faultline", peer) for p in points}
+    print(f"{'vs ' + peer:<12}" + "".join(f"{ratios[peer][p]:>11.2f}" for p in points))
+print("(ratio: faultline / peer, median over rounds of the per-round ratio)")
+if "qemu-nbd" in ratios:
+    print(f"min_ratio_vs_qemu_nbd={min(ratios['qemu-nbd'].values()):.2f}")
+print(f"min_ratio_vs_nbdkit={min(ratios['nbdkit'].values()):.2f}")
+PY

@@ -1,0 +1,765 @@
+//! NBD sessions: the accept loop, the fixed-newstyle handshake, and transmission.
+//!
+//! One thread per connection reads requests and executes them inline (no hand-off: a request
+//! costs no thread wake-up). Replies collect in the connection's output buffer and go out in
+//! one write when the thread would otherwise wait for input, so a client with many requests in
+//! flight gets many replies per system call. A reply the fault engine delays is handed to the
+//! shared delay thread and written later under the connection's write lock; requests behind it
+//! are not held up (replies are matched by cookie, order is free).
+
+use super::proto::{self as p, Request, Sink, Style};
+use crate::disk::{Disk, Outcome};
+use crate::frontend::delay::Delayer;
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The export's name; "" (the default export) is accepted as well.
+pub const EXPORT_NAME: &str = "faultline";
+/// Largest read or write payload a request may carry (advertised in NBD_INFO_BLOCK_SIZE; the
+/// document's portable maximum). A larger write is a hard disconnect, a larger read an error.
+pub const MAX_PAYLOAD: u64 = 32 << 20;
+/// Connections served at once; more are closed at accept, with a note on stderr.
+pub const MAX_CONNECTIONS: usize = 128;
+/// Time a client has for each step of the handshake, and the number of options it may send.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_OPTIONS: usize = 1024;
+/// Largest option data read; longer options get NBD_REP_ERR_TOO_BIG and the connection ends
+/// (names are at most 4 KiB by the document).
+const MAX_OPTION_LEN: u32 = 64 << 10;
+/// Input and output buffer sizes per connection (allocated zeroed: pages appear when used).
+const IN_BUF: usize = 1 << 20;
+const OUT_BUF: usize = 2 << 20;
+/// Busy polling: after its replies are out, a connection whose requests come one at a time
+/// (the last one arrived within this long) polls for the next one this long before sleeping.
+/// A sleep and its wake-up cost more than the gap between a client's reply and its next request.
+const SPIN: Duration = Duration::from_micros(50);
+/// One spinning connection at a time, process-wide: on a small machine two spinners take the
+/// CPUs from the clients they wait for.
+static SPINNING: AtomicBool = AtomicBool::new(false);
+
+/// A connected socket, TCP or Unix.
+pub(super) enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn try_clone(&self) -> io::Result<Sock> {
+        Ok(match self {
+            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
+            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+        })
+    }
+    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_read_timeout(t),
+            Sock::Unix(s) => s.set_read_timeout(t),
+        }
+    }
+    pub(super) fn shutdown(&self) {
+        let _ = match self {
+            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
+            Sock::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+}
+
+impl std::os::fd::AsRawFd for Sock {
+    fn as_raw_fd(&self) -> i32 {
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Read for &Sock {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => (&*s).read(b),
+            Sock::Unix(s) => (&*s).read(b),
+        }
+    }
+}
+
+impl Write for &Sock {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => (&*s).write(b),
+            Sock::Unix(s) => (&*s).write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An open connection: a clone of its socket and its thread.
+type OpenConn = (Sock, Option<std::thread::JoinHandle<()>>);
+
+/// What every connection shares.
+pub(super) struct Shared {
+    pub disk: Arc<Disk>,
+    pub delayer: Delayer,
+    pub stop: AtomicBool,
+    /// Open connections: a clone of each socket (to end it at teardown) and its thread.
+    pub conns: Mutex<HashMap<u64, OpenConn>>,
+    next_id: AtomicU64,
+    /// When the last "refused" note was printed (one per second at most).
+    refused_note: Mutex<Option<Instant>>,
+    pub refused: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(disk: Arc<Disk>) -> Shared {
+        Shared {
+            disk,
+            delayer: Delayer::new(),
+            stop: AtomicBool::new(false),
+            conns: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            refused_note: Mutex::new(None),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    /// Take a new connection: serve it on its own thread, or close it when the limit is reached.
+    pub fn admit(self: &Arc<Self>, sock: Sock, peer: String) {
+        if let Sock::Tcp(s) = &sock {
+            // replies leave in batches already; Nagle would only hold the last one back
+            let _ = s.set_nodelay(true);
+        }
+        let mut conns = self.conns.lock().unwrap();
+        if conns.len() >= MAX_CONNECTIONS || self.stop.load(Ordering::Relaxed) {
+            drop(conns);
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            let mut last = self.refused_note.lock().unwrap();
+            if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                *last = Some(Instant::now());
+                eprintln!("faultline: nbd: refused a connection from {peer}: {MAX_CONNECTIONS} connections are open (the limit)");
+            }
+            sock.shutdown();
+            return;
+        }
+        let Ok(clone) = sock.try_clone() else { return };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let me = self.clone();
+        let spawned = std::thread::Builder::new().name("faultline-nbd".into()).stack_size(256 << 10).spawn(move || {
+            let r = session(&me, sock);
+            if let Err(e) = r
+                && !me.stop.load(Ordering::Relaxed)
+            {
+                eprintln!("faultline: nbd: connection from {peer} closed: {e}");
+            }
+            me.conns.lock().unwrap().remove(&id);
+        });
+        match spawned {
+            Ok(h) => {
+                conns.insert(id, (clone, Some(h)));
+            }
+            Err(e) => eprintln!("faultline: nbd: cannot start a connection thread: {e}"),
+        }
+    }
+
+    /// End every connection and wait for their threads.
+    pub fn close_all(&self) {
+        let handles: Vec<_> = self
+            .conns
+            .lock()
+            .unwrap()
+            .values_mut()
+            .map(|(s, h)| {
+                s.shutdown();
+                h.take()
+            })
+            .collect();
+        for h in handles.into_iter().flatten() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A protocol violation or I/O failure that ends the connection.
+type Res<T> = Result<T, String>;
+
+fn io_err(what: &str) -> impl Fn(io::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+fn session(sh: &Shared, sock: Sock) -> Res<()> {
+    sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io_err("socket"))?;
+    let Some(style) = handshake(sh, &sock)? else { return Ok(()) };
+    sock.set_read_timeout(None).map_err(io_err("socket"))?;
+    let writer = Arc::new(Mutex::new(sock.try_clone().map_err(io_err("socket"))?));
+    let mut c = Conn {
+        sh,
+        rd: sock,
+        inb: vec![0; IN_BUF],
+        start: 0,
+        end: 0,
+        out: Out { buf: vec![0; OUT_BUF], len: 0 },
+        writer,
+        style,
+        big: Vec::new(),
+        spin: false,
+        served: 0,
+    };
+    let r = c.serve();
+    // the client sees the end now, even while a delayed reply still holds the writer
+    c.rd.shutdown();
+    r
+}
+
+fn read_exact(mut s: &Sock, b: &mut [u8], what: &str) -> Res<()> {
+    s.read_exact(b).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => format!("{what}: the client closed the connection"),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => format!("{what}: no data for {}s", HANDSHAKE_TIMEOUT.as_secs()),
+        _ => format!("{what}: {e}"),
+    })
+}
+
+fn send(mut s: &Sock, b: &[u8]) -> Res<()> {
+    s.write_all(b).map_err(io_err("send"))
+}
+
+fn transmission_flags(style: Style) -> u16 {
+    let mut f = p::FLAG_HAS_FLAGS
+        | p::FLAG_SEND_FLUSH
+        | p::FLAG_SEND_FUA
+        | p::FLAG_SEND_TRIM
+        | p::FLAG_SEND_WRITE_ZEROES
+        | p::FLAG_CAN_MULTI_CONN
+        | p::FLAG_SEND_CACHE
+        | p::FLAG_SEND_FAST_ZERO;
+    if style != Style::Simple {
+        f |= p::FLAG_SEND_DF;
+    }
+    f
+}
+
+fn known_export(name: &[u8]) -> bool {
+    name.is_empty() || name == EXPORT_NAME.as_bytes()
+}
+
+/// Fixed newstyle negotiation. `Some(style)`: transmission starts; `None`: the client ended
+/// the session cleanly (NBD_OPT_ABORT, or after NBD_OPT_LIST/INFO only).
+fn handshake(sh: &Shared, s: &Sock) -> Res<Option<Style>> {
+    let mut g = Vec::with_capacity(18);
+    g.put(&p::NBDMAGIC.to_be_bytes());
+    g.put(&p::IHAVEOPT.to_be_bytes());
+    g.put(&(p::FLAG_FIXED_NEWSTYLE | p::FLAG_NO_ZEROES).to_be_bytes());
+    send(s, &g)?;
+    let mut cf = [0u8; 4];
+    read_exact(s, &mut cf, "client flags")?;
+    let cflags = u32::from_be_bytes(cf);
+    if cflags & !(p::FLAG_C_FIXED_NEWSTYLE | p::FLAG_C_NO_ZEROES) != 0 {
+        return Err(format!("unknown client flags {cflags:#x}"));
+    }
+    let no_zeroes = cflags & p::FLAG_C_NO_ZEROES != 0;
+    let mut style = Style::Simple;
+    let size = sh.disk.size();
+    let bs = sh.disk.block_size();
+    for _ in 0..MAX_OPTIONS {
+        let mut h = [0u8; 16];
+        match read_exact(s, &mut h, "option") {
+            Ok(()) => {}
+            // a client may hang up between options (nbdinfo --list does after NBD_OPT_LIST)
+            Err(e) if e.ends_with("closed the connection") => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        let magic = u64::from_be_bytes(h[..8].try_into().unwrap());
+        if magic != p::IHAVEOPT {
+            return Err(format!("bad option magic {magic:#x}"));
+        }
+        let opt = u32::from_be_bytes(h[8..12].try_into().unwrap());
+        let len = u32::from_be_bytes(h[12..16].try_into().unwrap());
+        let mut r = Vec::new();
+        if len > MAX_OPTION_LEN {
+            // the data cannot be skipped cheaply: say why, then end the session
+            p::option_reply(&mut r, opt, p::REP_ERR_TOO_BIG, format!("option data of {len} bytes (limit {MAX_OPTION_LEN})").as_bytes());
+            let _ = send(s, &r);
+            return Err(format!("option {opt} with {len} bytes of data"));
+        }
+        let mut data = vec![0u8; len as usize];
+        read_exact(s, &mut data, "option data")?;
+        let invalid = |r: &mut Vec<u8>, why: &str| p::option_reply(r, opt, p::REP_ERR_INVALID, why.as_bytes());
+        match opt {
+            p::OPT_EXPORT_NAME => {
+                if style == Style::Extended {
+                    return Err("NBD_OPT_EXPORT_NAME after extended headers".into());
+                }
+                if !known_export(&data) {
+                    // this option cannot fail: the document says to end the session
+                    return Err(format!("unknown export {:?}", String::from_utf8_lossy(&data)));
+                }
+                r.put(&size.to_be_bytes());
+                r.put(&transmission_flags(style).to_be_bytes());
+                if !no_zeroes {
+                    r.put(&[0u8; 124]);
+                }
+                send(s, &r)?;
+                return Ok(Some(style));
+            }
+            p::OPT_ABORT => {
+                p::option_reply(&mut r, opt, p::REP_ACK, &[]);
+                let _ = send(s, &r);
+                return Ok(None);
+            }
+            p::OPT_LIST if !data.is_empty() => invalid(&mut r, "NBD_OPT_LIST takes no data"),
+            p::OPT_LIST => {
+                let mut d = Vec::new();
+                d.put(&(EXPORT_NAME.len() as u32).to_be_bytes());
+                d.put(EXPORT_NAME.as_bytes());
+                d.put(b"faultline faulty disk");
+                p::option_reply(&mut r, opt, p::REP_SERVER, &d);
+                p::option_reply(&mut r, opt, p::REP_ACK, &[]);
+            }
+            p::OPT_STARTTLS => p::option_reply(&mut r, opt, p::REP_ERR_POLICY, b"faultline serves NBD without TLS"),
+            p::OPT_INFO | p::OPT_GO => {
+                // name length, name, count of info requests, the requests
+                let parsed = (|| {
+                    let nl = u32::from_be_bytes(data.get(..4)?.try_into().ok()?) as usize;
+                    let name = data.get(4..4usize.checked_add(nl)?)?;
+                    let rest = &data[4 + nl..];
+                    let n = u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+                    let reqs = rest.get(2..)?;
+                    (reqs.len() == 2 * n).then(|| (name, reqs.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect::<Vec<_>>()))
+                })();
+                match parsed {
+                    None => invalid(&mut r, "malformed NBD_OPT_INFO/GO data"),
+                    Some((name, _)) if !known_export(name) => {
+                        let msg = format!("no export {:?}; this server has \"{EXPORT_NAME}\" (also the default, \"\")", String::from_utf8_lossy(name));
+                        p::option_reply(&mut r, opt, p::REP_ERR_UNKNOWN, msg.as_bytes());
+                    }
+                    Some((_, infos)) => {
+                        let mut d = Vec::new();
+                        d.put(&p::INFO_EXPORT.to_be_bytes());
+                        d.put(&size.to_be_bytes());
+                        d.put(&transmission_flags(style).to_be_bytes());
+                        p::option_reply(&mut r, opt, p::REP_INFO, &d);
+                        // sent unasked too: the defaults' preferred size is 4 KiB, ours is the
+                        // disk's block size; any offset and length are served (minimum 1)
+                        d.clear();
+                        d.put(&p::INFO_BLOCK_SIZE.to_be_bytes());
+                        d.put(&1u32.to_be_bytes());
+                        d.put(&bs.to_be_bytes());
+                        d.put(&(MAX_PAYLOAD as u32).to_be_bytes());
+                        p::option_reply(&mut r, opt, p::REP_INFO, &d);
+                        if infos.contains(&p::INFO_NAME) {
+                            d.clear();
+                            d.put(&p::INFO_NAME.to_be_bytes());
+                            d.put(EXPORT_NAME.as_bytes());
+                            p::option_reply(&mut r, opt, p::REP_INFO, &d);
+                        }
+                        if infos.contains(&p::INFO_DESCRIPTION) {
+                            d.clear();
+                            d.put(&p::INFO_DESCRIPTION.to_be_bytes());
+                            d.put(format!("faultline faulty disk ({})", sh.disk.describe_store()).as_bytes());
+                            p::option_reply(&mut r, opt, p::REP_INFO, &d);
+                        }
+                        p::option_reply(&mut r, opt, p::REP_ACK, &[]);
+                        if opt == p::OPT_GO {
+                            send(s, &r)?;
+                            return Ok(Some(style));
+                        }
+                    }
+                }
+            }
+            p::OPT_STRUCTURED_REPLY if !data.is_empty() => invalid(&mut r, "NBD_OPT_STRUCTURED_REPLY takes no data"),
+            p::OPT_STRUCTURED_REPLY if style == Style::Extended => {
+                p::option_reply(&mut r, opt, p::REP_ERR_EXT_HEADER_REQD, b"extended headers are already in use")
+            }
+            p::OPT_STRUCTURED_REPLY => {
+                style = Style::Structured;
+                p::option_reply(&mut r, opt, p::REP_ACK, &[]);
+            }
+            p::OPT_EXTENDED_HEADERS if !data.is_empty() => invalid(&mut r, "NBD_OPT_EXTENDED_HEADERS takes no data"),
+            p::OPT_EXTENDED_HEADERS => {
+                style = Style::Extended;
+                p::option_reply(&mut r, opt, p::REP_ACK, &[]);
+            }
+            _ => p::option_reply(&mut r, opt, p::REP_ERR_UNSUP, format!("option {opt} is not supported by faultline").as_bytes()),
+        }
+        send(s, &r)?;
+    }
+    Err(format!("more than {MAX_OPTIONS} options"))
+}
+
+/// The connection's output buffer: fully initialized, so a read can land in it directly.
+struct Out {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl Sink for Out {
+    fn put(&mut self, b: &[u8]) {
+        let end = self.len + b.len();
+        if end > self.buf.len() {
+            self.buf.resize(end.max(self.buf.len() * 2), 0);
+        }
+        self.buf[self.len..end].copy_from_slice(b);
+        self.len = end;
+    }
+}
+
+struct Conn<'a> {
+    sh: &'a Shared,
+    rd: Sock,
+    /// Input: bytes [start, end) are received and not yet consumed.
+    inb: Vec<u8>,
+    start: usize,
+    end: usize,
+    out: Out,
+    /// Replies go out under this lock (the reader's batches and the delay thread's late
+    /// replies), so messages never interleave.
+    writer: Arc<Mutex<Sock>>,
+    style: Style,
+    /// Payload buffer for writes larger than the input buffer.
+    big: Vec<u8>,
+    /// The last wait for input was short: poll before sleeping (see `SPIN`).
+    spin: bool,
+    /// Requests served since the last wait for input.
+    served: u32,
+}
+
+/// The later of two results: the first error wins, delays add up (the second step starts
+/// when the first ends, as a FUA write's flush does).
+fn then(a: Outcome, b: impl FnOnce() -> Outcome) -> Outcome {
+    if a.errno.is_some() {
+        return a;
+    }
+    let b = b();
+    let delay = match (a.delay, b.delay) {
+        (Some(x), Some(y)) => Some(x + y),
+        (x, y) => x.or(y),
+    };
+    Outcome { errno: b.errno, delay }
+}
+
+fn fault_msg(errno: i32) -> String {
+    format!("faultline: {} (errno {errno})", io::Error::from_raw_os_error(errno))
+}
+
+impl Conn<'_> {
+    fn flush(&mut self) -> Res<()> {
+        if self.out.len > 0 {
+            let w = self.writer.lock().unwrap();
+            send(&w, &self.out.buf[..self.out.len])?;
+            self.out.len = 0;
+        }
+        Ok(())
+    }
+
+    /// Make at least `n` bytes available at `inb[start..]` (`n` <= the buffer), flushing the
+    /// pending replies before waiting for the client. `false`: the client closed the
+    /// connection before the first byte.
+    fn fill(&mut self, n: usize) -> Res<bool> {
+        if self.end - self.start >= n {
+            return Ok(true);
+        }
+        if self.start + n > self.inb.len() {
+            self.inb.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        self.flush()?;
+        while self.end - self.start < n {
+            let got = self.receive()?;
+            if got == 0 {
+                if self.end == self.start {
+                    return Ok(false);
+                }
+                return Err("the client closed the connection inside a request".into());
+            }
+            self.end += got;
+        }
+        Ok(true)
+    }
+
+    /// Read what the client has sent into the input buffer (0: closed), polling first when
+    /// requests have been coming one at a time.
+    fn receive(&mut self) -> Res<usize> {
+        use std::os::fd::AsRawFd;
+        let lone = std::mem::take(&mut self.served) == 1;
+        if self.spin && !SPINNING.swap(true, Ordering::Acquire) {
+            let t = Instant::now();
+            let fd = self.rd.as_raw_fd();
+            let got = loop {
+                let room = &mut self.inb[self.end..];
+                // SAFETY: `room` is a live, writable buffer of `room.len()` bytes
+                let r = unsafe { libc::recv(fd, room.as_mut_ptr().cast(), room.len(), libc::MSG_DONTWAIT) };
+                if r >= 0 {
+                    break Some(r as usize);
+                }
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::WouldBlock && e.kind() != io::ErrorKind::Interrupted {
+                    SPINNING.store(false, Ordering::Release);
+                    return Err(format!("receive: {e}"));
+                }
+                if t.elapsed() >= SPIN {
+                    break None;
+                }
+                // lets a client woken on this CPU run
+                std::thread::yield_now();
+            };
+            SPINNING.store(false, Ordering::Release);
+            if let Some(n) = got {
+                return Ok(n);
+            }
+        }
+        let t = Instant::now();
+        let n = (&self.rd).read(&mut self.inb[self.end..]).map_err(io_err("receive"))?;
+        // spin next time only for a lone connection whose client sends one request, waits for
+        // its reply, and sends the next at once (queue depth 1): with several connections or
+        // requests in flight the CPUs are better left to the clients
+        self.spin = t.elapsed() < SPIN && lone && self.sh.conns.lock().unwrap().len() == 1;
+        Ok(n)
+    }
+
+    fn serve(&mut self) -> Res<()> {
+        let ext = self.style == Style::Extended;
+        let hl = Request::header_len(ext);
+        loop {
+            if !self.fill(hl)? {
+                return Ok(());
+            }
+            let req = Request::parse(&self.inb[self.start..self.start + hl], ext).map_err(|m| format!("bad request magic {:#x}", m.0))?;
+            self.start += hl;
+            if req.cmd == p::CMD_DISC {
+                return self.flush();
+            }
+            self.request(&req)?;
+            self.served += 1;
+            if self.out.len >= OUT_BUF / 2 {
+                self.flush()?;
+            }
+        }
+    }
+
+    /// Payload bytes the request carries on the wire.
+    fn payload_len(&self, req: &Request) -> u64 {
+        match self.style {
+            Style::Extended if req.flags & p::CMD_FLAG_PAYLOAD_LEN != 0 => req.length,
+            Style::Extended => 0,
+            _ if req.cmd == p::CMD_WRITE => req.length,
+            _ => 0,
+        }
+    }
+
+    fn reply(&mut self, req: &Request, o: Outcome, msg: impl FnOnce() -> String) {
+        let err = o.errno.map(p::wire_errno).unwrap_or(0);
+        let text = if err != 0 { msg() } else { String::new() };
+        match o.delay {
+            None => p::status_reply(&mut self.out, self.style, req, err, &text),
+            Some(d) => {
+                let mut v = Vec::with_capacity(64);
+                p::status_reply(&mut v, self.style, req, err, &text);
+                self.later(d, v);
+            }
+        }
+    }
+
+    fn error(&mut self, req: &Request, errno: i32, msg: String) {
+        self.reply(req, Outcome { errno: Some(errno), delay: None }, || msg);
+    }
+
+    /// Send `bytes` after `delay`, from the delay thread.
+    fn later(&self, delay: Duration, bytes: Vec<u8>) {
+        let w = self.writer.clone();
+        self.sh.delayer.at(
+            Instant::now() + delay,
+            Box::new(move || {
+                let s = w.lock().unwrap();
+                // a closed connection: the client is gone, nothing to tell
+                let _ = (&*s).write_all(&bytes);
+            }),
+        );
+    }
+
+    fn request(&mut self, req: &Request) -> Res<()> {
+        let size = self.sh.disk.size();
+        let payload = self.payload_len(req);
+        if payload > MAX_PAYLOAD {
+            return Err(format!("{} payload of {payload} bytes (limit {MAX_PAYLOAD})", p::cmd_name(req.cmd)));
+        }
+        let allowed = p::CMD_FLAG_FUA
+            | match req.cmd {
+                p::CMD_READ if self.style != Style::Simple => p::CMD_FLAG_DF,
+                p::CMD_WRITE if self.style == Style::Extended => p::CMD_FLAG_PAYLOAD_LEN,
+                p::CMD_WRITE_ZEROES => p::CMD_FLAG_NO_HOLE | p::CMD_FLAG_FAST_ZERO,
+                _ => 0,
+            };
+        let beyond = req.offset.checked_add(req.length).is_none_or(|e| e > size);
+        let range_msg = || format!("offset {} + length {} is beyond the export ({size} bytes)", req.offset, req.length);
+        if req.cmd == p::CMD_WRITE {
+            return self.write(req, payload, req.flags & !allowed != 0, beyond);
+        }
+        if payload > 0 {
+            // a payload on a command that takes none: consume it to stay in step, then refuse
+            self.skip(payload)?;
+            self.error(req, libc::EINVAL, format!("{} takes no payload", p::cmd_name(req.cmd)));
+            return Ok(());
+        }
+        if req.flags & !allowed != 0 {
+            self.error(req, libc::EINVAL, format!("flags {:#x} are not valid for {}", req.flags, p::cmd_name(req.cmd)));
+            return Ok(());
+        }
+        let disk = self.sh.disk.clone();
+        let fua = req.flags & p::CMD_FLAG_FUA != 0;
+        let with_fua = |o: Outcome| if fua { then(o, || disk.flush()) } else { o };
+        match req.cmd {
+            p::CMD_READ => self.read(req, beyond),
+            p::CMD_FLUSH => {
+                let o = disk.flush();
+                let e = o.errno;
+                self.reply(req, o, || fault_msg(e.unwrap_or(0)));
+            }
+            p::CMD_TRIM | p::CMD_CACHE if beyond => self.error(req, libc::EINVAL, range_msg()),
+            p::CMD_TRIM => {
+                let o = with_fua(disk.discard(req.offset, req.length));
+                let e = o.errno;
+                self.reply(req, o, || fault_msg(e.unwrap_or(0)));
+            }
+            // the store is memory or the page cache: nothing to prefetch
+            p::CMD_CACHE => self.reply(req, Outcome::default(), String::new),
+            p::CMD_WRITE_ZEROES if beyond => self.error(req, libc::ENOSPC, range_msg()),
+            p::CMD_WRITE_ZEROES => {
+                let no_hole = req.flags & p::CMD_FLAG_NO_HOLE != 0;
+                if no_hole && req.flags & p::CMD_FLAG_FAST_ZERO != 0 {
+                    // writing zeroes is no faster than a write
+                    self.error(req, libc::ENOTSUP, "fast zero with NBD_CMD_FLAG_NO_HOLE is a plain write here".into());
+                    return Ok(());
+                }
+                // without NO_HOLE a discard (the store reads zeroes after it), as the loop
+                // device sends write-zeroes: rules see it as `discard`
+                let o = if no_hole { write_zeroes(&disk, req.offset, req.length) } else { disk.discard(req.offset, req.length) };
+                let o = with_fua(o);
+                let e = o.errno;
+                self.reply(req, o, || fault_msg(e.unwrap_or(0)));
+            }
+            p::CMD_BLOCK_STATUS => self.error(req, libc::EINVAL, "no metadata context was negotiated".into()),
+            c => self.error(req, libc::EINVAL, format!("unknown command {c}")),
+        }
+        Ok(())
+    }
+
+    fn read(&mut self, req: &Request, beyond: bool) {
+        if req.length > MAX_PAYLOAD {
+            // structured replies could split it; the document allows refusing up front
+            let e = if self.style == Style::Simple { libc::EINVAL } else { libc::EOVERFLOW };
+            return self.error(req, e, format!("read of {} bytes (limit {MAX_PAYLOAD})", req.length));
+        }
+        if beyond {
+            let size = self.sh.disk.size();
+            return self.error(req, libc::EINVAL, format!("offset {} + length {} is beyond the export ({size} bytes)", req.offset, req.length));
+        }
+        let len = req.length as usize;
+        if len == 0 && self.style != Style::Simple {
+            // an OFFSET_DATA chunk carries at least one byte
+            return self.reply(req, Outcome::default(), String::new);
+        }
+        // the reply header, then the data read straight into the output buffer
+        let at = self.out.len;
+        p::read_prefix(&mut self.out, self.style, req, len as u64);
+        let data = self.out.len;
+        if data + len > self.out.buf.len() {
+            self.out.buf.resize(data + len, 0);
+        }
+        let o = self.sh.disk.read(req.offset, &mut self.out.buf[data..data + len]);
+        if let Some(e) = o.errno {
+            self.out.len = at;
+            return self.reply(req, o, || fault_msg(e));
+        }
+        match o.delay {
+            None => self.out.len = data + len,
+            Some(d) => {
+                let bytes = self.out.buf[at..data + len].to_vec();
+                self.out.len = at;
+                self.later(d, bytes);
+            }
+        }
+    }
+
+    /// A write: the payload is consumed whatever the verdict, so the stream stays in step.
+    fn write(&mut self, req: &Request, payload: u64, bad_flags: bool, beyond: bool) -> Res<()> {
+        let len = payload as usize;
+        // a large payload not yet received goes straight to its own buffer: moving it to the
+        // front of the input buffer would cost another copy
+        let in_buf = len <= self.end - self.start || len < 64 << 10;
+        if in_buf {
+            self.fill(len)?;
+        } else {
+            // larger than the input buffer is meant for: what is buffered, then the rest
+            // straight into its own buffer
+            self.big.resize(len, 0);
+            let have = (self.end - self.start).min(len);
+            self.big[..have].copy_from_slice(&self.inb[self.start..self.start + have]);
+            self.start += have;
+            self.flush()?;
+            read_exact(&self.rd, &mut self.big[have..], "write payload").map_err(|e| e.replace("no data for 10s", "timed out"))?;
+        }
+        let size = self.sh.disk.size();
+        let verdict = if self.style == Style::Extended && req.flags & p::CMD_FLAG_PAYLOAD_LEN == 0 {
+            Some((libc::EINVAL, "a write needs NBD_CMD_FLAG_PAYLOAD_LEN with extended headers".to_string()))
+        } else if bad_flags {
+            Some((libc::EINVAL, format!("flags {:#x} are not valid for WRITE", req.flags)))
+        } else if beyond {
+            Some((libc::ENOSPC, format!("offset {} + length {} is beyond the export ({size} bytes)", req.offset, req.length)))
+        } else {
+            None
+        };
+        let o = match verdict {
+            Some((e, msg)) => {
+                if in_buf {
+                    self.start += len;
+                }
+                self.error(req, e, msg);
+                return Ok(());
+            }
+            None => {
+                let data = if in_buf { &self.inb[self.start..self.start + len] } else { &self.big[..len] };
+                let o = self.sh.disk.write(req.offset, data);
+                if in_buf {
+                    self.start += len;
+                }
+                if req.flags & p::CMD_FLAG_FUA != 0 { then(o, || self.sh.disk.flush()) } else { o }
+            }
+        };
+        let e = o.errno;
+        self.reply(req, o, || fault_msg(e.unwrap_or(0)));
+        Ok(())
+    }
+
+    /// Consume and drop `n` payload bytes.
+    fn skip(&mut self, mut n: u64) -> Res<()> {
+        while n > 0 {
+            let step = n.min(self.inb.len() as u64 / 2) as usize;
+            self.fill(step)?;
+            self.start += step;
+            n -= step as u64;
+        }
+        Ok(())
+    }
+}
+
+/// NBD_CMD_WRITE_ZEROES with NO_HOLE: zeroes written as writes (rules see `write`), 1 MiB at a
+/// time.
+fn write_zeroes(disk: &Disk, off: u64, len: u64) -> Outcome {
+    static ZERO: [u8; 1 << 20] = [0; 1 << 20];
+    let mut o = Outcome::default();
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(ZERO.len() as u64) as usize;
+        o = then(o, || disk.write(off + done, &ZERO[..n]));
+        if o.errno.is_some() {
+            break;
+        }
+        done += n as u64;
+    }
+    o
+}
