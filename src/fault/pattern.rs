@@ -22,7 +22,7 @@ const BURST_SALT: u64 = 0x6275_7273_7400_0000;
 /// so at least one unselected match follows every run: runs never merge across periods and
 /// each is exactly `length` long (a ratio of 1 selects everything: one endless run).
 fn burst_offset(seed: u64, length: u64, period: u64, k: u64) -> u64 {
-    match period - length {
+    match period.saturating_sub(length) {
         0 => 0,
         room => seeded_hash(seed ^ BURST_SALT, &k.to_le_bytes()) % room,
     }
@@ -34,11 +34,13 @@ pub fn selects(p: &Pattern, seed: u64, n: u64) -> bool {
     match *p {
         Pattern::Random { ratio } => unit(seed, n) < ratio,
         Pattern::Burst { length, period, .. } => {
+            // parsed rules have length <= period; a rule armed as JSON may not
+            let period = period.max(length).max(1);
             let (k, r) = (n / period, n % period);
             let o = burst_offset(seed, length, period, k);
             r >= o && r - o < length
         }
-        Pattern::Interval { every } => n % every == every - 1,
+        Pattern::Interval { every } => n % every.max(1) == every.max(1) - 1,
     }
 }
 
