@@ -82,7 +82,15 @@ fn rep(index: u32, write_mib_s: f64, faults: &[(f64, u64)], bad: &[(&str, Option
         write: ops(write_mib_s, 100.0 + index as f64),
         timeseries,
         faults,
-        rules: vec![RuleCount { id: 7, name: "flip <b>last</b>".into(), action: "bitflip".into(), op: "write".into(), fired: 2, blocks: 2 }],
+        rules: vec![RuleCount {
+            id: 7,
+            name: "flip <b>last</b>".into(),
+            action: "bitflip".into(),
+            op: "write".into(),
+            fired: 2,
+            blocks: 2,
+            ..Default::default()
+        }],
         io_errors: if failed_ios > 0 { BTreeMap::from([("write:EIO".to_string(), failed_ios)]) } else { BTreeMap::new() },
         failed_ios,
         retries: 0,

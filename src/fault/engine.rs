@@ -7,6 +7,7 @@
 
 use super::index::IntervalIndex;
 use super::log::{FaultLog, LogEntry, runs};
+use super::pattern::{RunCounters, RunStats, unit};
 use crate::content::{block_hash, seeded_hash};
 use crate::spec::rule::{Action, DelayDist, Fill, FlipAt, Op, OpSet, Rule, RuleId, Target};
 use arc_swap::ArcSwap;
@@ -29,6 +30,24 @@ pub struct ArmedRule {
     pub fired: AtomicU64,
     /// Device blocks affected by those firings.
     pub blocks: AtomicU64,
+    /// Runs of consecutive fired matches (rules with a `pattern`).
+    pub runs: RunCounters,
+}
+
+impl ArmedRule {
+    /// The rule with a snapshot of its counters.
+    pub fn status(&self) -> RuleStatus {
+        let (matched, fired) = (self.matched.load(Relaxed), self.fired.load(Relaxed));
+        RuleStatus {
+            id: self.id,
+            rule: self.rule.clone(),
+            matched,
+            fired,
+            blocks: self.blocks.load(Relaxed),
+            realized_ratio: (matched > 0).then(|| fired as f64 / matched as f64),
+            runs: self.rule.pattern.map(|_| self.runs.stats()),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -39,6 +58,48 @@ pub struct RuleStatus {
     pub matched: u64,
     pub fired: u64,
     pub blocks: u64,
+    /// fired / matched (None before the first match).
+    #[serde(default)]
+    pub realized_ratio: Option<f64>,
+    /// Runs of consecutive fired matches, for rules with a `pattern`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<RunStats>,
+}
+
+/// One rule's realized firing, as `fault stats` reports it.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct RuleRealized {
+    pub id: RuleId,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub action: String,
+    /// The pattern (`random 10%`, `burst 1000 in 100000`, `interval every 100`), if any.
+    #[serde(default)]
+    pub pattern: Option<String>,
+    /// The share of matches the pattern (or `probability`) asks for; 1 when neither is given.
+    pub ratio: f64,
+    pub matched: u64,
+    pub fired: u64,
+    #[serde(default)]
+    pub realized_ratio: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<RunStats>,
+}
+
+impl From<&RuleStatus> for RuleRealized {
+    fn from(r: &RuleStatus) -> Self {
+        RuleRealized {
+            id: r.id,
+            name: r.rule.name.clone(),
+            action: r.rule.action.name().into(),
+            pattern: r.rule.pattern.map(|p| p.to_string()),
+            ratio: r.rule.pattern.map(|p| p.ratio()).or(r.rule.probability).unwrap_or(1.0),
+            matched: r.matched,
+            fired: r.fired,
+            realized_ratio: r.realized_ratio,
+            runs: r.runs.clone(),
+        }
+    }
 }
 
 /// An edit of request bytes; `pos` is relative to the start of the request buffer.
@@ -236,6 +297,9 @@ pub struct EngineStats {
     pub log_dropped: u64,
     /// Delayed replies: how late after their deadline they went out.
     pub delay_lateness: super::log::LatenessSummary,
+    /// Per rule: asked and realized firing ratio, runs.
+    #[serde(default)]
+    pub rule_firing: Vec<RuleRealized>,
 }
 
 impl Engine {
@@ -279,6 +343,7 @@ impl Engine {
                     matched: AtomicU64::new(0),
                     fired: AtomicU64::new(0),
                     blocks: AtomicU64::new(0),
+                    runs: RunCounters::default(),
                 })
             })
             .collect();
@@ -306,18 +371,7 @@ impl Engine {
     }
 
     pub fn list(&self) -> Vec<RuleStatus> {
-        self.set
-            .load()
-            .all
-            .iter()
-            .map(|r| RuleStatus {
-                id: r.id,
-                rule: r.rule.clone(),
-                matched: r.matched.load(Relaxed),
-                fired: r.fired.load(Relaxed),
-                blocks: r.blocks.load(Relaxed),
-            })
-            .collect()
+        self.set.load().all.iter().map(|r| r.status()).collect()
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -329,6 +383,14 @@ impl Engine {
             faults_logged: self.log.total(),
             log_dropped: self.log.dropped(),
             delay_lateness: self.log.delay_lateness.summary(),
+            rule_firing: self
+                .set
+                .load()
+                .all
+                .iter()
+                .filter(|r| r.rule.pattern.is_some() || r.rule.probability.is_some())
+                .map(|r| RuleRealized::from(&r.status()))
+                .collect(),
         }
     }
 
@@ -464,11 +526,6 @@ struct Ctx<'a> {
     bytes_before: u64,
 }
 
-/// A uniform draw in [0,1) from (seed, n): reproducible per rule and match index.
-fn unit(seed: u64, n: u64) -> f64 {
-    (seeded_hash(seed, &n.to_le_bytes()) >> 11) as f64 / (1u64 << 53) as f64
-}
-
 impl Ctx<'_> {
     /// Op + conditions; counts the match and claims a firing.
     fn fires(&self, r: &ArmedRule) -> bool {
@@ -491,13 +548,22 @@ impl Ctx<'_> {
         {
             return false;
         }
-        match rule.times {
+        if let Some(p) = &rule.pattern
+            && !super::pattern::selects(p, rule.seed, n)
+        {
+            return false;
+        }
+        let fired = match rule.times {
             Some(t) => r.fired.fetch_update(Relaxed, Relaxed, |f| (f < t).then_some(f + 1)).is_ok(),
             None => {
                 r.fired.fetch_add(1, Relaxed);
                 true
             }
+        };
+        if fired && let Some(p) = &rule.pattern {
+            r.runs.fired(p, rule.seed, n);
         }
+        fired
     }
 
     /// Apply a fired rule to the plan. [s, e) is the matched device range within the request.
@@ -664,6 +730,30 @@ mod tests {
         let n = (0..40_000).filter(|_| e.plan(Op::Read, 0, 512, None).errno.is_some()).count();
         // 40k Bernoulli(0.25): sd = 87; 5 sd bounds
         assert!((9_565..=10_435).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn patterns_fire_and_report_runs() {
+        use crate::spec::rule::Pattern;
+        let e = eng();
+        let mut burst = Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Any);
+        burst.pattern = Some(Pattern::Burst { ratio: 0.1, length: 5, period: 50 });
+        let mut every = Rule::new(Action::Delay { delay: DelayDist::Fixed(Duration::from_micros(10)) }, &[Op::Read], Target::Any);
+        every.pattern = Some(Pattern::Interval { every: 4 });
+        every.times = Some(10);
+        e.add(vec![burst, every]);
+        let errs: Vec<bool> = (0..1000).map(|_| e.plan(Op::Read, 0, 4096, None).errno.is_some()).collect();
+        assert_eq!(errs.iter().filter(|x| **x).count(), 100);
+        let l = e.list();
+        assert_eq!((l[0].matched, l[0].fired, l[0].realized_ratio), (1000, 100, Some(0.1)));
+        let runs = l[0].runs.clone().unwrap();
+        assert_eq!((runs.runs, runs.completed, runs.length_min, runs.length_max, runs.length_mean), (20, 20, 5, 5, 5.0));
+        // `times` caps the pattern's firings
+        assert_eq!((l[1].matched, l[1].fired), (1000, 10));
+        let st = e.stats().rule_firing;
+        assert_eq!(st.len(), 2);
+        assert_eq!((st[0].ratio, st[0].pattern.as_deref()), (0.1, Some("burst 5 in 50")));
+        assert_eq!(st[1].ratio, 0.25);
     }
 
     #[test]

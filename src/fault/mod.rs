@@ -3,6 +3,7 @@
 pub mod engine;
 pub mod index;
 pub mod log;
+pub mod pattern;
 
 pub use crate::spec::rule::{Action, Op, Rule, Target};
 pub use engine::{Engine, Plan, StoreMode};

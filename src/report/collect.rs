@@ -78,6 +78,13 @@ pub fn rule_counts(rules: &[RuleStatus]) -> Vec<rm::RuleCount> {
             op: r.rule.ops.ops().iter().map(|o| o.name()).collect::<Vec<_>>().join("+"),
             fired: r.fired,
             blocks: r.blocks,
+            matched: r.matched,
+            realized_ratio: r.realized_ratio.unwrap_or(0.0),
+            pattern: r.rule.pattern.map(|p| p.to_string()).unwrap_or_default(),
+            runs: r.runs.as_ref().map_or(0, |s| s.runs),
+            run_length_mean: r.runs.as_ref().map_or(0.0, |s| s.length_mean),
+            run_length_min: r.runs.as_ref().map_or(0, |s| s.length_min),
+            run_length_max: r.runs.as_ref().map_or(0, |s| s.length_max),
         })
         .collect()
 }

@@ -359,18 +359,23 @@ fn rules_table(h: &mut String, reps: &[Repetition]) {
     if reps.iter().all(|r| r.rules.is_empty()) {
         return;
     }
-    h.push_str("<h3>Rules</h3><table><tr><th>Rep</th><th>Id</th><th class=\"l\">Name</th><th class=\"l\">Action</th><th class=\"l\">Op</th><th>Fired</th><th>Blocks</th></tr>\n");
+    h.push_str("<h3>Rules</h3><table><tr><th>Rep</th><th>Id</th><th class=\"l\">Name</th><th class=\"l\">Action</th><th class=\"l\">Op</th><th class=\"l\">Pattern</th><th>Matched</th><th>Fired</th><th>Ratio</th><th>Runs (mean/min/max length)</th><th>Blocks</th></tr>\n");
     for r in reps {
         for c in &r.rules {
+            let runs = if c.runs == 0 { String::new() } else { format!("{} ({:.1}/{}/{})", c.runs, c.run_length_mean, c.run_length_min, c.run_length_max) };
             let _ = writeln!(
                 h,
-                "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.4}</td><td>{}</td><td>{}</td></tr>",
                 r.index,
                 c.id,
                 esc(&c.name),
                 esc(&c.action),
                 esc(&c.op),
+                esc(&c.pattern),
+                c.matched,
                 c.fired,
+                c.realized_ratio,
+                runs,
                 c.blocks
             );
         }

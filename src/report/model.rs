@@ -130,6 +130,18 @@ pub struct RuleCount {
     pub op: String,
     pub fired: u64,
     pub blocks: u64,
+    /// Matches (requests, or blocks for content rules) that passed op + target + window + after.
+    pub matched: u64,
+    /// fired / matched (0 when nothing matched).
+    pub realized_ratio: f64,
+    /// The rule's pattern (`random 10%`, `burst 1000 in 100000`, `interval every 100`); empty: none.
+    pub pattern: String,
+    /// Pattern rules: runs of consecutive fired matches started, and the lengths of the
+    /// completed ones.
+    pub runs: u64,
+    pub run_length_mean: f64,
+    pub run_length_min: u64,
+    pub run_length_max: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

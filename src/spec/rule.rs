@@ -169,6 +169,48 @@ impl Action {
     }
 }
 
+/// Which of a rule's matching requests it acts on, decided from (seed, match index) alone:
+/// the index counts the rule's matches (requests, or blocks for content rules) in arrival order
+/// from 0. Pure in (seed, index), so firings are reproducible and need no lock.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pattern {
+    /// Each match independently with probability `ratio`.
+    Random { ratio: f64 },
+    /// Runs of `length` consecutive matches: one run per period of `period` matches
+    /// (`length / ratio`, rounded), at a seeded position inside each period.
+    Burst { ratio: f64, length: u64, period: u64 },
+    /// Every `every`-th match (indexes every-1, 2*every-1, ...).
+    Interval { every: u64 },
+}
+
+impl Pattern {
+    /// The published defaults (`pattern: random`, `pattern: burst`, `pattern: interval`).
+    pub const DEFAULT_RANDOM_RATIO: f64 = 0.10;
+    pub const DEFAULT_BURST_RATIO: f64 = 0.01;
+    pub const DEFAULT_BURST_LENGTH: u64 = 1000;
+    pub const DEFAULT_INTERVAL: u64 = 100;
+
+    /// The share of matches this pattern selects.
+    pub fn ratio(&self) -> f64 {
+        match *self {
+            Pattern::Random { ratio } => ratio,
+            Pattern::Burst { length, period, .. } => length as f64 / period as f64,
+            Pattern::Interval { every } => 1.0 / every as f64,
+        }
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Pattern::Random { ratio } => write!(f, "random {}%", ratio * 100.0),
+            Pattern::Burst { length, period, .. } => write!(f, "burst {length} in {period}"),
+            Pattern::Interval { every } => write!(f, "interval every {every}"),
+        }
+    }
+}
+
 /// Active time window, measured from the disk's start.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Window {
@@ -187,6 +229,9 @@ pub struct Rule {
     pub times: Option<u64>,
     /// Fire on a match with this probability.
     pub probability: Option<f64>,
+    /// Fire on the matches this pattern selects (never together with `probability`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<Pattern>,
     pub seed: u64,
     pub window: Option<Window>,
     /// Only after the device has seen this many requests / bytes.
@@ -197,7 +242,19 @@ pub struct Rule {
 impl Rule {
     /// A rule with every condition at its default (persistent, always, any time).
     pub fn new(action: Action, ops: &[Op], target: Target) -> Rule {
-        Rule { name: None, action, ops: OpSet::of(ops), target, times: None, probability: None, seed: 0, window: None, after_requests: 0, after_bytes: 0 }
+        Rule {
+            name: None,
+            action,
+            ops: OpSet::of(ops),
+            target,
+            times: None,
+            probability: None,
+            pattern: None,
+            seed: 0,
+            window: None,
+            after_requests: 0,
+            after_bytes: 0,
+        }
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::units::{Dur, Ratio, Size, parse_size};
 use crate::content::parse_hash;
-use crate::spec::rule::{Action, DelayDist, ERRNOS, Fill, FlipAt, Op, OpSet, Rule, Target, Window};
+use crate::spec::rule::{Action, DelayDist, ERRNOS, Fill, FlipAt, Op, OpSet, Pattern, Rule, Target, Window};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_saphyr::Spanned;
@@ -97,6 +97,34 @@ struct RawDelay {
     shape: Option<f64>,
 }
 
+/// `pattern: random` (a word: the published defaults) or `pattern: {burst: {ratio, length}}`.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawPattern {
+    random: Option<RawRandom>,
+    burst: Option<RawBurst>,
+    interval: Option<RawInterval>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawRandom {
+    ratio: Option<Ratio>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawBurst {
+    ratio: Option<Ratio>,
+    length: Option<u64>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawInterval {
+    every: Option<u64>,
+}
+
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawWindow {
@@ -133,6 +161,7 @@ pub(crate) struct RawRule {
     target: Option<WordOr<RawTarget>>,
     times: Option<u64>,
     probability: Option<Ratio>,
+    pattern: Option<WordOr<RawPattern>>,
     seed: Option<u64>,
     window: Option<RawWindow>,
     after: Option<RawAfter>,
@@ -438,9 +467,11 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
         }
         "error" => Action::Error { errno: parse_errno(r.errno.as_ref())? },
         "delay" => Action::Delay {
-            delay: parse_delay(
-                r.delay.ok_or("type delay needs `delay` (e.g. `delay: 100us` or `delay: {distribution: lognormal, median: 1ms, sigma: 0.5}`)")?,
-            )?,
+            delay: match r.delay {
+                // the published default of a slow-I/O pattern
+                None if r.pattern.is_some() => DelayDist::Fixed(DEFAULT_PATTERN_DELAY),
+                d => parse_delay(d.ok_or("type delay needs `delay` (e.g. `delay: 100us` or `delay: {distribution: lognormal, median: 1ms, sigma: 0.5}`)")?)?,
+            },
         },
         "lost-write" => Action::LostWrite,
         "torn-write" => {
@@ -523,6 +554,13 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
             Some(Window { from, to })
         }
     };
+    let pattern = r.pattern.map(parse_pattern).transpose()?;
+    if pattern.is_some() && r.probability.is_some() {
+        return Err("`probability` and `pattern` both choose which matches fire; give one (`probability: 10%` is `pattern: {random: {ratio: 10%}}`)".into());
+    }
+    if pattern.is_some() && kind == "rot" {
+        return Err("type rot corrupts data at rest once, when armed; `pattern` selects among matching requests, which rot does not see".into());
+    }
     let (after_requests, after_bytes) = r.after.map(|a| (a.requests.unwrap_or(0), a.bytes.map(|b| b.0).unwrap_or(0))).unwrap_or((0, 0));
     Ok(Rule {
         name: r.name,
@@ -531,11 +569,71 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
         target,
         times: r.times,
         probability: r.probability.map(|p| p.0),
+        pattern,
         seed: r.seed.unwrap_or(0),
         window,
         after_requests,
         after_bytes,
     })
+}
+
+/// The delay of `{type: delay, pattern: ...}` without a `delay` key (the published default).
+pub const DEFAULT_PATTERN_DELAY: std::time::Duration = std::time::Duration::from_micros(10);
+
+const PATTERNS: &str = "random, burst, interval, {random: {ratio}}, {burst: {ratio, length}}, {interval: {every}}";
+
+fn parse_pattern(p: WordOr<RawPattern>) -> Result<Pattern, String> {
+    let p = match p {
+        WordOr::Word(w) => match w.as_str() {
+            "random" => RawPattern { random: Some(RawRandom { ratio: None }), burst: None, interval: None },
+            "burst" => RawPattern { random: None, burst: Some(RawBurst { ratio: None, length: None }), interval: None },
+            "interval" => RawPattern { random: None, burst: None, interval: Some(RawInterval { every: None }) },
+            other => return Err(format!("unknown pattern `{other}`; allowed: {PATTERNS}")),
+        },
+        WordOr::Map(m) => m,
+    };
+    let ratio = |r: Option<Ratio>, default: f64| match r.map(|r| r.0).unwrap_or(default) {
+        x if x > 0.0 && x <= 1.0 => Ok(x),
+        x => Err(format!("pattern `ratio: {x}` never selects a request; allowed: (0, 1], e.g. 10% or 0.1")),
+    };
+    match (p.random, p.burst, p.interval) {
+        (Some(r), None, None) => Ok(Pattern::Random { ratio: ratio(r.ratio, Pattern::DEFAULT_RANDOM_RATIO)? }),
+        (None, Some(b), None) => {
+            let ratio = ratio(b.ratio, Pattern::DEFAULT_BURST_RATIO)?;
+            let length = b.length.unwrap_or(Pattern::DEFAULT_BURST_LENGTH);
+            if length == 0 {
+                return Err("burst `length: 0` is no run at all; allowed: 1 or more requests".into());
+            }
+            Ok(Pattern::Burst { ratio, length, period: burst_period(ratio, length)? })
+        }
+        (None, None, Some(i)) => match i.every.unwrap_or(Pattern::DEFAULT_INTERVAL) {
+            0 => Err("interval `every: 0` is no interval; allowed: 1 or more requests".into()),
+            every => Ok(Pattern::Interval { every }),
+        },
+        _ => Err(format!("a pattern is exactly one of {PATTERNS}")),
+    }
+}
+
+/// Requests per burst period: one run of `length` in every `length / ratio`, rounded to a whole
+/// number of requests, which must keep the ratio within 1% of what was asked.
+fn burst_period(ratio: f64, length: u64) -> Result<u64, String> {
+    let exact = length as f64 / ratio;
+    if !exact.is_finite() || exact >= u64::MAX as f64 {
+        return Err(format!(
+            "burst `length: {length}` with `ratio: {ratio}` gives a period of {exact:e} requests, beyond 2^64; use a larger ratio or a shorter run"
+        ));
+    }
+    let whole = |l: u64| (l as f64 / ratio).round().max(l as f64) as u64;
+    let off = |l: u64| ((l as f64 / whole(l) as f64) - ratio).abs() / ratio;
+    let period = whole(length);
+    if off(length) > 0.01 {
+        let hint = (1..=100_000u64).find(|l| off(*l) <= 0.001).map(|l| format!(", e.g. `length: {l}`")).unwrap_or_default();
+        return Err(format!(
+            "burst `length: {length}` with `ratio: {ratio}` gives a period of {exact:.2} requests; a whole {period} would make the ratio {:.4}, more than 1% off: choose a length that makes length / ratio (nearly) whole{hint}",
+            length as f64 / period as f64
+        ));
+    }
+    Ok(period)
 }
 
 fn parse_errno(e: Option<&NumOrWord>) -> Result<i32, String> {
@@ -662,6 +760,54 @@ mod tests {
         assert!(e.contains("`when` belongs to experiment files"), "{e}");
         let e = one("rules:\n  - {type: bitflip, target: most_duplicated}\n").unwrap_err();
         assert!(e.contains("resolved by a workload"), "{e}");
+    }
+
+    #[test]
+    fn patterns() {
+        let r = one("rules:\n  - {type: delay, delay: 10us, pattern: {random: {ratio: 10%}}, seed: 4}\n").unwrap();
+        assert_eq!((r.pattern, r.seed), (Some(Pattern::Random { ratio: 0.1 }), 4));
+        let r = one("rules:\n  - {type: delay, delay: 1ms, pattern: {burst: {ratio: 1%, length: 1000}}}\n").unwrap();
+        assert_eq!(r.pattern, Some(Pattern::Burst { ratio: 0.01, length: 1000, period: 100_000 }));
+        let r = one("rules:\n  - {type: error, op: read, pattern: {interval: {every: 100}}, times: 3}\n").unwrap();
+        assert_eq!((r.pattern, r.times), (Some(Pattern::Interval { every: 100 }), Some(3)));
+        // the short forms: published defaults, and 10 us for a delay without `delay`
+        let r = one("rules:\n  - {type: delay, pattern: random}\n").unwrap();
+        assert_eq!((r.pattern, r.action), (Some(Pattern::Random { ratio: 0.1 }), Action::Delay { delay: DelayDist::Fixed(DEFAULT_PATTERN_DELAY) }));
+        assert_eq!(one("rules:\n  - {type: delay, pattern: burst}\n").unwrap().pattern, Some(Pattern::Burst { ratio: 0.01, length: 1000, period: 100_000 }));
+        assert_eq!(one("rules:\n  - {type: bitflip, pattern: {interval: {}}}\n").unwrap().pattern, Some(Pattern::Interval { every: 100 }));
+        // a rule without a pattern serializes as before and round-trips with one
+        let r = one("rules:\n  - {type: delay, pattern: {burst: {ratio: 2%, length: 10}}}\n").unwrap();
+        let back: Rule = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert!(!serde_json::to_string(&Rule::new(Action::LostWrite, &[Op::Write], Target::Any)).unwrap().contains("pattern"));
+    }
+
+    #[test]
+    fn pattern_errors() {
+        let e = one("rules:\n  - {type: error}\n  - {type: delay, probability: 5%, pattern: random}\n").unwrap_err();
+        assert!(e.starts_with("t.yaml:3:") && e.contains("rule #2") && e.contains("`probability` and `pattern`"), "{e}");
+        let e = one("rules:\n  - {type: delay, pattern: {random: {ratio: 0}}}\n").unwrap_err();
+        assert!(e.starts_with("t.yaml:2:") && e.contains("allowed: (0, 1]"), "{e}");
+        let e = one("rules:\n  - {type: delay, pattern: {random: {ratio: 150%}}}\n").unwrap_err();
+        assert!(e.contains("t.yaml") && e.contains("line 2 column") && e.contains("out of range"), "{e}");
+        let e = one("rules:\n  - {type: delay, pattern: {burst: {length: 0}}}\n").unwrap_err();
+        assert!(e.contains("allowed: 1 or more"), "{e}");
+        let e = one("rules:\n  - {type: delay, pattern: {interval: {every: 0}}}\n").unwrap_err();
+        assert!(e.contains("allowed: 1 or more"), "{e}");
+        let e = one("rules:\n  - {type: delay, pattern: {burst: {ratio: 30%, length: 1}}}\n").unwrap_err();
+        assert!(e.contains("more than 1% off") && e.contains("`length: 3`"), "{e}");
+        let e = one("rules:\n  - {type: delay, pattern: {burst: {ratio: 0.0000000000000000001, length: 1000}}}\n").unwrap_err();
+        assert!(e.contains("beyond 2^64"), "{e}");
+        let e = one("rules:\n  - {type: delay, pattern: sometimes}\n").unwrap_err();
+        assert!(e.contains("unknown pattern `sometimes`") && e.contains("burst"), "{e}");
+        let e = one("rules:\n  - {type: delay, pattern: {random: {}, interval: {}}}\n").unwrap_err();
+        assert!(e.contains("exactly one of"), "{e}");
+        let e = one("rules:\n  - type: delay\n    pattern:\n      random: {every: 3}\n").unwrap_err();
+        assert!(e.contains("t.yaml") && e.contains("line 4 column") && e.contains("every"), "{e}");
+        let e = one("rules:\n  - {type: rot, target: {block: 1}, pattern: random}\n").unwrap_err();
+        assert!(e.contains("type rot"), "{e}");
+        let e = one("rules:\n  - {type: delay}\n").unwrap_err();
+        assert!(e.contains("needs `delay`"), "{e}");
     }
 
     fn fault(y: &str) -> Result<FaultSpec, String> {
