@@ -129,68 +129,62 @@ impl Disk {
     /// be before the bytes are in: the request's chunks are locked first, so no later request
     /// can see the old bytes, and the copy overlaps the kernel's completion path (BENCHMARKS.md).
     pub fn write_then(&self, off: u64, data: &[u8], ack: impl FnOnce(Outcome)) {
-        // SAFETY: `data` is borrowed for the whole call
-        unsafe { self.write_from(off, store::Src::of(data), false, ack) }
+        self.write_from(off, store::Src::Borrowed(data), |o, _| ack(o))
     }
 
-    /// Like `write_then`, but on the RAM store `ack` runs once the bytes are stored (content
-    /// hashing and edits follow, under the same locks), and from then on the caller may reuse
-    /// the buffer: the ring front end's reply goes into it.
-    ///
-    /// # Safety
-    /// `data` must be readable until `ack` runs.
-    pub unsafe fn write_then_copied(&self, off: u64, data: store::Src, ack: impl FnOnce(Outcome)) {
-        unsafe { self.write_from(off, data, true, ack) }
+    /// Like `write_then`, but the bytes are lent (`store::Lent`) and `ack` gets their buffer
+    /// back with the outcome: on the RAM store once the bytes are stored (content hashing and
+    /// edits follow, under the same locks, on the stored copy), so the caller may reuse the
+    /// buffer from the acknowledgement on: the ring front end's reply goes into it.
+    pub fn write_then_copied<'a>(&self, off: u64, data: store::Lent<'a>, ack: impl FnOnce(Outcome, &'a mut [u8])) {
+        self.write_from(off, store::Src::Lent(data), |o, lent| ack(o, lent.expect("a lent buffer comes back with the acknowledgement").into_buf()))
     }
 
-    /// # Safety
-    /// `data` readable until `ack` runs if `ack_after_copy`, else until the call returns.
-    unsafe fn write_from(&self, off: u64, data: store::Src, ack_after_copy: bool, ack: impl FnOnce(Outcome)) {
-        if !self.in_range(off, data.len as u64) {
-            return ack(Outcome { errno: Some(libc::EINVAL), delay: None });
+    /// `ack` gets the outcome and, for `Src::Lent`, the buffer back.
+    fn write_from<'a>(&self, off: u64, data: store::Src<'a>, ack: impl FnOnce(Outcome, Option<store::Lent<'a>>)) {
+        if !self.in_range(off, data.len() as u64) {
+            return ack(Outcome { errno: Some(libc::EINVAL), delay: None }, data.lent());
         }
-        let mut p = self.engine.begin(Op::Write, off, data.len as u64);
+        let mut p = self.engine.begin(Op::Write, off, data.len() as u64);
         let mut ack = Some(ack);
         // No failed/dropped/redirected request so far, and content rules (if any) can only edit
         // bytes or delay: the store hashes each block as it copies it in (one pass; the hashing
         // hides behind the copy) and the edits land on the stored bytes under the same locks.
-        if p.plan.errno.is_none() && p.plan.store == StoreMode::Normal && p.content_edits_only() {
+        let data = if p.plan.errno.is_none() && p.plan.store == StoreMode::Normal && p.content_edits_only() {
             let hashed = p.wants_content().then(|| {
                 let (start, blocks) = p.hashed_blocks();
                 store::Hashed { bs: self.block_size as usize, start, blocks }
             });
             let early = p.reply_known().then_some(p.plan.delay);
-            // SAFETY: the caller's contract on `data`, passed on
-            let r = unsafe {
-                self.store.write_locked(
-                    off,
-                    data,
-                    hashed,
-                    ack_after_copy,
-                    &mut || {
-                        if let Some(delay) = early {
-                            (ack.take().unwrap())(Outcome { errno: None, delay })
-                        }
-                    },
-                    &mut |hashes, stored| {
-                        p.match_hashes(hashes);
-                        apply_edits(&p.plan.edits, stored);
-                    },
-                )
-            };
-            if let Some(r) = r {
-                if let Some(ack) = ack.take() {
-                    ack(match r {
-                        Ok(()) => Outcome { errno: None, delay: p.plan.delay },
-                        Err(e) => io_outcome(e),
-                    });
+            // a lent buffer whose acknowledgement waits for the hashes (a content delay)
+            let mut back = None;
+            let r = self.store.write_locked(
+                off,
+                data,
+                hashed,
+                &mut |lent| match early {
+                    Some(delay) => (ack.take().unwrap())(Outcome { errno: None, delay }, lent),
+                    None => back = lent,
+                },
+                &mut |hashes, stored| {
+                    p.match_hashes(hashes);
+                    apply_edits(&p.plan.edits, stored);
+                },
+            );
+            match r {
+                Ok(()) => {
+                    if let Some(ack) = ack.take() {
+                        ack(Outcome { errno: None, delay: p.plan.delay }, back);
+                    }
+                    return;
                 }
-                return;
+                Err(data) => data,
             }
-        }
-        // SAFETY: readable until ack (either contract); the slice is not used after this call
-        let outcome = self.write_two_pass(off, unsafe { std::slice::from_raw_parts(data.ptr, data.len) }, p);
-        (ack.take().unwrap())(outcome);
+        } else {
+            data
+        };
+        let outcome = self.write_two_pass(off, data.bytes(), p);
+        (ack.take().unwrap())(outcome, data.lent());
     }
 
     /// Hash first (content rules), then store as planned.
@@ -445,15 +439,11 @@ mod tests {
         for (off, data) in &reqs {
             let want = plain.write(*off, data);
             let mut buf = data.clone();
-            let p = buf.as_mut_ptr();
             let mut got = None;
-            // SAFETY: buf lives across the call; it is only written from the ack on
-            unsafe {
-                copied.write_then_copied(*off, store::Src { ptr: p, len: buf.len() }, |o| {
-                    std::ptr::write_bytes(p, 0xA5, buf.len());
-                    got = Some(o);
-                })
-            };
+            copied.write_then_copied(*off, store::Lent::new(&mut buf, data.len()), |o, buf| {
+                buf.fill(0xA5);
+                got = Some(o);
+            });
             let got = got.unwrap();
             assert_eq!((got.errno, got.delay), (want.errno, want.delay), "request at {off}");
         }

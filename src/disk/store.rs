@@ -17,33 +17,70 @@ pub trait Store: Send + Sync {
     fn size(&self) -> u64;
     fn describe(&self) -> String;
     /// Store `data` at `off` under locks that keep every other request off [off, off+len), for
-    /// stores nobody can observe except through later requests (RAM): `locked` runs once the
-    /// locks are held (the caller may acknowledge the write there: any later request waits for
-    /// the locks) — before the copy, or with `ack_after_copy` once the bytes are stored; the
-    /// `Hashed` blocks are hashed (on the way in, or with `ack_after_copy` from the stored copy
-    /// after `locked`), and `edit` gets the hashes and the stored bytes before the locks are
-    /// released. `None`: this store cannot; write (after hashing) with `write`.
-    ///
-    /// # Safety
-    /// `data` must be readable until `locked` runs when `ack_after_copy` is set (the ring front
-    /// end replies there, and its reply reuses the buffer), else until the call returns.
-    unsafe fn write_locked(&self, off: u64, data: Src, hashed: Option<Hashed>, ack_after_copy: bool, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
-        let _ = (off, data, hashed, ack_after_copy, locked, edit);
-        None
+    /// stores nobody can observe except through later requests (RAM). `locked` runs exactly
+    /// once while the locks are held: for `Src::Borrowed` before the copy (the caller may
+    /// acknowledge the write there: any later request waits for the locks), for `Src::Lent`
+    /// once the bytes are stored, and it gets the lent buffer back; the store reads nothing of
+    /// it afterwards. The `Hashed` blocks are hashed (on the way in, or for a lent buffer from
+    /// the stored copy after `locked`), and `edit` gets the hashes and the stored bytes before
+    /// the locks are released. `Err(data)`: this store cannot (or the range is not inside it);
+    /// nothing ran, write (after hashing) with `write`.
+    fn write_locked<'a>(&self, off: u64, data: Src<'a>, hashed: Option<Hashed>, locked: &mut dyn FnMut(Option<Lent<'a>>), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Result<(), Src<'a>> {
+        let _ = (off, hashed, locked, edit);
+        Err(data)
     }
 }
 
-/// A write's bytes as a pointer and length, not a slice: with `ack_after_copy` the caller may
-/// reuse the buffer from `locked` on, which a `&[u8]` argument would forbid for the whole call.
-#[derive(Clone, Copy)]
-pub struct Src {
-    pub ptr: *const u8,
-    pub len: usize,
+/// A write's bytes as the store gets them.
+pub enum Src<'a> {
+    /// Borrowed for the whole call (the classic front end and every other caller).
+    Borrowed(&'a [u8]),
+    /// Lent until the store has copied them, then handed back (the ring front end).
+    Lent(Lent<'a>),
 }
 
-impl Src {
-    pub fn of(data: &[u8]) -> Src {
-        Src { ptr: data.as_ptr(), len: data.len() }
+impl<'a> Src<'a> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Src::Borrowed(b) => b,
+            Src::Lent(l) => l.bytes(),
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The lent buffer, to hand back with the acknowledgement (None for a borrowed one).
+    pub fn lent(self) -> Option<Lent<'a>> {
+        match self {
+            Src::Borrowed(_) => None,
+            Src::Lent(l) => Some(l),
+        }
+    }
+}
+
+/// A buffer whose first `len` bytes are a write, lent exclusively to the store: it moves into
+/// the write and comes back with the acknowledgement, once the store has its own copy. The ring
+/// front end's payload buffer: the reply is written into it and its commit lets the kernel
+/// reuse it, which the borrow checker now allows only after the store gave it back.
+pub struct Lent<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> Lent<'a> {
+    pub fn new(buf: &'a mut [u8], len: usize) -> Lent<'a> {
+        assert!(len <= buf.len(), "a write of {len} bytes in a {}-byte buffer", buf.len());
+        Lent { buf, len }
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+    /// The whole buffer, for the reply.
+    pub fn into_buf(self) -> &'a mut [u8] {
+        self.buf
     }
 }
 
@@ -189,57 +226,70 @@ impl Store for RamStore {
         self.chunks(off, buf.len() as u64, false, |p, at, n| unsafe { std::ptr::copy_nonoverlapping(p, out.add(at), n) })
     }
     fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
-        // SAFETY: `data` is borrowed for the whole call
-        unsafe { self.write_locked(off, Src::of(data), None, false, &mut || {}, &mut |_, _| {}) }.expect("the RAM store writes under its locks")
+        // declined only for a range outside the store
+        self.write_locked(off, Src::Borrowed(data), None, &mut |_| {}, &mut |_, _| {}).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
     }
     /// Each hashed block is hashed right before it is copied: the hashing runs while the
     /// previous block's non-temporal stores drain, so it costs ~0.5 µs per 128 KiB instead of
-    /// ~3.5 µs as a separate pass (BENCHMARKS.md). With `ack_after_copy` the copy comes first
-    /// and the hashing reads the stored bytes after `locked`: off the reply's path entirely.
-    unsafe fn write_locked(&self, off: u64, data: Src, hashed: Option<Hashed>, ack_after_copy: bool, locked: &mut dyn FnMut(), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Option<io::Result<()>> {
-        let len = data.len;
+    /// ~3.5 µs as a separate pass (BENCHMARKS.md). A lent buffer is copied first and the
+    /// hashing reads the stored bytes after `locked`: off the reply's path entirely.
+    fn write_locked<'a>(&self, off: u64, data: Src<'a>, hashed: Option<Hashed>, locked: &mut dyn FnMut(Option<Lent<'a>>), edit: &mut dyn FnMut(&[u128], &mut [u8])) -> Result<(), Src<'a>> {
+        let len = data.len();
         let h = hashed.unwrap_or(Hashed { bs: 1, start: len, blocks: 0 });
-        if off.checked_add(len as u64).is_none_or(|e| e > self.size) || h.start + h.blocks * h.bs > len {
-            return Some(Err(io::Error::from_raw_os_error(libc::EINVAL)));
+        let hashed_end = h.blocks.checked_mul(h.bs).and_then(|n| n.checked_add(h.start));
+        if off.checked_add(len as u64).is_none_or(|e| e > self.size) || hashed_end.is_none_or(|e| e > len) {
+            return Err(data);
         }
         if len == 0 {
-            return Some(Ok(())); // nothing to lock or copy; the caller acknowledges
+            locked(data.lent()); // nothing to lock or copy
+            return Ok(());
         }
+        // SAFETY: off + len <= size (checked above): inside the mapping
+        let dst = unsafe { self.base.add(off as usize) };
         self.with_write_locks(off, len as u64, || {
-            if !ack_after_copy {
-                locked();
-            }
             // large writes bypass the cache: the store's memory is cold, and an ordinary copy would
             // first read every destination line (w128k-qd1 +1-22% IOPS in 8 of 8 A/B pairs; at 4 KiB
             // no difference, so small writes keep the plain copy)
             let stream = len >= STREAM_MIN;
-            let (src, dst) = (data.ptr, unsafe { self.base.add(off as usize) });
-            let copy = |at: usize, n: usize| unsafe {
-                if stream { copy_streaming(src.add(at), dst.add(at), n) } else { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), n) }
-            };
-            let block = |base: *const u8, b: usize| unsafe { std::slice::from_raw_parts(base.add(h.start + b * h.bs), h.bs) };
-            let mut hashes = Vec::with_capacity(h.blocks);
-            // SAFETY (copies, blocks): [off, off+len) is inside the mapping (checked) and locked
-            // for writing; `data` is readable until `locked` runs (the caller's contract)
-            if ack_after_copy {
-                copy(0, len);
-                store_fence();
-                locked();
-                // `data` may be reused from here on: hash the stored copy
-                hashes.extend((0..h.blocks).map(|b| crate::content::block_hash(block(dst, b))));
-            } else {
-                copy(0, h.start);
-                for b in 0..h.blocks {
-                    hashes.push(crate::content::block_hash(block(src, b)));
-                    copy(h.start + b * h.bs, h.bs);
+            let copy = |src: &[u8], at: usize, n: usize| {
+                let src = &src[at..at + n];
+                // SAFETY: dst[at..at+n] lies in [off, off+len), inside the mapping and locked for
+                // writing (no other access); `src` is a separate buffer of n bytes
+                unsafe {
+                    if stream { copy_streaming(src.as_ptr(), dst.add(at), n) } else { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.add(at), n) }
                 }
-                let tail = h.start + h.blocks * h.bs;
-                copy(tail, len - tail);
-                store_fence();
+            };
+            fn block(base: &[u8], h: Hashed, b: usize) -> &[u8] {
+                &base[h.start + b * h.bs..][..h.bs]
             }
+            let mut hashes = Vec::with_capacity(h.blocks);
+            match data {
+                Src::Lent(lent) => {
+                    copy(lent.bytes(), 0, len);
+                    store_fence();
+                    locked(Some(lent));
+                    // the buffer is the caller's again: hash the stored copy
+                    // SAFETY: [off, off+len) is in the mapping and locked for writing; this shared
+                    // view ends before `edit` gets the mutable one
+                    let stored = unsafe { std::slice::from_raw_parts(dst, len) };
+                    hashes.extend((0..h.blocks).map(|b| crate::content::block_hash(block(stored, h, b))));
+                }
+                Src::Borrowed(src) => {
+                    locked(None);
+                    copy(src, 0, h.start);
+                    for b in 0..h.blocks {
+                        hashes.push(crate::content::block_hash(block(src, h, b)));
+                        copy(src, h.start + b * h.bs, h.bs);
+                    }
+                    let tail = h.start + h.blocks * h.bs;
+                    copy(src, tail, len - tail);
+                    store_fence();
+                }
+            }
+            // SAFETY: as for the copies: in the mapping, locked for writing, no other view of it
             edit(&hashes, unsafe { std::slice::from_raw_parts_mut(dst, len) });
         });
-        Some(Ok(()))
+        Ok(())
     }
     fn flush(&self) -> io::Result<()> {
         Ok(())

@@ -28,6 +28,7 @@ pub mod abi;
 use super::fuse::{self, NodeAttrs};
 use super::delay::Timed;
 use super::poll::{InFlight, Poller};
+use crate::disk::store::Lent;
 use crate::disk::{Disk, Outcome};
 use abi::RingHeader;
 use anyhow::{Context, Result, bail};
@@ -561,28 +562,26 @@ impl Server {
             abi::WRITE => {
                 let w: abi::WriteIn = abi::get(&op_in);
                 let n = in_len.min(w.size as usize);
-                let data = crate::disk::store::Src { ptr: payload.as_ptr(), len: n };
-                let at = payload.as_mut_ptr();
                 let (fuse_fd, unique) = (self.fuse_fd, h.unique);
                 let mut out = None;
                 let mut sent = false;
-                // SAFETY: the payload stays mapped and is not touched until the ack, which the
-                // RAM store gives once the bytes are stored: the reply can go out there, and its
-                // commit refills this payload with the next request while the store still hashes
-                // (from its own copy) and edits, under locks that hold off later requests
-                unsafe {
-                    self.disk.write_then_copied(w.offset, data, |o| {
-                        if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
-                            let len = abi::put(std::slice::from_raw_parts_mut(at, PAYLOAD), &abi::WriteOut { size: n as u32, padding: 0 });
-                            let e = commit_sqe(fuse_fd, header, qid, idx, unique, None, len as u32);
-                            ring.submission().push(&e).expect("one commit per entry fits");
-                            // an interrupted submit leaves it queued for the loop's next submit
-                            let _ = ring.submit();
-                            sent = true;
-                        }
-                        out = Some(o);
-                    })
-                };
+                // the payload is lent to the store and comes back with the acknowledgement, which
+                // the RAM store gives once the bytes are stored: the reply can go out there, and
+                // its commit refills this payload with the next request while the store still
+                // hashes (from its own copy) and edits, under locks that hold off later requests
+                self.disk.write_then_copied(w.offset, Lent::new(&mut *payload, n), |o, buf| {
+                    if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
+                        let len = abi::put(buf, &abi::WriteOut { size: n as u32, padding: 0 });
+                        let e = commit_sqe(fuse_fd, header, qid, idx, unique, None, len as u32);
+                        // SAFETY: the commit's buffers are the entry's, registered for the ring's
+                        // lifetime; the payload is not touched again until its next request
+                        unsafe { ring.submission().push(&e) }.expect("one commit per entry fits");
+                        // an interrupted submit leaves it queued for the loop's next submit
+                        let _ = ring.submit();
+                        sent = true;
+                    }
+                    out = Some(o);
+                });
                 let o = out.expect("write_then always acknowledges");
                 if sent {
                     drop(flight);
