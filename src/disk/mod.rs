@@ -251,26 +251,35 @@ impl Disk {
         Ok(armed)
     }
 
-    /// Flip one bit in every stored block the rule's target selects.
+    /// Flip one bit in every stored block the rule's target selects. Each flip is a
+    /// read-modify-write under the store's locks (`Store::update`): a client write that lands
+    /// meanwhile comes before or after it, never in between (which would undo the write).
     fn rot(&self, r: &ArmedRule, at: &crate::fault::rule::FlipAt) -> Result<()> {
         let bs = self.block_size as u64;
-        let mut block = vec![0u8; bs as usize];
         let mut hit = Vec::new();
-        let mut rot_one = |b: u64, block: &mut [u8]| -> Result<bool> {
+        // false once the rule's `times` are used up; `want`: the content the block must still
+        // have (a content target's block may have been rewritten since the scan saw it)
+        let mut rot_one = |b: u64, want: Option<u128>| -> Result<bool> {
             if r.rule.times.is_some_and(|t| hit.len() as u64 >= t) {
                 return Ok(false);
             }
             let (byte, bit) = flip_position(at, r.rule.seed, b, hit.len() as u64, bs);
-            block[byte as usize] ^= 1 << bit;
-            self.store.write(b * bs, block)?;
-            hit.push(b);
+            let flipped = self.store.update(b * bs, bs as usize, &mut |block| {
+                if want.is_some_and(|h| crate::content::block_hash(block) != h) {
+                    return false;
+                }
+                block[byte as usize] ^= 1 << bit;
+                true
+            })?;
+            if flipped {
+                hit.push(b);
+            }
             Ok(true)
         };
         match r.rule.target {
             Target::Range { start, end } => {
                 for b in block_span(start, end, bs) {
-                    self.store.read(b * bs, &mut block)?;
-                    if !rot_one(b, &mut block)? {
+                    if !rot_one(b, None)? {
                         break;
                     }
                 }
@@ -283,11 +292,8 @@ impl Disk {
                     let n = (self.size() - off).min(big.len() as u64) as usize;
                     self.store.read(off, &mut big[..n])?;
                     for (i, c) in big[..n].chunks_exact(bs as usize).enumerate() {
-                        if crate::content::block_hash(c) == hash {
-                            block.copy_from_slice(c);
-                            if !rot_one(off / bs + i as u64, &mut block)? {
-                                break 'scan;
-                            }
+                        if crate::content::block_hash(c) == hash && !rot_one(off / bs + i as u64, Some(hash))? {
+                            break 'scan;
                         }
                     }
                     off += n as u64;
@@ -491,6 +497,142 @@ mod tests {
             let mut want = data.clone();
             want[255 * 4096] ^= 1;
             assert!(seen == want, "round {round}: a read issued after the ack saw other bytes");
+        }
+    }
+
+    /// A store that holds still inside `update`'s read-modify-write (under the inner store's
+    /// locks) while `gate` is set, after saying so in `inside` (the round number), so a test
+    /// can start a write exactly there.
+    struct Gated {
+        inner: Box<dyn Store>,
+        ctl: Arc<GateCtl>,
+    }
+
+    #[derive(Default)]
+    struct GateCtl {
+        gate: std::sync::atomic::AtomicBool,
+        inside: std::sync::atomic::AtomicU64,
+        round: std::sync::atomic::AtomicU64,
+    }
+
+    impl Store for Gated {
+        fn read(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.inner.read(off, buf)
+        }
+        fn write(&self, off: u64, data: &[u8]) -> std::io::Result<()> {
+            self.inner.write(off, data)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn discard(&self, off: u64, len: u64) -> std::io::Result<()> {
+            self.inner.discard(off, len)
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn write_locked<'a>(
+            &self,
+            off: u64,
+            data: store::Src<'a>,
+            hashed: Option<store::Hashed>,
+            locked: &mut dyn FnMut(Option<store::Lent<'a>>),
+            edit: &mut dyn FnMut(&[u128], &mut [u8]),
+        ) -> Result<(), store::Src<'a>> {
+            self.inner.write_locked(off, data, hashed, locked, edit)
+        }
+        fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> std::io::Result<bool> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.inner.update(off, len, &mut |b| {
+                if self.ctl.gate.load(SeqCst) {
+                    self.ctl.inside.store(self.ctl.round.load(SeqCst), SeqCst);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                f(b)
+            })
+        }
+    }
+
+    /// A rot racing client writes to its block. Each round one write (a new pattern) and one rot
+    /// run; afterwards the block holds that write's bytes, or those with the flip if the rot
+    /// came after. A rot that read the old bytes and stored them back flipped after the write
+    /// would leave the previous pattern: the write undone. Gated rounds start the write while
+    /// the rot is inside its read-modify-write (so it must wait for the rot), free rounds start
+    /// both together.
+    #[test]
+    fn rot_never_undoes_a_concurrent_write() {
+        use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+        let dir = tempfile::tempdir().unwrap();
+        let size = 1u64 << 22;
+        let stores: [(&str, Box<dyn Store>); 2] =
+            [("ram", Box::new(store::RamStore::new(size).unwrap())), ("file", Box::new(store::FileStore::open(&dir.path().join("store"), Some(size)).unwrap()))];
+        for (name, inner) in stores {
+            let ctl = Arc::new(GateCtl::default());
+            let d = Disk { store: Box::new(Gated { inner, ctl: ctl.clone() }), engine: Engine::new(4096), block_size: 4096 };
+            let at = FlipAt { byte: Some(0), bit: Some(0) };
+            let (off, bs) = (3 * 4096u64, 4096usize);
+            let rule = d.engine.add(vec![Rule::new(Action::Rot { at }, &[], Target::Range { start: off, end: off + bs as u64 })]).remove(0);
+            let pattern = |k: u64| -> Vec<u8> { (0..bs / 8).flat_map(|_| k.to_le_bytes()).collect() };
+            let (gated_rounds, rounds) = (40u64, 2000u64);
+            // round k starts when `go` reaches k; `done` counts finished operations; u64::MAX in
+            // `go` stops the helpers (after a failed round, or after 10 s without progress)
+            let (go, done) = (AtomicU64::new(0), AtomicU64::new(0));
+            let wait_for = |a: &AtomicU64, v: u64| {
+                let t = std::time::Instant::now();
+                while a.load(SeqCst) < v && go.load(SeqCst) != u64::MAX {
+                    if t.elapsed() > Duration::from_secs(10) {
+                        go.store(u64::MAX, SeqCst);
+                    }
+                    std::thread::yield_now();
+                }
+                go.load(SeqCst) != u64::MAX
+            };
+            let failed = std::thread::scope(|s| {
+                s.spawn(|| {
+                    for k in 1..=rounds {
+                        let start = if k <= gated_rounds { &ctl.inside } else { &go };
+                        if !wait_for(start, k) {
+                            break;
+                        }
+                        assert!(d.write(off, &pattern(k)).errno.is_none());
+                        done.fetch_add(1, SeqCst);
+                    }
+                });
+                s.spawn(|| {
+                    for k in 1..=rounds {
+                        if !wait_for(&go, k) {
+                            break;
+                        }
+                        d.rot(&rule, &at).unwrap();
+                        done.fetch_add(1, SeqCst);
+                    }
+                });
+                let mut b = vec![0u8; bs];
+                for k in 1..=rounds {
+                    ctl.gate.store(k <= gated_rounds, SeqCst);
+                    ctl.round.store(k, SeqCst);
+                    go.store(k, SeqCst);
+                    if !wait_for(&done, 2 * k) {
+                        return Some(format!("round {k} did not finish"));
+                    }
+                    d.read(off, &mut b);
+                    let mut want = pattern(k);
+                    // a gated write waits for the rot: never flipped
+                    if k > gated_rounds && b[0] != want[0] {
+                        want[0] ^= 1;
+                    }
+                    if b != want {
+                        go.store(u64::MAX, SeqCst);
+                        let seen = u64::from_le_bytes(b[8..16].try_into().unwrap());
+                        return Some(format!("round {k}: the block holds pattern {seen}{}", if b[0] == pattern(seen)[0] { "" } else { " flipped" }));
+                    }
+                }
+                None
+            });
+            assert!(failed.is_none(), "{name}: {}", failed.unwrap());
         }
     }
 

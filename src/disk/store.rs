@@ -29,6 +29,10 @@ pub trait Store: Send + Sync {
         let _ = (off, hashed, locked, edit);
         Err(data)
     }
+    /// Let `f` change the `len` stored bytes at `off` (read, changed, stored back if `f` says
+    /// so) under the locks this store's writes take, so no write lands in between: a bit rotted
+    /// at rest must not undo a client write. Returns what `f` returned.
+    fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool>;
 }
 
 /// A write's bytes as the store gets them.
@@ -125,7 +129,7 @@ impl RamStore {
         if p == libc::MAP_FAILED {
             bail!("cannot reserve {size} bytes of address space for the RAM store: {}", io::Error::last_os_error());
         }
-        Ok(RamStore { base: p as *mut u8, size, locks: (0..STRIPES).map(|_| RwLock::new(())).collect() })
+        Ok(RamStore { base: p as *mut u8, size, locks: stripe_locks() })
     }
 
     /// Run `f` holding the write locks of every stripe [off, off+len) touches (len > 0). The
@@ -134,17 +138,7 @@ impl RamStore {
     /// consecutive stripes modulo STRIPES, so that order is at most two ranges, and the guards
     /// live on the stack: no allocation per request.
     fn with_write_locks<R>(&self, off: u64, len: u64, f: impl FnOnce() -> R) -> R {
-        self.hold_in_order(stripe_order(off, len), f)
-    }
-
-    fn hold_in_order<R>(&self, mut stripes: impl Iterator<Item = usize>, f: impl FnOnce() -> R) -> R {
-        match stripes.next() {
-            None => f(),
-            Some(s) => {
-                let _g = self.locks[s].write().unwrap();
-                self.hold_in_order(stripes, f)
-            }
-        }
+        hold_in_order(&self.locks, false, stripe_order(off, len), f)
     }
 
     /// Visit [off, off+len) chunk by chunk under the chunk's lock.
@@ -171,6 +165,25 @@ impl RamStore {
         }
         Ok(())
     }
+}
+
+/// Run `f` holding `stripes` of `locks` (shared or exclusive), taken in the order given.
+fn hold_in_order<R>(locks: &[RwLock<()>], shared: bool, mut stripes: impl Iterator<Item = usize>, f: impl FnOnce() -> R) -> R {
+    match stripes.next() {
+        None => f(),
+        Some(s) if shared => {
+            let _g = locks[s].read().unwrap();
+            hold_in_order(locks, shared, stripes, f)
+        }
+        Some(s) => {
+            let _g = locks[s].write().unwrap();
+            hold_in_order(locks, shared, stripes, f)
+        }
+    }
+}
+
+fn stripe_locks() -> Vec<RwLock<()>> {
+    (0..STRIPES).map(|_| RwLock::new(())).collect()
 }
 
 /// The stripes [off, off+len) touches (len > 0), ascending, each once.
@@ -291,6 +304,19 @@ impl Store for RamStore {
         });
         Ok(())
     }
+    fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool> {
+        if off.checked_add(len as u64).is_none_or(|e| e > self.size) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if len == 0 {
+            return Ok(f(&mut []));
+        }
+        Ok(self.with_write_locks(off, len as u64, || {
+            // SAFETY: [off, off+len) is in the mapping (checked) and locked for writing: this is
+            // the only view of it until the locks are released
+            f(unsafe { std::slice::from_raw_parts_mut(self.base.add(off as usize), len) })
+        }))
+    }
     fn flush(&self) -> io::Result<()> {
         Ok(())
     }
@@ -327,6 +353,9 @@ pub struct FileStore {
     path: PathBuf,
     size: u64,
     device: bool,
+    /// Striped like the RAM store's: writes and discards hold theirs shared (they may run
+    /// side by side, as pwrite allows), `update` exclusively, so a rot cannot interleave.
+    locks: Vec<RwLock<()>>,
 }
 
 impl FileStore {
@@ -358,7 +387,7 @@ impl FileStore {
         if size == 0 {
             bail!("store file {} is empty; give --size to create it", path.display());
         }
-        Ok(FileStore { file, path: path.to_owned(), size, device: false })
+        Ok(FileStore { file, path: path.to_owned(), size, device: false, locks: stripe_locks() })
     }
 
     pub fn open_device(path: &Path, destructive: bool, force: bool) -> Result<FileStore> {
@@ -394,7 +423,7 @@ impl FileStore {
         if unsafe { libc::ioctl(file.as_raw_fd(), 0x8008_1272, &mut size) } != 0 {
             bail!("cannot read the size of {}: {}", path.display(), io::Error::last_os_error());
         }
-        Ok(FileStore { file, path: path.to_owned(), size, device: true })
+        Ok(FileStore { file, path: path.to_owned(), size, device: true, locks: stripe_locks() })
     }
 }
 
@@ -437,12 +466,51 @@ impl Store for FileStore {
         self.file.read_exact_at(buf, off)
     }
     fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, off)
+        self.shared(off, data.len() as u64, || self.file.write_all_at(data, off))
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
     fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        self.shared(off, len, || self.discard_unlocked(off, len))
+    }
+    fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool> {
+        if off.checked_add(len as u64).is_none_or(|e| e > self.size) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut buf = vec![0u8; len];
+        let mut rmw = || {
+            self.file.read_exact_at(&mut buf, off)?;
+            let changed = f(&mut buf);
+            if changed {
+                self.file.write_all_at(&buf, off)?;
+            }
+            Ok(changed)
+        };
+        if len == 0 {
+            return rmw();
+        }
+        hold_in_order(&self.locks, false, stripe_order(off, len as u64), rmw)
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn describe(&self) -> String {
+        format!("{}:{}", if self.device { "device" } else { "file" }, self.path.display())
+    }
+}
+
+impl FileStore {
+    /// Run `f` holding the stripe locks of [off, off+len) shared (none for an empty or
+    /// out-of-range request: the I/O itself then fails or does nothing).
+    fn shared<R>(&self, off: u64, len: u64, f: impl FnOnce() -> R) -> R {
+        if len == 0 || off.checked_add(len).is_none() {
+            return f();
+        }
+        hold_in_order(&self.locks, true, stripe_order(off, len), f)
+    }
+
+    fn discard_unlocked(&self, off: u64, len: u64) -> io::Result<()> {
         if !self.device {
             // SAFETY: a plain syscall on our fd
             let r = unsafe { libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64) };
@@ -461,12 +529,6 @@ impl Store for FileStore {
             done += n;
         }
         Ok(())
-    }
-    fn size(&self) -> u64 {
-        self.size
-    }
-    fn describe(&self) -> String {
-        format!("{}:{}", if self.device { "device" } else { "file" }, self.path.display())
     }
 }
 
