@@ -107,6 +107,44 @@ fn switch_is_put_back_and_the_ring_keeps_working() {
     assert_eq!(switch_state(), before);
 }
 
+/// The switch's lock is one path for the machine: a serve process with a run directory of its
+/// own (FAULTLINE_RUN_DIR) still waits for it before touching the switch.
+#[test]
+fn switch_lock_ignores_the_run_directory() {
+    use std::io::BufRead;
+    use std::time::Duration;
+    std::fs::create_dir_all("/run/faultline").unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open("/run/faultline/fuse-uring.lock").unwrap();
+    // SAFETY: flock on an fd this test owns
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let mut child = std::process::Command::new(bin())
+        .args(["serve", "--size", "64MiB", "--ring", "on", "--socket"])
+        .arg(run.path().join("ctl.sock"))
+        .env("FAULTLINE_RUN_DIR", run.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let early = rx.recv_timeout(Duration::from_millis(1500));
+    drop(lock);
+    let line = early.clone().or_else(|_| rx.recv_timeout(Duration::from_secs(30)));
+    // SAFETY: signals our own child
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert!(early.is_err(), "the disk came up while another process held the switch's lock: {early:?}");
+    let line = line.expect("the disk came up once the lock was free");
+    assert!(line.starts_with("/dev/loop"), "{line:?}");
+    assert!(st.success(), "serve exited with {st}");
+    assert!(!run.path().join("fuse-uring.lock").exists(), "a lock file in the run directory");
+}
+
 #[test]
 fn bad_ring_value_is_refused() {
     let out = std::process::Command::new(bin()).args(["serve", "--size", "64MiB", "--ring", "fast"]).output().unwrap();

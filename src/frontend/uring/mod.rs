@@ -97,6 +97,9 @@ impl<'de> serde::Deserialize<'de> for RingMode {
 }
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+/// The lock around `PARAM`: one path for the whole machine, like the setting it guards (not
+/// under the run directory, which FAULTLINE_RUN_DIR moves per process).
+const SWITCH_LOCK: &str = "/run/faultline/fuse-uring.lock";
 
 /// The kernel's switch for FUSE over io_uring, on for as long as this guard lives. It is a
 /// global module parameter, off by default; the kernel reads it when it sends INIT and when a
@@ -113,10 +116,10 @@ impl Switch {
         if !std::path::Path::new(PARAM).exists() {
             bail!("this kernel has no FUSE over io_uring ({PARAM} is missing; it needs Linux 6.14+ built with CONFIG_FUSE_IO_URING)");
         }
-        let dir = crate::sys::ledger::run_dir();
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let path = dir.join("fuse-uring.lock");
-        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        let path = std::path::Path::new(SWITCH_LOCK);
+        let dir = path.parent().expect("the lock path has a directory");
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).with_context(|| format!("cannot open {}", path.display()))?;
         // SAFETY: a valid fd; blocks until other faultline processes have put the switch back
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
             bail!("cannot lock {}: {}", path.display(), std::io::Error::last_os_error());
