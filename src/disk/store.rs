@@ -96,6 +96,11 @@ pub struct Hashed {
     pub blocks: usize,
 }
 
+// BLKGETSIZE64 = _IOR(0x12, 114, size_t): a block device's size in bytes
+nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
+// BLKDISCARD = _IO(0x12, 119), though it reads a {start, length} pair of u64: a "bad" encoding
+nix::ioctl_write_ptr_bad!(blkdiscard, nix::request_code_none!(0x12, 119), [u64; 2]);
+
 const CHUNK_SHIFT: u32 = 16; // 64 KiB lock granularity
 const STRIPES: usize = 1024;
 
@@ -419,9 +424,9 @@ impl FileStore {
             }
         }
         let mut size = 0u64;
-        // BLKGETSIZE64
-        if unsafe { libc::ioctl(file.as_raw_fd(), 0x8008_1272, &mut size) } != 0 {
-            bail!("cannot read the size of {}: {}", path.display(), io::Error::last_os_error());
+        // SAFETY: our open fd; the kernel writes one u64 into `size`
+        if let Err(e) = unsafe { blkgetsize64(file.as_raw_fd(), &mut size) } {
+            bail!("cannot read the size of {}: {e}", path.display());
         }
         Ok(FileStore { file, path: path.to_owned(), size, device: true, locks: stripe_locks() })
     }
@@ -518,7 +523,8 @@ impl FileStore {
         }
         // BLKDISCARD; if the device cannot discard, write zeroes so reads match RAM/file semantics
         let range = [off, len];
-        if unsafe { libc::ioctl(self.file.as_raw_fd(), 0x1277, range.as_ptr()) } == 0 {
+        // SAFETY: our open fd; the kernel reads the two u64 of `range`
+        if unsafe { blkdiscard(self.file.as_raw_fd(), &range) }.is_ok() {
             return Ok(());
         }
         let zero = vec![0u8; 1 << 20];
@@ -550,6 +556,13 @@ mod tests {
                 assert_eq!(stripe_order(off, len).collect::<Vec<_>>(), want, "off {off} len {len}");
             }
         }
+    }
+
+    /// The ioctl numbers nix builds are the kernel's (include/uapi/linux/fs.h).
+    #[test]
+    fn ioctl_numbers_match_the_kernel() {
+        assert_eq!(nix::request_code_read!(0x12, 114, size_of::<u64>()), 0x8008_1272); // BLKGETSIZE64
+        assert_eq!(nix::request_code_none!(0x12, 119), 0x1277); // BLKDISCARD
     }
 
     #[test]

@@ -12,8 +12,6 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
-/// _IOWR(0x94, 54, struct file_dedupe_range) from linux/fs.h.
-const FIDEDUPERANGE: libc::c_ulong = 0xC018_9436;
 const FILE_DEDUPE_RANGE_DIFFERS: i32 = 1;
 /// Destinations per ioctl (the kernel caps the argument at one page).
 const BATCH: usize = 120;
@@ -36,6 +34,12 @@ struct RangeInfo {
     status: i32,
     reserved: u32,
 }
+
+// FIDEDUPERANGE = _IOWR(0x94, 54, struct file_dedupe_range) from linux/fs.h: the number
+// encodes the header's size, the destinations follow it in the same buffer
+nix::ioctl_readwrite_bad!(fideduperange, nix::request_code_readwrite!(0x94, 54, size_of::<RangeHeader>()), RangeHeader);
+// struct file_dedupe_range and struct file_dedupe_range_info
+const _: () = assert!(size_of::<RangeHeader>() == 24 && size_of::<RangeInfo>() == 32);
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct BlockDedupReport {
@@ -91,8 +95,10 @@ pub fn dedupe_blocks(blocks: impl IntoIterator<Item = (PathBuf, u64, u64)>, bloc
                 let info = RangeInfo { dest_fd: open(p)?, dest_offset: *off, bytes_deduped: 0, status: 0, reserved: 0 };
                 unsafe { std::ptr::write(base.add(hdr + i * isz) as *mut RangeInfo, info) };
             }
-            if unsafe { libc::ioctl(src_fd as i32, FIDEDUPERANGE, base) } != 0 {
-                let e = std::io::Error::last_os_error();
+            // SAFETY: an open fd; `buf` (8-byte aligned) holds the header and the `dest_count`
+            // destination records after it, which the kernel reads and fills in
+            if let Err(e) = unsafe { fideduperange(src_fd as i32, base as *mut RangeHeader) } {
+                let e = std::io::Error::from(e);
                 if e.raw_os_error() == Some(libc::EOPNOTSUPP) || e.raw_os_error() == Some(libc::ENOTTY) {
                     bail!("this file system cannot share blocks (FIDEDUPERANGE: {e}); use btrfs or xfs with reflink");
                 }

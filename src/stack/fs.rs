@@ -380,9 +380,11 @@ impl Built {
                 let f = std::fs::File::open(d).with_context(|| format!("cannot open {}", d.display()))?;
                 f.sync_all()?;
                 use std::os::fd::AsRawFd;
-                const BLKFLSBUF: libc::c_ulong = 0x1261;
-                if unsafe { libc::ioctl(f.as_raw_fd(), BLKFLSBUF, 0) } != 0 {
-                    bail!("BLKFLSBUF on {}: {}", d.display(), std::io::Error::last_os_error());
+                // BLKFLSBUF = _IO(0x12, 97)
+                nix::ioctl_none!(blkflsbuf, 0x12, 97);
+                // SAFETY: our open fd; the ioctl takes no argument
+                if let Err(e) = unsafe { blkflsbuf(f.as_raw_fd()) } {
+                    bail!("BLKFLSBUF on {}: {e}", d.display());
                 }
             }
             return Ok(());
@@ -667,7 +669,6 @@ pub fn extents(path: &Path) -> Result<Vec<Extent>> {
         flags: u32,
         reserved: [u32; 3],
     }
-    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020660B;
     const FIEMAP_FLAG_SYNC: u32 = 1;
     const FIEMAP_EXTENT_LAST: u32 = 1;
     const N: usize = 256;
@@ -676,6 +677,11 @@ pub fn extents(path: &Path) -> Result<Vec<Extent>> {
         head: FiemapHead,
         ext: [FiemapExtent; N],
     }
+    // FS_IOC_FIEMAP = _IOWR('f', 11, struct fiemap): the number encodes the header's size, the
+    // extents follow it in the same buffer
+    nix::ioctl_readwrite_bad!(fiemap, nix::request_code_readwrite!(b'f', 11, size_of::<FiemapHead>()), Req);
+    // struct fiemap and struct fiemap_extent (include/uapi/linux/fiemap.h)
+    const _: () = assert!(size_of::<FiemapHead>() == 32 && size_of::<FiemapExtent>() == 56);
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut out = Vec::new();
@@ -685,8 +691,9 @@ pub fn extents(path: &Path) -> Result<Vec<Extent>> {
             head: FiemapHead { start, length: u64::MAX - start, flags: FIEMAP_FLAG_SYNC, mapped: 0, count: N as u32, reserved: 0 },
             ext: [FiemapExtent::default(); N],
         };
-        if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, &mut req) } != 0 {
-            bail!("FIEMAP on {}: {}", path.display(), std::io::Error::last_os_error());
+        // SAFETY: our open fd; `req` is a fiemap header with room for the `count` extents it names
+        if let Err(e) = unsafe { fiemap(f.as_raw_fd(), &mut req) } {
+            bail!("FIEMAP on {}: {e}", path.display());
         }
         let n = req.head.mapped as usize;
         if n == 0 {
@@ -724,6 +731,14 @@ pub fn shared_bytes(dir: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ioctl numbers nix builds are the kernel's (include/uapi/linux/fs.h).
+    #[test]
+    fn ioctl_numbers_match_the_kernel() {
+        assert_eq!(nix::request_code_none!(0x12, 97), 0x1261); // BLKFLSBUF
+        assert_eq!(nix::request_code_readwrite!(b'f', 11, 32), 0xC020_660B); // FS_IOC_FIEMAP
+        assert_eq!(nix::request_code_readwrite!(0x94, 54, 24), 0xC018_9436); // FIDEDUPERANGE
+    }
 
     #[test]
     fn device_stats_parse() {
