@@ -86,6 +86,7 @@ fn both_transports_serve_the_same_bytes_and_faults() {
 /// faultline process is between turning it on and putting it back.
 fn switch_state() -> String {
     let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open("/run/faultline/fuse-uring.lock").unwrap();
+    // SAFETY: flock on an fd this test holds open
     assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
     std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").unwrap().trim().to_string()
 }

@@ -114,8 +114,11 @@ pub struct RamStore {
     locks: Vec<RwLock<()>>,
 }
 
-// SAFETY: all access to the mapping goes through the stripe locks.
+// SAFETY: the store owns its mapping (a raw pointer, so not Send by itself); nothing else
+// refers to it, so another thread may own the store
 unsafe impl Send for RamStore {}
+// SAFETY: shared access goes through the stripe locks: every access to the mapping holds the
+// lock of each chunk it touches (shared to read, exclusive to write)
 unsafe impl Sync for RamStore {}
 
 impl RamStore {
@@ -206,8 +209,13 @@ const STREAM_MIN: usize = 64 << 10;
 /// Copy with non-temporal stores where the destination is 16-byte aligned (always, for block
 /// aligned offsets into the page-aligned mapping); a plain copy otherwise. Callers pick it for
 /// large writes only (`STREAM_MIN`) and must `store_fence` before others may read the bytes.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` bytes, not overlapping.
 unsafe fn copy_streaming(src: *const u8, dst: *mut u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract on src/dst; every 16-byte access lies below n, and the
+    // stores are aligned (checked); SSE2 is part of x86_64
     unsafe {
         use std::arch::x86_64::*;
         if (dst as usize).is_multiple_of(16) {
@@ -220,6 +228,7 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, n: usize) {
             return;
         }
     }
+    // SAFETY: the caller's contract on src/dst
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
 }
 
@@ -227,6 +236,7 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, n: usize) {
 /// another thread taking the chunk lock next could read stale bytes).
 fn store_fence() {
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: a fence touches no memory; SSE is part of x86_64
     unsafe {
         std::arch::x86_64::_mm_sfence()
     };
@@ -234,14 +244,15 @@ fn store_fence() {
 
 impl Drop for RamStore {
     fn drop(&mut self) {
+        // SAFETY: our mapping of `size` bytes (`new`); no reference into it outlives the store
         unsafe { libc::munmap(self.base as *mut _, self.size as usize) };
     }
 }
 
 impl Store for RamStore {
     fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        let out = buf.as_mut_ptr();
-        self.chunks(off, buf.len() as u64, false, |p, at, n| unsafe { std::ptr::copy_nonoverlapping(p, out.add(at), n) })
+        // SAFETY: `chunks` hands out [p, p+n) inside the mapping, read-locked: nobody writes it
+        self.chunks(off, buf.len() as u64, false, |p, at, n| buf[at..at + n].copy_from_slice(unsafe { std::slice::from_raw_parts(p, n) }))
     }
     fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
         // declined only for a range outside the store
@@ -327,6 +338,8 @@ impl Store for RamStore {
     }
     fn discard(&self, off: u64, len: u64) -> io::Result<()> {
         let page = 4096usize;
+        // SAFETY: `chunks` hands out [p, p+n) inside the mapping, write-locked: the zeroed edges
+        // and the dropped pages between them lie in that range, which nobody else accesses
         self.chunks(off, len, true, |p, _, n| unsafe {
             // whole pages go back to the kernel; partial edges are zeroed
             let a = p as usize;

@@ -364,6 +364,7 @@ fn stack_spec(s: &StackChoice) -> crate::stack::fs::StackSpec {
 fn syncfs(p: &Path) -> Result<()> {
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+    // SAFETY: an fd we hold open for the call
     if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
         bail!("syncfs {}: {}", p.display(), std::io::Error::last_os_error());
     }

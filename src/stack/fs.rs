@@ -263,6 +263,7 @@ impl Built {
         // on a raw device, file-system errors, checksum failures)
         me.kmsg = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").ok().inspect(|f| {
             use std::os::fd::AsRawFd;
+            // SAFETY: an fd we hold open for the call
             unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
         });
         let (kind, mkfs): (FsKind, Command) = match base {

@@ -210,7 +210,7 @@ pub struct RingServer {
 }
 
 fn eventfd() -> Result<OwnedFd> {
-    // SAFETY: plain syscall
+    // SAFETY: eventfd takes no pointers; the result is checked
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if fd < 0 {
         bail!("eventfd: {}", std::io::Error::last_os_error());
@@ -221,7 +221,7 @@ fn eventfd() -> Result<OwnedFd> {
 
 fn poke(fd: RawFd) {
     let one = 1u64;
-    // SAFETY: 8 bytes to our eventfd
+    // SAFETY: writes the 8 bytes of `one`, alive across the call, to our eventfd
     unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
@@ -334,6 +334,7 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
         commits: Vec::new(),
     };
     // the default 50 µs timer slack would make every timed wait for a delayed reply late
+    // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
     s.run(&mut ring, &mut slots, early, &stop);
     // the kernel writes a request into an entry's buffers as long as it holds the entry's
@@ -362,10 +363,11 @@ fn ring_cmd(fuse_fd: RawFd, op: u32, commit_id: u64, qid: u16, iov: Option<*cons
     // the io-uring crate has no setter for a URING_CMD's `len` (struct io_uring_sqe: u32 at
     // byte 24); Entry128 is the repr(C) 128-byte SQE
     const _: () = assert!(size_of::<squeue::Entry128>() == 128);
-    // SAFETY: same size, both plain bytes
+    // SAFETY: Entry128 is repr(C), 128 bytes (checked above) of integer fields: plain bytes
     let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
     raw[24..28].copy_from_slice(&2u32.to_le_bytes());
-    // SAFETY: an SQE with one more field set
+    // SAFETY: any 128 bytes are a valid Entry128 (integer fields); these are an SQE with one
+    // more field set
     unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
 }
 
@@ -494,7 +496,7 @@ impl Server {
             {
                 let mut sq = ring.submission();
                 for e in self.commits.drain(..) {
-                    // SAFETY: commits carry no buffers
+                    // SAFETY: commit SQEs carry no pointers (the entries' buffers were registered)
                     unsafe { sq.push(&e).expect("one commit per entry fits") };
                 }
             }
@@ -504,6 +506,7 @@ impl Server {
                 // kernel entry that runs task work, so new requests still come in meanwhile)
                 Some(at) if at.saturating_duration_since(Instant::now()) <= DELAY_SPIN => ring.submit().map(|n| {
                     while ring.completion().is_empty() && Instant::now() < at {
+                        // SAFETY: a plain syscall without arguments
                         unsafe { libc::sched_yield() };
                     }
                     n
