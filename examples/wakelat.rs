@@ -3,6 +3,7 @@ use std::time::{Duration, Instant};
 fn main() {
     // wake-up latency of a thread blocked on a pipe read, woken by a write from another thread
     let mut fds = [0i32; 2];
+    // SAFETY: `fds` has room for the two fds pipe() writes
     unsafe { libc::pipe(fds.as_mut_ptr()) };
     let (r, w) = (fds[0], fds[1]);
     let sent = Arc::new(Mutex::new(Instant::now()));
@@ -11,6 +12,7 @@ fn main() {
         let mut v = vec![];
         for _ in 0..200 {
             let mut b = [0u8; 1];
+            // SAFETY: reads at most 1 byte into the 1-byte `b`
             unsafe { libc::read(r, b.as_mut_ptr() as *mut _, 1) };
             let now = Instant::now();
             v.push((now - *s2.lock().unwrap()).as_nanos() as f64 / 1000.0);
@@ -20,6 +22,7 @@ fn main() {
     for _ in 0..200 {
         std::thread::sleep(Duration::from_micros(300));
         *sent.lock().unwrap() = Instant::now();
+        // SAFETY: writes 1 byte from a 1-byte array
         unsafe { libc::write(w, [1u8].as_ptr() as *const _, 1) };
     }
     let mut v = h.join().unwrap();

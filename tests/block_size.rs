@@ -179,6 +179,7 @@ fn ext4_on_512_byte_blocks() {
 /// reaching the disk as 4 KiB logical blocks. XFS blocks larger than the page need Linux 6.12.
 #[test]
 fn xfs_on_64k_blocks() {
+    // SAFETY: sysconf only reads a system constant
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
     let mut v = release.trim().split(|c: char| !c.is_ascii_digit()).map(|x| x.parse::<u32>().unwrap_or(0));

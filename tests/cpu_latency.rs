@@ -153,6 +153,7 @@ fn auto_serves_without_the_device_hold_fails() {
     let mut start = String::new();
     while !start.contains("serving") && err.read_line(&mut start).unwrap() > 0 {}
     assert!(start.contains("cpu latency auto (unavailable: cannot open /dev/cpu_dma_latency"), "{start}");
+    // SAFETY: kill takes no pointers; our child, not yet waited for (its pid is not reused)
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success(), "serve without /dev/cpu_dma_latency did not tear down cleanly");
 }

@@ -98,6 +98,7 @@ fn both_transports_serve_the_same_bytes_and_faults() {
 /// faultline process is between turning it on and putting it back.
 fn switch_state() -> String {
     let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open("/run/faultline/fuse-uring.lock").unwrap();
+    // SAFETY: flock on an fd this test holds open
     assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
     std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").unwrap().trim().to_string()
 }
@@ -120,6 +121,48 @@ fn switch_is_put_back_and_the_ring_keeps_working() {
     drop(d);
     s.stop();
     assert_eq!(switch_state(), before);
+}
+
+/// The switch's lock is one path for the machine: a serve process with a run directory of its
+/// own (FAULTLINE_RUN_DIR) still waits for it before touching the switch.
+#[test]
+fn switch_lock_ignores_the_run_directory() {
+    use std::io::BufRead;
+    use std::time::Duration;
+    if !std::path::Path::new("/sys/module/fuse/parameters/enable_uring").exists() || std::env::var("FAULTLINE_RING").is_ok_and(|v| v == "off") {
+        eprintln!("SKIPPED: switch_lock_ignores_the_run_directory: needs FUSE over io_uring");
+        return;
+    }
+    std::fs::create_dir_all("/run/faultline").unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open("/run/faultline/fuse-uring.lock").unwrap();
+    // SAFETY: flock on an fd this test owns
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let mut child = std::process::Command::new(bin())
+        .args(["serve", "--size", "64MiB", "--ring", "on", "--socket"])
+        .arg(run.path().join("ctl.sock"))
+        .env("FAULTLINE_RUN_DIR", run.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let early = rx.recv_timeout(Duration::from_millis(1500));
+    drop(lock);
+    let line = early.clone().or_else(|_| rx.recv_timeout(Duration::from_secs(30)));
+    // SAFETY: signals our own child
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = child.wait().unwrap();
+    assert!(early.is_err(), "the disk came up while another process held the switch's lock: {early:?}");
+    let line = line.expect("the disk came up once the lock was free");
+    assert!(line.starts_with("/dev/loop"), "{line:?}");
+    assert!(st.success(), "serve exited with {st}");
+    assert!(!run.path().join("fuse-uring.lock").exists(), "a lock file in the run directory");
 }
 
 #[test]
@@ -165,6 +208,7 @@ fn faultline_ring_off_looks_like_a_kernel_without_it() {
     write_blocks(&d, 0, 8, 4, |b| b);
     assert_eq!(read_block(&d, 5).unwrap(), expected(5, 4));
     drop(d);
+    // SAFETY: kill takes no pointers; the pid is the child this test started
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success(), "serve with FAULTLINE_RING=off did not tear down cleanly");
     assert_gone(&dev, pid);

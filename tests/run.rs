@@ -161,6 +161,7 @@ fn ctrl_c_tears_everything_down() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     std::thread::sleep(std::time::Duration::from_millis(500));
+    // SAFETY: kill takes no pointers; our child, not yet waited for (its pid is not reused)
     unsafe { libc::kill(pid as i32, libc::SIGINT) };
     let st = c.wait().unwrap();
     assert!(!st.success(), "an interrupted run must not report success");

@@ -94,68 +94,62 @@ impl Disk {
     /// be before the bytes are in: the request's chunks are locked first, so no later request
     /// can see the old bytes, and the copy overlaps the kernel's completion path (BENCHMARKS.md).
     pub fn write_then(&self, off: u64, data: &[u8], ack: impl FnOnce(Outcome)) {
-        // SAFETY: `data` is borrowed for the whole call
-        unsafe { self.write_from(off, store::Src::of(data), false, ack) }
+        self.write_from(off, store::Src::Borrowed(data), |o, _| ack(o))
     }
 
-    /// Like `write_then`, but on the RAM store `ack` runs once the bytes are stored (content
-    /// hashing and edits follow, under the same locks), and from then on the caller may reuse
-    /// the buffer: the ring front end's reply goes into it.
-    ///
-    /// # Safety
-    /// `data` must be readable until `ack` runs.
-    pub unsafe fn write_then_copied(&self, off: u64, data: store::Src, ack: impl FnOnce(Outcome)) {
-        unsafe { self.write_from(off, data, true, ack) }
+    /// Like `write_then`, but the bytes are lent (`store::Lent`) and `ack` gets their buffer
+    /// back with the outcome: on the RAM store once the bytes are stored (content hashing and
+    /// edits follow, under the same locks, on the stored copy), so the caller may reuse the
+    /// buffer from the acknowledgement on: the ring front end's reply goes into it.
+    pub fn write_then_copied<'a>(&self, off: u64, data: store::Lent<'a>, ack: impl FnOnce(Outcome, &'a mut [u8])) {
+        self.write_from(off, store::Src::Lent(data), |o, lent| ack(o, lent.expect("a lent buffer comes back with the acknowledgement").into_buf()))
     }
 
-    /// # Safety
-    /// `data` readable until `ack` runs if `ack_after_copy`, else until the call returns.
-    unsafe fn write_from(&self, off: u64, data: store::Src, ack_after_copy: bool, ack: impl FnOnce(Outcome)) {
-        if !self.in_range(off, data.len as u64) {
-            return ack(Outcome { errno: Some(libc::EINVAL), delay: None });
+    /// `ack` gets the outcome and, for `Src::Lent`, the buffer back.
+    fn write_from<'a>(&self, off: u64, data: store::Src<'a>, ack: impl FnOnce(Outcome, Option<store::Lent<'a>>)) {
+        if !self.in_range(off, data.len() as u64) {
+            return ack(Outcome { errno: Some(libc::EINVAL), delay: None }, data.lent());
         }
-        let mut p = self.engine.begin(Op::Write, off, data.len as u64);
+        let mut p = self.engine.begin(Op::Write, off, data.len() as u64);
         let mut ack = Some(ack);
         // No failed/dropped/redirected request so far, and content rules (if any) can only edit
         // bytes or delay: the store hashes each block as it copies it in (one pass; the hashing
         // hides behind the copy) and the edits land on the stored bytes under the same locks.
-        if p.plan.errno.is_none() && p.plan.store == StoreMode::Normal && p.content_edits_only() {
+        let data = if p.plan.errno.is_none() && p.plan.store == StoreMode::Normal && p.content_edits_only() {
             let hashed = p.wants_content().then(|| {
                 let (start, blocks) = p.hashed_blocks();
                 store::Hashed { bs: self.block_size as usize, start, blocks }
             });
             let early = p.reply_known().then_some(p.plan.delay);
-            // SAFETY: the caller's contract on `data`, passed on
-            let r = unsafe {
-                self.store.write_locked(
-                    off,
-                    data,
-                    hashed,
-                    ack_after_copy,
-                    &mut || {
-                        if let Some(delay) = early {
-                            (ack.take().unwrap())(Outcome { errno: None, delay })
-                        }
-                    },
-                    &mut |hashes, stored| {
-                        p.match_hashes(hashes);
-                        apply_edits(&p.plan.edits, stored);
-                    },
-                )
-            };
-            if let Some(r) = r {
-                if let Some(ack) = ack.take() {
-                    ack(match r {
-                        Ok(()) => Outcome { errno: None, delay: p.plan.delay },
-                        Err(e) => io_outcome(e),
-                    });
+            // a lent buffer whose acknowledgement waits for the hashes (a content delay)
+            let mut back = None;
+            let r = self.store.write_locked(
+                off,
+                data,
+                hashed,
+                &mut |lent| match early {
+                    Some(delay) => (ack.take().unwrap())(Outcome { errno: None, delay }, lent),
+                    None => back = lent,
+                },
+                &mut |hashes, stored| {
+                    p.match_hashes(hashes);
+                    apply_edits(&p.plan.edits, stored);
+                },
+            );
+            match r {
+                Ok(()) => {
+                    if let Some(ack) = ack.take() {
+                        ack(Outcome { errno: None, delay: p.plan.delay }, back);
+                    }
+                    return;
                 }
-                return;
+                Err(data) => data,
             }
-        }
-        // SAFETY: readable until ack (either contract); the slice is not used after this call
-        let outcome = self.write_two_pass(off, unsafe { std::slice::from_raw_parts(data.ptr, data.len) }, p);
-        (ack.take().unwrap())(outcome);
+        } else {
+            data
+        };
+        let outcome = self.write_two_pass(off, data.bytes(), p);
+        (ack.take().unwrap())(outcome, data.lent());
     }
 
     /// Hash first (content rules), then store as planned.
@@ -222,26 +216,35 @@ impl Disk {
         Ok(armed)
     }
 
-    /// Flip one bit in every stored block the rule's target selects.
+    /// Flip one bit in every stored block the rule's target selects. Each flip is a
+    /// read-modify-write under the store's locks (`Store::update`): a client write that lands
+    /// meanwhile comes before or after it, never in between (which would undo the write).
     fn rot(&self, r: &ArmedRule, at: &crate::spec::rule::FlipAt) -> Result<()> {
         let bs = self.block_size as u64;
-        let mut block = vec![0u8; bs as usize];
         let mut hit = Vec::new();
-        let mut rot_one = |b: u64, block: &mut [u8]| -> Result<bool> {
+        // false once the rule's `times` are used up; `want`: the content the block must still
+        // have (a content target's block may have been rewritten since the scan saw it)
+        let mut rot_one = |b: u64, want: Option<u128>| -> Result<bool> {
             if r.rule.times.is_some_and(|t| hit.len() as u64 >= t) {
                 return Ok(false);
             }
             let (byte, bit) = flip_position(at, r.rule.seed, b, hit.len() as u64, bs);
-            block[byte as usize] ^= 1 << bit;
-            self.store.write(b * bs, block)?;
-            hit.push(b);
+            let flipped = self.store.update(b * bs, bs as usize, &mut |block| {
+                if want.is_some_and(|h| crate::content::block_hash(block) != h) {
+                    return false;
+                }
+                block[byte as usize] ^= 1 << bit;
+                true
+            })?;
+            if flipped {
+                hit.push(b);
+            }
             Ok(true)
         };
         match r.rule.target {
             Target::Range { start, end } => {
                 for b in block_span(start, end, bs) {
-                    self.store.read(b * bs, &mut block)?;
-                    if !rot_one(b, &mut block)? {
+                    if !rot_one(b, None)? {
                         break;
                     }
                 }
@@ -254,11 +257,8 @@ impl Disk {
                     let n = (self.size() - off).min(big.len() as u64) as usize;
                     self.store.read(off, &mut big[..n])?;
                     for (i, c) in big[..n].chunks_exact(bs as usize).enumerate() {
-                        if crate::content::block_hash(c) == hash {
-                            block.copy_from_slice(c);
-                            if !rot_one(off / bs + i as u64, &mut block)? {
-                                break 'scan;
-                            }
+                        if crate::content::block_hash(c) == hash && !rot_one(off / bs + i as u64, Some(hash))? {
+                            break 'scan;
                         }
                     }
                     off += n as u64;
@@ -410,15 +410,11 @@ mod tests {
         for (off, data) in &reqs {
             let want = plain.write(*off, data);
             let mut buf = data.clone();
-            let p = buf.as_mut_ptr();
             let mut got = None;
-            // SAFETY: buf lives across the call; it is only written from the ack on
-            unsafe {
-                copied.write_then_copied(*off, store::Src { ptr: p, len: buf.len() }, |o| {
-                    std::ptr::write_bytes(p, 0xA5, buf.len());
-                    got = Some(o);
-                })
-            };
+            copied.write_then_copied(*off, store::Lent::new(&mut buf, data.len()), |o, buf| {
+                buf.fill(0xA5);
+                got = Some(o);
+            });
             let got = got.unwrap();
             assert_eq!((got.errno, got.delay), (want.errno, want.delay), "request at {off}");
         }
@@ -466,6 +462,144 @@ mod tests {
             let mut want = data.clone();
             want[255 * 4096] ^= 1;
             assert!(seen == want, "round {round}: a read issued after the ack saw other bytes");
+        }
+    }
+
+    /// A store that holds still inside `update`'s read-modify-write (under the inner store's
+    /// locks) while `gate` is set, after saying so in `inside` (the round number), so a test
+    /// can start a write exactly there.
+    struct Gated {
+        inner: Box<dyn Store>,
+        ctl: Arc<GateCtl>,
+    }
+
+    #[derive(Default)]
+    struct GateCtl {
+        gate: std::sync::atomic::AtomicBool,
+        inside: std::sync::atomic::AtomicU64,
+        round: std::sync::atomic::AtomicU64,
+    }
+
+    impl Store for Gated {
+        fn read(&self, off: u64, buf: &mut [u8]) -> std::io::Result<()> {
+            self.inner.read(off, buf)
+        }
+        fn write(&self, off: u64, data: &[u8]) -> std::io::Result<()> {
+            self.inner.write(off, data)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+        fn discard(&self, off: u64, len: u64) -> std::io::Result<()> {
+            self.inner.discard(off, len)
+        }
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn write_locked<'a>(
+            &self,
+            off: u64,
+            data: store::Src<'a>,
+            hashed: Option<store::Hashed>,
+            locked: &mut dyn FnMut(Option<store::Lent<'a>>),
+            edit: &mut dyn FnMut(&[u128], &mut [u8]),
+        ) -> Result<(), store::Src<'a>> {
+            self.inner.write_locked(off, data, hashed, locked, edit)
+        }
+        fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> std::io::Result<bool> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.inner.update(off, len, &mut |b| {
+                if self.ctl.gate.load(SeqCst) {
+                    self.ctl.inside.store(self.ctl.round.load(SeqCst), SeqCst);
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                f(b)
+            })
+        }
+    }
+
+    /// A rot racing client writes to its block. Each round one write (a new pattern) and one rot
+    /// run; afterwards the block holds that write's bytes, or those with the flip if the rot
+    /// came after. A rot that read the old bytes and stored them back flipped after the write
+    /// would leave the previous pattern: the write undone. Gated rounds start the write while
+    /// the rot is inside its read-modify-write (so it must wait for the rot), free rounds start
+    /// both together.
+    #[test]
+    fn rot_never_undoes_a_concurrent_write() {
+        use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+        let dir = tempfile::tempdir().unwrap();
+        let size = 1u64 << 22;
+        let stores: [(&str, Box<dyn Store>); 2] = [
+            ("ram", Box::new(store::RamStore::new(size).unwrap())),
+            ("file", Box::new(store::FileStore::open(&dir.path().join("store"), Some(size)).unwrap())),
+        ];
+        for (name, inner) in stores {
+            let ctl = Arc::new(GateCtl::default());
+            let d = Disk { store: Box::new(Gated { inner, ctl: ctl.clone() }), engine: Engine::new(4096), block_size: 4096 };
+            let at = FlipAt { byte: Some(0), bit: Some(0) };
+            let (off, bs) = (3 * 4096u64, 4096usize);
+            let rule = d.engine.add(vec![Rule::new(Action::Rot { at }, &[], Target::Range { start: off, end: off + bs as u64 })]).remove(0);
+            let pattern = |k: u64| -> Vec<u8> { (0..bs / 8).flat_map(|_| k.to_le_bytes()).collect() };
+            let (gated_rounds, rounds) = (40u64, 2000u64);
+            // round k starts when `go` reaches k; `done` counts finished operations; u64::MAX in
+            // `go` stops the helpers (after a failed round, or after 10 s without progress)
+            let (go, done) = (AtomicU64::new(0), AtomicU64::new(0));
+            let wait_for = |a: &AtomicU64, v: u64| {
+                let t = std::time::Instant::now();
+                while a.load(SeqCst) < v && go.load(SeqCst) != u64::MAX {
+                    if t.elapsed() > Duration::from_secs(10) {
+                        go.store(u64::MAX, SeqCst);
+                    }
+                    std::thread::yield_now();
+                }
+                go.load(SeqCst) != u64::MAX
+            };
+            let failed = std::thread::scope(|s| {
+                s.spawn(|| {
+                    for k in 1..=rounds {
+                        let start = if k <= gated_rounds { &ctl.inside } else { &go };
+                        if !wait_for(start, k) {
+                            break;
+                        }
+                        assert!(d.write(off, &pattern(k)).errno.is_none());
+                        done.fetch_add(1, SeqCst);
+                    }
+                });
+                s.spawn(|| {
+                    for k in 1..=rounds {
+                        if !wait_for(&go, k) {
+                            break;
+                        }
+                        d.rot(&rule, &at).unwrap();
+                        done.fetch_add(1, SeqCst);
+                    }
+                });
+                let mut b = vec![0u8; bs];
+                for k in 1..=rounds {
+                    ctl.gate.store(k <= gated_rounds, SeqCst);
+                    ctl.round.store(k, SeqCst);
+                    go.store(k, SeqCst);
+                    if !wait_for(&done, 2 * k) {
+                        return Some(format!("round {k} did not finish"));
+                    }
+                    d.read(off, &mut b);
+                    let mut want = pattern(k);
+                    // a gated write waits for the rot: never flipped
+                    if k > gated_rounds && b[0] != want[0] {
+                        want[0] ^= 1;
+                    }
+                    if b != want {
+                        go.store(u64::MAX, SeqCst);
+                        let seen = u64::from_le_bytes(b[8..16].try_into().unwrap());
+                        return Some(format!("round {k}: the block holds pattern {seen}{}", if b[0] == pattern(seen)[0] { "" } else { " flipped" }));
+                    }
+                }
+                None
+            });
+            assert!(failed.is_none(), "{name}: {}", failed.unwrap());
         }
     }
 

@@ -17,41 +17,81 @@ pub trait Store: Send + Sync {
     fn size(&self) -> u64;
     fn describe(&self) -> String;
     /// Store `data` at `off` under locks that keep every other request off [off, off+len), for
-    /// stores nobody can observe except through later requests (RAM): `locked` runs once the
-    /// locks are held (the caller may acknowledge the write there: any later request waits for
-    /// the locks) — before the copy, or with `ack_after_copy` once the bytes are stored; the
-    /// `Hashed` blocks are hashed (on the way in, or with `ack_after_copy` from the stored copy
-    /// after `locked`), and `edit` gets the hashes and the stored bytes before the locks are
-    /// released. `None`: this store cannot; write (after hashing) with `write`.
-    ///
-    /// # Safety
-    /// `data` must be readable until `locked` runs when `ack_after_copy` is set (the ring front
-    /// end replies there, and its reply reuses the buffer), else until the call returns.
-    unsafe fn write_locked(
+    /// stores nobody can observe except through later requests (RAM). `locked` runs exactly
+    /// once while the locks are held: for `Src::Borrowed` before the copy (the caller may
+    /// acknowledge the write there: any later request waits for the locks), for `Src::Lent`
+    /// once the bytes are stored, and it gets the lent buffer back; the store reads nothing of
+    /// it afterwards. The `Hashed` blocks are hashed (on the way in, or for a lent buffer from
+    /// the stored copy after `locked`), and `edit` gets the hashes and the stored bytes before
+    /// the locks are released. `Err(data)`: this store cannot (or the range is not inside it);
+    /// nothing ran, write (after hashing) with `write`.
+    fn write_locked<'a>(
         &self,
         off: u64,
-        data: Src,
+        data: Src<'a>,
         hashed: Option<Hashed>,
-        ack_after_copy: bool,
-        locked: &mut dyn FnMut(),
+        locked: &mut dyn FnMut(Option<Lent<'a>>),
         edit: &mut dyn FnMut(&[u128], &mut [u8]),
-    ) -> Option<io::Result<()>> {
-        let _ = (off, data, hashed, ack_after_copy, locked, edit);
-        None
+    ) -> Result<(), Src<'a>> {
+        let _ = (off, hashed, locked, edit);
+        Err(data)
+    }
+    /// Let `f` change the `len` stored bytes at `off` (read, changed, stored back if `f` says
+    /// so) under the locks this store's writes take, so no write lands in between: a bit rotted
+    /// at rest must not undo a client write. Returns what `f` returned.
+    fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool>;
+}
+
+/// A write's bytes as the store gets them.
+pub enum Src<'a> {
+    /// Borrowed for the whole call (the classic front end and every other caller).
+    Borrowed(&'a [u8]),
+    /// Lent until the store has copied them, then handed back (the ring front end).
+    Lent(Lent<'a>),
+}
+
+impl<'a> Src<'a> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Src::Borrowed(b) => b,
+            Src::Lent(l) => l.bytes(),
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.bytes().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The lent buffer, to hand back with the acknowledgement (None for a borrowed one).
+    pub fn lent(self) -> Option<Lent<'a>> {
+        match self {
+            Src::Borrowed(_) => None,
+            Src::Lent(l) => Some(l),
+        }
     }
 }
 
-/// A write's bytes as a pointer and length, not a slice: with `ack_after_copy` the caller may
-/// reuse the buffer from `locked` on, which a `&[u8]` argument would forbid for the whole call.
-#[derive(Clone, Copy)]
-pub struct Src {
-    pub ptr: *const u8,
-    pub len: usize,
+/// A buffer whose first `len` bytes are a write, lent exclusively to the store: it moves into
+/// the write and comes back with the acknowledgement, once the store has its own copy. The ring
+/// front end's payload buffer: the reply is written into it and its commit lets the kernel
+/// reuse it, which the borrow checker now allows only after the store gave it back.
+pub struct Lent<'a> {
+    buf: &'a mut [u8],
+    len: usize,
 }
 
-impl Src {
-    pub fn of(data: &[u8]) -> Src {
-        Src { ptr: data.as_ptr(), len: data.len() }
+impl<'a> Lent<'a> {
+    pub fn new(buf: &'a mut [u8], len: usize) -> Lent<'a> {
+        assert!(len <= buf.len(), "a write of {len} bytes in a {}-byte buffer", buf.len());
+        Lent { buf, len }
+    }
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+    /// The whole buffer, for the reply.
+    pub fn into_buf(self) -> &'a mut [u8] {
+        self.buf
     }
 }
 
@@ -62,6 +102,11 @@ pub struct Hashed {
     pub start: usize,
     pub blocks: usize,
 }
+
+// BLKGETSIZE64 = _IOR(0x12, 114, size_t): a block device's size in bytes
+nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
+// BLKDISCARD = _IO(0x12, 119), though it reads a {start, length} pair of u64: a "bad" encoding
+nix::ioctl_write_ptr_bad!(blkdiscard, nix::request_code_none!(0x12, 119), [u64; 2]);
 
 const CHUNK_SHIFT: u32 = 16; // 64 KiB lock granularity
 const STRIPES: usize = 1024;
@@ -76,8 +121,11 @@ pub struct RamStore {
     locks: Vec<RwLock<()>>,
 }
 
-// SAFETY: all access to the mapping goes through the stripe locks.
+// SAFETY: the store owns its mapping (a raw pointer, so not Send by itself); nothing else
+// refers to it, so another thread may own the store
 unsafe impl Send for RamStore {}
+// SAFETY: shared access goes through the stripe locks: every access to the mapping holds the
+// lock of each chunk it touches (shared to read, exclusive to write)
 unsafe impl Sync for RamStore {}
 
 impl RamStore {
@@ -96,7 +144,7 @@ impl RamStore {
         if p == libc::MAP_FAILED {
             bail!("cannot reserve {size} bytes of address space for the RAM store: {}", io::Error::last_os_error());
         }
-        Ok(RamStore { base: p as *mut u8, size, locks: (0..STRIPES).map(|_| RwLock::new(())).collect() })
+        Ok(RamStore { base: p as *mut u8, size, locks: stripe_locks() })
     }
 
     /// Run `f` holding the write locks of every stripe [off, off+len) touches (len > 0). The
@@ -105,17 +153,7 @@ impl RamStore {
     /// consecutive stripes modulo STRIPES, so that order is at most two ranges, and the guards
     /// live on the stack: no allocation per request.
     fn with_write_locks<R>(&self, off: u64, len: u64, f: impl FnOnce() -> R) -> R {
-        self.hold_in_order(stripe_order(off, len), f)
-    }
-
-    fn hold_in_order<R>(&self, mut stripes: impl Iterator<Item = usize>, f: impl FnOnce() -> R) -> R {
-        match stripes.next() {
-            None => f(),
-            Some(s) => {
-                let _g = self.locks[s].write().unwrap();
-                self.hold_in_order(stripes, f)
-            }
-        }
+        hold_in_order(&self.locks, false, stripe_order(off, len), f)
     }
 
     /// Visit [off, off+len) chunk by chunk under the chunk's lock.
@@ -144,6 +182,25 @@ impl RamStore {
     }
 }
 
+/// Run `f` holding `stripes` of `locks` (shared or exclusive), taken in the order given.
+fn hold_in_order<R>(locks: &[RwLock<()>], shared: bool, mut stripes: impl Iterator<Item = usize>, f: impl FnOnce() -> R) -> R {
+    match stripes.next() {
+        None => f(),
+        Some(s) if shared => {
+            let _g = locks[s].read().unwrap();
+            hold_in_order(locks, shared, stripes, f)
+        }
+        Some(s) => {
+            let _g = locks[s].write().unwrap();
+            hold_in_order(locks, shared, stripes, f)
+        }
+    }
+}
+
+fn stripe_locks() -> Vec<RwLock<()>> {
+    (0..STRIPES).map(|_| RwLock::new(())).collect()
+}
+
 /// The stripes [off, off+len) touches (len > 0), ascending, each once.
 fn stripe_order(off: u64, len: u64) -> std::iter::Chain<std::ops::Range<usize>, std::ops::Range<usize>> {
     let first = off >> CHUNK_SHIFT;
@@ -159,8 +216,13 @@ const STREAM_MIN: usize = 64 << 10;
 /// Copy with non-temporal stores where the destination is 16-byte aligned (always, for block
 /// aligned offsets into the page-aligned mapping); a plain copy otherwise. Callers pick it for
 /// large writes only (`STREAM_MIN`) and must `store_fence` before others may read the bytes.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` bytes, not overlapping.
 unsafe fn copy_streaming(src: *const u8, dst: *mut u8, n: usize) {
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract on src/dst; every 16-byte access lies below n, and the
+    // stores are aligned (checked); SSE2 is part of x86_64
     unsafe {
         use std::arch::x86_64::*;
         if (dst as usize).is_multiple_of(16) {
@@ -173,6 +235,7 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, n: usize) {
             return;
         }
     }
+    // SAFETY: the caller's contract on src/dst
     unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
 }
 
@@ -180,6 +243,7 @@ unsafe fn copy_streaming(src: *const u8, dst: *mut u8, n: usize) {
 /// another thread taking the chunk lock next could read stale bytes).
 fn store_fence() {
     #[cfg(target_arch = "x86_64")]
+    // SAFETY: a fence touches no memory; SSE is part of x86_64
     unsafe {
         std::arch::x86_64::_mm_sfence()
     };
@@ -187,81 +251,107 @@ fn store_fence() {
 
 impl Drop for RamStore {
     fn drop(&mut self) {
+        // SAFETY: our mapping of `size` bytes (`new`); no reference into it outlives the store
         unsafe { libc::munmap(self.base as *mut _, self.size as usize) };
     }
 }
 
 impl Store for RamStore {
     fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
-        let out = buf.as_mut_ptr();
-        self.chunks(off, buf.len() as u64, false, |p, at, n| unsafe { std::ptr::copy_nonoverlapping(p, out.add(at), n) })
+        // SAFETY: `chunks` hands out [p, p+n) inside the mapping, read-locked: nobody writes it
+        self.chunks(off, buf.len() as u64, false, |p, at, n| buf[at..at + n].copy_from_slice(unsafe { std::slice::from_raw_parts(p, n) }))
     }
     fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
-        // SAFETY: `data` is borrowed for the whole call
-        unsafe { self.write_locked(off, Src::of(data), None, false, &mut || {}, &mut |_, _| {}) }.expect("the RAM store writes under its locks")
+        // declined only for a range outside the store
+        self.write_locked(off, Src::Borrowed(data), None, &mut |_| {}, &mut |_, _| {}).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
     }
     /// Each hashed block is hashed right before it is copied: the hashing runs while the
     /// previous block's non-temporal stores drain, so it costs ~0.5 µs per 128 KiB instead of
-    /// ~3.5 µs as a separate pass (BENCHMARKS.md). With `ack_after_copy` the copy comes first
-    /// and the hashing reads the stored bytes after `locked`: off the reply's path entirely.
-    unsafe fn write_locked(
+    /// ~3.5 µs as a separate pass (BENCHMARKS.md). A lent buffer is copied first and the
+    /// hashing reads the stored bytes after `locked`: off the reply's path entirely.
+    fn write_locked<'a>(
         &self,
         off: u64,
-        data: Src,
+        data: Src<'a>,
         hashed: Option<Hashed>,
-        ack_after_copy: bool,
-        locked: &mut dyn FnMut(),
+        locked: &mut dyn FnMut(Option<Lent<'a>>),
         edit: &mut dyn FnMut(&[u128], &mut [u8]),
-    ) -> Option<io::Result<()>> {
-        let len = data.len;
+    ) -> Result<(), Src<'a>> {
+        let len = data.len();
         let h = hashed.unwrap_or(Hashed { bs: 1, start: len, blocks: 0 });
-        if off.checked_add(len as u64).is_none_or(|e| e > self.size) || h.start + h.blocks * h.bs > len {
-            return Some(Err(io::Error::from_raw_os_error(libc::EINVAL)));
+        let hashed_end = h.blocks.checked_mul(h.bs).and_then(|n| n.checked_add(h.start));
+        if off.checked_add(len as u64).is_none_or(|e| e > self.size) || hashed_end.is_none_or(|e| e > len) {
+            return Err(data);
         }
         if len == 0 {
-            return Some(Ok(())); // nothing to lock or copy; the caller acknowledges
+            locked(data.lent()); // nothing to lock or copy
+            return Ok(());
         }
+        // SAFETY: off + len <= size (checked above): inside the mapping
+        let dst = unsafe { self.base.add(off as usize) };
         self.with_write_locks(off, len as u64, || {
-            if !ack_after_copy {
-                locked();
-            }
             // large writes bypass the cache: the store's memory is cold, and an ordinary copy would
             // first read every destination line (w128k-qd1 +1-22% IOPS in 8 of 8 A/B pairs; at 4 KiB
             // no difference, so small writes keep the plain copy)
             let stream = len >= STREAM_MIN;
-            let (src, dst) = (data.ptr, unsafe { self.base.add(off as usize) });
-            let copy = |at: usize, n: usize| unsafe {
-                if stream { copy_streaming(src.add(at), dst.add(at), n) } else { std::ptr::copy_nonoverlapping(src.add(at), dst.add(at), n) }
+            let copy = |src: &[u8], at: usize, n: usize| {
+                let src = &src[at..at + n];
+                // SAFETY: dst[at..at+n] lies in [off, off+len), inside the mapping and locked for
+                // writing (no other access); `src` is a separate buffer of n bytes
+                unsafe { if stream { copy_streaming(src.as_ptr(), dst.add(at), n) } else { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.add(at), n) } }
             };
-            let block = |base: *const u8, b: usize| unsafe { std::slice::from_raw_parts(base.add(h.start + b * h.bs), h.bs) };
-            let mut hashes = Vec::with_capacity(h.blocks);
-            // SAFETY (copies, blocks): [off, off+len) is inside the mapping (checked) and locked
-            // for writing; `data` is readable until `locked` runs (the caller's contract)
-            if ack_after_copy {
-                copy(0, len);
-                store_fence();
-                locked();
-                // `data` may be reused from here on: hash the stored copy
-                hashes.extend((0..h.blocks).map(|b| crate::content::block_hash(block(dst, b))));
-            } else {
-                copy(0, h.start);
-                for b in 0..h.blocks {
-                    hashes.push(crate::content::block_hash(block(src, b)));
-                    copy(h.start + b * h.bs, h.bs);
-                }
-                let tail = h.start + h.blocks * h.bs;
-                copy(tail, len - tail);
-                store_fence();
+            fn block(base: &[u8], h: Hashed, b: usize) -> &[u8] {
+                &base[h.start + b * h.bs..][..h.bs]
             }
+            let mut hashes = Vec::with_capacity(h.blocks);
+            match data {
+                Src::Lent(lent) => {
+                    copy(lent.bytes(), 0, len);
+                    store_fence();
+                    locked(Some(lent));
+                    // the buffer is the caller's again: hash the stored copy
+                    // SAFETY: [off, off+len) is in the mapping and locked for writing; this shared
+                    // view ends before `edit` gets the mutable one
+                    let stored = unsafe { std::slice::from_raw_parts(dst, len) };
+                    hashes.extend((0..h.blocks).map(|b| crate::content::block_hash(block(stored, h, b))));
+                }
+                Src::Borrowed(src) => {
+                    locked(None);
+                    copy(src, 0, h.start);
+                    for b in 0..h.blocks {
+                        hashes.push(crate::content::block_hash(block(src, h, b)));
+                        copy(src, h.start + b * h.bs, h.bs);
+                    }
+                    let tail = h.start + h.blocks * h.bs;
+                    copy(src, tail, len - tail);
+                    store_fence();
+                }
+            }
+            // SAFETY: as for the copies: in the mapping, locked for writing, no other view of it
             edit(&hashes, unsafe { std::slice::from_raw_parts_mut(dst, len) });
         });
-        Some(Ok(()))
+        Ok(())
+    }
+    fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool> {
+        if off.checked_add(len as u64).is_none_or(|e| e > self.size) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        if len == 0 {
+            return Ok(f(&mut []));
+        }
+        Ok(self.with_write_locks(off, len as u64, || {
+            // SAFETY: [off, off+len) is in the mapping (checked) and locked for writing: this is
+            // the only view of it until the locks are released
+            f(unsafe { std::slice::from_raw_parts_mut(self.base.add(off as usize), len) })
+        }))
     }
     fn flush(&self) -> io::Result<()> {
         Ok(())
     }
     fn discard(&self, off: u64, len: u64) -> io::Result<()> {
         let page = 4096usize;
+        // SAFETY: `chunks` hands out [p, p+n) inside the mapping, write-locked: the zeroed edges
+        // and the dropped pages between them lie in that range, which nobody else accesses
         self.chunks(off, len, true, |p, _, n| unsafe {
             // whole pages go back to the kernel; partial edges are zeroed
             let a = p as usize;
@@ -293,6 +383,9 @@ pub struct FileStore {
     path: PathBuf,
     size: u64,
     device: bool,
+    /// Striped like the RAM store's: writes and discards hold theirs shared (they may run
+    /// side by side, as pwrite allows), `update` exclusively, so a rot cannot interleave.
+    locks: Vec<RwLock<()>>,
 }
 
 impl FileStore {
@@ -324,7 +417,7 @@ impl FileStore {
         if size == 0 {
             bail!("store file {} is empty; give --size to create it", path.display());
         }
-        Ok(FileStore { file, path: path.to_owned(), size, device: false })
+        Ok(FileStore { file, path: path.to_owned(), size, device: false, locks: stripe_locks() })
     }
 
     pub fn open_device(path: &Path, destructive: bool, force: bool) -> Result<FileStore> {
@@ -348,11 +441,11 @@ impl FileStore {
             bail!("{} carries {sig}; refusing to overwrite it (add --force to destroy it)", path.display());
         }
         let mut size = 0u64;
-        // BLKGETSIZE64
-        if unsafe { libc::ioctl(file.as_raw_fd(), 0x8008_1272, &mut size) } != 0 {
-            bail!("cannot read the size of {}: {}", path.display(), io::Error::last_os_error());
+        // SAFETY: our open fd; the kernel writes one u64 into `size`
+        if let Err(e) = unsafe { blkgetsize64(file.as_raw_fd(), &mut size) } {
+            bail!("cannot read the size of {}: {e}", path.display());
         }
-        Ok(FileStore { file, path: path.to_owned(), size, device: true })
+        Ok(FileStore { file, path: path.to_owned(), size, device: true, locks: stripe_locks() })
     }
 }
 
@@ -395,12 +488,51 @@ impl Store for FileStore {
         self.file.read_exact_at(buf, off)
     }
     fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(data, off)
+        self.shared(off, data.len() as u64, || self.file.write_all_at(data, off))
     }
     fn flush(&self) -> io::Result<()> {
         self.file.sync_data()
     }
     fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        self.shared(off, len, || self.discard_unlocked(off, len))
+    }
+    fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool> {
+        if off.checked_add(len as u64).is_none_or(|e| e > self.size) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let mut buf = vec![0u8; len];
+        let mut rmw = || {
+            self.file.read_exact_at(&mut buf, off)?;
+            let changed = f(&mut buf);
+            if changed {
+                self.file.write_all_at(&buf, off)?;
+            }
+            Ok(changed)
+        };
+        if len == 0 {
+            return rmw();
+        }
+        hold_in_order(&self.locks, false, stripe_order(off, len as u64), rmw)
+    }
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn describe(&self) -> String {
+        format!("{}:{}", if self.device { "device" } else { "file" }, self.path.display())
+    }
+}
+
+impl FileStore {
+    /// Run `f` holding the stripe locks of [off, off+len) shared (none for an empty or
+    /// out-of-range request: the I/O itself then fails or does nothing).
+    fn shared<R>(&self, off: u64, len: u64, f: impl FnOnce() -> R) -> R {
+        if len == 0 || off.checked_add(len).is_none() {
+            return f();
+        }
+        hold_in_order(&self.locks, true, stripe_order(off, len), f)
+    }
+
+    fn discard_unlocked(&self, off: u64, len: u64) -> io::Result<()> {
         if !self.device {
             // SAFETY: a plain syscall on our fd
             let r = unsafe { libc::fallocate(self.file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, off as i64, len as i64) };
@@ -408,7 +540,8 @@ impl Store for FileStore {
         }
         // BLKDISCARD; if the device cannot discard, write zeroes so reads match RAM/file semantics
         let range = [off, len];
-        if unsafe { libc::ioctl(self.file.as_raw_fd(), 0x1277, range.as_ptr()) } == 0 {
+        // SAFETY: our open fd; the kernel reads the two u64 of `range`
+        if unsafe { blkdiscard(self.file.as_raw_fd(), &range) }.is_ok() {
             return Ok(());
         }
         let zero = vec![0u8; 1 << 20];
@@ -419,12 +552,6 @@ impl Store for FileStore {
             done += n;
         }
         Ok(())
-    }
-    fn size(&self) -> u64 {
-        self.size
-    }
-    fn describe(&self) -> String {
-        format!("{}:{}", if self.device { "device" } else { "file" }, self.path.display())
     }
 }
 
@@ -446,6 +573,13 @@ mod tests {
                 assert_eq!(stripe_order(off, len).collect::<Vec<_>>(), want, "off {off} len {len}");
             }
         }
+    }
+
+    /// The ioctl numbers nix builds are the kernel's (include/uapi/linux/fs.h).
+    #[test]
+    fn ioctl_numbers_match_the_kernel() {
+        assert_eq!(nix::request_code_read!(0x12, 114, size_of::<u64>()), 0x8008_1272); // BLKGETSIZE64
+        assert_eq!(nix::request_code_none!(0x12, 119), 0x1277); // BLKDISCARD
     }
 
     #[test]

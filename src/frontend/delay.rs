@@ -76,6 +76,7 @@ impl Default for Delayer {
 
 fn run(s: &Shared) {
     // the default 50 µs timer slack is most of a timer's overshoot; ask for precise wakeups
+    // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
     let mut g = s.heap.lock().unwrap();
     loop {

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 /// Fail early, with the reason, where the front end cannot work.
 pub fn preflight() -> Result<()> {
+    // SAFETY: geteuid has no arguments and cannot fail
     if unsafe { libc::geteuid() } != 0 {
         bail!("faultline must run as root: it mounts FUSE and attaches loop devices");
     }

@@ -145,6 +145,7 @@ impl Poller {
         // (woken by our reply), and they are what the next request waits for. The yield is
         // also the kernel entry that runs the ring's pending task work (a new request).
         while !pending() && Instant::now() < end {
+            // SAFETY: a plain syscall without arguments
             unsafe { libc::sched_yield() };
         }
         SPINNING.store(false, Release);
@@ -162,10 +163,14 @@ mod tests {
 
     fn poller(budget: Duration) -> (Arc<Poller>, std::fs::File) {
         let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two fds pipe() writes
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         let p = Arc::new(Poller::new(budget));
+        // SAFETY: a fresh fd from pipe(), owned by nothing else
         p.attach(unsafe { OwnedFd::from_raw_fd(fds[0]) });
-        (p, unsafe { std::fs::File::from_raw_fd(fds[1]) })
+        // SAFETY: as above, the other end
+        let w = unsafe { std::fs::File::from_raw_fd(fds[1]) };
+        (p, w)
     }
 
     fn serial(p: &Arc<Poller>, n: u64) {

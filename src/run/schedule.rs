@@ -152,7 +152,8 @@ impl Scheduler {
                         while before + len >= s.next_bytes && !s.done {
                             s.pending += 1;
                             s.fired += 1;
-                            s.next_bytes += bytes;
+                            // a huge `every` must not wrap around and fire at once again
+                            s.next_bytes = s.next_bytes.saturating_add(bytes);
                             if count.is_some_and(|c| s.fired >= c) {
                                 s.next_bytes = u64::MAX;
                                 break;
@@ -315,7 +316,7 @@ impl Scheduler {
                 Some(Deferred::FileBlock { file, block }) => {
                     let mut hit = None;
                     written(&mut |f, off, id| {
-                        if f == Some(*file) && off == block * CBLOCK {
+                        if f == Some(*file) && block.checked_mul(CBLOCK) == Some(off) {
                             hit = Some((id, f, off, format!("f{file} block {block}")));
                         }
                     });

@@ -331,7 +331,11 @@ pub(crate) fn validate_fault(mut r: RawRule, geo: DiskGeometry, label: String) -
             let f = t.file.as_deref().unwrap();
             let file =
                 f.trim_start_matches('f').parse::<usize>().map_err(|_| format!("file `{f}` is not a workload file; allowed: f0, f1, ... (or 0, 1, ...)"))?;
-            Some(Deferred::FileBlock { file, block: t.block.unwrap_or(0) })
+            let block = t.block.unwrap_or(0);
+            if block.checked_mul(4096).is_none() {
+                return Err(format!("`block: {block}` (4 KiB blocks) is beyond any file; allowed: up to {}", u64::MAX / 4096 - 1));
+            }
+            Some(Deferred::FileBlock { file, block })
         }
         _ => None,
     };
@@ -453,10 +457,11 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
                 return Err(format!("`offset: {offset}` is outside the block; allowed: 0..{}", bs - 1));
             }
             let length = r.length.map(|s| s.0);
-            if let Some(l) = length
-                && (l == 0 || offset + l > bs)
-            {
-                return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
+            if let Some(l) = length {
+                // offset < bs (checked above): bs - offset cannot underflow, offset + l could overflow
+                if l == 0 || l > bs - offset {
+                    return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
+                }
             }
             let fill = match r.fill.as_deref().unwrap_or("random") {
                 "random" => Fill::Random,
@@ -483,7 +488,7 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
                 NumOrWord::Num(n) => n,
                 NumOrWord::Word(w) => {
                     let (neg, t) = w.trim().strip_prefix('-').map(|t| (true, t)).unwrap_or((false, w.trim()));
-                    let v = parse_size(t)? as i64;
+                    let v = i64::try_from(parse_size(t)?).map_err(|_| format!("`shift: {w}` is too large; allowed: at most {} bytes either way", i64::MAX))?;
                     if neg { -v } else { v }
                 }
             };
@@ -699,18 +704,20 @@ fn parse_target(t: RawTarget, geo: DiskGeometry) -> Result<Target, String> {
     if let Some(h) = t.hash {
         return Ok(Target::Content { hash: parse_hash(&h)? });
     }
+    let beyond = |what: String| format!("target {what} lies beyond the end of the disk ({} bytes, {} blocks of {bs})", geo.size, geo.size / bs);
     let (start, len) = if byte_form {
         (t.offset.map(|s| s.0).unwrap_or(0), t.length.map(|s| s.0).unwrap_or(bs))
     } else {
-        let b = t.block.unwrap_or(0);
-        (b.saturating_mul(bs), t.count.unwrap_or(1).saturating_mul(bs))
+        let (b, n) = (t.block.unwrap_or(0), t.count.unwrap_or(1));
+        let start = b.checked_mul(bs).ok_or_else(|| beyond(format!("`block: {b}`")))?;
+        (start, n.checked_mul(bs).ok_or_else(|| beyond(format!("`count: {n}` (blocks)")))?)
     };
-    let end = start.saturating_add(len);
     if len == 0 {
         return Err("target length is 0; it would never match".into());
     }
+    let end = start.checked_add(len).ok_or_else(|| beyond(format!("[{start}, {start} + {len})")))?;
     if end > geo.size {
-        return Err(format!("target [{start}, {end}) lies beyond the end of the disk ({} bytes)", geo.size));
+        return Err(beyond(format!("[{start}, {end})")));
     }
     Ok(Target::Range { start, end })
 }
@@ -808,6 +815,36 @@ mod tests {
         assert!(e.contains("type rot"), "{e}");
         let e = one("rules:\n  - {type: delay}\n").unwrap_err();
         assert!(e.contains("needs `delay`"), "{e}");
+    }
+
+    /// Numbers at the ends of their types: an error naming the key, never an overflow (which
+    /// panics in a debug build and wraps into a wrong rule in a release build).
+    #[test]
+    fn huge_numbers_are_errors() {
+        let max = u64::MAX;
+        let cases = [
+            (format!("{{type: error, target: {{offset: {max}, length: 4096}}}}"), "beyond the end"),
+            (format!("{{type: error, target: {{offset: 4096, length: {max}}}}}"), "beyond the end"),
+            ("{type: error, target: {offset: 16777215TiB, length: 1TiB}}".to_string(), "beyond the end"),
+            (format!("{{type: error, target: {{block: {max}}}}}"), "`block: 18446744073709551615` lies beyond the end"),
+            (format!("{{type: error, target: {{block: 1, count: {max}}}}}"), "`count: 18446744073709551615` (blocks) lies beyond the end"),
+            (format!("{{type: error, target: {{block: {}, count: 2}}}}", (1u64 << 30) / 4096 - 1), "beyond the end"),
+            (format!("{{type: corrupt, offset: 1, length: {max}}}"), "offset + length within one block"),
+            ("{type: misdirected-write, shift: 8388608TiB}".to_string(), "`shift: 8388608TiB` is too large"),
+            ("{type: misdirected-write, shift: -8388608TiB}".to_string(), "is too large"),
+            ("{type: misdirected-write, shift: 16777216TiB}".to_string(), "too large"),
+        ];
+        for (rule, want) in cases {
+            let e = one(&format!("rules:\n  - {rule}\n")).unwrap_err();
+            assert!(e.starts_with("t.yaml:2:") && e.contains(want), "{rule}\n got: {e}\nwant: {want}");
+        }
+        // the largest valid ones still parse
+        let r = one(&format!("rules:\n  - {{type: error, target: {{block: {}, count: 1}}}}\n", (1u64 << 30) / 4096 - 1)).unwrap();
+        assert_eq!(r.target, Target::Range { start: (1 << 30) - 4096, end: 1 << 30 });
+        let r = one("rules:\n  - {type: misdirected-write, shift: -8388607TiB}\n").unwrap();
+        assert_eq!(r.action, Action::MisdirectedWrite { shift: -(8388607i64 << 40) });
+        let e = fault(&format!("{{type: bitflip, op: read, target: {{file: f0, block: {max}}}}}")).unwrap_err();
+        assert!(e.contains("beyond any file"), "{e}");
     }
 
     fn fault(y: &str) -> Result<FaultSpec, String> {

@@ -55,10 +55,12 @@ struct Group {
 impl Group {
     fn kill(&mut self, sig: i32) {
         if !self.gone {
+            // SAFETY: kill takes no pointers; the group is ours (`gone` tells when it has ended)
             unsafe { libc::kill(-self.pgid, sig) };
         }
     }
     fn exists(&mut self) -> bool {
+        // SAFETY: signal 0 only checks that the group exists
         self.gone = self.gone || unsafe { libc::kill(-self.pgid, 0) } != 0;
         !self.gone
     }
@@ -147,6 +149,8 @@ pub fn spawn_command(spec: &CommandSpec, env: &CommandEnv) -> Result<RunningComm
     // decides (cancel flag)
     use std::os::unix::process::CommandExt;
     c.process_group(0);
+    // SAFETY: the hook runs in the forked child before exec and makes one async-signal-safe
+    // call (prctl), allocating nothing
     unsafe {
         c.pre_exec(|| {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);

@@ -11,14 +11,14 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use zerocopy::{FromBytes, Immutable, IntoBytes};
 
-/// _IOWR(0x94, 54, struct file_dedupe_range) from linux/fs.h.
-const FIDEDUPERANGE: libc::c_ulong = 0xC018_9436;
 const FILE_DEDUPE_RANGE_DIFFERS: i32 = 1;
 /// Destinations per ioctl (the kernel caps the argument at one page).
 const BATCH: usize = 120;
 
 #[repr(C)]
+#[derive(IntoBytes, Immutable)]
 struct RangeHeader {
     src_offset: u64,
     src_length: u64,
@@ -28,7 +28,7 @@ struct RangeHeader {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, FromBytes, IntoBytes, Immutable)]
 struct RangeInfo {
     dest_fd: i64,
     dest_offset: u64,
@@ -36,6 +36,12 @@ struct RangeInfo {
     status: i32,
     reserved: u32,
 }
+
+// FIDEDUPERANGE = _IOWR(0x94, 54, struct file_dedupe_range) from linux/fs.h: the number
+// encodes the header's size, the destinations follow it in the same buffer
+nix::ioctl_readwrite_bad!(fideduperange, nix::request_code_readwrite!(0x94, 54, size_of::<RangeHeader>()), RangeHeader);
+// struct file_dedupe_range and struct file_dedupe_range_info
+const _: () = assert!(size_of::<RangeHeader>() == 24 && size_of::<RangeInfo>() == 32);
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct BlockDedupReport {
@@ -83,16 +89,19 @@ pub fn dedupe_blocks(blocks: impl IntoIterator<Item = (PathBuf, u64, u64)>, bloc
         let (src_path, src_off) = &g[0];
         let src_fd = open(src_path)?;
         for chunk in g[1..].chunks(BATCH) {
+            // u64s: the header and records are 8-byte aligned in it
             let mut buf = vec![0u64; (hdr + chunk.len() * isz).div_ceil(8)];
-            let base = buf.as_mut_ptr() as *mut u8;
             let h = RangeHeader { src_offset: *src_off, src_length: block, dest_count: chunk.len() as u16, reserved1: 0, reserved2: 0 };
-            unsafe { std::ptr::write(base as *mut RangeHeader, h) };
+            h.write_to_prefix(buf.as_mut_bytes()).expect("room for the header");
             for (i, (p, off)) in chunk.iter().enumerate() {
                 let info = RangeInfo { dest_fd: open(p)?, dest_offset: *off, bytes_deduped: 0, status: 0, reserved: 0 };
-                unsafe { std::ptr::write(base.add(hdr + i * isz) as *mut RangeInfo, info) };
+                info.write_to_prefix(&mut buf.as_mut_bytes()[hdr + i * isz..]).expect("room for the record");
             }
-            if unsafe { libc::ioctl(src_fd as i32, FIDEDUPERANGE, base) } != 0 {
-                let e = std::io::Error::last_os_error();
+            let base = buf.as_mut_ptr() as *mut RangeHeader;
+            // SAFETY: an open fd; `buf` (8-byte aligned) holds the header and the `dest_count`
+            // destination records after it, which the kernel reads and fills in
+            if let Err(e) = unsafe { fideduperange(src_fd as i32, base) } {
+                let e = std::io::Error::from(e);
                 if e.raw_os_error() == Some(libc::EOPNOTSUPP) || e.raw_os_error() == Some(libc::ENOTTY) {
                     bail!("this file system cannot share blocks (FIDEDUPERANGE: {e}); use btrfs or xfs with reflink");
                 }
@@ -100,7 +109,7 @@ pub fn dedupe_blocks(blocks: impl IntoIterator<Item = (PathBuf, u64, u64)>, bloc
                 continue;
             }
             for i in 0..chunk.len() {
-                let info: RangeInfo = unsafe { std::ptr::read(base.add(hdr + i * isz) as *const RangeInfo) };
+                let (info, _) = RangeInfo::read_from_prefix(&buf.as_bytes()[hdr + i * isz..]).expect("the record is in the buffer");
                 match info.status {
                     0 => {
                         rep.shared_blocks += 1;

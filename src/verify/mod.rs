@@ -220,6 +220,7 @@ fn open_uncached(p: &Path) -> std::io::Result<(File, &'static str)> {
             let f = File::open(p)?;
             // dirty pages cannot be dropped: write them back first
             let _ = f.sync_all();
+            // SAFETY: an fd we hold open for the call; advice only, no memory is passed
             unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
             let _ = std::fs::write("/proc/sys/vm/drop_caches", "1");
             Ok((f, "dropped-cache"))

@@ -127,7 +127,9 @@ fn op_sample(a: &OpAcc, secs: f64) -> OpSample {
 /// User + system CPU time of this process (all threads). getrusage has microsecond
 /// resolution where /proc/self/stat has clock ticks (10 ms), too coarse for 10 ms samples.
 pub fn cpu_time() -> Duration {
+    // SAFETY: rusage is plain integers, for which all zeroes is a valid value
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid rusage for the kernel to fill
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
@@ -136,6 +138,7 @@ pub fn cpu_time() -> Duration {
 /// Resident set size of this process in MiB (procfs: /proc/self/statm, second field, pages).
 pub fn rss_mib() -> f64 {
     let pages: u64 = std::fs::read_to_string("/proc/self/statm").ok().and_then(|s| s.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf takes a name, no pointer
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64;
     (pages * page) as f64 / (1 << 20) as f64
 }

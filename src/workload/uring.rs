@@ -94,6 +94,7 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
         busy: HashSet::with_capacity(qd * 2),
         done: Vec::with_capacity(qd),
     };
+    // SAFETY: s * bs < slots * bs, the buffer's length: each slot's start lies inside it
     let iov: Vec<libc::iovec> = (0..slots).map(|s| libc::iovec { iov_base: unsafe { sl.bufs.as_mut_ptr().add(s * bs) } as *mut _, iov_len: bs }).collect();
     // SAFETY: the buffers outlive the ring (dropped after it, below) and are not moved
     let fixed = unsafe { ring.submitter().register_buffers(&iov) }.is_ok();

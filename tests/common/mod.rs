@@ -131,6 +131,7 @@ impl Serve {
     pub fn stop(mut self) {
         let mut c = self.child.take().unwrap();
         let pid = c.id();
+        // SAFETY: kill takes no pointers; our child, not yet waited for (its pid is not reused)
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let st = c.wait().unwrap();
         assert!(st.success(), "serve exited with {st}");
@@ -151,6 +152,7 @@ impl Serve {
 impl Drop for Serve {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            // SAFETY: kill takes no pointers; our child, not yet waited for (its pid is not reused)
             unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
             let _ = c.wait();
         }

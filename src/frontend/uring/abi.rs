@@ -4,6 +4,7 @@
 //! entry layout of FUSE over io_uring. All little-endian, `repr(C)`, read and written unaligned.
 
 use std::time::{SystemTime, UNIX_EPOCH};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 // opcodes the ring path answers (others get ENOSYS)
 pub const LOOKUP: u32 = 1;
@@ -33,7 +34,7 @@ pub const CMD_COMMIT_AND_FETCH: u32 = 2;
 
 /// `struct fuse_in_header`: the request header, in the ring entry's `in_out`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct InHeader {
     pub len: u32,
     pub opcode: u32,
@@ -48,7 +49,7 @@ pub struct InHeader {
 
 /// `struct fuse_out_header`: the reply header, written over `in_out`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct OutHeader {
     pub len: u32,
     pub error: i32,
@@ -57,7 +58,7 @@ pub struct OutHeader {
 
 /// `struct fuse_read_in` (READ, READDIR).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct ReadIn {
     pub fh: u64,
     pub offset: u64,
@@ -70,7 +71,7 @@ pub struct ReadIn {
 
 /// `struct fuse_write_in` (WRITE; the data is the payload).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct WriteIn {
     pub fh: u64,
     pub offset: u64,
@@ -83,7 +84,7 @@ pub struct WriteIn {
 
 /// `struct fuse_write_out`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct WriteOut {
     pub size: u32,
     pub padding: u32,
@@ -91,7 +92,7 @@ pub struct WriteOut {
 
 /// `struct fuse_fallocate_in`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct FallocateIn {
     pub fh: u64,
     pub offset: u64,
@@ -102,7 +103,7 @@ pub struct FallocateIn {
 
 /// `struct fuse_setattr_in` (only `valid` and `size` are looked at).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct SetattrIn {
     pub valid: u32,
     pub padding: u32,
@@ -113,7 +114,7 @@ pub struct SetattrIn {
 
 /// `struct fuse_attr`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct Attr {
     pub ino: u64,
     pub size: u64,
@@ -135,7 +136,7 @@ pub struct Attr {
 
 /// `struct fuse_attr_out` (GETATTR, SETATTR).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct AttrOut {
     pub attr_valid: u64,
     pub attr_valid_nsec: u32,
@@ -145,7 +146,7 @@ pub struct AttrOut {
 
 /// `struct fuse_entry_out` (LOOKUP).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct EntryOut {
     pub nodeid: u64,
     pub generation: u64,
@@ -158,7 +159,7 @@ pub struct EntryOut {
 
 /// `struct fuse_open_out` (OPEN, OPENDIR).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct OpenOut {
     pub fh: u64,
     pub open_flags: u32,
@@ -167,7 +168,7 @@ pub struct OpenOut {
 
 /// `struct fuse_kstatfs` inside `fuse_statfs_out`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct StatfsOut {
     pub blocks: u64,
     pub bfree: u64,
@@ -183,7 +184,7 @@ pub struct StatfsOut {
 
 /// `struct fuse_dirent` without its name (name follows, padded to 8 bytes).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct DirentHead {
     pub ino: u64,
     pub off: u64,
@@ -193,7 +194,7 @@ pub struct DirentHead {
 
 /// `struct fuse_uring_ent_in_out`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
 pub struct EntInOut {
     pub flags: u64,
     /// the request's `unique`: what COMMIT_AND_FETCH names
@@ -222,40 +223,19 @@ pub fn cmd_req(commit_id: u64, qid: u16) -> [u8; 80] {
     c
 }
 
-/// A plain-old-data wire struct.
-///
-/// # Safety
-/// Any bit pattern must be valid and no padding may be read uninitialised (every field is an
-/// integer and the layouts above have no implicit padding).
-pub unsafe trait Wire: Copy + Default {}
-unsafe impl Wire for InHeader {}
-unsafe impl Wire for OutHeader {}
-unsafe impl Wire for ReadIn {}
-unsafe impl Wire for WriteIn {}
-unsafe impl Wire for WriteOut {}
-unsafe impl Wire for FallocateIn {}
-unsafe impl Wire for SetattrIn {}
-unsafe impl Wire for AttrOut {}
-unsafe impl Wire for EntryOut {}
-unsafe impl Wire for OpenOut {}
-unsafe impl Wire for StatfsOut {}
-unsafe impl Wire for DirentHead {}
-
 /// Read a wire struct from the start of `b` (short input reads as zero-filled).
-pub fn get<T: Wire>(b: &[u8]) -> T {
+pub fn get<T: FromBytes + IntoBytes + Default>(b: &[u8]) -> T {
     let mut v = T::default();
     let n = b.len().min(size_of::<T>());
-    // SAFETY: T is plain old data (Wire); at most size_of::<T>() bytes are copied into it
-    unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), (&mut v as *mut T).cast::<u8>(), n) };
+    v.as_mut_bytes()[..n].copy_from_slice(&b[..n]);
     v
 }
 
 /// Write a wire struct to the start of `b`; returns its size. `b` must be large enough.
-pub fn put<T: Wire>(b: &mut [u8], v: &T) -> usize {
+pub fn put<T: IntoBytes + Immutable>(b: &mut [u8], v: &T) -> usize {
     let n = size_of::<T>();
     assert!(b.len() >= n, "reply buffer too small");
-    // SAFETY: T is plain old data with no padding (Wire); b holds at least n bytes
-    unsafe { std::ptr::copy_nonoverlapping((v as *const T).cast::<u8>(), b.as_mut_ptr(), n) };
+    b[..n].copy_from_slice(v.as_bytes());
     n
 }
 

@@ -28,6 +28,7 @@ pub mod abi;
 use super::delay::Timed;
 use super::fuse::{self, NodeAttrs};
 use super::poll::{InFlight, Poller};
+use crate::disk::store::Lent;
 use crate::disk::{Disk, Outcome};
 use abi::RingHeader;
 use anyhow::{Context, Result, bail};
@@ -59,6 +60,9 @@ const DELAY_SPIN: Duration = Duration::from_micros(100);
 pub use crate::spec::disk::RingMode;
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+/// The lock around `PARAM`: one path for the whole machine, like the setting it guards (not
+/// under the run directory, which FAULTLINE_RUN_DIR moves per process).
+const SWITCH_LOCK: &str = "/run/faultline/fuse-uring.lock";
 
 /// `FAULTLINE_RING=off` makes this machine look like one whose kernel lacks FUSE over io_uring:
 /// `auto` serves over /dev/fuse and `on` fails, each saying why. It exists to run everything
@@ -97,11 +101,11 @@ impl Switch {
         if let Some(why) = unavailable()? {
             bail!(why);
         }
-        let dir = crate::sys::ledger::run_dir();
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let path = dir.join("fuse-uring.lock");
+        let path = std::path::Path::new(SWITCH_LOCK);
+        let dir = path.parent().expect("the lock path has a directory");
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let lock =
-            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+            std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).with_context(|| format!("cannot open {}", path.display()))?;
         // SAFETY: a valid fd; blocks until other faultline processes have put the switch back
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
             bail!("cannot lock {}: {}", path.display(), std::io::Error::last_os_error());
@@ -192,7 +196,7 @@ pub struct RingServer {
 }
 
 fn eventfd() -> Result<OwnedFd> {
-    // SAFETY: plain syscall
+    // SAFETY: eventfd takes no pointers; the result is checked
     let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if fd < 0 {
         bail!("eventfd: {}", std::io::Error::last_os_error());
@@ -203,7 +207,7 @@ fn eventfd() -> Result<OwnedFd> {
 
 fn poke(fd: RawFd) {
     let one = 1u64;
-    // SAFETY: 8 bytes to our eventfd
+    // SAFETY: writes the 8 bytes of `one`, alive across the call, to our eventfd
     unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
@@ -307,6 +311,7 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
     };
     let mut s = Server { disk, poller, attrs, fuse_fd: fuse_fd.as_raw_fd(), late: BinaryHeap::new(), seq: 0, wake, commits: Vec::new() };
     // the default 50 µs timer slack would make every timed wait for a delayed reply late
+    // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
     s.run(&mut ring, &mut slots, early, &stop);
     // the kernel writes a request into an entry's buffers as long as it holds the entry's
@@ -335,10 +340,11 @@ fn ring_cmd(fuse_fd: RawFd, op: u32, commit_id: u64, qid: u16, iov: Option<*cons
     // the io-uring crate has no setter for a URING_CMD's `len` (struct io_uring_sqe: u32 at
     // byte 24); Entry128 is the repr(C) 128-byte SQE
     const _: () = assert!(size_of::<squeue::Entry128>() == 128);
-    // SAFETY: same size, both plain bytes
+    // SAFETY: Entry128 is repr(C), 128 bytes (checked above) of integer fields: plain bytes
     let mut raw: [u8; 128] = unsafe { std::mem::transmute(e) };
     raw[24..28].copy_from_slice(&2u32.to_le_bytes());
-    // SAFETY: an SQE with one more field set
+    // SAFETY: any 128 bytes are a valid Entry128 (integer fields); these are an SQE with one
+    // more field set
     unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(raw) }
 }
 
@@ -467,7 +473,7 @@ impl Server {
             {
                 let mut sq = ring.submission();
                 for e in self.commits.drain(..) {
-                    // SAFETY: commits carry no buffers
+                    // SAFETY: commit SQEs carry no pointers (the entries' buffers were registered)
                     unsafe { sq.push(&e).expect("one commit per entry fits") };
                 }
             }
@@ -477,6 +483,7 @@ impl Server {
                 // kernel entry that runs task work, so new requests still come in meanwhile)
                 Some(at) if at.saturating_duration_since(Instant::now()) <= DELAY_SPIN => ring.submit().inspect(|_| {
                     while ring.completion().is_empty() && Instant::now() < at {
+                        // SAFETY: a plain syscall without arguments
                         unsafe { libc::sched_yield() };
                     }
                 }),
@@ -537,28 +544,26 @@ impl Server {
             abi::WRITE => {
                 let w: abi::WriteIn = abi::get(&op_in);
                 let n = in_len.min(w.size as usize);
-                let data = crate::disk::store::Src { ptr: payload.as_ptr(), len: n };
-                let at = payload.as_mut_ptr();
                 let (fuse_fd, unique) = (self.fuse_fd, h.unique);
                 let mut out = None;
                 let mut sent = false;
-                // SAFETY: the payload stays mapped and is not touched until the ack, which the
-                // RAM store gives once the bytes are stored: the reply can go out there, and its
-                // commit refills this payload with the next request while the store still hashes
-                // (from its own copy) and edits, under locks that hold off later requests
-                unsafe {
-                    self.disk.write_then_copied(w.offset, data, |o| {
-                        if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
-                            let len = abi::put(std::slice::from_raw_parts_mut(at, PAYLOAD), &abi::WriteOut { size: n as u32, padding: 0 });
-                            let e = commit_sqe(fuse_fd, header, qid, idx, unique, None, len as u32);
-                            ring.submission().push(&e).expect("one commit per entry fits");
-                            // an interrupted submit leaves it queued for the loop's next submit
-                            let _ = ring.submit();
-                            sent = true;
-                        }
-                        out = Some(o);
-                    })
-                };
+                // the payload is lent to the store and comes back with the acknowledgement, which
+                // the RAM store gives once the bytes are stored: the reply can go out there, and
+                // its commit refills this payload with the next request while the store still
+                // hashes (from its own copy) and edits, under locks that hold off later requests
+                self.disk.write_then_copied(w.offset, Lent::new(&mut *payload, n), |o, buf| {
+                    if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
+                        let len = abi::put(buf, &abi::WriteOut { size: n as u32, padding: 0 });
+                        let e = commit_sqe(fuse_fd, header, qid, idx, unique, None, len as u32);
+                        // SAFETY: the commit's buffers are the entry's, registered for the ring's
+                        // lifetime; the payload is not touched again until its next request
+                        unsafe { ring.submission().push(&e) }.expect("one commit per entry fits");
+                        // an interrupted submit leaves it queued for the loop's next submit
+                        let _ = ring.submit();
+                        sent = true;
+                    }
+                    out = Some(o);
+                });
                 let o = out.expect("write_then always acknowledges");
                 if sent {
                     drop(flight);

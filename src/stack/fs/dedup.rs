@@ -125,7 +125,6 @@ pub fn extents(path: &Path) -> Result<Vec<Extent>> {
         flags: u32,
         reserved: [u32; 3],
     }
-    const FS_IOC_FIEMAP: libc::c_ulong = 0xC020660B;
     const FIEMAP_FLAG_SYNC: u32 = 1;
     const FIEMAP_EXTENT_LAST: u32 = 1;
     const N: usize = 256;
@@ -134,6 +133,11 @@ pub fn extents(path: &Path) -> Result<Vec<Extent>> {
         head: FiemapHead,
         ext: [FiemapExtent; N],
     }
+    // FS_IOC_FIEMAP = _IOWR('f', 11, struct fiemap): the number encodes the header's size, the
+    // extents follow it in the same buffer
+    nix::ioctl_readwrite_bad!(fiemap, nix::request_code_readwrite!(b'f', 11, size_of::<FiemapHead>()), Req);
+    // struct fiemap and struct fiemap_extent (include/uapi/linux/fiemap.h)
+    const _: () = assert!(size_of::<FiemapHead>() == 32 && size_of::<FiemapExtent>() == 56);
     use std::os::fd::AsRawFd;
     let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut out = Vec::new();
@@ -143,8 +147,9 @@ pub fn extents(path: &Path) -> Result<Vec<Extent>> {
             head: FiemapHead { start, length: u64::MAX - start, flags: FIEMAP_FLAG_SYNC, mapped: 0, count: N as u32, reserved: 0 },
             ext: [FiemapExtent::default(); N],
         };
-        if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP, &mut req) } != 0 {
-            bail!("FIEMAP on {}: {}", path.display(), std::io::Error::last_os_error());
+        // SAFETY: our open fd; `req` is a fiemap header with room for the `count` extents it names
+        if let Err(e) = unsafe { fiemap(f.as_raw_fd(), &mut req) } {
+            bail!("FIEMAP on {}: {e}", path.display());
         }
         let n = req.head.mapped as usize;
         if n == 0 {

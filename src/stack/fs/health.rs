@@ -165,4 +165,12 @@ mod tests {
         assert!(!mentions("I/O error, dev loop10, sector 8", "loop1"));
         assert!(!mentions("blah xloop1 x", "loop1"));
     }
+
+    /// The ioctl numbers nix builds are the kernel's (include/uapi/linux/fs.h).
+    #[test]
+    fn ioctl_numbers_match_the_kernel() {
+        assert_eq!(nix::request_code_none!(0x12, 97), 0x1261); // BLKFLSBUF
+        assert_eq!(nix::request_code_readwrite!(b'f', 11, 32), 0xC020_660B); // FS_IOC_FIEMAP
+        assert_eq!(nix::request_code_readwrite!(0x94, 54, 24), 0xC018_9436); // FIDEDUPERANGE
+    }
 }

@@ -128,6 +128,7 @@ impl Built {
         // on a raw device, file-system errors, checksum failures)
         me.kmsg = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").ok().inspect(|f| {
             use std::os::fd::AsRawFd;
+            // SAFETY: an fd we hold open for the call
             unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
         });
         let (kind, mkfs): (FsKind, Command) = match base {
@@ -231,9 +232,11 @@ impl Built {
                 let f = std::fs::File::open(d).with_context(|| format!("cannot open {}", d.display()))?;
                 f.sync_all()?;
                 use std::os::fd::AsRawFd;
-                const BLKFLSBUF: libc::c_ulong = 0x1261;
-                if unsafe { libc::ioctl(f.as_raw_fd(), BLKFLSBUF, 0) } != 0 {
-                    bail!("BLKFLSBUF on {}: {}", d.display(), std::io::Error::last_os_error());
+                // BLKFLSBUF = _IO(0x12, 97)
+                nix::ioctl_none!(blkflsbuf, 0x12, 97);
+                // SAFETY: our open fd; the ioctl takes no argument
+                if let Err(e) = unsafe { blkflsbuf(f.as_raw_fd()) } {
+                    bail!("BLKFLSBUF on {}: {e}", d.display());
                 }
             }
             return Ok(());
