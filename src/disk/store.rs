@@ -266,8 +266,8 @@ impl Store for RamStore {
         self.write_locked(off, Src::Borrowed(data), None, &mut |_| {}, &mut |_, _| {}).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
     }
     /// Each hashed block is hashed right before it is copied: the hashing runs while the
-    /// previous block's non-temporal stores drain, so it costs ~0.5 µs per 128 KiB instead of
-    /// ~3.5 µs as a separate pass (BENCHMARKS.md). A lent buffer is copied first and the
+    /// previous block's non-temporal stores drain, so it costs a fraction of a separate
+    /// hashing pass (BENCHMARKS.md). A lent buffer is copied first and the
     /// hashing reads the stored bytes after `locked`: off the reply's path entirely.
     fn write_locked<'a>(
         &self,
@@ -291,8 +291,8 @@ impl Store for RamStore {
         let dst = unsafe { self.base.add(off as usize) };
         self.with_write_locks(off, len as u64, || {
             // large writes bypass the cache: the store's memory is cold, and an ordinary copy would
-            // first read every destination line (w128k-qd1 +1-22% IOPS in 8 of 8 A/B pairs; at 4 KiB
-            // no difference, so small writes keep the plain copy)
+            // first read every destination line; small writes gain nothing from it and keep the
+            // plain copy (`STREAM_MIN`, BENCHMARKS.md)
             let stream = len >= STREAM_MIN;
             let copy = |src: &[u8], at: usize, n: usize| {
                 let src = &src[at..at + n];

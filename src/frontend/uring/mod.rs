@@ -17,9 +17,9 @@
 //!   so a write is acknowledged once its data is copied into the store (the classic path may
 //!   acknowledge as soon as the RAM store's locks are held, `Disk::write_then`); content
 //!   hashing and edits then run on the stored copy, after the reply, under the same locks
-//!   (`Disk::write_then_copied`; 100,000 never-matching rules cost w128k ~7% when they ran
-//!   before the reply). That work no longer delays the completion only because the loop
-//!   device completes on the submitting CPU while requests are serial (`steer.rs`).
+//!   (`Disk::write_then_copied`), so with content rules armed that work stays off the reply's
+//!   path (BENCHMARKS.md). It delays no completion because the loop device completes on the
+//!   submitting CPU while requests are serial (`steer.rs`).
 //! - A delayed request holds its entry until its reply (64 per queue); more delayed requests
 //!   than that wait in the kernel's queue, like requests on a device with that queue depth.
 
@@ -53,8 +53,7 @@ const WAKE: u64 = u64::MAX;
 /// EAGAIN until then).
 const INIT_WAIT: Duration = Duration::from_secs(5);
 /// A delayed reply's last stretch is spun: a timed wait in io_uring_enter overshoots more than
-/// the delay thread's futex wait here (200 µs delays, daemon-side lateness p50 7 µs with a
-/// 40 µs spin as the delay thread uses, 0 µs with 100 µs).
+/// the delay thread's futex wait, so this spin is longer than the delay thread's (BENCHMARKS.md).
 const DELAY_SPIN: Duration = Duration::from_micros(100);
 
 pub use crate::spec::disk::RingMode;
@@ -157,8 +156,8 @@ struct Slot {
 }
 
 /// A delayed reply, kept as a `Timed<Late>` (due at its `at`). The ring thread keeps its own
-/// timers: a hand-off from the delay thread (eventfd, task work, a wake-up of this thread)
-/// made a 20 µs delay ~60-90 µs long.
+/// timers: handing replies back from the delay thread (eventfd, task work, a wake-up of this
+/// thread) would add several times a short delay's length (BENCHMARKS.md).
 struct Late {
     slot: usize,
     unique: u64,
