@@ -49,7 +49,10 @@ unsafe impl Send for Mapping {}
 impl Mapping {
     /// `len` bytes (rounded up to 4 KiB), zeroed; on huge pages from 2 MiB (`map`).
     pub fn new(len: usize) -> std::io::Result<Mapping> {
-        let len = len.max(1).next_multiple_of(4096);
+        // `map` adds up to a huge page for alignment: lengths that would overflow cannot be had
+        let Some(len) = len.max(1).checked_next_multiple_of(4096).filter(|l| l.checked_add(HUGE).is_some()) else {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
+        };
         let ptr = map(len);
         if ptr.is_null() {
             return Err(std::io::Error::last_os_error());

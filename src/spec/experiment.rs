@@ -368,6 +368,34 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// Huge numbers in an experiment: errors with file:line:col, never an overflow.
+    #[test]
+    fn huge_numbers_are_errors() {
+        let max = u64::MAX;
+        let cases = [
+            (
+                format!("name: x\nworkload: {{ops: 1}}\nfaults:\n  - {{type: error, target: {{block: {max}}}}}\n"),
+                "t.yaml:4:5: fault #1: target `block: 18446744073709551615` lies beyond the end",
+            ),
+            (
+                format!("name: x\nworkload: {{ops: 1}}\nfaults:\n  - {{type: error, op: read, target: {{file: f0, block: {max}}}}}\n"),
+                "t.yaml:4:5: fault #1: `block: 18446744073709551615` (4 KiB blocks) is beyond any file",
+            ),
+            (
+                "name: x\nstack: ext4\nworkload: {files: 4294967295, file_size: 16777215TiB, ops: 1}\n".to_string(),
+                "file_size: 4294967295 files of 16777215TiB are more bytes than a u64 holds",
+            ),
+            (
+                "name: x\nstack: ext4\nworkload: {files: 65536, file_size: 16TiB, ops: 1}\n".to_string(),
+                "65536 files of 17592186044416 bytes do not fit on a 1073741824 byte disk",
+            ),
+        ];
+        for (y, want) in cases {
+            let e = parse_experiment(&y, "t.yaml").unwrap_err();
+            assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
+        }
+    }
+
     #[test]
     fn busy_poll_defaults_and_turns_off() {
         let poll = |disk: &str| {

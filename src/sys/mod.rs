@@ -16,3 +16,10 @@ pub fn file_size(p: &std::path::Path) -> anyhow::Result<u64> {
     let mut f = std::fs::File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
     f.seek(std::io::SeekFrom::End(0)).with_context(|| format!("cannot find the size of {}", p.display()))
 }
+
+/// The machine's memory in bytes (MemTotal in /proc/meminfo), if it can be read.
+pub fn mem_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    kib.checked_mul(1024)
+}

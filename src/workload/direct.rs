@@ -14,11 +14,21 @@ pub struct AlignedBuf {
 }
 
 impl AlignedBuf {
+    /// Panics if the buffer cannot be mapped: for fixed small sizes; sizes from the user go
+    /// through `try_new`.
     pub fn new(len: usize) -> AlignedBuf {
+        AlignedBuf::try_new(len).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// A failed mapping is an error naming the size.
+    pub fn try_new(len: usize) -> Result<AlignedBuf> {
         // 64 KiB and more: round up to a whole huge page, the pinning win is per request
-        let mapped = if len >= 64 << 10 { len.next_multiple_of(mem::HUGE) } else { len };
-        let map = mem::Mapping::new(mapped).unwrap_or_else(|e| panic!("out of memory mapping a {mapped} byte I/O buffer: {e}"));
-        AlignedBuf { map, len }
+        let mapped = if len >= 64 << 10 { len.checked_next_multiple_of(mem::HUGE) } else { Some(len) };
+        let map = mapped
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))
+            .and_then(mem::Mapping::new)
+            .with_context(|| format!("cannot map a {} I/O buffer", crate::spec::units::format_size(len as u64)))?;
+        Ok(AlignedBuf { map, len })
     }
 }
 

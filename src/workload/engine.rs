@@ -98,10 +98,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                 sc.spawn(move || -> Result<ThreadOut> {
                     let mut wk = Worker::new(sh, t, region, blocks);
                     let r = match sh.w.engine {
-                        Engine::Psync => {
-                            super::psync::run_thread(&mut wk, &fs);
-                            Ok(())
-                        }
+                        Engine::Psync => super::psync::run_thread(&mut wk, &fs),
                         Engine::IoUring => super::uring::run_thread(&mut wk, &fs),
                     };
                     if r.is_err() {

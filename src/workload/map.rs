@@ -8,6 +8,18 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 const MAGIC: &[u8; 8] = b"FLTMAP01";
+/// Magic, block size (u32), seed, slot count (u64s): the slots follow.
+const HEADER: u64 = 8 + 4 + 8 + 8;
+
+/// `n` zeroed slots, or an error naming the size if they cannot be had.
+fn zeroed_slots(n: u64) -> Result<Vec<AtomicU64>> {
+    let too_big = || anyhow::anyhow!("cannot allocate a content map of {n} blocks ({} bytes)", n.saturating_mul(8));
+    let n = usize::try_from(n).map_err(|_| too_big())?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| too_big())?;
+    v.extend((0..n).map(|_| AtomicU64::new(0)));
+    Ok(v)
+}
 
 pub struct ContentMap {
     pub block_size: u32,
@@ -18,6 +30,12 @@ pub struct ContentMap {
 impl ContentMap {
     pub fn new(blocks: u64, block_size: u32, seed: u64) -> ContentMap {
         ContentMap { block_size, seed, slots: (0..blocks).map(|_| AtomicU64::new(0)).collect() }
+    }
+
+    /// Like `new`, for a size that comes from the user: a map too big to allocate is an
+    /// error naming its size.
+    pub fn try_new(blocks: u64, block_size: u32, seed: u64) -> Result<ContentMap> {
+        Ok(ContentMap { block_size, seed, slots: zeroed_slots(blocks)? })
     }
 
     pub fn len(&self) -> u64 {
@@ -79,10 +97,18 @@ impl ContentMap {
         let seed = u64::from_le_bytes(b8);
         f.read_exact(&mut b8)?;
         let n = u64::from_le_bytes(b8);
-        let mut slots = Vec::with_capacity(n as usize);
-        for _ in 0..n {
+        if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
+            bail!("{} is not a faultline content map (block size {block_size})", path.display());
+        }
+        // the header says how many slots follow: the file must hold exactly those
+        let len = f.get_ref().metadata()?.len();
+        if n.checked_mul(8).and_then(|b| b.checked_add(HEADER)) != Some(len) {
+            bail!("{} is truncated or damaged: its header counts {n} blocks, the file has {len} bytes", path.display());
+        }
+        let mut slots = zeroed_slots(n)?;
+        for s in slots.iter_mut() {
             f.read_exact(&mut b8).with_context(|| format!("{} is truncated", path.display()))?;
-            slots.push(AtomicU64::new(u64::from_le_bytes(b8)));
+            *s.get_mut() = u64::from_le_bytes(b8);
         }
         Ok(ContentMap { block_size, seed, slots })
     }
@@ -103,5 +129,21 @@ mod tests {
         let l = ContentMap::load(&p).unwrap();
         assert_eq!((l.block_size, l.seed, l.len()), (4096, 9, 100));
         assert_eq!(l.written().collect::<Vec<_>>(), vec![(3, 0), (50, 77)]);
+    }
+
+    /// Sizes from the user or from a file: an error, not an aborted allocation.
+    #[test]
+    fn impossible_sizes_are_errors() {
+        let e = ContentMap::try_new(u64::MAX / 4096, 4096, 1).err().expect("a map of 2^52 blocks").to_string();
+        assert!(e.contains("cannot allocate a content map of 4503599627370495 blocks"), "{e}");
+        // a header that claims more blocks than the file holds
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("map");
+        ContentMap::new(3, 4096, 9).save(&p).unwrap();
+        let mut b = std::fs::read(&p).unwrap();
+        b[20..28].copy_from_slice(&u64::MAX.to_le_bytes());
+        std::fs::write(&p, &b).unwrap();
+        let e = ContentMap::load(&p).err().expect("a damaged map").to_string();
+        assert!(e.contains("truncated or damaged") && e.contains("18446744073709551615 blocks"), "{e}");
     }
 }

@@ -43,14 +43,27 @@ impl Maps {
                 Ok(Maps {
                     target: Target::Block { device: device.clone() },
                     seed: w.seed,
-                    maps: vec![ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)],
+                    maps: vec![ContentMap::try_new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)?],
                 })
             }
-            Interface::File { dir, count, size } => Ok(Maps {
-                target: Target::File { dir: dir.clone(), names: (0..*count as usize).map(file_name).collect() },
-                seed: w.seed,
-                maps: (0..*count).map(|_| ContentMap::new(size / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)).collect(),
-            }),
+            Interface::File { dir, count, size } => {
+                // a slot (8 bytes) per 4 KiB block of every file, and a name and a map per file:
+                // more than the machine has is an error, not an aborted allocation
+                let need = (*count as u64).checked_mul(size / CONTENT_BLOCK * 8 + 64);
+                let fmt = crate::spec::units::format_size;
+                match need {
+                    None => bail!("{count} files of {}: their content maps would need more than 2^64 bytes", fmt(*size)),
+                    Some(n) if crate::sys::mem_total().is_some_and(|m| n > m) => {
+                        bail!("{count} files of {}: their content maps need {}, more than this machine's memory", fmt(*size), fmt(n))
+                    }
+                    Some(_) => {}
+                }
+                Ok(Maps {
+                    target: Target::File { dir: dir.clone(), names: (0..*count as usize).map(file_name).collect() },
+                    seed: w.seed,
+                    maps: (0..*count).map(|_| ContentMap::try_new(size / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)).collect::<Result<_>>()?,
+                })
+            }
         }
     }
 

@@ -10,20 +10,22 @@
 use super::direct::AlignedBuf;
 use super::op::{Op, Worker, fill, fills_ahead};
 use crate::spec::workload::config::CONTENT_BLOCK;
+use anyhow::Result;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-pub fn run_thread(wk: &mut Worker, files: &[File]) {
+pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     if fills_ahead(wk.sh.w) {
         return run_prefilled(wk, files);
     }
     let bs = wk.sh.w.block_size as usize;
-    let mut buf = AlignedBuf::new(bs);
+    let mut buf = AlignedBuf::try_new(bs)?;
     let mut ids = vec![0u64; bs / CONTENT_BLOCK as usize];
     while let Some(op) = wk.next_op(&mut buf, &mut ids) {
         issue(wk, files, &op, &mut buf, &ids);
     }
+    Ok(())
 }
 
 /// One synchronous I/O with the retry policy, then its accounting (and fsync:N).
@@ -48,7 +50,7 @@ struct Batch {
 /// Ahead-filled bytes per batch: about 1 MiB (8 x 128 KiB), at least one op.
 const BATCH_BYTES: u64 = 1 << 20;
 
-fn run_prefilled(wk: &mut Worker, files: &[File]) {
+fn run_prefilled(wk: &mut Worker, files: &[File]) -> Result<()> {
     let bs = wk.sh.w.block_size as usize;
     let per = bs / CONTENT_BLOCK as usize;
     let n = (BATCH_BYTES / bs as u64).max(1) as usize;
@@ -70,7 +72,8 @@ fn run_prefilled(wk: &mut Worker, files: &[File]) {
             }
         }
     };
-    let new_batch = || Batch { buf: AlignedBuf::new(n * bs), ids: vec![0; n * per], ops: Vec::with_capacity(n) };
+    let new_batch = || -> Result<Batch> { Ok(Batch { buf: AlignedBuf::try_new(n * bs)?, ids: vec![0; n * per], ops: Vec::with_capacity(n) }) };
+    let (mut cur, mut spare) = (new_batch()?, Some(new_batch()?));
     let (to_filler, jobs): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(1);
     let (filled_tx, filled): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(1);
     std::thread::scope(|sc| {
@@ -82,8 +85,6 @@ fn run_prefilled(wk: &mut Worker, files: &[File]) {
                 }
             }
         });
-        let mut cur = new_batch();
-        let mut spare = Some(new_batch());
         draw_batch(wk, &mut cur);
         fill_batch(&mut cur);
         while !cur.ops.is_empty() {
@@ -114,4 +115,5 @@ fn run_prefilled(wk: &mut Worker, files: &[File]) {
         }
         drop(to_filler);
     });
+    Ok(())
 }

@@ -87,7 +87,7 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     let mut sl = Slots {
         bs,
         per,
-        bufs: AlignedBuf::new(slots * bs),
+        bufs: AlignedBuf::try_new(slots.checked_mul(bs).context("the I/O buffer size overflows")?)?,
         ids: vec![0u64; slots * per],
         ops: (0..slots).map(|_| None).collect(),
         free: (0..slots).rev().collect(),

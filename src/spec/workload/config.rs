@@ -186,7 +186,9 @@ impl Workload {
                 Some(s) => Ok(s),
                 None => crate::sys::file_size(device),
             },
-            Interface::File { count, size, .. } => Ok(*count as u64 * size),
+            Interface::File { count, size, .. } => {
+                (*count as u64).checked_mul(*size).ok_or_else(|| anyhow::anyhow!("{count} files of {size} bytes: more bytes than a u64 holds"))
+            }
         }
     }
 
@@ -196,10 +198,12 @@ impl Workload {
     /// readable capacity the profile is left as it is.
     pub fn fit_profile(&mut self) {
         let Some(bytes) = self.size.or_else(|| self.capacity().ok()) else { return };
-        let blocks = (bytes * self.write_pct.max(1) as u64 / 100 / CONTENT_BLOCK).max(1);
+        // in u128: a size near 2^64 times the percentage must not overflow
+        let blocks = (bytes as u128 * self.write_pct.max(1) as u128 / 100 / CONTENT_BLOCK as u128).max(1) as u64;
         self.profile = self.profile.scaled(blocks);
     }
 
+    /// Checks the values together before a run; called by `run`.
     pub fn check(&self) -> anyhow::Result<()> {
         use anyhow::bail;
         if self.block_size == 0 || !self.block_size.is_multiple_of(CONTENT_BLOCK) || self.block_size > 256 * CONTENT_BLOCK {
@@ -213,6 +217,25 @@ impl Workload {
         }
         if self.iodepth > 4096 {
             bail!("iodepth {} is too deep; at most 4096", self.iodepth);
+        }
+        if self.threads > 1024 {
+            bail!("{} threads are too many; at most 1024", self.threads);
+        }
+        // the I/O buffers: per thread one per I/O in flight plus one staged (psync: one, and
+        // one filled ahead)
+        let fmt = crate::spec::units::format_size;
+        let per_thread = (self.iodepth as u64 + 1).checked_mul(self.block_size);
+        match per_thread.and_then(|p| p.checked_mul(self.threads as u64)) {
+            None => bail!("iodepth {} x block size {} x {} threads overflows", self.iodepth, self.block_size, self.threads),
+            Some(total) if crate::sys::mem_total().is_some_and(|m| total > m) => bail!(
+                "iodepth {} x block size {} x {} threads needs {} of I/O buffers, more than this machine's memory ({})",
+                self.iodepth,
+                fmt(self.block_size),
+                self.threads,
+                fmt(total),
+                fmt(crate::sys::mem_total().unwrap_or(0))
+            ),
+            Some(_) => {}
         }
         if self.interval < Duration::from_millis(10) {
             bail!("interval must be at least 10ms");

@@ -148,6 +148,9 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
             if fs.value.0 == 0 || fs.value.0 % CONTENT_BLOCK != 0 {
                 return Err(at(source, fs, "file_size", format!("{} is not a positive multiple of 4KiB", fs.value)));
             }
+            if (count as u64).checked_mul(fs.value.0).is_none() {
+                return Err(at(source, fs, "file_size", format!("{count} files of {} are more bytes than a u64 holds", fs.value)));
+            }
             Interface::File { dir, count, size: fs.value.0 }
         }
         other => return Err(at(source, y.interface.as_ref().unwrap(), "interface", format!("`{other}` is not an interface; allowed: block, file"))),
@@ -318,6 +321,51 @@ mod tests {
         assert_eq!(w.interface, Interface::Block { device: "/dev/b".into() });
         let e = parse_workload("workload:\n  interface: block\n  ops: 1\n", "w.yaml", Some(Where::Dir("/mnt/x".into()))).unwrap_err();
         assert!(e.starts_with("w.yaml:2:14: interface: the workload runs on a file system at /mnt/x: use `interface: file`"), "{e}");
+    }
+
+    /// Numbers at the ends of their types, alone and multiplied together (files x file_size,
+    /// iodepth x block size x threads for the I/O buffers): an error naming the key or the
+    /// product, never an overflow or an aborted allocation.
+    #[test]
+    fn huge_numbers_are_errors() {
+        let cases = [
+            ("workload:\n  device: /dev/x\n  ops: 1\n  engine: io_uring\n  iodepth: 65535\n", "w.yaml:5:12: iodepth: 65535 is out of range; allowed: 1..4096"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  block_size: 64MiB\n", "w.yaml:4:15: block_size: 64MiB is not allowed"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  threads: 4294967295\n", "w.yaml:4:12: threads: 4294967295 is out of range; allowed: 1..1024"),
+            (
+                "workload:\n  interface: file\n  dir: /x\n  files: 4294967295\n  file_size: 16777215TiB\n  ops: 1\n",
+                "w.yaml:5:14: file_size: 4294967295 files of 16777215TiB are more bytes than a u64 holds",
+            ),
+        ];
+        for (y, want) in cases {
+            let e = p(y).unwrap_err();
+            assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
+        }
+        // a size near 2^64 (times the write share) scales the profile without overflowing
+        let w = p("workload:\n  device: /dev/x\n  size: 16777215TiB\n  content: {profile: debian12-usr}\n").unwrap();
+        assert!(w.profile.total_blocks() > 1 << 40, "{}", w.profile.total_blocks());
+        // the run-time check of the values together (the CLI's flags reach only this one)
+        let mut w = Workload::new(Interface::Block { device: "/dev/null".into() });
+        (w.engine, w.iodepth, w.block_size, w.threads, w.ops) = (Engine::IoUring, 65535, 64 << 20, 65535, Some(1));
+        let e = |w: &Workload| w.check().unwrap_err().to_string();
+        assert!(e(&w).contains("block size 67108864 must be a multiple of 4096 up to 1MiB"), "{}", e(&w));
+        w.block_size = 1 << 20;
+        assert!(e(&w).contains("iodepth 65535 is too deep; at most 4096"), "{}", e(&w));
+        w.iodepth = 4096;
+        assert!(e(&w).contains("65535 threads are too many; at most 1024"), "{}", e(&w));
+        w.threads = 1024;
+        // 4097 MiB per thread x 1024: more memory than a test machine has
+        if let Err(e) = w.check() {
+            assert!(
+                e.to_string().contains("iodepth 4096 x block size 1MiB x 1024 threads needs 4097GiB of I/O buffers, more than this machine's memory"),
+                "{e}"
+            );
+        }
+        (w.iodepth, w.threads) = (8, 2);
+        w.check().unwrap();
+        // a buffer that cannot be mapped is an error naming its size, not a panic
+        let e = crate::workload::direct::AlignedBuf::try_new(usize::MAX - 4096).err().expect("no such buffer").to_string();
+        assert!(e.starts_with("cannot map a ") && e.ends_with(" I/O buffer"), "{e}");
     }
 
     #[test]
