@@ -68,3 +68,13 @@ impl DirectDev {
         self.f.sync_all()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A buffer that cannot be mapped is an error naming its size, not a panic.
+    #[test]
+    fn unmappable_buffer_is_an_error() {
+        let e = super::AlignedBuf::try_new(usize::MAX - 4096).err().expect("no such buffer").to_string();
+        assert!(e.starts_with("cannot map a ") && e.ends_with(" I/O buffer"), "{e}");
+    }
+}

@@ -363,9 +363,6 @@ mod tests {
         }
         (w.iodepth, w.threads) = (8, 2);
         w.check().unwrap();
-        // a buffer that cannot be mapped is an error naming its size, not a panic
-        let e = crate::workload::direct::AlignedBuf::try_new(usize::MAX - 4096).err().expect("no such buffer").to_string();
-        assert!(e.starts_with("cannot map a ") && e.ends_with(" I/O buffer"), "{e}");
     }
 
     #[test]
