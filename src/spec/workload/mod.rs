@@ -441,4 +441,23 @@ mod tests {
             assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
         }
     }
+
+    #[test]
+    fn personality_keys() {
+        let w = p("workload:\n  personality: varmail\n  dir: /mnt/x\n  scale: 0.1\n  duration: 5s\n").unwrap();
+        let ps = w.personality.as_ref().unwrap();
+        assert_eq!((ps.kind, ps.nfiles, ps.meandirwidth, w.threads, w.sync), (Personality::Varmail, 100, 1_000_000, 16, SyncMode::None));
+        let w = p("workload:\n  personality: fileserver\n  dir: /mnt/x\n  threads: 4\n  ops: 100\n").unwrap();
+        assert_eq!((w.threads, w.personality.unwrap().nfiles), (4, 10_000));
+        for (y, want) in [
+            ("workload:\n  personality: mailserver\n  dir: /x\n  ops: 1\n", "allowed: fileserver, webserver, varmail"),
+            ("workload:\n  personality: varmail\n  dir: /x\n  ops: 1\n  block_size: 8KiB\n", "w.yaml:5:15: block_size: does not apply to `personality`"),
+            ("workload:\n  personality: varmail\n  dir: /x\n  ops: 1\n  scale: 2\n", "w.yaml:5:10: scale: 2 is out of range"),
+            ("workload:\n  personality: varmail\n  dir: /x\n", "no bound"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  scale: 0.5\n", "scale: belongs to `personality`"),
+        ] {
+            let e = p(y).unwrap_err();
+            assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
+        }
+    }
 }
