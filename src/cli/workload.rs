@@ -141,7 +141,7 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
 
 pub fn workload(a: WorkloadArgs) -> Result<()> {
     let w = build(&a)?;
-    let maps = Maps::new(&w)?;
+    let mut maps = Maps::new(&w)?;
     let progress = Progress::new();
     let total = w.size.map(|s| (s, "bytes")).or(w.ops.map(|o| (o, "ops"))).or(w.duration.map(|d| (d.as_millis() as u64, "ms")));
     let done = std::sync::atomic::AtomicBool::new(false);
@@ -152,6 +152,10 @@ pub fn workload(a: WorkloadArgs) -> Result<()> {
         let _ = bar.join();
         r
     })?;
+    let mut res = res;
+    if let Some(m) = res.maps.take() {
+        maps = m;
+    }
     std::fs::create_dir_all(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
     maps.save(&a.out)?;
     std::fs::write(a.out.join("result.json"), serde_json::to_vec_pretty(&res)?)?;
@@ -172,6 +176,13 @@ fn print_table(res: &WorkloadResult) {
     let _ = writeln!(o, "{:<6} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9}", "op", "ops", "IOPS", "MiB/s", "mean us", "p50 us", "p99 us", "max us");
     for (n, l) in [("read", &res.read), ("write", &res.write)] {
         let _ = writeln!(o, "{n:<6} {:>9} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}", l.ops, l.iops, l.mib_s, l.mean_us, l.p50_us, l.p99_us, l.max_us);
+    }
+    if !res.flowops.is_empty() {
+        let _ = writeln!(o, "{:<15} {:>9} {:>10} {:>9} {:>9} {:>9} {:>9}", "flowop", "ops", "ops/s", "mean us", "p50 us", "p95 us", "p99 us");
+        for (n, f) in &res.flowops {
+            let _ = writeln!(o, "{n:<15} {:>9} {:>10.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1}", f.ops, f.ops_s, f.mean_us, f.p50_us, f.p95_us, f.p99_us);
+        }
+        let _ = writeln!(o, "R:W (readwholefile : writewholefile + appendfilerand) = {:.2}", crate::workload::personality::read_write_ratio(&res.flowops));
     }
     let ops = (res.read.ops + res.write.ops).max(1);
     let _ = writeln!(

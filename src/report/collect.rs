@@ -161,6 +161,24 @@ pub fn repetition(
         r.io_errors = w.errors.clone();
         r.failed_ios = w.failed_ios.len() as u64;
         r.retries = w.retries;
+        r.flowops = w
+            .flowops
+            .iter()
+            .map(|(k, f)| {
+                let s = rm::FlowopStats {
+                    ops: f.ops,
+                    bytes: f.bytes,
+                    ops_s: f.ops_s,
+                    mean_us: f.mean_us,
+                    p50_us: f.p50_us,
+                    p95_us: f.p95_us,
+                    p99_us: f.p99_us,
+                    max_us: f.max_us,
+                };
+                (k.clone(), s)
+            })
+            .collect();
+        r.flowops_skipped = w.flowops_skipped;
     }
     if let Some(v) = v {
         r.integrity = integrity(&v);

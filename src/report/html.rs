@@ -190,6 +190,7 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
     repetitions_table(h, s, &a);
     h.push_str(&throughput_chart(&label, &s.repetitions));
     latency_table(h, &s.repetitions);
+    flowops_table(h, &s.repetitions);
     h.push_str(&latency_chart(&label, &s.repetitions));
     rules_table(h, &s.repetitions);
     files_table(h, &s.repetitions);
@@ -321,6 +322,44 @@ fn latency_table(h: &mut String, reps: &[Repetition]) {
         }
     }
     h.push_str("</table>\n");
+}
+
+/// Personality repetitions: one row per flowop type (whole-flowop latency), and the R:W
+/// ratio of read to write flowops.
+fn flowops_table(h: &mut String, reps: &[Repetition]) {
+    if reps.iter().all(|r| r.flowops.is_empty()) {
+        return;
+    }
+    h.push_str(
+        "<h3>Flowops (µs)</h3><table><tr><th>Rep</th><th class=\"l\">Flowop</th><th>Ops</th><th>Ops/s</th><th>MiB</th><th>Mean</th>\
+<th>p50</th><th>p95</th><th>p99</th><th>Max</th></tr>\n",
+    );
+    for r in reps {
+        for (name, f) in &r.flowops {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
+                r.index,
+                esc(name),
+                f.ops,
+                f.ops_s,
+                f.bytes as f64 / (1 << 20) as f64,
+                f.mean_us,
+                f.p50_us,
+                f.p95_us,
+                f.p99_us,
+                f.max_us
+            );
+        }
+    }
+    h.push_str("</table>\n<p class=\"muted\">R:W (readwholefile : writewholefile + appendfilerand) per repetition: ");
+    let ratios: Vec<String> = reps.iter().map(|r| r.flowop_read_write_ratio().map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into())).collect();
+    h.push_str(&ratios.join(", "));
+    let skipped: u64 = reps.iter().map(|r| r.flowops_skipped).sum();
+    if skipped > 0 {
+        let _ = write!(h, "; {skipped} flowops skipped (no file available)");
+    }
+    h.push_str("</p>\n");
 }
 
 /// Latency percentiles as grouped bars (log scale), one bar per repetition and op; empty

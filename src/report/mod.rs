@@ -101,6 +101,42 @@ pub fn summary_table(r: &Results) -> String {
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
     }
+    out.push_str(&flowop_summary(r));
+    out
+}
+
+/// Personality setups: per setup and flowop, the mean over repetitions of ops/s, mean and
+/// p99 latency; empty when no setup ran a personality.
+fn flowop_summary(r: &Results) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for s in &r.setups {
+        let mut names: Vec<&String> = s.repetitions.iter().flat_map(|x| x.flowops.keys()).collect();
+        names.sort();
+        names.dedup();
+        if names.is_empty() {
+            continue;
+        }
+        let n = s.repetitions.len().max(1) as f64;
+        let _ = writeln!(out, "\n{}: flowops (mean over {} repetitions)", s.name, s.repetitions.len());
+        let _ = writeln!(out, "  {:<15} {:>10} {:>10} {:>10} {:>10} {:>10}", "flowop", "ops/s", "mean us", "p50 us", "p95 us", "p99 us");
+        for name in names {
+            let m = |f: &dyn Fn(&model::FlowopStats) -> f64| s.repetitions.iter().filter_map(|x| x.flowops.get(name)).map(f).sum::<f64>() / n;
+            let _ = writeln!(
+                out,
+                "  {name:<15} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                m(&|f| f.ops_s),
+                m(&|f| f.mean_us),
+                m(&|f| f.p50_us),
+                m(&|f| f.p95_us),
+                m(&|f| f.p99_us)
+            );
+        }
+        let ratios: Vec<f64> = s.repetitions.iter().filter_map(|x| x.flowop_read_write_ratio()).collect();
+        if !ratios.is_empty() {
+            let _ = writeln!(out, "  R:W (readwholefile : writewholefile + appendfilerand) = {:.2}", ratios.iter().sum::<f64>() / ratios.len() as f64);
+        }
+    }
     out
 }
 

@@ -51,6 +51,35 @@ pub struct Repetition {
     pub integrity: Integrity,
     /// Free text worth keeping: btrfs device stats, dmesg lines, warnings.
     pub notes: Vec<String>,
+    /// Personality workloads: per flowop type (filebench's names: createfile, writewholefile,
+    /// appendfilerand, openfile, readwholefile, closefile, deletefile, statfile, fsync).
+    pub flowops: BTreeMap<String, FlowopStats>,
+    /// Personality workloads: flowops that found no file to work on (see docs/workload.md).
+    pub flowops_skipped: u64,
+}
+
+/// One flowop type of a personality repetition: count, rate and latency of the whole flowop.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FlowopStats {
+    pub ops: u64,
+    pub bytes: u64,
+    pub ops_s: f64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+impl Repetition {
+    /// Personality repetitions: whole-file reads per write flowop (writewholefile +
+    /// appendfilerand), the R:W ratio of the study; None without write flowops.
+    pub fn flowop_read_write_ratio(&self) -> Option<f64> {
+        let get = |k: &str| self.flowops.get(k).map(|f| f.ops).unwrap_or(0) as f64;
+        let w = get("writewholefile") + get("appendfilerand");
+        (w > 0.0).then(|| get("readwholefile") / w)
+    }
 }
 
 /// Per-op statistics of a repetition (reads or writes).

@@ -184,14 +184,14 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             (None, None)
         }
         _ => {
-            let maps;
+            let mut maps;
             let w = {
                 let target = built.mountpoint.clone().unwrap_or_else(|| built.devices[0].clone());
                 let w = exp.workload_for(setup, &target).map_err(anyhow::Error::msg)?;
                 maps = crate::workload::Maps::new(&w)?;
                 w
             };
-            let res = drive_workload(&mut r, &mut built, &w, &maps, scheduled)?;
+            let res = drive_workload(&mut r, &mut built, &w, &mut maps, scheduled)?;
             let v = verify(&mut r, &mut built, &maps)?;
             maps.save(&out.join("maps").join(format!("{}-{}", setup.name, rep + 1)))?;
             (Some(res), Some(v))
@@ -271,7 +271,7 @@ fn drive_workload(
     r: &mut Rep,
     built: &mut Built,
     w: &crate::workload::Workload,
-    maps: &Maps,
+    maps: &mut Maps,
     scheduled: Vec<crate::spec::rules::FaultSpec>,
 ) -> Result<WorkloadResult> {
     let (setup, stop) = (r.setup, r.stop);
@@ -308,7 +308,12 @@ fn drive_workload(
     if let Some(h) = pb {
         let _ = h.join();
     }
-    let res = res?;
+    let mut res = res?;
+    // a personality's files came and went: its maps are only known now
+    if let Some(m) = res.maps.take() {
+        *maps = m;
+    }
+    let maps = &*maps;
     if stop.load(Relaxed) {
         bail!("interrupted");
     }

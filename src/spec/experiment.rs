@@ -61,6 +61,8 @@ struct RawSetup {
     stack: Option<Spanned<WordOr<RawStack>>>,
     faults: Option<Vec<Spanned<RawRule>>>,
     repeat: Option<Spanned<u32>>,
+    /// Replaces the experiment's `workload:` for this setup (e.g. one personality per setup).
+    workload: Option<Spanned<WorkloadYaml>>,
 }
 
 /// One setup of an experiment, fully validated.
@@ -73,6 +75,8 @@ pub struct Setup {
     pub stack: StackSpec,
     pub faults: Vec<FaultSpec>,
     pub repeat: u32,
+    /// The setup's own `workload:`, replacing the experiment's.
+    pub workload: Option<Spanned<WorkloadYaml>>,
 }
 
 #[derive(Clone, Debug)]
@@ -91,7 +95,9 @@ impl Experiment {
     /// `file_size` apply on file systems only, `device` and `span` on raw devices only, so one
     /// workload serves a sweep across both.
     pub fn workload_for(&self, setup: &Setup, target: &std::path::Path) -> Result<super::workload::Workload, String> {
-        let Some(w) = &self.workload else { return Err(format!("{}: setup `{}` has no workload", self.source, setup.name)) };
+        let Some(w) = setup.workload.as_ref().or(self.workload.as_ref()) else {
+            return Err(format!("{}: setup `{}` has no workload", self.source, setup.name));
+        };
         let mut w = w.clone();
         let file = setup.stack.has_fs();
         let iface = if file { "file" } else { "block" };
@@ -160,6 +166,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 stack: base_stack,
                 faults,
                 repeat: base_repeat,
+                workload: None,
             });
         }
         Some(list) => {
@@ -186,20 +193,28 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     Some(r) => repeat(r, source)?,
                     None => base_repeat,
                 };
-                setups.push(Setup { name: s.name, description: s.description.unwrap_or_default(), disk: d, stack: st, faults: f, repeat: rep });
+                setups.push(Setup {
+                    name: s.name,
+                    description: s.description.unwrap_or_default(),
+                    disk: d,
+                    stack: st,
+                    faults: f,
+                    repeat: rep,
+                    workload: s.workload,
+                });
             }
         }
     }
     for s in &setups {
         let needs_workload = !matches!(s.stack, StackSpec::Command { .. });
-        if needs_workload && workload.is_none() {
+        if needs_workload && workload.is_none() && s.workload.is_none() {
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
     let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
-        if exp.workload.is_some() {
+        if exp.workload.is_some() || s.workload.is_some() {
             let w = exp.workload_for(s, std::path::Path::new("/dev/null"))?;
             let content_target = s.faults.iter().any(|f| {
                 f.deferred.is_some()

@@ -46,12 +46,26 @@ pub struct WorkloadResult {
     /// User + system CPU seconds of this process during the run (all threads).
     pub cpu_seconds: f64,
     pub timeseries: Vec<Sample>,
+    /// Personality runs: latency and rate per flowop type (filebench's flowop names).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub flowops: BTreeMap<String, super::stats::FlowopSummary>,
+    /// Personality runs: flowops skipped because no file of the kind they need (existing or
+    /// not, not busy) turned up within a second, or their descriptor was not open.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub flowops_skipped: u64,
+    /// Personality runs: the content maps of the files that exist at the end, replacing the
+    /// caller's (files are created and deleted, so the maps are only known afterwards).
+    #[serde(skip)]
+    pub maps: Option<Maps>,
 }
 
 /// Run a workload. `maps` (from `Maps::new(spec)`) receive the content id of every block
 /// written; `observer` is called before each write; `progress` is updated live.
 pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>>, progress: Option<&Progress>) -> Result<WorkloadResult> {
     spec.check()?;
+    if spec.personality.is_some() {
+        return super::personality::run(spec, maps.seed, observer.as_deref(), progress);
+    }
     let own = Progress::new();
     let progress = progress.unwrap_or(&own);
     let w = spec;
@@ -165,7 +179,14 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
         stopped_on_error: sh.stopped_on_error.load(Relaxed),
         cpu_seconds: cpu.as_secs_f64(),
         timeseries,
+        flowops: BTreeMap::new(),
+        flowops_skipped: 0,
+        maps: None,
     })
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// fsync (fdatasync on a device) one open file; a failure is a failed I/O of op "fsync".

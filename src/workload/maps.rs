@@ -22,6 +22,12 @@ pub struct Maps {
     pub maps: Vec<ContentMap>,
 }
 
+impl std::fmt::Debug for Maps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Maps").field("target", &self.target).field("seed", &self.seed).field("maps", &self.maps.len()).finish()
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct Index {
     #[serde(flatten)]
@@ -45,6 +51,10 @@ impl Maps {
                     seed: w.seed,
                     maps: vec![ContentMap::try_new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)?],
                 })
+            }
+            // a personality's files come and go: `run` returns their maps (WorkloadResult::maps)
+            Interface::File { dir, .. } if w.personality.is_some() => {
+                Ok(Maps { target: Target::File { dir: dir.clone(), names: vec![] }, seed: w.seed, maps: vec![] })
             }
             Interface::File { dir, count, size } => {
                 // a slot (8 bytes) per 4 KiB block of every file, and a name and a map per file:

@@ -8,10 +8,12 @@
 pub mod direct;
 pub mod engine;
 pub mod files;
+pub mod fileset;
 pub mod map;
 pub mod maps;
 pub mod op;
 pub mod pattern;
+pub mod personality;
 pub mod psync;
 pub mod stats;
 pub mod uring;
@@ -19,7 +21,7 @@ pub mod uring;
 pub use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
 pub use engine::{LatencySummary, WorkloadResult, run};
 pub use maps::Maps;
-pub use stats::Sample;
+pub use stats::{FlowopSummary, Sample};
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

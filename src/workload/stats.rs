@@ -25,6 +25,35 @@ pub struct LatencySummary {
     pub mib_s: f64,
 }
 
+/// One flowop type's latency and rate over a personality run (`flowops` in result.json and
+/// results.json). Latency is the whole flowop: a whole-file read or write with all its chunks.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FlowopSummary {
+    pub ops: u64,
+    pub bytes: u64,
+    pub ops_s: f64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+pub fn flowop_summary(h: &Histogram<u64>, bytes: u64, secs: f64) -> FlowopSummary {
+    let us = |v: u64| v as f64 / 1000.0;
+    FlowopSummary {
+        ops: h.len(),
+        bytes,
+        ops_s: h.len() as f64 / secs,
+        mean_us: h.mean() / 1000.0,
+        p50_us: us(h.value_at_quantile(0.5)),
+        p95_us: us(h.value_at_quantile(0.95)),
+        p99_us: us(h.value_at_quantile(0.99)),
+        max_us: us(h.max()),
+    }
+}
+
 /// 1 ns .. 1 h at 3 significant digits. (`Histogram::new` starts with a max of 2 and only
 /// grows on `record`; `saturating_record` would clamp every latency to 2 ns.)
 pub fn hist() -> Histogram<u64> {

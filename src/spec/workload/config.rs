@@ -147,6 +147,9 @@ pub struct Workload {
     /// Duplicate profile of the written content, and the seed of content and patterns.
     pub profile: Profile,
     pub seed: u64,
+    /// A filebench personality (file interface): its file set and flowop loop replace
+    /// pattern, mix and block size (`workload::personality`).
+    pub personality: Option<PersonalitySpec>,
 }
 
 impl Workload {
@@ -170,6 +173,7 @@ impl Workload {
             span: None,
             profile: Profile::none(),
             seed: 1,
+            personality: None,
         }
     }
 
@@ -243,6 +247,9 @@ impl Workload {
         if self.rate_iops == Some(0) {
             bail!("rate_iops must be at least 1");
         }
+        if let Some(p) = &self.personality {
+            return p.check();
+        }
         if let Interface::File { count, size, .. } = &self.interface {
             if *count < self.threads {
                 bail!("{count} files for {} threads: each thread needs at least one file", self.threads);
@@ -250,6 +257,98 @@ impl Workload {
             if *size < self.block_size || size % CONTENT_BLOCK != 0 {
                 bail!("file size {size} must be a multiple of {CONTENT_BLOCK} and at least the block size {}", self.block_size);
             }
+        }
+        Ok(())
+    }
+}
+
+/// The filebench personalities (filebench's workloads/*.f).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Personality {
+    Fileserver,
+    Webserver,
+    Varmail,
+}
+
+impl std::str::FromStr for Personality {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fileserver" => Ok(Personality::Fileserver),
+            "webserver" => Ok(Personality::Webserver),
+            "varmail" => Ok(Personality::Varmail),
+            _ => Err(format!("`{s}` is not a personality; allowed: fileserver, webserver, varmail")),
+        }
+    }
+}
+
+impl Personality {
+    pub fn name(self) -> &'static str {
+        match self {
+            Personality::Fileserver => "fileserver",
+            Personality::Webserver => "webserver",
+            Personality::Varmail => "varmail",
+        }
+    }
+
+    /// The parameters of filebench's own workload file (workloads/fileserver.f, webserver.f,
+    /// varmail.f in github.com/filebench/filebench), at scale 1.
+    pub fn defaults(self) -> PersonalitySpec {
+        let (nfiles, meandirwidth, meanfilesize, threads, prealloc_pct) = match self {
+            Personality::Fileserver => (10_000, 20, 128 << 10, 50, 80),
+            Personality::Webserver => (1_000, 20, 16 << 10, 100, 100),
+            Personality::Varmail => (1_000, 1_000_000, 16 << 10, 16, 80),
+        };
+        PersonalitySpec {
+            kind: self,
+            scale: 1.0,
+            nfiles,
+            meandirwidth,
+            meanfilesize,
+            size_gamma: 1.5,
+            iosize: 1 << 20,
+            meanappendsize: 16 << 10,
+            threads,
+            prealloc_pct,
+        }
+    }
+}
+
+/// A personality's file set and I/O sizes (filebench's `$nfiles`, `$meandirwidth`,
+/// `$filesize` = gamma(mean, 1.5), `$iosize`, `$meanappendsize`, `$nthreads`, `prealloc`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PersonalitySpec {
+    pub kind: Personality,
+    /// Fraction of filebench's file count (`nfiles` is already scaled).
+    pub scale: f64,
+    pub nfiles: u64,
+    pub meandirwidth: u64,
+    pub meanfilesize: u64,
+    /// Shape of the gamma distribution of file sizes (filebench: 1.5).
+    pub size_gamma: f64,
+    /// Chunk of whole-file reads and writes.
+    pub iosize: u64,
+    /// filebench's `appendfilerand` size bound: an append is uniform in [0, meanappendsize),
+    /// here rounded to the nearest 4 KiB (mean kept: meanappendsize / 2).
+    pub meanappendsize: u64,
+    /// filebench's `$nthreads` (the workload's `threads` is what runs).
+    pub threads: u32,
+    /// Percent of the files that exist (written to their size) before the timed phase.
+    pub prealloc_pct: u8,
+}
+
+impl PersonalitySpec {
+    /// At `scale` (0 < scale <= 1): `nfiles` scaled, at least one file.
+    pub fn scaled(mut self, scale: f64) -> PersonalitySpec {
+        self.scale = scale;
+        self.nfiles = ((self.nfiles as f64 * scale).round() as u64).max(1);
+        self
+    }
+
+    pub fn check(&self) -> anyhow::Result<()> {
+        if !(self.scale > 0.0 && self.scale <= 1.0) {
+            anyhow::bail!("scale {} is out of range; allowed: more than 0, at most 1", self.scale);
         }
         Ok(())
     }

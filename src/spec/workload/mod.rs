@@ -8,7 +8,7 @@ use super::units::{Dur, Size};
 use crate::content::profile::Profile;
 pub mod config;
 
-pub use config::{CONTENT_BLOCK, Engine, ErrorPolicy, Interface, Pattern, SyncMode, Workload};
+pub use config::{CONTENT_BLOCK, Engine, ErrorPolicy, Interface, Pattern, Personality, PersonalitySpec, SyncMode, Workload};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::path::{Path, PathBuf};
@@ -38,6 +38,10 @@ pub struct WorkloadYaml {
     pub on_error: Option<Spanned<String>>,
     pub interval: Option<Spanned<Dur>>,
     pub content: Option<Spanned<ContentYaml>>,
+    /// fileserver | webserver | varmail (filebench's personalities; `personality`).
+    pub personality: Option<Spanned<String>>,
+    /// Personality: fraction of filebench's file count (0 < scale <= 1, default 1).
+    pub scale: Option<Spanned<f64>>,
 }
 
 /// `mix: {read: 70, write: 30}` (percent; one of them is enough).
@@ -96,6 +100,12 @@ pub fn parse_workload_file(path: &Path, target: Option<Where>) -> Result<Workloa
 /// mapping as a whole `source: workload: ...`.
 pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>) -> Result<Workload, String> {
     let target: Option<Where> = target.into();
+    if y.personality.is_some() {
+        return resolve_personality(y, source, target);
+    }
+    if let Some(s) = &y.scale {
+        return Err(at(source, s, "scale", "belongs to `personality`"));
+    }
     let whole = |what: &str| format!("{source}: workload: {what}");
     let iface = match (y.interface.as_ref().map(|v| v.value.as_str()), &target) {
         (Some(i), _) => i,
@@ -238,6 +248,93 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     {
         return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
     }
+    w.fit_profile();
+    Ok(w)
+}
+
+/// A `personality:` workload: filebench's file set and flowop loop in `dir` (file interface).
+/// Keys that shape I/O of the other workloads (pattern, mix, block size, engine, sync, ...) do
+/// not apply and are errors; `threads`, bounds (`duration`, `ops`), `interval`, `on_error`
+/// (stop | continue) and `content` do.
+fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) -> Result<Workload, String> {
+    let whole = |what: &str| format!("{source}: workload: {what}");
+    let p = y.personality.as_ref().expect("called with a personality");
+    let kind = p.value.parse::<Personality>().map_err(|m| at(source, p, "personality", m))?;
+    if let Some(i) = y.interface.as_ref().filter(|i| i.value != "file") {
+        return Err(at(source, i, "interface", "a personality runs on files: use `interface: file` (or leave it out)"));
+    }
+    let not_here = [
+        ("device", y.device.as_ref().map(|s| &s.referenced)),
+        ("files", y.files.as_ref().map(|s| &s.referenced)),
+        ("file_size", y.file_size.as_ref().map(|s| &s.referenced)),
+        ("pattern", y.pattern.as_ref().map(|s| &s.referenced)),
+        ("mix", y.mix.as_ref().map(|s| &s.referenced)),
+        ("write_pct", y.write_pct.as_ref().map(|s| &s.referenced)),
+        ("block_size", y.block_size.as_ref().map(|s| &s.referenced)),
+        ("engine", y.engine.as_ref().map(|s| &s.referenced)),
+        ("iodepth", y.iodepth.as_ref().map(|s| &s.referenced)),
+        ("size", y.size.as_ref().map(|s| &s.referenced)),
+        ("span", y.span.as_ref().map(|s| &s.referenced)),
+        ("rate_iops", y.rate_iops.as_ref().map(|s| &s.referenced)),
+        ("sync", y.sync.as_ref().map(|s| &s.referenced)),
+    ];
+    for (k, l) in not_here {
+        if let Some(l) = l {
+            return Err(format!(
+                "{source}:{}:{}: {k}: does not apply to `personality` (its file set, flowops, I/O sizes and buffered I/O come from filebench's workload file); allowed with it: dir, scale, threads, duration, ops, interval, on_error, content",
+                l.line(),
+                l.column()
+            ));
+        }
+    }
+    let dir = match (&target, &y.dir) {
+        (Some(Where::Dir(p)), _) => p.clone(),
+        (Some(Where::Device(d)), _) => return Err(at(source, p, "personality", format!("runs on a file system, not on the device {}", d.display()))),
+        (None, Some(d)) => PathBuf::from(&d.value),
+        (None, None) => return Err(whole("no `dir`: a personality needs a directory (dir: /mnt/test)")),
+    };
+    let mut spec = kind.defaults();
+    if let Some(s) = &y.scale {
+        if !(s.value > 0.0 && s.value <= 1.0) {
+            return Err(at(source, s, "scale", format!("{} is out of range; allowed: more than 0, at most 1 (0.01 = 1% of filebench's files)", s.value)));
+        }
+        spec = spec.scaled(s.value);
+    }
+    let mut w = Workload::new(Interface::File { dir, count: spec.nfiles.min(u32::MAX as u64) as u32, size: spec.meanfilesize });
+    w.threads = spec.threads;
+    if let Some(t) = &y.threads {
+        if t.value == 0 || t.value > 1024 {
+            return Err(at(source, t, "threads", format!("{} is out of range; allowed: 1..1024", t.value)));
+        }
+        w.threads = t.value;
+    }
+    w.sync = SyncMode::None;
+    w.duration = y.duration.as_ref().map(|d| d.value.0);
+    w.ops = y.ops.as_ref().map(|o| o.value);
+    if w.ops.is_none() && w.duration.is_none() {
+        return Err(whole("no bound: give duration or ops (flowops over all threads); whichever comes first ends the run"));
+    }
+    if let Some(o) = &y.on_error {
+        w.on_error = o.value.parse::<ErrorPolicy>().map_err(|m| at(source, o, "on_error", m))?;
+        if matches!(w.on_error, ErrorPolicy::Retry(_)) {
+            return Err(at(source, o, "on_error", "retry is not supported with `personality`; allowed: stop, continue"));
+        }
+    }
+    if let Some(i) = &y.interval {
+        if i.value.0 < Duration::from_millis(10) {
+            return Err(at(source, i, "interval", "is below the minimum; allowed: 10ms or more"));
+        }
+        w.interval = i.value.0;
+    }
+    if let Some(c) = &y.content {
+        if let Some(seed) = c.value.seed {
+            w.seed = seed;
+        }
+        if let Some(pr) = &c.value.profile {
+            w.profile = load_profile(pr, source).map_err(|m| at(source, c, "content.profile", m))?;
+        }
+    }
+    w.personality = Some(spec);
     w.fit_profile();
     Ok(w)
 }
@@ -385,6 +482,25 @@ mod tests {
             ("workload:\n  device: /dev/x\n  ops: 1\n  block_size: 1000\n", "w.yaml:4:15: block_size: 1000B is not allowed; allowed: a multiple of 4KiB"),
         ];
         for (y, want) in cases {
+            let e = p(y).unwrap_err();
+            assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
+        }
+    }
+
+    #[test]
+    fn personality_keys() {
+        let w = p("workload:\n  personality: varmail\n  dir: /mnt/x\n  scale: 0.1\n  duration: 5s\n").unwrap();
+        let ps = w.personality.as_ref().unwrap();
+        assert_eq!((ps.kind, ps.nfiles, ps.meandirwidth, w.threads, w.sync), (Personality::Varmail, 100, 1_000_000, 16, SyncMode::None));
+        let w = p("workload:\n  personality: fileserver\n  dir: /mnt/x\n  threads: 4\n  ops: 100\n").unwrap();
+        assert_eq!((w.threads, w.personality.unwrap().nfiles), (4, 10_000));
+        for (y, want) in [
+            ("workload:\n  personality: mailserver\n  dir: /x\n  ops: 1\n", "allowed: fileserver, webserver, varmail"),
+            ("workload:\n  personality: varmail\n  dir: /x\n  ops: 1\n  block_size: 8KiB\n", "w.yaml:5:15: block_size: does not apply to `personality`"),
+            ("workload:\n  personality: varmail\n  dir: /x\n  ops: 1\n  scale: 2\n", "w.yaml:5:10: scale: 2 is out of range"),
+            ("workload:\n  personality: varmail\n  dir: /x\n", "no bound"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  scale: 0.5\n", "scale: belongs to `personality`"),
+        ] {
             let e = p(y).unwrap_err();
             assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
         }

@@ -1,0 +1,855 @@
+//! filebench's personalities (`personality: fileserver | webserver | varmail`, docs/workload.md):
+//! the file sets of `fileset` are created and `prealloc`% of their files written, then each
+//! thread runs the personality's flowop sequence (filebench's workloads/*.f) in a loop with
+//! ordinary buffered file syscalls until a bound. Every flowop type has its own latency
+//! histogram; each read/write syscall also counts in `read`/`write` and the time series.
+//!
+//! Files are picked like filebench's `fileset_pick`: in rotation over the existing (or the
+//! not existing) files of the set, skipping busy ones; a file is busy only while a thread
+//! creates, opens, deletes or stats it, so several threads may hold one file open.
+//!
+//! Content map: per file, the content id of each 4 KiB block (`Live`). File sizes and appends
+//! are multiples of 4 KiB, so every write covers whole blocks. Writes to one file are
+//! serialized by its `Live` lock (write + map update together), so the map says exactly what
+//! the file holds; a write through a descriptor opened before the file was deleted (and maybe
+//! re-created: `generation` differs) goes to the unlinked inode and is not mapped; a delete drops the
+//! file's blocks. At the end the files that exist are returned as the run's `Maps`.
+
+use super::engine::{IoError, WorkloadResult};
+use super::fileset::{Layout, layout};
+use super::map::ContentMap;
+use super::maps::{Maps, Target};
+use super::op::fill;
+use super::stats::{IntervalAcc, OpAcc, cpu_time, flowop_summary, sampler, summary};
+use super::{Progress, WriteEvent, WriteObserver};
+use crate::content::stream::Stream;
+use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy, Interface, Personality, PersonalitySpec, Workload};
+use anyhow::{Context, Result, bail};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// filebench's flowop types used by the three personalities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    CreateFile,
+    WriteWholeFile,
+    AppendFileRand,
+    OpenFile,
+    ReadWholeFile,
+    CloseFile,
+    DeleteFile,
+    StatFile,
+    Fsync,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 9] = [
+        Kind::CreateFile,
+        Kind::WriteWholeFile,
+        Kind::AppendFileRand,
+        Kind::OpenFile,
+        Kind::ReadWholeFile,
+        Kind::CloseFile,
+        Kind::DeleteFile,
+        Kind::StatFile,
+        Kind::Fsync,
+    ];
+
+    /// filebench's flowop name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::CreateFile => "createfile",
+            Kind::WriteWholeFile => "writewholefile",
+            Kind::AppendFileRand => "appendfilerand",
+            Kind::OpenFile => "openfile",
+            Kind::ReadWholeFile => "readwholefile",
+            Kind::CloseFile => "closefile",
+            Kind::DeleteFile => "deletefile",
+            Kind::StatFile => "statfile",
+            Kind::Fsync => "fsync",
+        }
+    }
+
+    /// The flowops the study's R:W ratio counts: reads ...
+    pub fn is_read(self) -> bool {
+        self == Kind::ReadWholeFile
+    }
+
+    /// ... and writes.
+    pub fn is_write(self) -> bool {
+        matches!(self, Kind::WriteWholeFile | Kind::AppendFileRand)
+    }
+}
+
+/// One step of a thread's loop: the flowop, its file set (index in `Layout::sets`) and its
+/// descriptor slot (filebench's `fd=`; 0: none, the flowop picks a file itself).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flowop {
+    pub kind: Kind,
+    pub set: usize,
+    pub fd: usize,
+}
+
+/// The flowop sequence of each thread, as in filebench's workloads/*.f.
+pub fn flowops(p: Personality) -> Vec<Flowop> {
+    use Kind::*;
+    let f = |kind, fd| Flowop { kind, set: 0, fd };
+    match p {
+        Personality::Fileserver => vec![
+            f(CreateFile, 1),
+            f(WriteWholeFile, 1),
+            f(CloseFile, 1),
+            f(OpenFile, 1),
+            f(AppendFileRand, 1),
+            f(CloseFile, 1),
+            f(OpenFile, 1),
+            f(ReadWholeFile, 1),
+            f(CloseFile, 1),
+            f(DeleteFile, 0),
+            f(StatFile, 0),
+        ],
+        Personality::Webserver => {
+            let mut v = Vec::new();
+            for _ in 0..10 {
+                v.extend([f(OpenFile, 1), f(ReadWholeFile, 1), f(CloseFile, 1)]);
+            }
+            // appendlog: fd 2 on the one-file `logfiles` set, opened on first use, never closed
+            v.push(Flowop { kind: AppendFileRand, set: 1, fd: 2 });
+            v
+        }
+        Personality::Varmail => vec![
+            f(DeleteFile, 0),
+            f(CreateFile, 1),
+            f(AppendFileRand, 1),
+            f(Fsync, 1),
+            f(CloseFile, 1),
+            f(OpenFile, 1),
+            f(ReadWholeFile, 1),
+            f(AppendFileRand, 1),
+            f(Fsync, 1),
+            f(CloseFile, 1),
+            f(OpenFile, 1),
+            f(ReadWholeFile, 1),
+            f(CloseFile, 1),
+        ],
+    }
+}
+
+/// An append's size: filebench's `appendfilerand` draws uniformly in [0, iosize); here
+/// rounded to the nearest 4 KiB, which keeps the mean (iosize / 2) and whole-block writes.
+pub fn append_size(rng: &mut SmallRng, max: u64) -> u64 {
+    let u = rng.random_range(0..max.max(1));
+    ((u as f64 / CONTENT_BLOCK as f64).round() as u64) * CONTENT_BLOCK
+}
+
+/// What the map knows of one file: the content id of each 4 KiB block (None: a failed
+/// write, unknown), and the generation (bumped by each create and delete, under this lock
+/// and while the file is busy; `Shared::generation` mirrors it so an open need not wait for
+/// the lock while a writer holds it).
+#[derive(Default)]
+struct Live {
+    blocks: Vec<Option<u64>>,
+    generation: u64,
+}
+
+impl Live {
+    fn record(&mut self, first: u64, ids: &[u64], ok: bool) {
+        let end = first as usize + ids.len();
+        if self.blocks.len() < end {
+            self.blocks.resize(end, None);
+        }
+        for (k, id) in ids.iter().enumerate() {
+            self.blocks[first as usize + k] = ok.then_some(*id);
+        }
+    }
+}
+
+/// Which files exist and which are busy; the rotors of `pick`.
+struct Picks {
+    exists: Vec<bool>,
+    busy: Vec<bool>,
+    rotor_exists: Vec<usize>,
+    rotor_free: Vec<usize>,
+}
+
+struct Shared<'a> {
+    w: &'a Workload,
+    p: &'a PersonalitySpec,
+    dir: PathBuf,
+    layout: Layout,
+    live: Vec<Mutex<Live>>,
+    generation: Vec<AtomicU64>,
+    picks: Mutex<Picks>,
+    stream: Stream,
+    seed: u64,
+    /// Content blocks handed to writes so far: write block n carries stream.id_at(n).
+    write_blocks: AtomicU64,
+    claimed_ops: AtomicU64,
+    stop: AtomicBool,
+    stopped_on_error: AtomicBool,
+    observer: Option<&'a dyn WriteObserver>,
+    progress: &'a Progress,
+    start: Instant,
+    intervals: Vec<Mutex<IntervalAcc>>,
+}
+
+impl Shared<'_> {
+    /// filebench's fileset_pick: the next file of `set` at or after the rotor that exists
+    /// (or does not), skipping busy ones; it is returned busy. None: no such file now.
+    fn pick(&self, set: usize, exists: bool) -> Option<usize> {
+        let s = &self.layout.sets[set];
+        let mut p = self.picks.lock().unwrap();
+        let rotor = if exists { p.rotor_exists[set] } else { p.rotor_free[set] };
+        for k in 0..s.count {
+            let i = s.first + (rotor + k) % s.count;
+            if p.exists[i] == exists && !p.busy[i] {
+                p.busy[i] = true;
+                let next = (i - s.first + 1) % s.count;
+                if exists {
+                    p.rotor_exists[set] = next;
+                } else {
+                    p.rotor_free[set] = next;
+                }
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// `pick`, waiting while every candidate is busy (another thread is opening, creating or
+    /// deleting it). filebench ends the run when a flowop finds no file; here the flowop is
+    /// skipped (counted in `flowops_skipped`) after a second without one, or at the stop.
+    fn pick_wait(&self, set: usize, exists: bool) -> Option<usize> {
+        let t0 = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(i) = self.pick(set, exists) {
+                return Some(i);
+            }
+            if self.stopping() || t0.elapsed() >= Duration::from_secs(1) {
+                return None;
+            }
+            spins += 1;
+            if spins < 16 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+    }
+
+    /// A create or delete of file `i` (busy): a new generation, no blocks.
+    fn renew(&self, i: usize) -> u64 {
+        let mut l = self.live[i].lock().unwrap();
+        l.blocks.clear();
+        l.generation += 1;
+        self.generation[i].store(l.generation, Relaxed);
+        l.generation
+    }
+
+    fn release(&self, i: usize, exists: bool) {
+        let mut p = self.picks.lock().unwrap();
+        p.busy[i] = false;
+        p.exists[i] = exists;
+    }
+
+    fn path(&self, i: usize) -> PathBuf {
+        self.dir.join(&self.layout.entries[i].path)
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Relaxed) || self.progress.stop.load(Relaxed) || self.w.duration.is_some_and(|d| self.start.elapsed() >= d)
+    }
+
+    /// The content ids of `n` bytes of new writes, into `ids`; returns the first block number.
+    fn draw_ids(&self, n: u64, ids: &mut Vec<u64>) -> u64 {
+        let per = n / CONTENT_BLOCK;
+        let n0 = self.write_blocks.fetch_add(per, Relaxed);
+        ids.clear();
+        ids.extend((0..per).map(|k| self.stream.id_at(n0 + k)));
+        n0
+    }
+}
+
+/// An open descriptor of a thread: which file, the file's generation when opened, position.
+struct Fd {
+    file: File,
+    entry: usize,
+    generation: u64,
+    pos: u64,
+}
+
+struct Worker<'s, 'a> {
+    sh: &'s Shared<'a>,
+    t: usize,
+    rng: SmallRng,
+    fds: [Option<Fd>; 3],
+    flow: Vec<OpAcc>,
+    read: OpAcc,
+    write: OpAcc,
+    failed: Vec<IoError>,
+    skipped: u64,
+    buf: Vec<u8>,
+    ids: Vec<u64>,
+}
+
+impl<'s, 'a> Worker<'s, 'a> {
+    fn new(sh: &'s Shared<'a>, t: usize) -> Worker<'s, 'a> {
+        Worker {
+            sh,
+            t,
+            rng: SmallRng::seed_from_u64(sh.w.seed.wrapping_add(0x5EED_0000).wrapping_add(t as u64)),
+            fds: [None, None, None],
+            flow: Kind::ALL.iter().map(|_| OpAcc::new()).collect(),
+            read: OpAcc::new(),
+            write: OpAcc::new(),
+            failed: Vec::new(),
+            skipped: 0,
+            buf: vec![0u8; sh.p.iosize.max(sh.p.meanappendsize) as usize],
+            ids: Vec::new(),
+        }
+    }
+
+    fn flowop_done(&mut self, k: Kind, lat: Duration, bytes: u64) {
+        self.flow[k as usize].record(lat.as_nanos() as u64, bytes);
+        self.sh.progress.ops.fetch_add(1, Relaxed);
+    }
+
+    /// One read or write syscall: the `read`/`write` summaries and the time series.
+    fn io_done(&mut self, is_write: bool, lat: Duration, bytes: u64) {
+        let ns = lat.as_nanos() as u64;
+        let mut iv = self.sh.intervals[self.t].lock().unwrap();
+        if is_write {
+            self.write.record(ns, bytes);
+            iv.write.record(ns, bytes);
+        } else {
+            self.read.record(ns, bytes);
+            iv.read.record(ns, bytes);
+        }
+        self.sh.progress.bytes.fetch_add(bytes, Relaxed);
+    }
+
+    fn fail(&mut self, op: &'static str, entry: Option<usize>, offset: u64, len: u64, e: &std::io::Error) {
+        let sh = self.sh;
+        sh.progress.errors.fetch_add(1, Relaxed);
+        self.failed.push(IoError { op, file: entry, offset, len, errno: e.raw_os_error().unwrap_or(libc::EIO) });
+        if sh.w.on_error == ErrorPolicy::Stop {
+            sh.stopped_on_error.store(true, Relaxed);
+            sh.stop.store(true, Relaxed);
+        }
+    }
+
+    fn run(&mut self, seq: &[Flowop]) {
+        'outer: loop {
+            for fo in seq {
+                let sh = self.sh;
+                if sh.stopping() {
+                    break 'outer;
+                }
+                if sh.w.ops.is_some_and(|n| sh.claimed_ops.fetch_add(1, Relaxed) >= n) {
+                    break 'outer;
+                }
+                self.exec(*fo);
+            }
+        }
+        for fd in &mut self.fds {
+            *fd = None;
+        }
+    }
+
+    fn exec(&mut self, fo: Flowop) {
+        match fo.kind {
+            Kind::CreateFile => self.create(fo),
+            Kind::OpenFile => {
+                self.open(fo, true);
+            }
+            Kind::WriteWholeFile => self.write_whole(fo),
+            Kind::AppendFileRand => self.append(fo),
+            Kind::ReadWholeFile => self.read_whole(fo),
+            Kind::CloseFile => match self.fds[fo.fd].take() {
+                Some(fd) => {
+                    let t0 = Instant::now();
+                    drop(fd.file);
+                    self.flowop_done(Kind::CloseFile, t0.elapsed(), 0);
+                }
+                None => self.skipped += 1,
+            },
+            Kind::DeleteFile => self.delete(fo),
+            Kind::StatFile => self.stat(fo),
+            Kind::Fsync => match &self.fds[fo.fd] {
+                Some(fd) => {
+                    let t0 = Instant::now();
+                    let r = fd.file.sync_all();
+                    let lat = t0.elapsed();
+                    let entry = fd.entry;
+                    match r {
+                        Ok(()) => self.flowop_done(Kind::Fsync, lat, 0),
+                        Err(e) => self.fail("fsync", Some(entry), 0, 0, &e),
+                    }
+                }
+                None => self.skipped += 1,
+            },
+        }
+    }
+
+    fn create(&mut self, fo: Flowop) {
+        let sh = self.sh;
+        self.fds[fo.fd] = None;
+        let Some(i) = sh.pick_wait(fo.set, false) else {
+            self.skipped += 1;
+            return;
+        };
+        let path = sh.path(i);
+        let t0 = Instant::now();
+        let r = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path);
+        let lat = t0.elapsed();
+        match r {
+            Ok(file) => {
+                let generation = sh.renew(i);
+                sh.release(i, true);
+                self.fds[fo.fd] = Some(Fd { file, entry: i, generation, pos: 0 });
+                self.flowop_done(Kind::CreateFile, lat, 0);
+            }
+            Err(e) => {
+                sh.release(i, false);
+                self.fail("create", Some(i), 0, 0, &e);
+            }
+        }
+    }
+
+    /// Open an existing file of the flowop's set on its descriptor; `timed`: an `openfile`
+    /// flowop (else the implicit open of a flowop that found its descriptor closed, as
+    /// filebench's flowoplib_filesetup does). Returns whether the descriptor is open.
+    fn open(&mut self, fo: Flowop, timed: bool) -> bool {
+        let sh = self.sh;
+        self.fds[fo.fd] = None;
+        let Some(i) = sh.pick_wait(fo.set, true) else {
+            self.skipped += 1;
+            return false;
+        };
+        let generation = sh.generation[i].load(Relaxed);
+        let readonly = sh.layout.sets[fo.set].readonly;
+        let path = sh.path(i);
+        let t0 = Instant::now();
+        let r = OpenOptions::new().read(true).write(!readonly).open(&path);
+        let lat = t0.elapsed();
+        sh.release(i, true);
+        match r {
+            Ok(file) => {
+                self.fds[fo.fd] = Some(Fd { file, entry: i, generation, pos: 0 });
+                if timed {
+                    self.flowop_done(Kind::OpenFile, lat, 0);
+                }
+                true
+            }
+            Err(e) => {
+                self.fail("open", Some(i), 0, 0, &e);
+                false
+            }
+        }
+    }
+
+    fn ensure_open(&mut self, fo: Flowop) -> bool {
+        self.fds[fo.fd].is_some() || self.open(fo, false)
+    }
+
+    /// Write `n` bytes (a multiple of 4 KiB) of new content on descriptor `slot`, at its
+    /// position or (append) at the end of the file. The file's map lock is held across the
+    /// write and the map update. Returns the syscall's latency, None on failure.
+    fn write_chunk(&mut self, slot: usize, append: bool, n: u64) -> Option<Duration> {
+        let sh = self.sh;
+        let n0 = sh.draw_ids(n, &mut self.ids);
+        fill(sh.seed, &self.ids, &mut self.buf[..n as usize]);
+        let fd = self.fds[slot].as_mut().expect("an open descriptor");
+        let mut live = sh.live[fd.entry].lock().unwrap();
+        if append {
+            // lseek(SEEK_END); a failed write may have left a partial block: start after it
+            fd.pos = fd.file.metadata().map(|m| m.len()).unwrap_or(fd.pos).next_multiple_of(CONTENT_BLOCK);
+        }
+        let (entry, off) = (fd.entry, fd.pos);
+        if let Some(obs) = sh.observer {
+            obs.before_write(&WriteEvent {
+                written_before: n0 * CONTENT_BLOCK,
+                ops_before: sh.progress.ops.load(Relaxed),
+                elapsed: sh.start.elapsed(),
+                file: Some(entry),
+                offset: off,
+                ids: &self.ids,
+            });
+        }
+        let t0 = Instant::now();
+        let r = fd.file.write_all_at(&self.buf[..n as usize], off);
+        let lat = t0.elapsed();
+        // a descriptor of a file deleted (and maybe re-created) since it was opened writes to
+        // the unlinked inode: nothing to map
+        if live.generation == fd.generation {
+            live.record(off / CONTENT_BLOCK, &self.ids, r.is_ok());
+        }
+        drop(live);
+        fd.pos = off + n;
+        match r {
+            Ok(()) => {
+                self.io_done(true, lat, n);
+                Some(lat)
+            }
+            Err(e) => {
+                self.fail("write", Some(entry), off, n, &e);
+                None
+            }
+        }
+    }
+
+    fn write_whole(&mut self, fo: Flowop) {
+        if !self.ensure_open(fo) {
+            return;
+        }
+        let sh = self.sh;
+        let fd = self.fds[fo.fd].as_ref().expect("open");
+        let size = sh.layout.entries[fd.entry].size;
+        // the latency is the write syscalls' (content generation is not the file system's time)
+        let mut lat = Duration::ZERO;
+        let mut done = 0;
+        while done < size {
+            let n = sh.p.iosize.min(size - done);
+            match self.write_chunk(fo.fd, false, n) {
+                Some(l) => lat += l,
+                None => return,
+            }
+            done += n;
+        }
+        self.flowop_done(Kind::WriteWholeFile, lat, size);
+    }
+
+    fn append(&mut self, fo: Flowop) {
+        if !self.ensure_open(fo) {
+            return;
+        }
+        let n = append_size(&mut self.rng, self.sh.p.meanappendsize);
+        if n == 0 {
+            // filebench counts an empty append as an op with no I/O
+            let t0 = Instant::now();
+            self.flowop_done(Kind::AppendFileRand, t0.elapsed(), 0);
+            return;
+        }
+        if let Some(lat) = self.write_chunk(fo.fd, true, n) {
+            self.flowop_done(Kind::AppendFileRand, lat, n);
+        }
+    }
+
+    fn read_whole(&mut self, fo: Flowop) {
+        if !self.ensure_open(fo) {
+            return;
+        }
+        let io = self.sh.p.iosize as usize;
+        let mut buf = std::mem::take(&mut self.buf);
+        let (mut off, mut lat) = (0u64, Duration::ZERO);
+        let entry = self.fds[fo.fd].as_ref().expect("open").entry;
+        let ok = loop {
+            let t0 = Instant::now();
+            let r = self.fds[fo.fd].as_ref().expect("open").file.read_at(&mut buf[..io], off);
+            let l = t0.elapsed();
+            lat += l;
+            match r {
+                Ok(0) => break true,
+                Ok(k) => {
+                    self.io_done(false, l, k as u64);
+                    off += k as u64;
+                }
+                Err(e) => {
+                    self.fail("read", Some(entry), off, io as u64, &e);
+                    break false;
+                }
+            }
+        };
+        self.buf = buf;
+        if ok {
+            self.flowop_done(Kind::ReadWholeFile, lat, off);
+        }
+    }
+
+    fn delete(&mut self, fo: Flowop) {
+        let sh = self.sh;
+        let Some(i) = sh.pick_wait(fo.set, true) else {
+            self.skipped += 1;
+            return;
+        };
+        let t0 = Instant::now();
+        let r = std::fs::remove_file(sh.path(i));
+        let lat = t0.elapsed();
+        match r {
+            Ok(()) => {
+                sh.renew(i);
+                sh.release(i, false);
+                self.flowop_done(Kind::DeleteFile, lat, 0);
+            }
+            Err(e) => {
+                sh.release(i, true);
+                self.fail("delete", Some(i), 0, 0, &e);
+            }
+        }
+    }
+
+    fn stat(&mut self, fo: Flowop) {
+        let sh = self.sh;
+        let Some(i) = sh.pick_wait(fo.set, true) else {
+            self.skipped += 1;
+            return;
+        };
+        let t0 = Instant::now();
+        let r = std::fs::metadata(sh.path(i));
+        let lat = t0.elapsed();
+        sh.release(i, true);
+        match r {
+            Ok(_) => self.flowop_done(Kind::StatFile, lat, 0),
+            Err(e) => self.fail("stat", Some(i), 0, 0, &e),
+        }
+    }
+}
+
+/// Create the directories and write the preallocated files (before the timed phase, on a
+/// few threads); failed writes are failed I/Os and leave their blocks unknown.
+fn prealloc(sh: &Shared, failed: &Mutex<Vec<IoError>>) -> Result<()> {
+    for s in &sh.layout.sets {
+        let root = sh.dir.join(s.name);
+        // a previous run's tree: start from an empty file set, as filebench does
+        if root.exists() {
+            std::fs::remove_dir_all(&root).with_context(|| format!("cannot remove {}", root.display()))?;
+        }
+    }
+    for d in &sh.layout.dirs {
+        let p = sh.dir.join(d);
+        std::fs::create_dir_all(&p).with_context(|| format!("cannot create {}", p.display()))?;
+    }
+    let workers = sh.w.threads.clamp(1, 4) as usize;
+    let chunk = (1u64 << 20).min(sh.p.iosize.max(CONTENT_BLOCK));
+    std::thread::scope(|sc| -> Result<()> {
+        let hs: Vec<_> = (0..workers)
+            .map(|k| {
+                sc.spawn(move || -> Result<()> {
+                    let mut buf = vec![0u8; chunk as usize];
+                    let mut ids = Vec::new();
+                    for (i, e) in sh.layout.entries.iter().enumerate().skip(k).step_by(workers) {
+                        if !e.prealloc {
+                            continue;
+                        }
+                        let p = sh.path(i);
+                        let f = File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
+                        sh.renew(i);
+                        let mut live = sh.live[i].lock().unwrap();
+                        let mut off = 0;
+                        while off < e.size {
+                            let n = chunk.min(e.size - off);
+                            sh.draw_ids(n, &mut ids);
+                            fill(sh.seed, &ids, &mut buf[..n as usize]);
+                            let r = f.write_all_at(&buf[..n as usize], off);
+                            live.record(off / CONTENT_BLOCK, &ids, r.is_ok());
+                            if let Err(e) = r {
+                                failed.lock().unwrap().push(IoError {
+                                    op: "write",
+                                    file: Some(i),
+                                    offset: off,
+                                    len: n,
+                                    errno: e.raw_os_error().unwrap_or(libc::EIO),
+                                });
+                            }
+                            off += n;
+                        }
+                        drop(live);
+                        sh.picks.lock().unwrap().exists[i] = true;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().map_err(|_| anyhow::anyhow!("a prealloc thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    // the timed phase starts with the file set on disk, not in dirty pages
+    crate::sys::mount::syncfs(&sh.dir)
+}
+
+/// Run a personality workload (`workload::run` calls this when `spec.personality` is set).
+/// `seed` is the content seed of the maps.
+pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progress: Option<&Progress>) -> Result<WorkloadResult> {
+    let Some(p) = &w.personality else { bail!("not a personality workload") };
+    let Interface::File { dir, .. } = &w.interface else { bail!("a personality runs on files (interface: file)") };
+    let own = Progress::new();
+    let progress = progress.unwrap_or(&own);
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create directory {}", dir.display()))?;
+    let layout = layout(p, w.seed);
+    let n = layout.entries.len();
+    let mut sh = Shared {
+        w,
+        p,
+        dir: dir.clone(),
+        live: (0..n).map(|_| Mutex::new(Live::default())).collect(),
+        generation: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        picks: Mutex::new(Picks {
+            exists: vec![false; n],
+            busy: vec![false; n],
+            rotor_exists: vec![0; layout.sets.len()],
+            rotor_free: vec![0; layout.sets.len()],
+        }),
+        layout,
+        stream: w.stream(),
+        seed,
+        write_blocks: AtomicU64::new(0),
+        claimed_ops: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        stopped_on_error: AtomicBool::new(false),
+        observer,
+        progress,
+        start: Instant::now(),
+        intervals: (0..w.threads).map(|_| Mutex::new(IntervalAcc::default())).collect(),
+    };
+    let pre_failed = Mutex::new(Vec::new());
+    prealloc(&sh, &pre_failed)?;
+    sh.start = Instant::now();
+    let sh = sh;
+    let _ = progress.start.set(sh.start);
+    let cpu0 = cpu_time();
+    let seq = flowops(p.kind);
+    let done = AtomicBool::new(false);
+    let (outs, timeseries, secs) = std::thread::scope(|sc| {
+        let sampler = sc.spawn(|| sampler(&sh.intervals, sh.start, w.interval, &done));
+        let hs: Vec<_> = (0..w.threads as usize)
+            .map(|t| {
+                let (sh, seq) = (&sh, &seq);
+                sc.spawn(move || {
+                    let mut wk = Worker::new(sh, t);
+                    wk.run(seq);
+                    (wk.flow, wk.read, wk.write, wk.failed, wk.skipped)
+                })
+            })
+            .collect();
+        let outs: Vec<_> = hs.into_iter().map(|h| h.join()).collect();
+        let secs = sh.start.elapsed().as_secs_f64();
+        done.store(true, Relaxed);
+        sampler.thread().unpark();
+        let ts = sampler.join();
+        (outs, ts, secs)
+    });
+    let cpu = cpu_time().saturating_sub(cpu0);
+    let timeseries = timeseries.map_err(|_| anyhow::anyhow!("the sampler thread panicked"))?;
+    let mut flow: Vec<OpAcc> = Kind::ALL.iter().map(|_| OpAcc::new()).collect();
+    let (mut read, mut write) = (OpAcc::new(), OpAcc::new());
+    let mut failed = pre_failed.into_inner().unwrap();
+    let mut skipped_total = 0;
+    for o in outs {
+        let (f, r, wr, fl, skipped) = o.map_err(|_| anyhow::anyhow!("a workload thread panicked"))?;
+        for (a, b) in flow.iter_mut().zip(&f) {
+            a.h.add(&b.h).unwrap();
+            a.bytes += b.bytes;
+        }
+        read.h.add(&r.h).unwrap();
+        read.bytes += r.bytes;
+        write.h.add(&wr.h).unwrap();
+        write.bytes += wr.bytes;
+        failed.extend(fl);
+        skipped_total += skipped;
+    }
+    failed.sort_by_key(|f| (f.file, f.offset));
+    let mut errors = BTreeMap::new();
+    for f in &failed {
+        *errors.entry(format!("{}:{}", f.op, crate::spec::rule::errno_name(f.errno))).or_insert(0) += 1;
+    }
+    let mut flowops_out = BTreeMap::new();
+    for fo in &seq {
+        let a = &flow[fo.kind as usize];
+        flowops_out.entry(fo.kind.name().to_string()).or_insert_with(|| flowop_summary(&a.h, a.bytes, secs));
+    }
+    let maps = final_maps(&sh);
+    Ok(WorkloadResult {
+        seconds: secs,
+        read: summary(&read.h, read.bytes, secs),
+        write: summary(&write.h, write.bytes, secs),
+        errors,
+        failed_ios: failed,
+        retries: 0,
+        retry_seconds: 0.0,
+        stopped_on_error: sh.stopped_on_error.load(Relaxed),
+        cpu_seconds: cpu.as_secs_f64(),
+        timeseries,
+        flowops: flowops_out,
+        flowops_skipped: skipped_total,
+        maps: Some(maps),
+    })
+}
+
+/// The maps of the files that exist at the end, named by their path below the directory.
+fn final_maps(sh: &Shared) -> Maps {
+    let picks = sh.picks.lock().unwrap();
+    let mut names = Vec::new();
+    let mut maps = Vec::new();
+    for (i, e) in sh.layout.entries.iter().enumerate() {
+        if !picks.exists[i] {
+            continue;
+        }
+        let live = sh.live[i].lock().unwrap();
+        let m = ContentMap::new(live.blocks.len() as u64, CONTENT_BLOCK as u32, sh.seed);
+        for (b, id) in live.blocks.iter().enumerate() {
+            if let Some(id) = id {
+                m.set(b as u64, *id);
+            }
+        }
+        names.push(e.path.display().to_string());
+        maps.push(m);
+    }
+    Maps { target: Target::File { dir: sh.dir.clone(), names }, seed: sh.seed, maps }
+}
+
+/// The R:W ratio of flowops the study quotes: reads (readwholefile) per write (writewholefile
+/// + appendfilerand), from a result's `flowops`.
+pub fn read_write_ratio(flowops: &BTreeMap<String, super::stats::FlowopSummary>) -> f64 {
+    let get = |k: Kind| flowops.get(k.name()).map(|s| s.ops).unwrap_or(0) as f64;
+    let r = get(Kind::ReadWholeFile);
+    let w = get(Kind::WriteWholeFile) + get(Kind::AppendFileRand);
+    if w == 0.0 { f64::INFINITY } else { r / w }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The R:W mix of one loop of each personality, as the study states it.
+    #[test]
+    fn flowop_sequences_give_the_filebench_mix() {
+        let mix = |p| {
+            let s = flowops(p);
+            (s.iter().filter(|f| f.kind.is_read()).count(), s.iter().filter(|f| f.kind.is_write()).count())
+        };
+        assert_eq!(mix(Personality::Fileserver), (1, 2));
+        assert_eq!(mix(Personality::Webserver), (10, 1));
+        assert_eq!(mix(Personality::Varmail), (2, 2));
+        // varmail is fsync-heavy: one fsync per append
+        let v = flowops(Personality::Varmail);
+        assert_eq!(v.iter().filter(|f| f.kind == Kind::Fsync).count(), 2);
+        // over N loops the counts scale (no flowop is conditional on the iteration)
+        let n = 1000;
+        let f = flowops(Personality::Fileserver);
+        let ops: Vec<Kind> = (0..n).flat_map(|_| f.iter().map(|x| x.kind)).collect();
+        assert_eq!(ops.iter().filter(|k| **k == Kind::CreateFile).count(), n);
+        assert_eq!(ops.iter().filter(|k| **k == Kind::DeleteFile).count(), n);
+        assert_eq!(ops.len(), 11 * n);
+    }
+
+    #[test]
+    fn append_sizes_keep_filebench_mean() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let n = 200_000;
+        let xs: Vec<u64> = (0..n).map(|_| append_size(&mut rng, 16 << 10)).collect();
+        assert!(xs.iter().all(|x| x % CONTENT_BLOCK == 0 && *x <= 16 << 10));
+        let mean = xs.iter().sum::<u64>() as f64 / n as f64;
+        // filebench: uniform in [0, 16 KiB): mean 8 KiB
+        assert!((mean / 8192.0 - 1.0).abs() < 0.01, "{mean}");
+    }
+}
