@@ -125,6 +125,22 @@ enum Cmd {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+    /// Time the block layer of devices with BPF (docs/monitor.md): queue and service time per
+    /// op, request counts and bytes, queue depth; prints a table, writes DIR/monitor.json.
+    Monitor {
+        /// A block device to watch (repeat for several).
+        #[arg(long, required = true)]
+        device: Vec<PathBuf>,
+        /// How long to watch (default: until Ctrl-C).
+        #[arg(long, value_parser = faultline::spec::units::parse_duration)]
+        duration: Option<Duration>,
+        /// Length of one interval of the time series.
+        #[arg(long, default_value = "1s", value_parser = faultline::spec::units::parse_duration)]
+        interval: Duration,
+        /// Directory for monitor.json (created if missing).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
     /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
     #[command(hide = true)]
     StackHold {
@@ -201,6 +217,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Profile { paths, block_size, out } => profile(&paths, block_size, out),
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
+        Cmd::Monitor { device, duration, interval, out } => monitor(&device, duration, interval, out),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
@@ -296,6 +313,39 @@ fn quiet_if_stderr_closed() {
     if broken && let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
         let _ = nix::unistd::dup2_stderr(null.as_fd());
     }
+}
+
+fn monitor(devices: &[PathBuf], duration: Option<Duration>, interval: Duration, out: Option<PathBuf>) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let m = faultline::monitor::BlockMonitor::start(devices, interval)?;
+    // the line tests and scripts wait for: from here on requests are timed
+    println!(
+        "monitoring {} ({}){}",
+        devices.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        m.attach,
+        match duration {
+            Some(d) => format!(" for {}", faultline::spec::units::format_duration(d)),
+            None => "; Ctrl-C to stop".into(),
+        }
+    );
+    std::io::stdout().flush()?;
+    let t = std::time::Instant::now();
+    while duration.is_none_or(|d| t.elapsed() < d) && signals.pending().next().is_none() {
+        let left = duration.map_or(Duration::from_millis(50), |d| d.saturating_sub(t.elapsed()));
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+    let res = m.stop()?;
+    print!("{}", res.table());
+    for n in &res.notes {
+        println!("note: {n}");
+    }
+    if let Some(dir) = out {
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let path = dir.join("monitor.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&res)? + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+        println!("results: {}", path.display());
+    }
+    Ok(())
 }
 
 fn profile(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<()> {
