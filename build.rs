@@ -4,7 +4,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGS: &[&str] = &["block"];
+const PROGS: &[&str] = &["block", "syscall"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));

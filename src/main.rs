@@ -125,12 +125,17 @@ enum Cmd {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
-    /// Time the block layer of devices with BPF (docs/monitor.md): queue and service time per
-    /// op, request counts and bytes, queue depth; prints a table, writes DIR/monitor.json.
+    /// Time the block layer of devices and the I/O system calls of processes with BPF
+    /// (docs/monitor.md): per op counts, bytes, mean and percentiles, queue depth; prints a
+    /// table, writes DIR/monitor.json.
     Monitor {
         /// A block device to watch (repeat for several).
-        #[arg(long, required = true)]
+        #[arg(long, required_unless_present = "pid")]
         device: Vec<PathBuf>,
+        /// A process whose I/O system calls to time, with the processes it forks from now on
+        /// (repeat for several).
+        #[arg(long)]
+        pid: Vec<u32>,
         /// How long to watch (default: until Ctrl-C).
         #[arg(long, value_parser = faultline::spec::units::parse_duration)]
         duration: Option<Duration>,
@@ -217,7 +222,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Profile { paths, block_size, out } => profile(&paths, block_size, out),
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
-        Cmd::Monitor { device, duration, interval, out } => monitor(&device, duration, interval, out),
+        Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
@@ -315,14 +320,17 @@ fn quiet_if_stderr_closed() {
     }
 }
 
-fn monitor(devices: &[PathBuf], duration: Option<Duration>, interval: Duration, out: Option<PathBuf>) -> Result<()> {
+fn monitor(devices: &[PathBuf], pids: &[u32], duration: Option<Duration>, interval: Duration, out: Option<PathBuf>) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    let m = faultline::monitor::BlockMonitor::start(devices, interval)?;
+    let sys = if pids.is_empty() { None } else { Some(faultline::monitor::SyscallMonitor::start(pids)?) };
+    let m = if devices.is_empty() { None } else { Some(faultline::monitor::BlockMonitor::start(devices, interval)?) };
+    let attach = m.as_ref().map(|m| m.attach).or(sys.as_ref().map(|s| s.attach)).unwrap_or("");
+    let mut what: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
+    what.extend(pids.iter().map(|p| format!("pid {p}")));
     // the line tests and scripts wait for: from here on requests are timed
     println!(
-        "monitoring {} ({}){}",
-        devices.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
-        m.attach,
+        "monitoring {} ({attach}){}",
+        what.join(", "),
         match duration {
             Some(d) => format!(" for {}", faultline::spec::units::format_duration(d)),
             None => "; Ctrl-C to stop".into(),
@@ -334,7 +342,22 @@ fn monitor(devices: &[PathBuf], duration: Option<Duration>, interval: Duration, 
         let left = duration.map_or(Duration::from_millis(50), |d| d.saturating_sub(t.elapsed()));
         std::thread::sleep(left.min(Duration::from_millis(50)));
     }
-    let res = m.stop()?;
+    let mut res = match m {
+        Some(m) => m.stop()?,
+        None => faultline::monitor::MonitorResults {
+            schema: faultline::monitor::model::SCHEMA,
+            attach: attach.into(),
+            interval_s: interval.as_secs_f64(),
+            duration_s: t.elapsed().as_secs_f64(),
+            ..Default::default()
+        },
+    };
+    if let Some(s) = sys {
+        let s = s.stop()?;
+        res.pids = pids.to_vec();
+        res.syscalls = s.layers;
+        res.syscall_errors = s.errors;
+    }
     print!("{}", res.table());
     for n in &res.notes {
         println!("note: {n}");

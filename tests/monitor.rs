@@ -206,3 +206,69 @@ fn experiments_embed_the_block_figures() {
     assert!(off.setups[0].repetitions[0].monitor.is_none());
     assert!(!html.contains("Block layer (BPF monitor"));
 }
+
+/// `--pid`: the I/O system calls of a process and what it forks. fio, started by a shell the
+/// monitor watches, writes through its job process: the syscall layer's writes cover fio's
+/// (plus its few writes of its own output), and as every write waits for its block request,
+/// the time spent in write calls is at least the block layer's service time for them.
+#[test]
+fn syscall_layer_follows_forks_and_covers_the_block_layer() {
+    let s = Serve::start("256MiB", "rules: []\n");
+    settle();
+    let node = private_node(&s.dev, s.dir.path());
+    let go = s.dir.path().join("go");
+    nix::unistd::mkfifo(&go, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let json = s.dir.path().join("fio.json");
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "read x < {}; cd {} && exec fio --name=m --bs=4k --direct=1 --ioengine=psync --rw=randwrite --size=1MiB --randrepeat=1 --output-format=json --filename={} > {}",
+            go.display(),
+            s.dir.path().display(),
+            node.display(),
+            json.display()
+        ))
+        .spawn()
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let mut mon = Command::new(bin())
+        .args(["monitor", "--pid", &sh.id().to_string(), "--device"])
+        .arg(&s.dev)
+        .arg("--out")
+        .arg(out.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(mon.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    if !line.starts_with("monitoring ") {
+        std::fs::write(&go, "x\n").unwrap();
+        let _ = sh.wait();
+        let o = mon.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        if err.contains("not permitted") {
+            skip("", &format!("BPF not permitted here: {err}"));
+            return;
+        }
+        panic!("faultline monitor did not start: {line}{err}");
+    }
+    std::fs::write(&go, "go\n").unwrap();
+    assert!(sh.wait().unwrap().success(), "fio failed");
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    unsafe { libc::kill(mon.id() as i32, libc::SIGINT) };
+    let o = mon.wait_with_output().unwrap();
+    assert!(o.status.success(), "monitor failed: {}", String::from_utf8_lossy(&o.stderr));
+    let res: MonitorResults = serde_json::from_str(&std::fs::read_to_string(out.path().join("monitor.json")).unwrap()).unwrap();
+    println!("{}", res.table());
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (ios, bytes) = (j["jobs"][0]["write"]["total_ios"].as_u64().unwrap(), j["jobs"][0]["write"]["io_bytes"].as_u64().unwrap());
+    let w = res.syscalls.iter().find(|l| l.op == "write").expect("write syscalls");
+    assert!(w.count >= ios && w.bytes >= bytes && w.bytes - bytes < 256 * 1024, "syscall writes {} / {} B vs fio's {ios} / {bytes} B", w.count, w.bytes);
+    assert!(res.syscalls.iter().any(|l| l.op == "open"), "fio's opens were not seen");
+    let b = res.row(&s.dev.display().to_string(), "block_service", "write").expect("block writes");
+    assert_eq!((b.count, b.bytes), (ios, bytes));
+    assert!(w.mean_us * w.count as f64 >= b.mean_us * b.count as f64, "time in write calls below the block service time they waited for");
+    assert_eq!(res.pids, vec![sh.id()]);
+    s.stop();
+}

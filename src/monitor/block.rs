@@ -106,9 +106,9 @@ impl BlockMonitor {
 }
 
 /// libbpf's messages of the current load attempt, to name the reason when it fails.
-static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+pub(super) static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-fn libbpf_print(_level: libbpf_rs::PrintLevel, msg: String) {
+pub(super) fn libbpf_print(_level: libbpf_rs::PrintLevel, msg: String) {
     if let Ok(mut v) = LIBBPF_LOG.lock()
         && v.len() < 200
     {
@@ -116,7 +116,7 @@ fn libbpf_print(_level: libbpf_rs::PrintLevel, msg: String) {
     }
 }
 
-fn libbpf_log_tail() -> String {
+pub(super) fn libbpf_log_tail() -> String {
     let v = LIBBPF_LOG.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
     let tail: Vec<_> = v.iter().rev().take(6).rev().cloned().collect();
     if tail.is_empty() { String::new() } else { format!("\nlibbpf: {}", tail.join("\nlibbpf: ")) }
@@ -218,8 +218,8 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
         attach: attach.into(),
         interval_s: interval.as_secs_f64(),
         duration_s: duration.as_secs_f64(),
-        devices: Vec::new(),
         notes,
+        ..Default::default()
     };
     for (i, d) in devs.iter().enumerate() {
         out.devices.push(device_results(&skel, i, d, std::mem::take(&mut reader.series[i]))?);
@@ -227,15 +227,15 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     Ok(out)
 }
 
-fn words(v: &[u8]) -> Vec<u64> {
+pub(super) fn words(v: &[u8]) -> Vec<u64> {
     v.chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect()
 }
 
-fn lookup(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<Vec<u64>> {
+pub(super) fn lookup(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<Vec<u64>> {
     Ok(words(&map.lookup(&key.to_ne_bytes(), MapFlags::ANY)?.with_context(|| format!("no entry {key} in map {}", map.name().to_string_lossy()))?))
 }
 
-fn ns_to_us(ns: f64) -> f64 {
+pub(super) fn ns_to_us(ns: f64) -> f64 {
     ns / 1000.0
 }
 

@@ -22,6 +22,13 @@ pub struct MonitorResults {
     /// From attach to detach.
     pub duration_s: f64,
     pub devices: Vec<DeviceResults>,
+    /// Processes whose system calls were timed (forks after attach followed, not listed).
+    pub pids: Vec<u32>,
+    /// The syscall layer: one row per op (`read`, `write`, `fsync`, `open`, `fallocate`,
+    /// `io_uring_enter`) that saw calls, layer `syscall`; bytes for read and write only.
+    pub syscalls: Vec<LayerOp>,
+    /// op -> calls that returned an error.
+    pub syscall_errors: BTreeMap<String, u64>,
     pub notes: Vec<String>,
 }
 
@@ -104,6 +111,21 @@ impl MonitorResults {
             "{:<12} {:<14} {:<8} {:>9} {:>11} {:>10} {:>10} {:>10} {:>10}\n",
             "device", "layer", "op", "count", "bytes", "mean_us", "p50_us", "p95_us", "p99_us"
         );
+        for r in &self.syscalls {
+            let _ = writeln!(
+                s,
+                "{:<12} {:<14} {:<8} {:>9} {:>11} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                "processes",
+                r.layer,
+                r.op,
+                r.count,
+                if r.op == "read" || r.op == "write" { r.bytes.to_string() } else { "-".into() },
+                r.mean_us,
+                r.p50_us,
+                r.p95_us,
+                r.p99_us
+            );
+        }
         for d in &self.devices {
             let name = d.device.rsplit('/').next().unwrap_or(&d.device);
             for r in &d.layers {
