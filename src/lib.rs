@@ -8,6 +8,7 @@ pub mod disk;
 pub mod fault;
 pub mod frontend;
 pub mod mem;
+pub mod monitor;
 pub mod nbd;
 pub mod report;
 pub mod run;

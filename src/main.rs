@@ -133,6 +133,27 @@ enum Cmd {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+    /// Time the block layer of devices and the I/O system calls of processes with BPF
+    /// (docs/monitor.md): per op counts, bytes, mean and percentiles, queue depth; prints a
+    /// table, writes DIR/monitor.json.
+    Monitor {
+        /// A block device to watch (repeat for several).
+        #[arg(long, required_unless_present = "pid")]
+        device: Vec<PathBuf>,
+        /// A process whose I/O system calls to time, with the processes it forks from now on
+        /// (repeat for several).
+        #[arg(long)]
+        pid: Vec<u32>,
+        /// How long to watch (default: until Ctrl-C).
+        #[arg(long, value_parser = faultline::spec::units::parse_duration)]
+        duration: Option<Duration>,
+        /// Length of one interval of the time series.
+        #[arg(long, default_value = "1s", value_parser = faultline::spec::units::parse_duration)]
+        interval: Duration,
+        /// Directory for monitor.json (created if missing).
+        #[arg(long, short)]
+        out: Option<PathBuf>,
+    },
     /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
     #[command(hide = true)]
     StackHold {
@@ -210,6 +231,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Profile { paths, block_size, out } => profile(&paths, block_size, out),
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
+        Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
@@ -316,6 +338,57 @@ fn quiet_if_stderr_closed() {
     if broken && let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
         let _ = nix::unistd::dup2_stderr(null.as_fd());
     }
+}
+
+fn monitor(devices: &[PathBuf], pids: &[u32], duration: Option<Duration>, interval: Duration, out: Option<PathBuf>) -> Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let sys = if pids.is_empty() { None } else { Some(faultline::monitor::SyscallMonitor::start(pids)?) };
+    let m = if devices.is_empty() { None } else { Some(faultline::monitor::BlockMonitor::start(devices, interval)?) };
+    let attach = m.as_ref().map(|m| m.attach).or(sys.as_ref().map(|s| s.attach)).unwrap_or("");
+    let mut what: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
+    what.extend(pids.iter().map(|p| format!("pid {p}")));
+    // the line tests and scripts wait for: from here on requests are timed
+    println!(
+        "monitoring {} ({attach}){}",
+        what.join(", "),
+        match duration {
+            Some(d) => format!(" for {}", faultline::spec::units::format_duration(d)),
+            None => "; Ctrl-C to stop".into(),
+        }
+    );
+    std::io::stdout().flush()?;
+    let t = std::time::Instant::now();
+    while duration.is_none_or(|d| t.elapsed() < d) && signals.pending().next().is_none() {
+        let left = duration.map_or(Duration::from_millis(50), |d| d.saturating_sub(t.elapsed()));
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+    let mut res = match m {
+        Some(m) => m.stop()?,
+        None => faultline::monitor::MonitorResults {
+            schema: faultline::monitor::model::SCHEMA,
+            attach: attach.into(),
+            interval_s: interval.as_secs_f64(),
+            duration_s: t.elapsed().as_secs_f64(),
+            ..Default::default()
+        },
+    };
+    if let Some(s) = sys {
+        let s = s.stop()?;
+        res.pids = pids.to_vec();
+        res.syscalls = s.layers;
+        res.syscall_errors = s.errors;
+    }
+    print!("{}", res.table());
+    for n in &res.notes {
+        println!("note: {n}");
+    }
+    if let Some(dir) = out {
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let path = dir.join("monitor.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&res)? + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+        println!("results: {}", path.display());
+    }
+    Ok(())
 }
 
 fn profile(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<()> {

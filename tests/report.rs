@@ -96,6 +96,7 @@ fn rep(index: u32, write_mib_s: f64, faults: &[(f64, u64)], bad: &[(&str, Option
         retries: 0,
         integrity,
         notes: vec!["dmesg: <i>BTRFS warning</i>".into()],
+        monitor: None,
         ..Default::default()
     }
 }

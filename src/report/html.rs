@@ -192,6 +192,7 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
     latency_table(h, &s.repetitions);
     flowops_table(h, &s.repetitions);
     h.push_str(&latency_chart(&label, &s.repetitions));
+    monitor_table(h, &s.repetitions);
     rules_table(h, &s.repetitions);
     files_table(h, &s.repetitions);
     let notes: Vec<(u32, &String)> = s.repetitions.iter().flat_map(|r| r.notes.iter().map(move |n| (r.index, n))).collect();
@@ -360,6 +361,45 @@ fn flowops_table(h: &mut String, reps: &[Repetition]) {
         let _ = write!(h, "; {skipped} flowops skipped (no file available)");
     }
     h.push_str("</p>\n");
+}
+
+/// The BPF monitor's block-layer figures (docs/monitor.md), one row per repetition, device,
+/// layer and op; nothing when no repetition was monitored.
+fn monitor_table(h: &mut String, reps: &[Repetition]) {
+    if reps.iter().all(|r| r.monitor.is_none()) {
+        return;
+    }
+    h.push_str(
+        "<h3>Block layer (BPF monitor, µs)</h3><p class=\"muted\">Queue: bio queued until the driver is handed the request; \
+service: driver handed the request until it completed (docs/monitor.md). Depth: requests in flight at each issue.</p>\
+<table><tr><th>Rep</th><th class=\"l\">Device</th><th class=\"l\">Layer</th><th class=\"l\">Op</th><th>Requests</th><th>MiB</th>\
+<th>Mean</th><th>p50</th><th>p95</th><th>p99</th><th>Depth mean</th><th>Depth max</th></tr>\n",
+    );
+    for r in reps {
+        let Some(m) = &r.monitor else { continue };
+        for d in &m.devices {
+            for l in &d.layers {
+                let service = l.layer == "block_service";
+                let _ = writeln!(
+                    h,
+                    "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+                    r.index,
+                    esc(&d.device),
+                    esc(&l.layer),
+                    esc(&l.op),
+                    l.count,
+                    if service { format!("{:.1}", l.bytes as f64 / 1048576.0) } else { "-".into() },
+                    l.mean_us,
+                    l.p50_us,
+                    l.p95_us,
+                    l.p99_us,
+                    if service { format!("{:.2}", d.depth.mean) } else { "-".into() },
+                    if service { d.depth.max.to_string() } else { "-".into() },
+                );
+            }
+        }
+    }
+    h.push_str("</table>\n");
 }
 
 /// Latency percentiles as grouped bars (log scale), one bar per repetition and op; empty

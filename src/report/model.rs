@@ -51,6 +51,9 @@ pub struct Repetition {
     pub integrity: Integrity,
     /// Free text worth keeping: btrfs device stats, dmesg lines, warnings.
     pub notes: Vec<String>,
+    /// The BPF monitor's per-layer figures for the drive phase (docs/monitor.md); None when
+    /// it was off or unavailable (the notes say why) and in files written before it existed.
+    pub monitor: Option<crate::monitor::MonitorResults>,
     /// Personality workloads: per flowop type (filebench's names: createfile, writewholefile,
     /// appendfilerand, openfile, readwholefile, closefile, deletefile, statfile, fsync).
     pub flowops: BTreeMap<String, FlowopStats>,

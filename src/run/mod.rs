@@ -1,6 +1,7 @@
 //! `faultline run FILE`: one experiment in, one results directory out. Per setup and
 //! repetition, in named phases: build (disk servers, then the stack), arm (static faults),
-//! drive (the workload with scheduled faults, or the stack's command), verify (after making
+//! drive (the workload with scheduled faults, or the stack's command, timed layer by layer by
+//! the BPF monitor unless `monitor: off`), verify (after making
 //! reads reach the disk), collect (fault log and rule counters), tear down. Teardown
 //! happens on success, error and Ctrl-C (Drop of every part), and `faultline cleanup` after a crash.
 
@@ -178,9 +179,12 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let mut r = Rep { setup, label, stop, quiet, notes: Vec::new() };
     let mut built = build(&mut r)?;
     let (seq0, scheduled) = arm(&built, setup)?;
+    let mut mon = start_monitor(&mut r, exp, &built)?;
+    let monitored;
     let (wres, verified) = match &setup.stack {
         StackSpec::Command { .. } => {
             drive_command(&mut r, &built)?;
+            monitored = stop_monitor(&mut r, mon.take());
             (None, None)
         }
         _ => {
@@ -192,6 +196,8 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 w
             };
             let res = drive_workload(&mut r, &mut built, &w, &mut maps, scheduled)?;
+            // the verifier's reads are not the workload's: they stay out of the figures
+            monitored = stop_monitor(&mut r, mon.take());
             let v = verify(&mut r, &mut built, &maps)?;
             maps.save(&out.join("maps").join(format!("{}-{}", setup.name, rep + 1)))?;
             (Some(res), Some(v))
@@ -201,7 +207,39 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let (faults, rules) = collect(&mut r, &built.disks, &seq0)?;
     let mut notes = r.notes;
     notes.extend(built.teardown()?);
-    Ok(collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes))
+    let mut rep = collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes);
+    rep.monitor = monitored;
+    Ok(rep)
+}
+
+/// Start the BPF monitor on the setup's devices for the drive phase. `auto`: where it cannot
+/// load, the repetition runs without it and its notes say why; `on`: that is an error.
+fn start_monitor(r: &mut Rep, exp: &Experiment, built: &Built) -> Result<Option<crate::monitor::BlockMonitor>> {
+    use crate::spec::experiment::MonitorMode;
+    if exp.monitor.mode == MonitorMode::Off {
+        return Ok(None);
+    }
+    match crate::monitor::BlockMonitor::start(&built.devices, exp.monitor.interval) {
+        Ok(m) => Ok(Some(m)),
+        Err(e) if exp.monitor.mode == MonitorMode::Auto => {
+            r.notes.push(format!("monitor: off, BPF unavailable (monitor: auto): {}", format!("{e:#}").lines().next().unwrap_or("")));
+            Ok(None)
+        }
+        Err(e) => Err(e.context("monitor: on")),
+    }
+}
+
+fn stop_monitor(r: &mut Rep, m: Option<crate::monitor::BlockMonitor>) -> Option<crate::monitor::MonitorResults> {
+    match m?.stop() {
+        Ok(res) => {
+            r.notes.extend(res.notes.iter().map(|n| format!("monitor: {n}")));
+            Some(res)
+        }
+        Err(e) => {
+            r.notes.push(format!("monitor: failed: {e:#}"));
+            None
+        }
+    }
 }
 
 /// Build: one disk server per disk the stack needs, then the stack on their devices.

@@ -24,6 +24,82 @@ struct RawExperiment {
     faults: Option<Vec<Spanned<RawRule>>>,
     repeat: Option<Spanned<u32>>,
     setups: Option<Vec<Spanned<RawSetup>>>,
+    monitor: Option<Spanned<RawMonitorValue>>,
+}
+
+/// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawFlag {
+    Flag(bool),
+    Word(String),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawMonitorValue {
+    Flag(RawFlag),
+    Map(RawMonitor),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMonitor {
+    enabled: Option<RawFlag>,
+    interval: Option<Dur>,
+}
+
+/// Whether a run times the stack's layers with BPF (docs/monitor.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MonitorMode {
+    /// Where BPF can be loaded; otherwise the run goes on and its notes say why not.
+    #[default]
+    Auto,
+    /// A repetition fails where BPF cannot be loaded.
+    On,
+    Off,
+}
+
+/// `monitor: auto|on|off` or `monitor: {enabled: auto|on|off, interval: 1s}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MonitorSpec {
+    pub mode: MonitorMode,
+    /// Length of one interval of the monitor's time series.
+    pub interval: std::time::Duration,
+}
+
+impl Default for MonitorSpec {
+    fn default() -> Self {
+        MonitorSpec { mode: MonitorMode::Auto, interval: std::time::Duration::from_secs(1) }
+    }
+}
+
+fn monitor(m: &Spanned<RawMonitorValue>, source: &str) -> Result<MonitorSpec, String> {
+    let at = loc(m);
+    let mode = |f: &RawFlag| match f {
+        RawFlag::Flag(true) => Ok(MonitorMode::On),
+        RawFlag::Flag(false) => Ok(MonitorMode::Off),
+        RawFlag::Word(w) if w == "auto" => Ok(MonitorMode::Auto),
+        RawFlag::Word(w) if w == "on" => Ok(MonitorMode::On),
+        RawFlag::Word(w) if w == "off" => Ok(MonitorMode::Off),
+        RawFlag::Word(o) => Err(format!("{source}:{at}: monitor: unknown value `{o}`; allowed: auto, on, off, or a map {{enabled, interval}}")),
+    };
+    let mut spec = MonitorSpec::default();
+    match &m.value {
+        RawMonitorValue::Flag(f) => spec.mode = mode(f)?,
+        RawMonitorValue::Map(r) => {
+            if let Some(e) = &r.enabled {
+                spec.mode = mode(e)?;
+            }
+            if let Some(i) = r.interval {
+                if i.0 < std::time::Duration::from_millis(10) {
+                    return Err(format!("{source}:{at}: monitor: interval must be at least 10ms"));
+                }
+                spec.interval = i.0;
+            }
+        }
+    }
+    Ok(spec)
 }
 
 #[derive(Deserialize, Clone)]
@@ -87,6 +163,7 @@ pub struct Experiment {
     pub source: String,
     pub workload: Option<Spanned<WorkloadYaml>>,
     pub setups: Vec<Setup>,
+    pub monitor: MonitorSpec,
 }
 
 impl Experiment {
@@ -146,6 +223,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         return Err(format!("{source}: `name: {name}` must be non-empty and contain no `/`"));
     }
     let workload = raw.workload;
+    let monitor_spec = match &raw.monitor {
+        Some(m) => monitor(m, source)?,
+        None => MonitorSpec::default(),
+    };
     let base_repeat = match &raw.repeat {
         Some(r) => repeat(r, source)?,
         None => 1,
@@ -211,7 +292,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
-    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups };
+    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() || s.workload.is_some() {
@@ -421,6 +502,23 @@ mod tests {
         assert_eq!(poll("disk: {busy_poll: off}\n"), Duration::ZERO);
         assert_eq!(poll("disk: {busy_poll: 0}\n"), Duration::ZERO);
         assert_eq!(poll("disk: {busy_poll: 20us}\n"), Duration::from_micros(20));
+    }
+
+    #[test]
+    fn monitor_defaults_to_auto_and_takes_a_word_or_a_map() {
+        let mon = |m: &str| parse_experiment(&format!("name: x\n{m}workload: {{size: 1MiB}}\n"), "t.yaml").map(|e| e.monitor);
+        assert_eq!(mon("").unwrap(), MonitorSpec::default());
+        assert_eq!(mon("").unwrap().mode, MonitorMode::Auto);
+        assert_eq!(mon("monitor: off\n").unwrap().mode, MonitorMode::Off);
+        assert_eq!(mon("monitor: on\n").unwrap().mode, MonitorMode::On);
+        assert_eq!(mon("monitor: false\n").unwrap().mode, MonitorMode::Off);
+        assert_eq!(mon("monitor: {enabled: off}\n").unwrap().mode, MonitorMode::Off);
+        let m = mon("monitor: {interval: 250ms}\n").unwrap();
+        assert_eq!((m.mode, m.interval), (MonitorMode::Auto, Duration::from_millis(250)));
+        let e = mon("monitor: always\n").unwrap_err();
+        assert!(e.contains("t.yaml:2") && e.contains("allowed: auto, on, off"), "{e}");
+        assert!(mon("monitor: {interval: 1ms}\n").unwrap_err().contains("at least 10ms"));
+        assert!(mon("monitor: {every: 1s}\n").is_err());
     }
 
     #[test]

@@ -1,0 +1,47 @@
+// Shared by block.bpf.c and, through the skeleton's types, src/monitor/block.rs.
+#ifndef FAULTLINE_BLOCK_H
+#define FAULTLINE_BLOCK_H
+
+#define MAX_DEVS 16
+#define NR_LAYERS 2
+#define LAYER_QUEUE 0
+#define LAYER_SERVICE 1
+#define NR_OPS 5
+#define OP_READ 0
+#define OP_WRITE 1
+#define OP_FLUSH 2
+#define OP_DISCARD 3
+#define OP_OTHER 4
+// 8 buckets per power of two; the last bucket (index 327, from 2^42 ns, about 73 min) takes
+// everything above
+#define SUB_BITS 3
+#define NR_BUCKETS 328
+#define DEPTH_BUCKETS 129
+#define NR_SLOTS 128
+
+struct hist {
+	u64 count;
+	u64 sum_ns;
+	u64 bytes;
+	u64 buckets[NR_BUCKETS];
+};
+
+struct devstat {
+	u64 inflight;
+	u64 untracked; // requests not timed because the request map was full
+	u64 depth[DEPTH_BUCKETS]; // requests in flight counted at each issue, itself included
+};
+
+struct slot {
+	u64 epoch; // interval number + 1; 0: never written
+	u64 issues;
+	u64 depth_sum;
+	u64 depth_max;
+	u64 count[NR_OPS];
+	u64 bytes[NR_OPS];
+	u64 service_ns[NR_OPS];
+	u64 queued[NR_OPS];
+	u64 queue_ns[NR_OPS];
+};
+
+#endif

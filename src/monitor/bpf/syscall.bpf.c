@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: GPL-2.0
+// Syscall-layer timing for faultline's monitor (loader: src/monitor/syscall.rs): the time
+// from entry to exit of the I/O system calls of a set of processes (and the processes they
+// fork after attach), in the same log-linear histograms as the block layer, per op. Which
+// syscall number is which op is set from user space (the numbers differ between
+// architectures), so nothing here is architecture-specific.
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "syscall.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+// Watched processes (tgid -> 1); forks of a watched process are added.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, u32);
+	__type(value, u8);
+} tgids SEC(".maps");
+
+// Syscall number -> op + 1 (0: not an I/O call we time).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SYSCALL_NR);
+	__type(key, u32);
+	__type(value, u32);
+} sysops SEC(".maps");
+
+struct call {
+	u64 ts;
+	u32 op;
+	u32 pad;
+};
+
+// Calls in progress, by thread id.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u32);
+	__type(value, struct call);
+} calls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NR_SYS_OPS);
+	__type(key, u32);
+	__type(value, struct hist);
+} sys_hists SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, NR_SYS_OPS);
+	__type(key, u32);
+	__type(value, struct sysop_stat);
+} sys_stats SEC(".maps");
+
+static __always_inline u32 log2_u64(u64 v)
+{
+	u32 r = 0;
+	if (v >> 32) { v >>= 32; r += 32; }
+	if (v >> 16) { v >>= 16; r += 16; }
+	if (v >> 8) { v >>= 8; r += 8; }
+	if (v >> 4) { v >>= 4; r += 4; }
+	if (v >> 2) { v >>= 2; r += 2; }
+	if (v >> 1) { r += 1; }
+	return r;
+}
+
+// The block layer's bucket (block.bpf.c, src/monitor/hist.rs).
+static __always_inline u32 bucket_of(u64 v)
+{
+	if (v < (1 << SUB_BITS))
+		return v;
+	u32 e = log2_u64(v);
+	u32 sub = (v >> (e - SUB_BITS)) & ((1 << SUB_BITS) - 1);
+	u32 idx = ((e - SUB_BITS + 1) << SUB_BITS) + sub;
+	return idx < NR_BUCKETS ? idx : NR_BUCKETS - 1;
+}
+
+static __always_inline int on_enter(long id)
+{
+	u64 pid_tgid = bpf_get_current_pid_tgid();
+	u32 tgid = pid_tgid >> 32, tid = (u32)pid_tgid;
+	if (!bpf_map_lookup_elem(&tgids, &tgid))
+		return 0;
+	if (id < 0 || id >= MAX_SYSCALL_NR)
+		return 0;
+	u32 nr = id;
+	u32 *op = bpf_map_lookup_elem(&sysops, &nr);
+	if (!op || !*op)
+		return 0;
+	struct call c = { .ts = bpf_ktime_get_ns(), .op = *op - 1 };
+	bpf_map_update_elem(&calls, &tid, &c, BPF_ANY);
+	return 0;
+}
+
+static __always_inline int on_exit(long ret)
+{
+	u32 tid = (u32)bpf_get_current_pid_tgid();
+	struct call *c = bpf_map_lookup_elem(&calls, &tid);
+	if (!c)
+		return 0;
+	u64 ns = bpf_ktime_get_ns() - c->ts;
+	u32 op = c->op;
+	bpf_map_delete_elem(&calls, &tid);
+	struct hist *h = bpf_map_lookup_elem(&sys_hists, &op);
+	if (!h)
+		return 0;
+	u32 b = bucket_of(ns);
+	if (b >= NR_BUCKETS)
+		return 0;
+	__sync_fetch_and_add(&h->count, 1);
+	__sync_fetch_and_add(&h->sum_ns, ns);
+	__sync_fetch_and_add(&h->buckets[b], 1);
+	if (ret > 0 && op <= 1) // read, write: bytes transferred
+		__sync_fetch_and_add(&h->bytes, ret);
+	if (ret < 0) {
+		struct sysop_stat *s = bpf_map_lookup_elem(&sys_stats, &op);
+		if (s)
+			__sync_fetch_and_add(&s->errors, 1);
+	}
+	return 0;
+}
+
+static __always_inline int on_fork(struct task_struct *parent, struct task_struct *child)
+{
+	u32 ptgid = BPF_CORE_READ(parent, tgid);
+	if (!bpf_map_lookup_elem(&tgids, &ptgid))
+		return 0;
+	u32 ctgid = BPF_CORE_READ(child, tgid);
+	u8 one = 1;
+	bpf_map_update_elem(&tgids, &ctgid, &one, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(btf_sys_enter, struct pt_regs *regs, long id) { return on_enter(id); }
+SEC("tp_btf/sys_exit")
+int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret) { return on_exit(ret); }
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(btf_fork, struct task_struct *parent, struct task_struct *child) { return on_fork(parent, child); }
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(raw_sys_enter, struct pt_regs *regs, long id) { return on_enter(id); }
+SEC("raw_tp/sys_exit")
+int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret) { return on_exit(ret); }
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(raw_fork, struct task_struct *parent, struct task_struct *child) { return on_fork(parent, child); }

@@ -1,0 +1,153 @@
+//! What the monitor reports (monitor.json; docs/monitor.md). Plain data, so the results of an
+//! experiment can embed it as is. Every field has a default: files written by an older
+//! faultline still load.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const SCHEMA: u32 = 1;
+
+/// The ops requests are sorted by, in the BPF programs' order (block.h OP_*).
+pub const OPS: [&str; 5] = ["read", "write", "flush", "discard", "other"];
+/// The block layers, in block.h LAYER_* order.
+pub const BLOCK_LAYERS: [&str; 2] = ["block_queue", "block_service"];
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct MonitorResults {
+    pub schema: u32,
+    /// How the programs are attached: `tp_btf` or `raw_tp`.
+    pub attach: String,
+    pub interval_s: f64,
+    /// From attach to detach.
+    pub duration_s: f64,
+    pub devices: Vec<DeviceResults>,
+    /// Processes whose system calls were timed (forks after attach followed, not listed).
+    pub pids: Vec<u32>,
+    /// The syscall layer: one row per op (`read`, `write`, `fsync`, `open`, `fallocate`,
+    /// `io_uring_enter`) that saw calls, layer `syscall`; bytes for read and write only.
+    pub syscalls: Vec<LayerOp>,
+    /// op -> calls that returned an error.
+    pub syscall_errors: BTreeMap<String, u64>,
+    pub notes: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct DeviceResults {
+    /// The path it was given as, e.g. /dev/loop3.
+    pub device: String,
+    /// major:minor
+    pub dev: String,
+    /// One row per layer and op that saw requests.
+    pub layers: Vec<LayerOp>,
+    pub depth: Depth,
+    /// Requests not timed because the in-kernel request table was full.
+    pub untracked: u64,
+    pub series: Vec<Interval>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct LayerOp {
+    pub layer: String,
+    pub op: String,
+    pub count: u64,
+    /// Request bytes (block_service only; 0 for block_queue).
+    pub bytes: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p95_us: f64,
+    pub p99_us: f64,
+    /// Upper bound of the highest non-empty bucket.
+    pub max_us: f64,
+    /// Non-empty buckets: [lower bound in ns, count].
+    pub histogram: Vec<[u64; 2]>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct Depth {
+    /// Mean number of requests in flight seen by each issued request, itself included.
+    pub mean: f64,
+    pub max: u64,
+    /// [depth, issues that saw it]; the last entry is "this many or more".
+    pub histogram: Vec<[u64; 2]>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct Interval {
+    /// Start of the interval, seconds after attach.
+    pub t_s: f64,
+    /// Requests completed in the interval, by op (ops with none are left out).
+    pub ops: BTreeMap<String, IntervalOp>,
+    /// Requests issued in the interval, and the depth they saw.
+    pub issues: u64,
+    pub depth_mean: f64,
+    pub depth_max: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct IntervalOp {
+    pub count: u64,
+    pub bytes: u64,
+    pub service_mean_us: f64,
+    /// Mean over the requests whose queueing was seen (see docs/monitor.md).
+    pub queue_mean_us: f64,
+}
+
+impl MonitorResults {
+    /// The row of one device, layer and op, if it saw requests.
+    pub fn row(&self, device: &str, layer: &str, op: &str) -> Option<&LayerOp> {
+        self.devices.iter().find(|d| d.device == device)?.layers.iter().find(|r| r.layer == layer && r.op == op)
+    }
+
+    /// A fixed-width table: one line per device, layer and op.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = format!(
+            "{:<12} {:<14} {:<8} {:>9} {:>11} {:>10} {:>10} {:>10} {:>10}\n",
+            "device", "layer", "op", "count", "bytes", "mean_us", "p50_us", "p95_us", "p99_us"
+        );
+        for r in &self.syscalls {
+            let _ = writeln!(
+                s,
+                "{:<12} {:<14} {:<8} {:>9} {:>11} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                "processes",
+                r.layer,
+                r.op,
+                r.count,
+                if r.op == "read" || r.op == "write" { r.bytes.to_string() } else { "-".into() },
+                r.mean_us,
+                r.p50_us,
+                r.p95_us,
+                r.p99_us
+            );
+        }
+        for d in &self.devices {
+            let name = d.device.rsplit('/').next().unwrap_or(&d.device);
+            for r in &d.layers {
+                let _ = writeln!(
+                    s,
+                    "{:<12} {:<14} {:<8} {:>9} {:>11} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                    name,
+                    r.layer,
+                    r.op,
+                    r.count,
+                    if r.layer == "block_service" { r.bytes.to_string() } else { "-".into() },
+                    r.mean_us,
+                    r.p50_us,
+                    r.p95_us,
+                    r.p99_us
+                );
+            }
+            let _ = writeln!(s, "{name:<12} queue depth at issue: mean {:.2}, max {}", d.depth.mean, d.depth.max);
+            if d.untracked > 0 {
+                let _ = writeln!(s, "{name:<12} {} requests not timed (request table full)", d.untracked);
+            }
+        }
+        s
+    }
+}

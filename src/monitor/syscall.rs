@@ -1,0 +1,191 @@
+//! Loader of src/monitor/bpf/syscall.bpf.c: the time the I/O system calls of a set of
+//! processes (and of the processes they fork after attach) take from entry to exit, per op,
+//! aggregated in the kernel like the block layer. Same thread design as `block`.
+
+use super::block::{libbpf_log_tail, libbpf_print, lookup, ns_to_us};
+use super::hist;
+use super::model::LayerOp;
+use anyhow::{Context, Result, anyhow, bail};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags};
+use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
+use std::sync::mpsc;
+
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    clippy::undocumented_unsafe_blocks,
+    dead_code,
+    unused_imports,
+    unsafe_op_in_unsafe_fn,
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals
+)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/syscall.skel.rs"));
+}
+use skel::{OpenSyscallSkel, SyscallSkel, SyscallSkelBuilder};
+
+/// The syscall layer's ops, in the order of the BPF map (syscall.h NR_SYS_OPS).
+pub const SYS_OPS: [&str; 6] = ["read", "write", "fsync", "open", "fallocate", "io_uring_enter"];
+
+/// Which syscalls are which op, by this architecture's numbers.
+fn syscall_ops() -> Vec<(libc::c_long, u32)> {
+    let mut v = vec![
+        (libc::SYS_read, 0),
+        (libc::SYS_pread64, 0),
+        (libc::SYS_readv, 0),
+        (libc::SYS_preadv, 0),
+        (libc::SYS_preadv2, 0),
+        (libc::SYS_write, 1),
+        (libc::SYS_pwrite64, 1),
+        (libc::SYS_writev, 1),
+        (libc::SYS_pwritev, 1),
+        (libc::SYS_pwritev2, 1),
+        (libc::SYS_fsync, 2),
+        (libc::SYS_fdatasync, 2),
+        (libc::SYS_sync_file_range, 2),
+        (libc::SYS_syncfs, 2),
+        (libc::SYS_openat, 3),
+        (libc::SYS_openat2, 3),
+        (libc::SYS_fallocate, 4),
+        (libc::SYS_io_uring_enter, 5),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([(libc::SYS_open, 3), (libc::SYS_creat, 3)]);
+    v
+}
+
+/// The syscall layer's figures.
+#[derive(Clone, Debug, Default)]
+pub struct SyscallResults {
+    pub attach: &'static str,
+    pub layers: Vec<LayerOp>,
+    /// op -> calls that returned an error
+    pub errors: BTreeMap<String, u64>,
+}
+
+pub struct SyscallMonitor {
+    stop: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<Result<SyscallResults>>,
+    pub attach: &'static str,
+}
+
+impl SyscallMonitor {
+    /// Watch processes `pids` (thread-group ids) and what they fork from now on.
+    pub fn start(pids: &[u32]) -> Result<SyscallMonitor> {
+        if pids.is_empty() {
+            bail!("the syscall monitor needs at least one process");
+        }
+        for p in pids {
+            if !std::path::Path::new(&format!("/proc/{p}")).exists() {
+                bail!("no process {p}");
+            }
+        }
+        let pids = pids.to_vec();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("monitor-syscall".into())
+            .spawn(move || run(&pids, ready_tx, stop_rx))
+            .context("cannot start the monitor thread")?;
+        match ready_rx.recv() {
+            Ok(Ok(attach)) => Ok(SyscallMonitor { stop: stop_tx, thread, attach }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(e)
+            }
+            Err(_) => Err(match thread.join() {
+                Ok(Err(e)) => e,
+                _ => anyhow!("the monitor thread died while loading"),
+            }),
+        }
+    }
+
+    pub fn stop(self) -> Result<SyscallResults> {
+        let _ = self.stop.send(());
+        self.thread.join().map_err(|_| anyhow!("the monitor thread panicked"))?
+    }
+}
+
+fn open_flavor(storage: &mut MaybeUninit<libbpf_rs::OpenObject>, btf: bool) -> Result<OpenSyscallSkel<'_>> {
+    let mut open = SyscallSkelBuilder::default().open(storage).context("cannot open the syscall BPF object")?;
+    let p = &mut open.progs;
+    for prog in [&mut p.btf_sys_enter, &mut p.btf_sys_exit, &mut p.btf_fork] {
+        prog.set_autoload(btf);
+    }
+    for prog in [&mut p.raw_sys_enter, &mut p.raw_sys_exit, &mut p.raw_fork] {
+        prog.set_autoload(!btf);
+    }
+    Ok(open)
+}
+
+fn load_attach<'o>(open: OpenSyscallSkel<'o>, btf: bool, pids: &[u32]) -> Result<(SyscallSkel<'o>, Vec<Link>)> {
+    let skel = open.load().context("cannot load the syscall BPF programs")?;
+    for (nr, op) in syscall_ops() {
+        skel.maps.sysops.update(&(nr as u32).to_ne_bytes(), &(op + 1u32).to_ne_bytes(), MapFlags::ANY).context("cannot set the syscall table")?;
+    }
+    for p in pids {
+        skel.maps.tgids.update(&p.to_ne_bytes(), &[1u8], MapFlags::ANY).context("cannot set the watched processes")?;
+    }
+    let p = &skel.progs;
+    // the fork hook first, so no child forked while attaching is missed
+    let progs = if btf { [&p.btf_fork, &p.btf_sys_enter, &p.btf_sys_exit] } else { [&p.raw_fork, &p.raw_sys_enter, &p.raw_sys_exit] };
+    let links = progs.iter().map(|p| p.attach().with_context(|| format!("cannot attach {}", p.name().to_string_lossy()))).collect::<Result<Vec<_>>>()?;
+    Ok((skel, links))
+}
+
+fn run(pids: &[u32], ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Receiver<()>) -> Result<SyscallResults> {
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, libbpf_print)));
+    let mut first = MaybeUninit::uninit();
+    let mut second = MaybeUninit::uninit();
+    let (skel, links, attach) = match open_flavor(&mut first, true).and_then(|o| load_attach(o, true, pids)) {
+        Ok((s, l)) => {
+            libbpf_log_tail();
+            (s, l, "tp_btf")
+        }
+        Err(e) => {
+            let why = format!("{e:#}{}", libbpf_log_tail());
+            match open_flavor(&mut second, false).and_then(|o| load_attach(o, false, pids)) {
+                Ok((s, l)) => (s, l, "raw_tp"),
+                Err(e2) => {
+                    let err = anyhow!("BPF syscall monitor unavailable: {e2:#}{}\n(tp_btf attempt: {why})", libbpf_log_tail());
+                    let _ = ready.send(Err(anyhow!("{err:#}")));
+                    return Err(err);
+                }
+            }
+        }
+    };
+    let _ = ready.send(Ok(attach));
+    let _ = stop.recv();
+    drop(links);
+    let mut out = SyscallResults { attach, ..Default::default() };
+    for (op, name) in SYS_OPS.iter().enumerate() {
+        let v = lookup(&skel.maps.sys_hists, op as u32)?;
+        let (count, sum, bytes, buckets) = (v[0], v[1], v[2], &v[3..]);
+        let errors = lookup(&skel.maps.sys_stats, op as u32)?[0];
+        if errors > 0 {
+            out.errors.insert(name.to_string(), errors);
+        }
+        if count == 0 {
+            continue;
+        }
+        let q = |p| ns_to_us(hist::quantile(buckets, p).unwrap_or(0.0));
+        let top = buckets.iter().rposition(|&n| n > 0).unwrap_or(0);
+        out.layers.push(LayerOp {
+            layer: "syscall".into(),
+            op: name.to_string(),
+            count,
+            bytes,
+            mean_us: ns_to_us(sum as f64 / count as f64),
+            p50_us: q(0.5),
+            p95_us: q(0.95),
+            p99_us: q(0.99),
+            max_us: ns_to_us(hist::bucket_high(top) as f64),
+            histogram: hist::sparse(buckets),
+        });
+    }
+    Ok(out)
+}
