@@ -27,18 +27,18 @@ fn setup<'a>(r: &'a Results, name: &str) -> &'a SetupResult {
 #[test]
 fn personalities_on_ext4() {
     let r = run("name: pers
-disk: { size: 512MiB }
+disk: { size: 1GiB }
 stack: ext4
 faults: []
 setups:
   - name: fileserver
     workload: { personality: fileserver, scale: 0.01, duration: 3s, content: { profile: debian12-usr, seed: 2 } }
   - name: webserver
-    workload: { personality: webserver, scale: 0.05, threads: 20, duration: 2s, content: { profile: debian12-usr, seed: 2 } }
+    workload: { personality: webserver, scale: 0.05, threads: 20, ops: 40000, duration: 10s, content: { profile: debian12-usr, seed: 2 } }
   - name: varmail
     workload: { personality: varmail, scale: 0.05, duration: 3s, content: { profile: debian12-usr, seed: 2 } }
   - name: webserver-bitflip
-    workload: { personality: webserver, scale: 0.05, threads: 20, duration: 2s, content: { profile: none, seed: 2 } }
+    workload: { personality: webserver, scale: 0.05, threads: 20, ops: 40000, duration: 10s, content: { profile: none, seed: 2 } }
     faults: [ { type: bitflip, op: write, times: 1, target: last_written_block, when: { every: 4MiB } } ]
 ");
     // (personality, its flowops, R:W of filebench's file, tolerance)
