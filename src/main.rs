@@ -377,6 +377,10 @@ fn monitor(devices: &[PathBuf], pids: &[u32], duration: Option<Duration>, interv
         res.pids = pids.to_vec();
         res.syscalls = s.layers;
         res.syscall_errors = s.errors;
+        res.missed_events += s.missed_events;
+        if s.missed_events > 0 {
+            res.notes.push(format!("{} syscall events skipped by the kernel (a program of ours already running on that CPU)", s.missed_events));
+        }
     }
     print!("{}", res.table());
     for n in &res.notes {

@@ -122,6 +122,19 @@ pub(super) fn libbpf_log_tail() -> String {
     if tail.is_empty() { String::new() } else { format!("\nlibbpf: {}", tail.join("\nlibbpf: ")) }
 }
 
+/// How many times the kernel skipped `prog` because it was already running on the same CPU
+/// (BPF's recursion guard: e.g. a completion interrupt arriving while the completion program
+/// runs for another request); each skip may be an event not counted.
+pub(super) fn recursion_misses(prog: &impl std::os::fd::AsFd) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut info = libbpf_rs::libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: `info` is a writable bpf_prog_info of `len` bytes, which the kernel fills (up to
+    // len) for the program behind the valid fd; no pointers in it are set for it to follow.
+    let rc = unsafe { libbpf_rs::libbpf_sys::bpf_prog_get_info_by_fd(prog.as_fd().as_raw_fd(), &mut info, &mut len) };
+    if rc == 0 { info.recursion_misses } else { 0 }
+}
+
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC is bpf_ktime_get_ns's clock.
@@ -210,6 +223,14 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     }
     drop(links);
     let duration = started.elapsed();
+    let p = &skel.progs;
+    let missed: u64 = match attach {
+        "tp_btf" => [&p.btf_bio_queue, &p.btf_rq_insert, &p.btf_rq_issue, &p.btf_rq_complete].iter().map(|p| recursion_misses(*p)).sum(),
+        _ => [&p.raw_bio_queue, &p.raw_rq_insert, &p.raw_rq_issue, &p.raw_rq_complete].iter().map(|p| recursion_misses(*p)).sum(),
+    };
+    if missed > 0 {
+        notes.push(format!("{missed} block events skipped by the kernel (a program of ours already running on that CPU): as many requests may be uncounted"));
+    }
     // the interval in progress at detach, too
     let done = (monotonic_ns() - t0) / interval.as_nanos() as u64 + 1;
     reader.drain(&skel, done, &mut notes);
@@ -219,6 +240,7 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
         interval_s: interval.as_secs_f64(),
         duration_s: duration.as_secs_f64(),
         notes,
+        missed_events: missed,
         ..Default::default()
     };
     for (i, d) in devs.iter().enumerate() {

@@ -29,6 +29,9 @@ pub struct MonitorResults {
     pub syscalls: Vec<LayerOp>,
     /// op -> calls that returned an error.
     pub syscall_errors: BTreeMap<String, u64>,
+    /// Tracepoint hits the kernel skipped because a program of the monitor was already
+    /// running on that CPU (BPF's recursion guard); each may be a request or call not counted.
+    pub missed_events: u64,
     pub notes: Vec<String>,
 }
 
@@ -42,7 +45,7 @@ pub struct DeviceResults {
     /// One row per layer and op that saw requests.
     pub layers: Vec<LayerOp>,
     pub depth: Depth,
-    /// Requests not timed because the in-kernel request table was full.
+    /// Requests not timed because their entry could not be stored in the kernel's table.
     pub untracked: u64,
     pub series: Vec<Interval>,
 }
@@ -145,7 +148,7 @@ impl MonitorResults {
             }
             let _ = writeln!(s, "{name:<12} queue depth at issue: mean {:.2}, max {}", d.depth.mean, d.depth.max);
             if d.untracked > 0 {
-                let _ = writeln!(s, "{name:<12} {} requests not timed (request table full)", d.untracked);
+                let _ = writeln!(s, "{name:<12} {} requests not timed (no room in the kernel's request table)", d.untracked);
             }
         }
         s

@@ -2,7 +2,7 @@
 //! processes (and of the processes they fork after attach) take from entry to exit, per op,
 //! aggregated in the kernel like the block layer. Same thread design as `block`.
 
-use super::block::{libbpf_log_tail, libbpf_print, lookup, ns_to_us};
+use super::block::{libbpf_log_tail, libbpf_print, lookup, ns_to_us, recursion_misses};
 use super::hist;
 use super::model::LayerOp;
 use anyhow::{Context, Result, anyhow, bail};
@@ -65,6 +65,8 @@ pub struct SyscallResults {
     pub layers: Vec<LayerOp>,
     /// op -> calls that returned an error
     pub errors: BTreeMap<String, u64>,
+    /// Events the kernel skipped (see `MonitorResults::missed_events`).
+    pub missed_events: u64,
 }
 
 pub struct SyscallMonitor {
@@ -161,7 +163,9 @@ fn run(pids: &[u32], ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Rece
     let _ = ready.send(Ok(attach));
     let _ = stop.recv();
     drop(links);
-    let mut out = SyscallResults { attach, ..Default::default() };
+    let p = &skel.progs;
+    let progs = if attach == "tp_btf" { [&p.btf_fork, &p.btf_sys_enter, &p.btf_sys_exit] } else { [&p.raw_fork, &p.raw_sys_enter, &p.raw_sys_exit] };
+    let mut out = SyscallResults { attach, missed_events: progs.iter().map(|p| recursion_misses(*p)).sum(), ..Default::default() };
     for (op, name) in SYS_OPS.iter().enumerate() {
         let v = lookup(&skel.maps.sys_hists, op as u32)?;
         let (count, sum, bytes, buckets) = (v[0], v[1], v[2], &v[3..]);

@@ -28,7 +28,8 @@ struct {
 	__type(value, u32);
 } devs SEC(".maps");
 
-// Requests in flight (and inserted, not yet issued), by request address.
+// Requests in flight (and inserted, not yet issued), by request address. LRU: a request
+// merged into another after its insertion is freed without an issue or a completion.
 struct start {
 	u64 queued_ns; // 0: unknown
 	u64 issued_ns; // 0: not issued yet
@@ -39,7 +40,7 @@ struct start {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, u64);
 	__type(value, struct start);
@@ -171,6 +172,8 @@ static __always_inline int on_rq_insert(struct request *rq)
 	u64 bkey = (u64)bio;
 	u64 *bq = bio ? bpf_map_lookup_elem(&bios, &bkey) : 0;
 	st.queued_ns = bq ? *bq : bpf_ktime_get_ns();
+	if (bq)
+		bpf_map_delete_elem(&bios, &bkey); // used: a later bio at this address is a new one
 	st.dev = *dev;
 	if (bpf_map_update_elem(&reqs, &key, &st, BPF_ANY)) {
 		struct devstat *ds = bpf_map_lookup_elem(&devstats, dev);
@@ -195,8 +198,10 @@ static __always_inline int on_rq_issue(struct request *rq)
 		struct bio *bio = BPF_CORE_READ(rq, bio);
 		u64 bkey = (u64)bio;
 		u64 *bq = bio ? bpf_map_lookup_elem(&bios, &bkey) : 0;
-		if (bq)
+		if (bq) {
 			st.queued_ns = *bq;
+			bpf_map_delete_elem(&bios, &bkey);
+		}
 	}
 	if (old && old->issued_ns)
 		return 0; // issued again after a requeue: keep the first issue, counted once

@@ -28,7 +28,7 @@ struct hist {
 
 struct devstat {
 	u64 inflight;
-	u64 untracked; // requests not timed because the request map was full
+	u64 untracked; // requests not timed: their entry could not be stored
 	u64 depth[DEPTH_BUCKETS]; // requests in flight counted at each issue, itself included
 };
 
