@@ -64,12 +64,7 @@ impl Watched {
 }
 
 /// A running block monitor.
-pub struct BlockMonitor {
-    stop: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<Result<MonitorResults>>,
-    /// `tp_btf` or `raw_tp`.
-    pub attach: &'static str,
-}
+pub type BlockMonitor = super::Running<MonitorResults>;
 
 impl BlockMonitor {
     /// Load and attach; returns once the programs run, or with the reason they cannot.
@@ -79,29 +74,7 @@ impl BlockMonitor {
         }
         let watched = devices.iter().map(|d| Watched::new(d)).collect::<Result<Vec<_>>>()?;
         let interval = interval.max(Duration::from_millis(10));
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let (stop_tx, stop_rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("monitor-block".into())
-            .spawn(move || run(&watched, interval, ready_tx, stop_rx))
-            .context("cannot start the monitor thread")?;
-        match ready_rx.recv() {
-            Ok(Ok(attach)) => Ok(BlockMonitor { stop: stop_tx, thread, attach }),
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                Err(e)
-            }
-            Err(_) => Err(match thread.join() {
-                Ok(Err(e)) => e,
-                _ => anyhow!("the monitor thread died while loading"),
-            }),
-        }
-    }
-
-    /// Detach and return the results.
-    pub fn stop(self) -> Result<MonitorResults> {
-        let _ = self.stop.send(());
-        self.thread.join().map_err(|_| anyhow!("the monitor thread panicked"))?
+        BlockMonitor::spawn("monitor-block", Box::new(move |ready, stop| run(&watched, interval, ready, stop)))
     }
 }
 

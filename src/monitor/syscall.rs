@@ -69,11 +69,8 @@ pub struct SyscallResults {
     pub missed_events: u64,
 }
 
-pub struct SyscallMonitor {
-    stop: mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<Result<SyscallResults>>,
-    pub attach: &'static str,
-}
+/// A running syscall monitor.
+pub type SyscallMonitor = super::Running<SyscallResults>;
 
 impl SyscallMonitor {
     /// Watch processes `pids` (thread-group ids) and what they fork from now on.
@@ -87,28 +84,7 @@ impl SyscallMonitor {
             }
         }
         let pids = pids.to_vec();
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let (stop_tx, stop_rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("monitor-syscall".into())
-            .spawn(move || run(&pids, ready_tx, stop_rx))
-            .context("cannot start the monitor thread")?;
-        match ready_rx.recv() {
-            Ok(Ok(attach)) => Ok(SyscallMonitor { stop: stop_tx, thread, attach }),
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                Err(e)
-            }
-            Err(_) => Err(match thread.join() {
-                Ok(Err(e)) => e,
-                _ => anyhow!("the monitor thread died while loading"),
-            }),
-        }
-    }
-
-    pub fn stop(self) -> Result<SyscallResults> {
-        let _ = self.stop.send(());
-        self.thread.join().map_err(|_| anyhow!("the monitor thread panicked"))?
+        SyscallMonitor::spawn("monitor-syscall", Box::new(move |ready, stop| run(&pids, ready, stop)))
     }
 }
 
