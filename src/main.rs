@@ -45,6 +45,17 @@ enum Cmd {
         /// YAML rules armed before the device appears (docs/rules.md).
         #[arg(long)]
         rules: Option<PathBuf>,
+        /// A latency model (YAML, docs/latency.md): a service time for every request, per op,
+        /// and optionally `channels`.
+        #[arg(long, value_name = "FILE")]
+        latency: Option<PathBuf>,
+        /// (internal) The latency model as YAML text (`faultline run` hands its disks theirs).
+        #[arg(long, hide = true, conflicts_with = "latency")]
+        latency_yaml: Option<String>,
+        /// Make every page of a RAM store resident before the device appears, so the disk does
+        /// not change speed as it fills (default: true with --latency, else false).
+        #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+        populate: Option<bool>,
         /// Control socket path (default: /run/faultline/<pid>.sock).
         #[arg(long)]
         socket: Option<PathBuf>,
@@ -199,8 +210,38 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity, cpu_latency, nbd, no_loop, owned_by } => serve(
-            DiskConfig { size, block_size: check_block_size(block_size).map_err(anyhow::Error::msg)?, store, destructive, force },
+        Cmd::Serve {
+            size,
+            block_size,
+            store,
+            destructive,
+            force,
+            rules,
+            latency,
+            latency_yaml,
+            populate,
+            socket,
+            busy_poll,
+            ring,
+            rq_affinity,
+            cpu_latency,
+            nbd,
+            no_loop,
+            owned_by,
+        } => serve(
+            DiskConfig {
+                size,
+                block_size: check_block_size(block_size).map_err(anyhow::Error::msg)?,
+                store,
+                destructive,
+                force,
+                latency: match (latency, latency_yaml) {
+                    (Some(p), _) => Some(faultline::spec::latency::parse_latency_file(&p).map_err(anyhow::Error::msg)?),
+                    (None, Some(y)) => Some(faultline::spec::latency::parse_latency(&y, "--latency-yaml").map_err(anyhow::Error::msg)?),
+                    (None, None) => None,
+                },
+                populate,
+            },
             &FrontendOptions { busy_poll, ring, rq_affinity, cpu_latency },
             &Exposure { loop_device: !no_loop, nbd },
             rules,
@@ -272,9 +313,17 @@ fn serve(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option
     // a run's server shares the run's stderr: its start-up line would only be noise there
     if owner.is_none() {
         eprintln!(
-            "faultline: serving {} ({} store, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}, cpu latency {}) on {}; control socket {}; Ctrl-C to stop",
+            "faultline: serving {} ({} store{}, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}, cpu latency {}) on {}; control socket {}; Ctrl-C to stop",
             faultline::spec::units::format_size(served.disk.size()),
             served.disk.describe_store(),
+            match served.disk.latency.as_ref().map(|l| l.model()) {
+                Some(m) => format!(
+                    ", latency model for {}{}",
+                    faultline::spec::rule::Op::ALL.iter().filter(|o| m.op(**o).is_some()).map(|o| o.name()).collect::<Vec<_>>().join("/"),
+                    m.channels.map(|c| format!(", {c} channel(s)")).unwrap_or_default()
+                ),
+                None => String::new(),
+            },
             served.disk.block_size(),
             served.disk.engine.list().len(),
             if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },

@@ -61,7 +61,7 @@ impl Drop for RunDir {
 fn serve_and_read_own_disk() {
     use faultline::disk::{DiskConfig, StoreSpec};
     use faultline::frontend::{Options, uring::RingMode};
-    let cfg = DiskConfig { size: Some(64 << 20), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false };
+    let cfg = DiskConfig { size: Some(64 << 20), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None };
     let opts = Options { ring: RingMode::Off, ..Options::default() };
     let served = faultline::stack::served::ServedDisk::start(
         &cfg,

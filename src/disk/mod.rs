@@ -2,6 +2,7 @@
 //! front ends (FUSE) call it from many threads. Delays are returned, not slept, so the front
 //! end can reply late from another thread without holding up other requests.
 
+pub mod latency;
 pub mod store;
 
 use crate::fault::engine::{ArmedRule, Edit, Planning, block_span, flip_position};
@@ -10,7 +11,7 @@ use crate::fault::{Action, Engine, Op, Plan, Rule, StoreMode, Target};
 pub use crate::spec::disk::{DiskConfig, StoreSpec};
 use anyhow::{Result, bail};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 pub use store::Store;
 
 /// Result of one request, as the front end must report it.
@@ -20,10 +21,24 @@ pub struct Outcome {
     pub delay: Option<Duration>,
 }
 
+impl Outcome {
+    /// The reply is due at `due` (the latency model's time), and a delay rule's delay comes on
+    /// top of it; a reply already past its due time goes at once (plus any rule delay).
+    fn due(mut self, due: Option<Instant>) -> Outcome {
+        if let Some(at) = due {
+            let left = at.saturating_duration_since(Instant::now()) + self.delay.unwrap_or_default();
+            self.delay = (!left.is_zero()).then_some(left);
+        }
+        self
+    }
+}
+
 pub struct Disk {
     store: Box<dyn Store>,
     pub engine: Engine,
     block_size: u32,
+    /// The device's service time per request (`disk::latency`), if the disk has a model.
+    pub latency: Option<latency::Latency>,
 }
 
 impl Disk {
@@ -47,7 +62,10 @@ impl Disk {
         if size < bs as u64 * 16 || !size.is_multiple_of(bs as u64) {
             bail!("disk size {size} must be a multiple of the block size ({bs}) and at least 16 blocks");
         }
-        Ok(Disk { store, engine: Engine::new(bs), block_size: bs })
+        if cfg.populates() {
+            store.populate()?;
+        }
+        Ok(Disk { store, engine: Engine::new(bs), block_size: bs, latency: cfg.latency.clone().map(latency::Latency::new) })
     }
 
     pub fn size(&self) -> u64 {
@@ -68,19 +86,25 @@ impl Disk {
         off.checked_add(len).is_some_and(|e| e <= self.size())
     }
 
+    /// When the model wants this request answered (measured from now, its arrival).
+    fn admit(&self, op: Op, len: u64) -> Option<Instant> {
+        self.latency.as_ref().and_then(|l| l.admit(op, len, Instant::now()))
+    }
+
     /// Read into `buf`. Read-side corruption edits only the returned buffer.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
         if !self.in_range(off, buf.len() as u64) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }
+        let due = self.admit(Op::Read, buf.len() as u64);
         if let Err(e) = self.store.read(off, buf) {
-            return io_outcome(e);
+            return io_outcome(e).due(due);
         }
         let plan = self.engine.plan(Op::Read, off, buf.len() as u64, Some(buf));
         if plan.errno.is_none() {
             apply_edits(&plan.edits, buf);
         }
-        Outcome { errno: plan.errno, delay: plan.delay }
+        Outcome { errno: plan.errno, delay: plan.delay }.due(due)
     }
 
     /// Write `data`. Write-side corruption lands in the stored copy.
@@ -110,6 +134,8 @@ impl Disk {
         if !self.in_range(off, data.len() as u64) {
             return ack(Outcome { errno: Some(libc::EINVAL), delay: None }, data.lent());
         }
+        let due = self.admit(Op::Write, data.len() as u64);
+        let ack = move |o: Outcome, lent| ack(o.due(due), lent);
         let mut p = self.engine.begin(Op::Write, off, data.len() as u64);
         let mut ack = Some(ack);
         // No failed/dropped/redirected request so far, and content rules (if any) can only edit
@@ -183,16 +209,18 @@ impl Disk {
     }
 
     pub fn flush(&self) -> Outcome {
+        let due = self.admit(Op::Flush, 0);
         let plan = self.engine.plan(Op::Flush, 0, 0, None);
-        self.finish(plan, |s| s.flush())
+        self.finish(plan, |s| s.flush()).due(due)
     }
 
     pub fn discard(&self, off: u64, len: u64) -> Outcome {
         if !self.in_range(off, len) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }
+        let due = self.admit(Op::Discard, len);
         let plan = self.engine.plan(Op::Discard, off, len, None);
-        self.finish(plan, |s| s.discard(off, len))
+        self.finish(plan, |s| s.discard(off, len)).due(due)
     }
 
     fn finish(&self, plan: Plan, op: impl FnOnce(&dyn Store) -> std::io::Result<()>) -> Outcome {
@@ -303,7 +331,7 @@ mod tests {
     use crate::spec::rule::FlipAt;
 
     fn disk() -> Disk {
-        Disk::open(&DiskConfig { size: Some(1 << 24), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false }).unwrap()
+        Disk::open(&DiskConfig { size: Some(1 << 24), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None }).unwrap()
     }
 
     #[test]
@@ -609,6 +637,6 @@ mod tests {
     }
 
     fn disk_of(store: StoreSpec, size: u64) -> Disk {
-        Disk::open(&DiskConfig { size: Some(size), block_size: 4096, store, destructive: false, force: false }).unwrap()
+        Disk::open(&DiskConfig { size: Some(size), block_size: 4096, store, destructive: false, force: false, latency: None, populate: None }).unwrap()
     }
 }

@@ -16,6 +16,11 @@ pub trait Store: Send + Sync {
     fn discard(&self, off: u64, len: u64) -> io::Result<()>;
     fn size(&self) -> u64;
     fn describe(&self) -> String;
+    /// Make every byte resident now, so the store does not change speed as it fills (RAM:
+    /// `RamStore::populate`); other stores have nothing to do.
+    fn populate(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// Store `data` at `off` under locks that keep every other request off [off, off+len), for
     /// stores nobody can observe except through later requests (RAM). `locked` runs exactly
     /// once while the locks are held: for `Src::Borrowed` before the copy (the caller may
@@ -119,6 +124,9 @@ pub struct RamStore {
     base: *mut u8,
     size: u64,
     locks: Vec<RwLock<()>>,
+    /// Populated (`populate`): discard zeroes instead of giving pages back, so the store stays
+    /// resident (mkfs discards the whole device).
+    populated: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the store owns its mapping (a raw pointer, so not Send by itself); nothing else
@@ -144,7 +152,7 @@ impl RamStore {
         if p == libc::MAP_FAILED {
             bail!("cannot reserve {size} bytes of address space for the RAM store: {}", io::Error::last_os_error());
         }
-        Ok(RamStore { base: p as *mut u8, size, locks: stripe_locks() })
+        Ok(RamStore { base: p as *mut u8, size, locks: stripe_locks(), populated: false.into() })
     }
 
     /// Run `f` holding the write locks of every stripe [off, off+len) touches (len > 0). The
@@ -357,7 +365,9 @@ impl Store for RamStore {
             let a = p as usize;
             let first = a.div_ceil(page) * page;
             let last = (a + n) / page * page;
-            if first < last {
+            if self.populated.load(std::sync::atomic::Ordering::Relaxed) {
+                std::ptr::write_bytes(p, 0, n);
+            } else if first < last {
                 std::ptr::write_bytes(p, 0, first - a);
                 libc::madvise(first as *mut _, last - first, libc::MADV_DONTNEED);
                 std::ptr::write_bytes(last as *mut u8, 0, a + n - last);
@@ -371,6 +381,63 @@ impl Store for RamStore {
     }
     fn describe(&self) -> String {
         "ram".into()
+    }
+
+    /// Fault every page in before the device appears: the first touch of fresh memory is slow
+    /// (a page fault and zeroing per 4 KiB; on a VM also the host's own first touch), so a
+    /// store that fills as it is written changes speed as it fills. MADV_POPULATE_WRITE
+    /// (Linux 5.14) does it in the kernel, in 256 MiB steps with progress on stderr for large
+    /// stores; older kernels get one write per page. Fails before touching anything if the
+    /// store cannot fit in the machine's memory.
+    fn populate(&self) -> anyhow::Result<()> {
+        const STEP: u64 = 256 << 20;
+        if let Some(total) = crate::sys::mem_total() {
+            // leave an eighth of memory (at least 256 MiB) to everything else
+            let room = total.saturating_sub((total / 8).max(256 << 20));
+            if self.size > room {
+                anyhow::bail!(
+                    "cannot populate a {} MiB RAM disk: the machine has {} MiB of memory, and at most {} MiB can go to the disk; use a smaller --size or --populate false",
+                    self.size >> 20,
+                    total >> 20,
+                    room >> 20
+                );
+            }
+        }
+        let loud = self.size >= 1 << 30;
+        let t0 = std::time::Instant::now();
+        let mut fallback = false;
+        let mut off = 0u64;
+        while off < self.size {
+            let n = (self.size - off).min(STEP);
+            // SAFETY: [off, off+n) lies inside our mapping; populating writes no bytes (pages
+            // come in zeroed, as untouched pages read), so no lock is needed before the device
+            // exists
+            let r = if fallback { -1 } else { unsafe { libc::madvise(self.base.add(off as usize) as *mut _, n as usize, libc::MADV_POPULATE_WRITE) } };
+            if r != 0 {
+                let e = io::Error::last_os_error();
+                if !fallback && e.raw_os_error() != Some(libc::EINVAL) {
+                    anyhow::bail!("cannot populate the RAM store (MADV_POPULATE_WRITE): {e}");
+                }
+                if !fallback {
+                    eprintln!("faultline: this kernel has no MADV_POPULATE_WRITE (Linux 5.14+); populating the RAM store by touching every page");
+                    fallback = true;
+                }
+                for p in (off..off + n).step_by(4096) {
+                    // SAFETY: p is inside the mapping; a volatile write of 0 keeps the content
+                    // (zero) and makes the page resident
+                    unsafe { std::ptr::write_volatile(self.base.add(p as usize), 0) };
+                }
+            }
+            off += n;
+            if loud {
+                eprint!("\rfaultline: populating the RAM store: {} of {} MiB", off >> 20, self.size >> 20);
+            }
+        }
+        if loud {
+            eprintln!(" ({:.1} s)", t0.elapsed().as_secs_f64());
+        }
+        self.populated.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 }
 

@@ -653,7 +653,7 @@ pub fn flip_position(at: &FlipAt, seed: u64, block: u64, n: u64, bs: u64) -> (u3
     (byte, bit)
 }
 
-fn sample_delay(d: &DelayDist, seed: u64, n: u64) -> Duration {
+pub fn sample_delay(d: &DelayDist, seed: u64, n: u64) -> Duration {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let secs = match *d {
         DelayDist::Fixed(d) => return d,

@@ -92,6 +92,9 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
         }
         Request::ResetEpoch => {
             disk.engine.reset_epoch();
+            if let Some(l) = &disk.latency {
+                l.reset();
+            }
             json!({"log_total": disk.engine.log.total()})
         }
         Request::Info => info.clone(),
@@ -105,7 +108,14 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
         }
         Request::Clear => json!({"removed": disk.engine.clear()}),
         Request::Log { since, max } => serde_json::to_value(disk.engine.log.since(since, max))?,
-        Request::Stats => serde_json::to_value(disk.engine.stats())?,
+        Request::Stats => {
+            let mut v = serde_json::to_value(disk.engine.stats())?;
+            // the latency model is not a fault: its own section, beside the engine's figures
+            if let Some(l) = &disk.latency {
+                v["latency_model"] = serde_json::to_value(l.stats())?;
+            }
+            v
+        }
     })
 }
 

@@ -48,6 +48,8 @@ impl DiskServer {
             .arg(format!("--ring={}", d.front.ring))
             .arg(format!("--rq-affinity={}", d.front.rq_affinity))
             .arg(format!("--cpu-latency={}", d.front.cpu_latency))
+            .args(d.disk.latency.as_ref().map(|m| format!("--latency-yaml={}", m.to_yaml())))
+            .args(d.disk.populate.map(|p| format!("--populate={p}")))
             .arg("--socket")
             .arg(&socket)
             .arg(format!("--owned-by={}", std::process::id()))

@@ -47,6 +47,11 @@ pub struct DiskConfig {
     pub destructive: bool,
     /// Serve a device even though it carries a partition table or file-system signature.
     pub force: bool,
+    /// A service time per request (`spec::latency`, docs/latency.md); none: as fast as it goes.
+    pub latency: Option<super::latency::LatencyModel>,
+    /// Touch every page of a RAM store before the device appears; `None`: only where a latency
+    /// model is set (`DiskConfig::populates`).
+    pub populate: Option<bool>,
 }
 
 /// Experiments' disk size when the file gives none.
@@ -54,7 +59,15 @@ pub const DEFAULT_EXPERIMENT_SIZE: u64 = 1 << 30;
 
 impl Default for DiskConfig {
     fn default() -> DiskConfig {
-        DiskConfig { size: None, block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false }
+        DiskConfig { size: None, block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None }
+    }
+}
+
+impl DiskConfig {
+    /// Whether a RAM store is populated before the device appears: as asked, else where a
+    /// latency model is set (a simulated device must not change speed as it fills).
+    pub fn populates(&self) -> bool {
+        self.populate.unwrap_or(self.latency.is_some())
     }
 }
 

@@ -112,6 +112,9 @@ struct RawDisk {
     ring: Option<RingMode>,
     rq_affinity: Option<RqAffinity>,
     cpu_latency: Option<CpuLatency>,
+    /// a latency model inline, or a file (relative to the experiment file)
+    latency: Option<Spanned<WordOr<super::latency::RawLatency>>>,
+    populate: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -349,6 +352,19 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskSpec>, source: &str) -> 
                 "{source}:{at}: experiments use ram or file stores; a real device (destructive) is only served with `faultline serve --store device:PATH --destructive`"
             ));
         }
+    }
+    if let Some(l) = &v.latency {
+        let at = loc(l);
+        out.disk.latency = Some(match &l.value {
+            WordOr::Map(m) => super::latency::validate(m.clone(), source)?,
+            WordOr::Word(p) => {
+                let dir = std::path::Path::new(source).parent().unwrap_or(std::path::Path::new(""));
+                super::latency::parse_latency_file(&dir.join(p)).map_err(|e| format!("{source}:{at}: disk `latency`: {e}"))?
+            }
+        });
+    }
+    if let Some(p) = v.populate {
+        out.disk.populate = Some(p);
     }
     let f = &mut out.front;
     f.busy_poll = v.busy_poll.map_or(f.busy_poll, |b| b.0);

@@ -85,16 +85,16 @@ struct RawTarget {
 
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
-struct RawDelay {
-    distribution: String,
-    min: Option<Dur>,
-    max: Option<Dur>,
-    mean: Option<Dur>,
-    stddev: Option<Dur>,
-    median: Option<Dur>,
-    sigma: Option<f64>,
-    scale: Option<Dur>,
-    shape: Option<f64>,
+pub(crate) struct RawDelay {
+    pub(crate) distribution: String,
+    pub(crate) min: Option<Dur>,
+    pub(crate) max: Option<Dur>,
+    pub(crate) mean: Option<Dur>,
+    pub(crate) stddev: Option<Dur>,
+    pub(crate) median: Option<Dur>,
+    pub(crate) sigma: Option<f64>,
+    pub(crate) scale: Option<Dur>,
+    pub(crate) shape: Option<f64>,
 }
 
 /// `pattern: random` (a word: the published defaults) or `pattern: {burst: {ratio, length}}`.
@@ -653,7 +653,7 @@ fn parse_errno(e: Option<&NumOrWord>) -> Result<i32, String> {
     }
 }
 
-fn parse_delay(d: WordOr<RawDelay>) -> Result<DelayDist, String> {
+pub(crate) fn parse_delay(d: WordOr<RawDelay>) -> Result<DelayDist, String> {
     let raw = match d {
         WordOr::Word(w) => return super::units::parse_duration(&w).map(DelayDist::Fixed),
         WordOr::Map(m) => m,
