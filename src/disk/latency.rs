@@ -151,7 +151,7 @@ fn round3(x: f64) -> f64 {
 pub fn sample(m: &OpLatency, len: u64, seed: u64, n: u64) -> Duration {
     let base = match &m.base {
         ServiceDist::Dist(d) => crate::fault::engine::sample_delay(d, seed, n),
-        ServiceDist::Empirical(points) => {
+        ServiceDist::Empirical(points) | ServiceDist::Histogram { points, .. } => {
             let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             empirical_at(points, rng.random::<f64>())
         }
@@ -181,7 +181,11 @@ mod tests {
 
     #[test]
     fn size_term_and_empirical_sampling() {
-        let m = parse_latency("read: {distribution: fixed, mean: 10us, per_kib: 1us}\nwrite: {distribution: empirical, percentiles: {p0: 10us, p100: 20us}}\n", "t").unwrap();
+        let m = parse_latency(
+            "read: {distribution: fixed, mean: 10us, per_kib: 1us}\nwrite: {distribution: empirical, percentiles: {p0: 10us, p100: 20us}}\n",
+            "t",
+        )
+        .unwrap();
         let r = m.op(Op::Read).unwrap();
         assert_eq!(sample(r, 4096, 0, 0), Duration::from_micros(14));
         assert_eq!(sample(r, 128 << 10, 0, 1), Duration::from_micros(138));

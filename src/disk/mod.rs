@@ -331,7 +331,16 @@ mod tests {
     use crate::spec::rule::FlipAt;
 
     fn disk() -> Disk {
-        Disk::open(&DiskConfig { size: Some(1 << 24), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None }).unwrap()
+        Disk::open(&DiskConfig {
+            size: Some(1 << 24),
+            block_size: 4096,
+            store: StoreSpec::Ram,
+            destructive: false,
+            force: false,
+            latency: None,
+            populate: None,
+        })
+        .unwrap()
     }
 
     #[test]
@@ -566,7 +575,7 @@ mod tests {
         ];
         for (name, inner) in stores {
             let ctl = Arc::new(GateCtl::default());
-            let d = Disk { store: Box::new(Gated { inner, ctl: ctl.clone() }), engine: Engine::new(4096), block_size: 4096 };
+            let d = Disk { store: Box::new(Gated { inner, ctl: ctl.clone() }), engine: Engine::new(4096), block_size: 4096, latency: None };
             let at = FlipAt { byte: Some(0), bit: Some(0) };
             let (off, bs) = (3 * 4096u64, 4096usize);
             let rule = d.engine.add(vec![Rule::new(Action::Rot { at }, &[], Target::Range { start: off, end: off + bs as u64 })]).remove(0);

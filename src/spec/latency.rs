@@ -29,6 +29,19 @@ pub enum ServiceDist {
     /// both non-decreasing; sampled by linear interpolation between points, clamped to the
     /// first and last. A percentile table is these points; a histogram's bins become them.
     Empirical(Vec<(f64, Duration)>),
+    /// A histogram as given (bins: from, to, count), kept for printing; sampled through
+    /// `points`, its CDF (uniform within each bin).
+    Histogram { bins: Vec<(Duration, Duration, u64)>, points: Vec<(f64, Duration)> },
+}
+
+impl ServiceDist {
+    /// The CDF points of an empirical form.
+    pub fn points(&self) -> Option<&[(f64, Duration)]> {
+        match self {
+            ServiceDist::Dist(_) => None,
+            ServiceDist::Empirical(p) | ServiceDist::Histogram { points: p, .. } => Some(p),
+        }
+    }
 }
 
 /// One op's model: a base time plus a size term.
@@ -73,6 +86,12 @@ impl LatencyModel {
                     };
                     for (k, v) in kv {
                         s += &format!("  {k}: {v}\n");
+                    }
+                }
+                ServiceDist::Histogram { bins, .. } => {
+                    s += "  distribution: histogram\n  bins:\n";
+                    for (from, to, count) in bins {
+                        s += &format!("    - {{from: {}, to: {}, count: {count}}}\n", ns(*from), ns(*to));
                     }
                 }
                 ServiceDist::Empirical(points) => {
@@ -202,7 +221,9 @@ fn op_model(r: WordOr<RawOp>) -> Result<OpLatency, String> {
             ("bins", r.bins.is_some()),
         ];
         match given.iter().find(|(k, set)| *set && !allowed.contains(k)) {
-            Some((k, _)) => Err(format!("`{k}` does not belong to distribution `{dist}`; it takes {}", if allowed.is_empty() { "none".into() } else { allowed.join(", ") })),
+            Some((k, _)) => {
+                Err(format!("`{k}` does not belong to distribution `{dist}`; it takes {}", if allowed.is_empty() { "none".into() } else { allowed.join(", ") }))
+            }
             None => Ok(()),
         }
     };
@@ -219,7 +240,9 @@ fn op_model(r: WordOr<RawOp>) -> Result<OpLatency, String> {
         }
         "histogram" => {
             only(&["bins"])?;
-            ServiceDist::Empirical(histogram_points(r.bins.as_ref().ok_or("distribution histogram needs `bins`, e.g. [{from: 10us, to: 20us, count: 5}]")?)?)
+            let bins = r.bins.as_ref().ok_or("distribution histogram needs `bins`, e.g. [{from: 10us, to: 20us, count: 5}]")?;
+            let points = histogram_points(bins)?;
+            ServiceDist::Histogram { bins: bins.iter().map(|b| (b.from.0, b.to.0, b.count)).collect(), points }
         }
         d => {
             let allowed: &[&str] = match d {
@@ -244,7 +267,10 @@ fn op_model(r: WordOr<RawOp>) -> Result<OpLatency, String> {
                 scale: r.scale,
                 shape: r.shape,
             };
-            ServiceDist::Dist(parse_delay(WordOr::Map(raw)).map_err(|e| e.replace("allowed: fixed, uniform, normal, lognormal, pareto", &format!("allowed: {DISTRIBUTIONS}")))?)
+            ServiceDist::Dist(
+                parse_delay(WordOr::Map(raw))
+                    .map_err(|e| e.replace("allowed: fixed, uniform, normal, lognormal, pareto", &format!("allowed: {DISTRIBUTIONS}")))?,
+            )
         }
     };
     Ok(OpLatency { base, per_kib })
@@ -261,6 +287,9 @@ fn percentile_points(t: &BTreeMap<String, Dur>) -> Result<Vec<(f64, Duration)>, 
         v.push((p / 100.0, d.0));
     }
     v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    if let Some(w) = v.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(format!("percentile p{} is given twice", fmt_pct(w[0].0 * 100.0)));
+    }
     if v.is_empty() {
         return Err("`percentiles` is empty; give at least one, e.g. {p50: 20us}".into());
     }
@@ -337,8 +366,12 @@ mod tests {
         assert_eq!(m.op(Op::Read).unwrap().base, ServiceDist::Dist(DelayDist::Fixed(Duration::from_micros(50))));
         assert_eq!(m.op(Op::Write).unwrap().per_kib, Duration::from_nanos(500));
         let ServiceDist::Empirical(f) = &m.op(Op::Flush).unwrap().base else { panic!() };
-        assert_eq!(f, &vec![(0.01, Duration::from_micros(10)), (0.5, Duration::from_micros(20)), (0.999, Duration::from_micros(80))]);
-        let ServiceDist::Empirical(h) = &m.op(Op::Discard).unwrap().base else { panic!() };
+        let want = [(0.01, 10), (0.5, 20), (0.999, 80)];
+        assert_eq!(f.len(), 3);
+        for ((q, v), (wq, wv)) in f.iter().zip(want) {
+            assert!((q - wq).abs() < 1e-12 && *v == Duration::from_micros(wv), "{f:?}");
+        }
+        let h = m.op(Op::Discard).unwrap().base.points().unwrap();
         assert_eq!(h.len(), 4);
         assert_eq!(empirical_at(h, 0.375), Duration::from_micros(15));
         assert_eq!(empirical_at(h, 0.875), Duration::from_micros(35));
@@ -368,7 +401,9 @@ mod tests {
         let e = parse_latency("read: 50us\nreads: 3us\n", "m.yaml").unwrap_err();
         assert!(e.contains("m.yaml") && e.contains("line 2"), "{e}");
         let e = parse_latency("read: 50\n", "m.yaml").unwrap_err();
-        assert!(e.contains("m.yaml:1:") && e.contains("no unit"), "{e}");
+        assert!(e.contains("m.yaml") && e.contains("line 1 column"), "{e}");
+        let e = parse_latency("read: {mean: 50}\n", "m.yaml").unwrap_err();
+        assert!(e.contains("m.yaml") && e.contains("no unit"), "{e}");
         let e = parse_latency("read: {distribution: uniform, min: 3us, max: 5us, median: 4us}\n", "m.yaml").unwrap_err();
         assert!(e.contains("`median` does not belong"), "{e}");
     }

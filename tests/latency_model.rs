@@ -1,0 +1,218 @@
+//! The latency model on real loop devices, measured by fio (client side) and by the daemon's
+//! own stats: a fixed service time, the size term, channels, an empirical table, populate, and
+//! bad model files. Timing comparisons are always against the same disk without the model in
+//! the same test, on low percentiles (the machine is shared; the tail is its noise), with
+//! tolerances that the difference cannot meet without the model.
+
+mod common;
+use common::*;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Mutex;
+
+/// One test at a time in this binary: they measure latencies.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn have_fio() -> bool {
+    if Command::new("fio").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return true;
+    }
+    skip("", "needs fio");
+    false
+}
+
+/// Client-side completion latencies (µs) of one fio job: p10, p50, mean, IOPS.
+struct Fio {
+    p10: f64,
+    p50: f64,
+    mean: f64,
+    iops: f64,
+}
+
+fn fio(dev: &Path, rw: &str, bs: &str, qd: u32, secs: u32) -> Fio {
+    let out = Command::new("fio")
+        .args(["--name=t", "--direct=1", "--size=64M", "--time_based", "--output-format=json"])
+        .arg(format!("--filename={}", dev.display()))
+        .arg(format!("--rw={rw}"))
+        .arg(format!("--bs={bs}"))
+        .arg(format!("--iodepth={qd}"))
+        .arg(format!("--ioengine={}", if qd > 1 { "libaio" } else { "psync" }))
+        .arg(format!("--runtime={secs}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fio: {}", String::from_utf8_lossy(&out.stderr));
+    let j: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dir = if rw.contains("write") { "write" } else { "read" };
+    let r = &j["jobs"][0][dir];
+    let c = &r["clat_ns"];
+    let p = |k: &str| c["percentile"][k].as_f64().unwrap() / 1e3;
+    Fio { p10: p("10.000000"), p50: p("50.000000"), mean: c["mean"].as_f64().unwrap() / 1e3, iops: r["iops"].as_f64().unwrap() }
+}
+
+fn serve_with(model: Option<&str>, extra: &[&str]) -> Serve {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args: Vec<String> = vec!["--size".into(), "256MiB".into()];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    if let Some(m) = model {
+        let p = dir.path().join("model.yaml");
+        std::fs::write(&p, m).unwrap();
+        args.push("--latency".into());
+        args.push(p.display().to_string());
+    }
+    let a: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+    let s = Serve::start_args(&a, "rules: []\n");
+    // keep the model file until the server has read it (it has: the device is up)
+    drop(dir);
+    s
+}
+
+fn model_stats(s: &Serve) -> Value {
+    s.call(json!({"cmd": "stats"}))["latency_model"].clone()
+}
+
+#[test]
+fn fixed_service_time_and_size_term() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have_fio() {
+        return;
+    }
+    // same disk settings, without and with the model; reads of 4 KiB and 128 KiB
+    let s = serve_with(None, &[]);
+    let (b4, b128) = (fio(&s.dev, "randread", "4k", 1, 3), fio(&s.dev, "randread", "128k", 1, 3));
+    s.stop();
+    let s = serve_with(Some("read: {distribution: fixed, mean: 50us, per_kib: 1us}\n"), &[]);
+    let (m4, m128) = (fio(&s.dev, "randread", "4k", 1, 3), fio(&s.dev, "randread", "128k", 1, 3));
+    let st = model_stats(&s);
+    s.stop();
+    eprintln!(
+        "4k: p10 {:.1} -> {:.1}, p50 {:.1} -> {:.1}; 128k: p10 {:.1} -> {:.1}, p50 {:.1} -> {:.1}",
+        b4.p10, m4.p10, b4.p50, m4.p50, b128.p10, m128.p10, b128.p50, m128.p50
+    );
+    // 4 KiB: 50 + 4 x 1 µs from arrival at the daemon; the part of the base path inside the
+    // daemon is hidden by it, so the difference is at most the service time and, on a busy
+    // machine, at least most of it
+    let d4 = m4.p10 - b4.p10;
+    assert!((35.0..=80.0).contains(&d4), "4 KiB reads: +{d4:.1} µs at p10 with a 54 µs model");
+    // 128 KiB: 50 + 128 µs; the size term makes them (128 - 4) µs slower than 4 KiB ones
+    // beyond what the base path already adds for the size
+    let extra = (m128.p10 - m4.p10) - (b128.p10 - b4.p10);
+    assert!((124.0 * 0.7..=124.0 * 1.3 + 15.0).contains(&extra), "size term: 128 KiB reads +{extra:.1} µs over 4 KiB ones, model says 124");
+    // the daemon's own figures: the sampled service times
+    let r = &st["ops"]["read"];
+    assert!(r["count"].as_u64().unwrap() > 100, "{st}");
+    let p50 = r["service"]["p50_us"].as_f64().unwrap();
+    assert!((54.0 * 0.99..=178.0 * 1.01).contains(&p50), "{st}");
+    assert!(r["wait"]["mean_us"].as_f64().unwrap() < 0.01, "no channels, no waiting: {st}");
+}
+
+#[test]
+fn one_channel_queues_requests() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have_fio() {
+        return;
+    }
+    let service = 200.0;
+    let s = serve_with(Some("read: 200us\n"), &[]);
+    let free = fio(&s.dev, "randread", "4k", 4, 3);
+    s.stop();
+    let s = serve_with(Some("read: 200us\nchannels: 1\n"), &[]);
+    let one = fio(&s.dev, "randread", "4k", 4, 3);
+    let st = model_stats(&s);
+    s.stop();
+    eprintln!("QD4: unlimited {:.0} IOPS (mean {:.0} µs), 1 channel {:.0} IOPS (mean {:.0} µs); {st}", free.iops, free.mean, one.iops, one.mean);
+    // one channel serves one request per 200 µs at most
+    let cap = 1e6 / service;
+    assert!(one.iops <= cap * 1.03, "1 channel of {service} µs: {:.0} IOPS, cap {cap:.0}", one.iops);
+    assert!(free.iops > one.iops * 1.4, "unlimited channels at QD4 should beat one: {:.0} vs {:.0}", free.iops, one.iops);
+    // requests waited behind each other: at QD4, up to 3 service times
+    let w = &st["ops"]["read"]["wait"];
+    assert!(w["mean_us"].as_f64().unwrap() > service * 0.5, "{st}");
+    assert!(w["p99_us"].as_f64().unwrap() <= service * 3.0 * 1.05 + 50.0, "{st}");
+    assert_eq!(st["channels"], json!(1));
+}
+
+#[test]
+fn empirical_table_is_recovered_by_the_daemon() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let s = serve_with(Some("read: {distribution: empirical, percentiles: {p0: 20us, p50: 40us, p90: 100us, p100: 200us}}\nseed: 3\n"), &[]);
+    let d = s.open();
+    for i in 0..3000u64 {
+        read_block(&d, (i * 7) % 4096).unwrap();
+    }
+    let st = model_stats(&s);
+    drop(d);
+    s.stop();
+    let sv = &st["ops"]["read"]["service"];
+    let (p50, p99, mean) = (sv["p50_us"].as_f64().unwrap(), sv["p99_us"].as_f64().unwrap(), sv["mean_us"].as_f64().unwrap());
+    // the table's p50, p99 (linear between p90 and p100: 190) and mean (the areas of the
+    // three linear pieces: 0.5 x 30 + 0.4 x 70 + 0.1 x 150 = 58)
+    assert!((p50 - 40.0).abs() <= 40.0 * 0.05, "p50 {p50}: {st}");
+    assert!((p99 - 190.0).abs() <= 190.0 * 0.05, "p99 {p99}: {st}");
+    assert!((mean - 58.0).abs() <= 58.0 * 0.05, "mean {mean}: {st}");
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    let t = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = t.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches("kB").trim().parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+fn populate_makes_the_store_resident_before_the_device_appears() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let size = 256u64 << 20;
+    // measured as soon as the device line is out: the store was populated before that
+    let s = serve_with(None, &["--populate"]);
+    let with = rss_bytes(s.pid());
+    s.stop();
+    let s = serve_with(None, &[]);
+    let without = rss_bytes(s.pid());
+    s.stop();
+    // a latency model populates by default; `--populate false` turns it off
+    let s = serve_with(Some("read: 10us\n"), &[]);
+    let model = rss_bytes(s.pid());
+    s.stop();
+    let s = serve_with(Some("read: 10us\n"), &["--populate", "false"]);
+    let model_off = rss_bytes(s.pid());
+    s.stop();
+    eprintln!("RSS: populate {with}, none {without}, model {model}, model with --populate false {model_off}");
+    assert!(with >= size, "populated: RSS {with} < disk size {size}");
+    assert!(model >= size, "a model populates by default: RSS {model}");
+    assert!(without < size / 2 && model_off < size / 2, "unpopulated stores stay sparse: {without}, {model_off}");
+}
+
+#[test]
+fn populate_refuses_a_disk_larger_than_memory() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(total) = faultline::sys::mem_total() else {
+        skip("", "no MemTotal in /proc/meminfo");
+        return;
+    };
+    let size = format!("{}MiB", (total >> 20) * 2);
+    let out = Command::new(bin()).args(["serve", "--size", &size, "--populate"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("cannot populate") && err.contains("memory"), "{err}");
+}
+
+#[test]
+fn bad_latency_files_name_file_line_and_what_is_allowed() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    for (text, line, want) in [
+        ("read: 50us\nwrite: {distribution: gamma, mean: 3us}\n", 2, "allowed: fixed, uniform, normal, lognormal, pareto, empirical, histogram"),
+        ("read: 50us\nchannels: 0\n", 2, "allowed: 1 to"),
+        ("read:\n  distribution: empirical\n  percentiles: {p50: 20us, p90: 10us}\n", 2, "must not decrease"),
+        ("read: 50us\nflush: 3parsecs\n", 2, "unknown duration unit"),
+        ("read: 50us\nreads: 3us\n", 2, "unknown field"),
+    ] {
+        let p = dir.path().join("bad.yaml");
+        std::fs::write(&p, text).unwrap();
+        let out = Command::new(bin()).args(["serve", "--size", "64MiB", "--latency"]).arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        // our own checks say FILE:LINE:COL, the YAML reader's say FILE: ... line L column C
+        let at = format!("{}:{line}:", p.display());
+        let located = err.contains(&at) || (err.contains(&p.display().to_string()) && err.contains(&format!("line {line} column")));
+        assert!(!out.status.success() && located && err.contains(want), "want {at} and {want:?}, got {err}");
+    }
+}
