@@ -38,7 +38,7 @@ pub struct Lateness {
     buckets: Vec<AtomicU64>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LatenessSummary {
     pub count: u64,
     pub p50_us: u64,

@@ -59,6 +59,20 @@ pub struct Repetition {
     pub flowops: BTreeMap<String, FlowopStats>,
     /// Personality workloads: flowops that found no file to work on (see docs/workload.md).
     pub flowops_skipped: u64,
+    /// Disks with a latency model (docs/latency.md): its service and channel-wait times over
+    /// the repetition, and how late replies went out versus their due time.
+    pub latency_model: Vec<DiskLatencyModel>,
+}
+
+/// One disk's latency-model figures in a repetition.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DiskLatencyModel {
+    pub disk: u32,
+    #[serde(flatten)]
+    pub stats: crate::disk::latency::LatencyStats,
+    /// Late replies (the model's and delay rules'): how late after their due time.
+    pub reply_lateness: Option<crate::fault::log::LatenessSummary>,
 }
 
 /// One flowop type of a personality repetition: count, rate and latency of the whole flowop.

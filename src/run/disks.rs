@@ -134,6 +134,15 @@ impl DiskServer {
         Ok(serde_json::from_value(self.call(json!({"cmd": "stats"}))?)?)
     }
 
+    /// The latency model's figures and the replies' lateness, if the disk has a model.
+    pub fn latency_stats(&self) -> Result<Option<(crate::disk::latency::LatencyStats, crate::fault::log::LatenessSummary)>> {
+        let mut v = self.call(json!({"cmd": "stats"}))?;
+        if v["latency_model"].is_null() {
+            return Ok(None);
+        }
+        Ok(Some((serde_json::from_value(v["latency_model"].take())?, serde_json::from_value(v["delay_lateness"].take())?)))
+    }
+
     /// Restart the fault clock; returns the log's sequence number at that moment.
     pub fn reset_epoch(&self) -> Result<u64> {
         let v = self.call(json!({"cmd": "reset_epoch"}))?;

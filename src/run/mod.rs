@@ -205,10 +205,17 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     };
     r.notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
     let (faults, rules) = collect(&mut r, &built.disks, &seq0)?;
+    let mut latency_model = Vec::new();
+    for (i, d) in built.disks.iter().enumerate() {
+        if let Some((stats, late)) = d.latency_stats()? {
+            latency_model.push(rm::DiskLatencyModel { disk: i as u32, stats, reply_lateness: Some(late) });
+        }
+    }
     let mut notes = r.notes;
     notes.extend(built.teardown()?);
     let mut rep = collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes);
     rep.monitor = monitored;
+    rep.latency_model = latency_model;
     Ok(rep)
 }
 

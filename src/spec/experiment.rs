@@ -570,4 +570,18 @@ mod tests {
         let e = cl("disk: {cpu_latency: 0}\n").unwrap_err();
         assert!(e.contains("t.yaml") && e.contains("line 2") && e.contains("allowed: auto, keep, hold"), "{e}");
     }
+
+    #[test]
+    fn disk_latency_inline_and_populate() {
+        let e = parse_experiment("name: x\ndisk: {latency: {read: 50us, channels: 2}, populate: false}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap();
+        let d = &e.setups[0].disk.disk;
+        let m = d.latency.as_ref().unwrap();
+        assert_eq!((m.channels, d.populate, d.populates()), (Some(2), Some(false), false));
+        let e = parse_experiment("name: x\ndisk: {latency: {read: 50us}}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap();
+        assert!(e.setups[0].disk.disk.populates(), "a model populates by default");
+        let e = parse_experiment("name: x\ndisk:\n  latency: {read: {distribution: gamma}}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap_err();
+        assert!(e.starts_with("t.yaml:3:") && e.contains("allowed: fixed"), "{e}");
+        let e = parse_experiment("name: x\ndisk: {latency: no-such-model.yaml}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap_err();
+        assert!(e.starts_with("t.yaml:2:") && e.contains("cannot read latency file"), "{e}");
+    }
 }
