@@ -133,6 +133,10 @@ enum Cmd {
     /// Run a workload (block device or files; flags or --spec YAML, docs/workload.md); saves
     /// results, a time series and the content maps for `verify`.
     Workload(faultline::cli::workload::WorkloadArgs),
+    /// Fit a latency model to a real device with fio (read-only unless --destructive names
+    /// it) or to a fio result, write it as YAML, then compare a faultline disk with it
+    /// against the device on the same job (docs/latency.md).
+    Calibrate(faultline::cli::calibrate::CalibrateArgs),
     /// Reread every block a workload wrote and classify it: ok, corrupted (misdirected),
     /// unreadable, short, missing.
     Verify(faultline::cli::workload::VerifyArgs),
@@ -271,6 +275,7 @@ fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Profile { paths, block_size, out } => profile(&paths, block_size, out),
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
+        Cmd::Calibrate(a) => faultline::cli::calibrate::calibrate(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
         Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),

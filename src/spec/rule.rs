@@ -8,7 +8,7 @@ use std::time::Duration;
 pub type RuleId = u64;
 
 /// Request kinds the front end delivers to the disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
     Read,
