@@ -216,3 +216,70 @@ fn bad_latency_files_name_file_line_and_what_is_allowed() {
         assert!(!out.status.success() && located && err.contains(want), "want {at} and {want:?}, got {err}");
     }
 }
+
+/// The p-th percentile (0..1) of an op's table in a model file.
+fn model_at(path: &Path, op: faultline::spec::rule::Op, q: f64) -> f64 {
+    let m = faultline::spec::latency::parse_latency_file(path).unwrap();
+    let pts = m.op(op).unwrap().base.points().unwrap().to_vec();
+    faultline::spec::latency::empirical_at(&pts, q).as_secs_f64() * 1e6
+}
+
+/// A faultline disk with a known model is the "real device": calibrate measures it (read-only),
+/// fits, and the fitted table recovers the known one (the path on top is taken off).
+#[test]
+fn calibrate_recovers_a_known_model() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have_fio() {
+        return;
+    }
+    let known = "read: {distribution: empirical, percentiles: {p0: 80us, p50: 100us, p90: 150us, p100: 300us}}\n";
+    let s = serve_with(Some(known), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("fitted.yaml");
+    let out = Command::new(bin()).arg("calibrate").arg(&s.dev).args(["--runtime", "3", "--size", "128MiB", "-o"]).arg(&out_path).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success());
+    // fio's --readonly: the device was never written
+    let st = s.call(json!({"cmd": "stats"}));
+    assert_eq!(st["latency_model"]["ops"].get("write"), None, "calibrate wrote to the device: {st}");
+    s.stop();
+    let op = faultline::spec::rule::Op::Read;
+    let (p50, p90) = (model_at(&out_path, op, 0.5), model_at(&out_path, op, 0.9));
+    eprintln!("fitted p50 {p50:.1} µs (known 100), p90 {p90:.1} µs (known 150)");
+    assert!((p50 - 100.0).abs() <= 12.0, "fitted p50 {p50:.1} µs, known 100");
+    assert!((p90 - 150.0).abs() <= 25.0, "fitted p90 {p90:.1} µs, known 150");
+    assert!(stdout.contains("p95") && stdout.contains("ratio") && stdout.contains("goal"), "{stdout}");
+}
+
+/// A fio JSON result brought by the user: with --no-subtract the table is fio's percentiles.
+#[test]
+fn calibrate_from_fio_json() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have_fio() {
+        return;
+    }
+    let s = serve_with(None, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("r.json");
+    let o = Command::new("fio")
+        .args(["--name=t", "--direct=1", "--readonly", "--rw=randread", "--bs=4k", "--size=64M", "--runtime=1", "--time_based", "--output-format=json"])
+        .arg(format!("--filename={}", s.dev.display()))
+        .output()
+        .unwrap();
+    s.stop();
+    std::fs::write(&json_path, &o.stdout).unwrap();
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let out_path = dir.path().join("m.yaml");
+    let r =
+        Command::new(bin()).arg("calibrate").arg("--from-fio").arg(&json_path).args(["--no-subtract", "--no-compare", "-o"]).arg(&out_path).output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let want = j["jobs"][0]["read"]["clat_ns"]["percentile"]["50.000000"].as_f64().unwrap() / 1e3;
+    let got = model_at(&out_path, faultline::spec::rule::Op::Read, 0.5);
+    assert!((got - want).abs() < 0.01, "p50 {got} µs, fio said {want}");
+    // a file that is neither JSON nor a latency log
+    std::fs::write(&json_path, "hello\n").unwrap();
+    let r = Command::new(bin()).arg("calibrate").arg("--from-fio").arg(&json_path).args(["--no-compare", "-o"]).arg(&out_path).output().unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && err.contains("line 1") && err.contains("latency log"), "{err}");
+}

@@ -8,9 +8,10 @@
 //! device), because the model's time runs from the request's arrival at the daemon and that
 //! path comes on top. Nothing cleverer (no deconvolution): the shape of the real device's
 //! distribution is kept as measured, shifted by the base path's median. That first fit is then
-//! served and measured once, and whatever its median still differs from the device's (a
-//! modelled reply goes out from a timer while the client sleeps, which costs more than the
-//! base path's immediate reply) is taken off too: one correction step. `--no-subtract` keeps
+//! served and measured once, and at each percentile whatever it still differs from the device
+//! by (a modelled reply goes out from a timer while the client sleeps, which costs more than
+//! the base path's immediate reply, and more so on a busy machine) is taken off too: one
+//! quantile-matching step (above p99, the p99 correction). `--no-subtract` keeps
 //! the raw table. With two block sizes (`--bs 4k,128k`), the size term is the difference of
 //! the medians per KiB (base path's own difference taken off), and the table is the smaller
 //! size's, less its size term.
@@ -107,8 +108,8 @@ fn key(p: f64) -> u64 {
 const FIO_PCTS: &str = "1:5:10:20:30:40:50:60:70:80:90:95:99:99.5:99.9:99.99";
 /// The table fitted from a latency log (every completion).
 const GRID: &[f64] = &[
-    0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 55.0, 60.0, 65.0, 70.0, 75.0, 80.0, 85.0, 90.0, 92.5, 95.0, 96.0, 97.0,
-    98.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0,
+    0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0, 45.0, 50.0, 55.0, 60.0, 65.0, 70.0, 75.0, 80.0, 85.0, 90.0, 92.5, 95.0, 96.0,
+    97.0, 98.0, 99.0, 99.5, 99.9, 99.95, 99.99, 100.0,
 ];
 
 fn quantile(sorted: &[u64], q: f64) -> f64 {
@@ -244,11 +245,11 @@ fn measured_from_file(p: &Path) -> Result<(BTreeMap<Op, Measured>, Option<Job>)>
     }
 }
 
-/// The table for one op: measured points less `shift` ns, clamped at 0.
-fn table(m: &Measured, shift: f64) -> Vec<(f64, Duration)> {
+/// The table for one op: each measured point (percentile p) less `shift(p)` ns, clamped at 0.
+fn table(m: &Measured, shift: impl Fn(f64) -> f64) -> Vec<(f64, Duration)> {
     let pts: Vec<(f64, f64)> =
         if m.samples.is_empty() { m.pct.iter().map(|(k, v)| (*k as f64 / 1e4, *v)).collect() } else { GRID.iter().map(|&p| (p, m.at(p))).collect() };
-    let mut out: Vec<(f64, Duration)> = pts.into_iter().map(|(p, v)| (p / 100.0, Duration::from_nanos((v - shift).max(0.0).round() as u64))).collect();
+    let mut out: Vec<(f64, Duration)> = pts.into_iter().map(|(p, v)| (p / 100.0, Duration::from_nanos((v - shift(p)).max(0.0).round() as u64))).collect();
     // fio's histogram percentiles are non-decreasing; keep them so after rounding
     for i in 1..out.len() {
         if out[i].1 < out[i - 1].1 {
@@ -270,8 +271,17 @@ fn on_faultline(size: u64, model: Option<LatencyModel>, job: &Job) -> Result<BTr
     r
 }
 
+/// Like `on_faultline`, with every completion (fio's latency log).
+fn on_faultline_logged(size: u64, model: Option<LatencyModel>, job: &Job) -> Result<BTreeMap<Op, Measured>> {
+    let s = serve(size, model)?;
+    let r = fio(&s.device, job, true, true);
+    s.stop()?;
+    r
+}
+
 pub fn calibrate(a: CalibrateArgs) -> Result<()> {
-    let sizes: Vec<u64> = a.bs.split(',').map(|b| crate::spec::units::parse_size(b.trim())).collect::<std::result::Result<_, _>>().map_err(anyhow::Error::msg)?;
+    let sizes: Vec<u64> =
+        a.bs.split(',').map(|b| crate::spec::units::parse_size(b.trim())).collect::<std::result::Result<_, _>>().map_err(anyhow::Error::msg)?;
     if sizes.is_empty() || sizes.len() > 2 || sizes.iter().any(|b| *b == 0 || b % 512 != 0) {
         bail!("--bs {}: give one or two block sizes, multiples of 512 (e.g. 4k or 4k,128k)", a.bs);
     }
@@ -282,14 +292,22 @@ pub fn calibrate(a: CalibrateArgs) -> Result<()> {
     match (&a.target, &a.from_fio) {
         (Some(t), None) => {
             let destructive = a.destructive.as_ref().is_some_and(|d| same_file(d, t));
-            if a.destructive.is_some() && !destructive {
-                bail!("--destructive names {}, not the target {}; a device is written only when --destructive names it", a.destructive.as_ref().unwrap().display(), t.display());
+            if let Some(d) = a.destructive.as_ref().filter(|_| !destructive) {
+                bail!("--destructive names {}, not the target {}; a device is written only when --destructive names it", d.display(), t.display());
             }
             if writes(&job.rw) && !destructive {
                 bail!("--rw {} writes to {}; calibrate never writes to a device unless --destructive names it (or use --rw randread)", job.rw, t.display());
             }
             for &bs in &sizes {
-                eprintln!("faultline calibrate: measuring {} ({} {} B, QD{}, {} s){}", t.display(), job.rw, bs, job.iodepth, job.runtime, if destructive { "" } else { ", read-only" });
+                eprintln!(
+                    "faultline calibrate: measuring {} ({} {} B, QD{}, {} s){}",
+                    t.display(),
+                    job.rw,
+                    bs,
+                    job.iodepth,
+                    job.runtime,
+                    if destructive { "" } else { ", read-only" }
+                );
                 real.push((bs, fio(t, &Job { bs, ..job.clone() }, true, destructive)?));
             }
             source = format!("fio {} bs={} iodepth={} on {}", job.rw, a.bs, job.iodepth, t.display());
@@ -318,21 +336,26 @@ pub fn calibrate(a: CalibrateArgs) -> Result<()> {
         }
     }
     let p50 = |v: &[(u64, BTreeMap<Op, Measured>)], i: usize, op: Op| v.get(i).and_then(|x| x.1.get(&op)).map_or(0.0, |m| m.at(50.0));
-    // `extra`: per op, what a modelled reply costs beyond the base path's median (a reply due
-    // later goes out from a timer, and the client sleeps through the wait)
-    let fit = |extra: &BTreeMap<Op, f64>| {
+    // `extra`: per op, the first fit served and measured; at each percentile, what it still
+    // costs beyond the device (a reply due later goes out from a timer, and the client sleeps
+    // through the wait; on a busy machine that varies, hence per percentile)
+    let fit = |extra: &BTreeMap<Op, Measured>| {
         let mut model = LatencyModel { channels: a.channels, ..Default::default() };
         for (op, m) in &real[0].1 {
-            let shift = p50(&base, 0, *op) + extra.get(op).copied().unwrap_or(0.0);
-        let per_kib = if real.len() == 2 {
-            let kib = (real[1].0 as f64 - real[0].0 as f64) / 1024.0;
-            let d = (p50(&real, 1, *op) - p50(&real, 0, *op)) - (p50(&base, 1, *op) - p50(&base, 0, *op));
-            (d / kib).max(0.0)
-        } else {
-            0.0
-        };
-        let shift = shift + per_kib * real[0].0 as f64 / 1024.0;
-            model.ops[*op as usize] = Some(OpLatency { base: ServiceDist::Empirical(table(m, shift)), per_kib: Duration::from_nanos(per_kib.round() as u64) });
+            let base_p50 = p50(&base, 0, *op);
+            let probe = extra.get(op);
+            // above p99 the probe's own noise dominates: the p99 correction holds there
+            let shift = |p: f64| base_p50 + probe.map_or(0.0, |f| f.at(p.min(99.0)) - m.at(p.min(99.0)));
+            let per_kib = if real.len() == 2 {
+                let kib = (real[1].0 as f64 - real[0].0 as f64) / 1024.0;
+                let d = (p50(&real, 1, *op) - p50(&real, 0, *op)) - (p50(&base, 1, *op) - p50(&base, 0, *op));
+                (d / kib).max(0.0)
+            } else {
+                0.0
+            };
+            let size_part = per_kib * real[0].0 as f64 / 1024.0;
+            model.ops[*op as usize] =
+                Some(OpLatency { base: ServiceDist::Empirical(table(m, |p| shift(p) + size_part)), per_kib: Duration::from_nanos(per_kib.round() as u64) });
         }
         model
     };
@@ -341,17 +364,17 @@ pub fn calibrate(a: CalibrateArgs) -> Result<()> {
         // one correction step: serve the first fit, and take off what the medians still differ
         let (bs, r) = &real[0];
         eprintln!("faultline calibrate: probing the first fit on a faultline disk ({bs} B)");
-        let f = on_faultline(a.size, Some(fit(&extra)), &Job { bs: *bs, runtime: job.runtime.min(5), ..job.clone() })?;
-        for (op, rm) in r {
-            if let Some(fm) = f.get(op) {
-                extra.insert(*op, fm.at(50.0) - rm.at(50.0));
-            }
-        }
+        let _ = r;
+        extra = on_faultline_logged(a.size, Some(fit(&extra)), &Job { bs: *bs, ..job.clone() })?;
     }
     let model = fit(&extra);
     let text = format!(
         "# faultline latency model (docs/latency.md), fitted by `faultline calibrate` to {source}\n# table: measured completion latencies{}\n{}",
-        if a.no_subtract { "".to_string() } else { " less the faultline disk's own median path (measured, then corrected once)".to_string() },
+        if a.no_subtract {
+            "".to_string()
+        } else {
+            " less the faultline disk's own path (its median, then per percentile what a served first fit still differed by)".to_string()
+        },
         model.to_yaml()
     );
     std::fs::write(&a.out, &text).with_context(|| format!("cannot write {}", a.out.display()))?;
@@ -366,12 +389,24 @@ pub fn calibrate(a: CalibrateArgs) -> Result<()> {
         for (op, rm) in r {
             let Some(fm) = f.get(op) else { continue };
             println!("{} {} B QD{}:  {:>6} {:>12} {:>12} {:>8}", op.name(), bs, job.iodepth, "", "real µs", "faultline µs", "ratio");
-            let rows = [("mean", rm.mean, fm.mean, 0.05), ("p50", rm.at(50.0), fm.at(50.0), 0.05), ("p90", rm.at(90.0), fm.at(90.0), 0.05), ("p95", rm.at(95.0), fm.at(95.0), 0.10), ("p99", rm.at(99.0), fm.at(99.0), f64::INFINITY)];
+            let rows = [
+                ("mean", rm.mean, fm.mean, 0.05),
+                ("p50", rm.at(50.0), fm.at(50.0), 0.05),
+                ("p90", rm.at(90.0), fm.at(90.0), 0.05),
+                ("p95", rm.at(95.0), fm.at(95.0), 0.10),
+                ("p99", rm.at(99.0), fm.at(99.0), f64::INFINITY),
+            ];
             for (name, x, y, tol) in rows {
                 let ratio = y / x;
                 let ok = (ratio - 1.0).abs() <= tol;
                 all_ok &= ok;
-                println!("  {name:>6} {:>12.1} {:>12.1} {:>8.3}{}", x / 1e3, y / 1e3, ratio, if tol.is_finite() { if ok { "  ok" } else { "  OFF" } } else { "" });
+                println!(
+                    "  {name:>6} {:>12.1} {:>12.1} {:>8.3}{}",
+                    x / 1e3,
+                    y / 1e3,
+                    ratio,
+                    if tol.is_finite() { if ok { "  ok" } else { "  OFF" } } else { "" }
+                );
             }
         }
     }
@@ -396,7 +431,7 @@ mod tests {
         assert_eq!(m[&Op::Read], vec![100, 200, 300]);
         assert_eq!(m[&Op::Write], vec![999]);
         let me = Measured { mean: 200.0, pct: BTreeMap::new(), samples: m[&Op::Read].clone() };
-        let t = table(&me, 50.0);
+        let t = table(&me, |_| 50.0);
         assert_eq!(t.first().unwrap(), &(0.0, Duration::from_nanos(50)));
         assert_eq!(t.last().unwrap(), &(1.0, Duration::from_nanos(250)));
         assert!(from_lat_log("x y z\n").unwrap_err().to_string().contains("line 1"));
