@@ -344,8 +344,15 @@ pub fn calibrate(a: CalibrateArgs) -> Result<()> {
         for (op, m) in &real[0].1 {
             let base_p50 = p50(&base, 0, *op);
             let probe = extra.get(op);
-            // above p99 the probe's own noise dominates: the p99 correction holds there
-            let shift = |p: f64| base_p50 + probe.map_or(0.0, |f| f.at(p.min(99.0)) - m.at(p.min(99.0)));
+            // above p99 the probe's own noise dominates: the p99 correction holds there. A noisy
+            // probe must not wreck the table: the median's correction is bounded by half the
+            // device's median, each percentile's by a fifth of the device's value around it
+            let shift = |p: f64| {
+                let Some(f) = probe else { return base_p50 };
+                let (r50, q) = (m.at(50.0), p.min(99.0));
+                let e50 = (f.at(50.0) - r50).clamp(-0.5 * r50, 0.5 * r50);
+                base_p50 + (f.at(q) - m.at(q)).clamp(e50 - 0.2 * m.at(q), e50 + 0.2 * m.at(q))
+            };
             let per_kib = if real.len() == 2 {
                 let kib = (real[1].0 as f64 - real[0].0 as f64) / 1024.0;
                 let d = (p50(&real, 1, *op) - p50(&real, 0, *op)) - (p50(&base, 1, *op) - p50(&base, 0, *op));
