@@ -8,10 +8,10 @@
 //! device), because the model's time runs from the request's arrival at the daemon and that
 //! path comes on top. Nothing cleverer (no deconvolution): the shape of the real device's
 //! distribution is kept as measured, shifted by the base path's median. That first fit is then
-//! served and measured once, and at each percentile whatever it still differs from the device
-//! by (a modelled reply goes out from a timer while the client sleeps, which costs more than
-//! the base path's immediate reply, and more so on a busy machine) is taken off too: one
-//! quantile-matching step (above p99, the p99 correction). `--no-subtract` keeps
+//! served and measured once, and whatever its median still differs from the device's (a
+//! modelled reply goes out from a timer while the client sleeps, which costs more than the
+//! base path's immediate reply) is taken off too, bounded by half the device's median: one
+//! correction step, still one constant for the whole table. `--no-subtract` keeps
 //! the raw table. With two block sizes (`--bs 4k,128k`), the size term is the difference of
 //! the medians per KiB (base path's own difference taken off), and the table is the smaller
 //! size's, less its size term.
@@ -336,22 +336,20 @@ pub fn calibrate(a: CalibrateArgs) -> Result<()> {
         }
     }
     let p50 = |v: &[(u64, BTreeMap<Op, Measured>)], i: usize, op: Op| v.get(i).and_then(|x| x.1.get(&op)).map_or(0.0, |m| m.at(50.0));
-    // `extra`: per op, the first fit served and measured; at each percentile, what it still
-    // costs beyond the device (a reply due later goes out from a timer, and the client sleeps
-    // through the wait; on a busy machine that varies, hence per percentile)
+    // `extra`: per op, the first fit served and measured: what its median still costs beyond
+    // the device's (a reply due later goes out from a timer, and the client sleeps through it)
     let fit = |extra: &BTreeMap<Op, Measured>| {
         let mut model = LatencyModel { channels: a.channels, ..Default::default() };
         for (op, m) in &real[0].1 {
             let base_p50 = p50(&base, 0, *op);
             let probe = extra.get(op);
-            // above p99 the probe's own noise dominates: the p99 correction holds there. A noisy
-            // probe must not wreck the table: the median's correction is bounded by half the
-            // device's median, each percentile's by a fifth of the device's value around it
-            let shift = |p: f64| {
+            // one constant for all percentiles: the shape stays as measured (a per-percentile
+            // correction followed the probe's noise and flattened the table); bounded by half
+            // the device's median so that one noisy probe cannot wreck it
+            let shift = |_p: f64| {
                 let Some(f) = probe else { return base_p50 };
-                let (r50, q) = (m.at(50.0), p.min(99.0));
-                let e50 = (f.at(50.0) - r50).clamp(-0.5 * r50, 0.5 * r50);
-                base_p50 + (f.at(q) - m.at(q)).clamp(e50 - 0.2 * m.at(q), e50 + 0.2 * m.at(q))
+                let r50 = m.at(50.0);
+                base_p50 + (f.at(50.0) - r50).clamp(-0.5 * r50, 0.5 * r50)
             };
             let per_kib = if real.len() == 2 {
                 let kib = (real[1].0 as f64 - real[0].0 as f64) / 1024.0;
