@@ -286,3 +286,31 @@ fn calibrate_from_fio_json() {
     let err = String::from_utf8_lossy(&r.stderr);
     assert!(!r.status.success() && err.contains("line 1") && err.contains("latency log"), "{err}");
 }
+
+/// An experiment's `disk: {latency}` reaches its disk server, and results carry the model's
+/// figures per repetition (the model is not in the fault log).
+#[test]
+fn experiment_results_carry_the_latency_model() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    std::fs::write(
+        &f,
+        "name: lm\ndisk: {size: 128MiB, latency: {read: 30us, write: {distribution: uniform, min: 20us, max: 40us}, channels: 2}}\nstack: raw\nworkload: {size: 8MiB, block_size: 64KiB, pattern: sequential, mix: {write: 100}}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("results");
+    let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    assert!(o.status.success(), "faultline run failed:\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let r = faultline::report::load_dir(&out).unwrap();
+    let rep = &r.setups[0].repetitions[0];
+    assert!(rep.faults.is_empty(), "the model is not a fault: {:?}", rep.faults);
+    let lm = &rep.latency_model;
+    assert_eq!(lm.len(), 1, "{lm:?}");
+    assert_eq!(lm[0].stats.channels, Some(2));
+    let w = &lm[0].stats.ops["write"];
+    assert!(w.count > 0 && (20.0..=40.0).contains(&w.service.p50_us), "{lm:?}");
+    // (a reply whose service time had passed by the time the store was done goes at once and
+    // is not counted late: a debug build's 64 KiB copy can take 30 µs)
+    assert!(lm[0].reply_lateness.is_some(), "{lm:?}");
+}
