@@ -221,3 +221,31 @@ fn spinners_take_at_most_their_share() {
     assert!(taken > 0.05 && taken <= 0.5 * cpus * 1.1, "spinners took {taken:.2} CPUs of {cpus}");
     assert!(r[0]["target_cpus_used"].as_f64().is_some(), "{r:?}");
 }
+
+#[test]
+fn an_experiment_freezes_its_disk_server_in_a_window() {
+    if !has("freezer") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    std::fs::write(
+        &f,
+        "name: freeze\ndisk: {size: 64MiB}\nstack: raw\n\
+workload: {pattern: sequential, mix: {write: 100}, block_size: 4KiB, duration: 3s, interval: 100ms}\n\
+host_faults:\n  - {type: freeze, window: {from: 1s, to: 2s}}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("results");
+    let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let res = faultline::report::load_dir(&out).unwrap();
+    let rep = &res.setups[0].repetitions[0];
+    let h = &rep.host_faults[0];
+    let (on, off) = (h.applied_at_s.unwrap(), h.reverted_at_s.unwrap());
+    assert!((on - 1.0).abs() < 0.3 && (off - 2.0).abs() < 0.3, "window 1..2 s realized as {on}..{off}");
+    // nothing completes while the server is frozen; writes do before and after
+    let ops = |a: f64, b: f64| -> f64 { rep.timeseries.iter().filter(|s| s.t_s > a && s.t_s <= b).map(|s| s.write_iops).sum() };
+    assert_eq!(ops(on + 0.15, off - 0.05), 0.0, "writes completed while the disk server was frozen: {:?}", rep.timeseries);
+    assert!(ops(0.0, on - 0.1) > 0.0 && ops(off + 0.2, 3.0) > 0.0, "no writes outside the window: {:?}", rep.timeseries);
+}

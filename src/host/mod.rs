@@ -27,7 +27,8 @@ pub struct Targets {
 }
 
 /// What a host fault did, for results.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct HostFaultRecord {
     pub name: Option<String>,
     pub host: Option<String>,

@@ -59,6 +59,9 @@ pub struct Repetition {
     pub flowops: BTreeMap<String, FlowopStats>,
     /// Personality workloads: flowops that found no file to work on (see docs/workload.md).
     pub flowops_skipped: u64,
+    /// Host faults on the disk servers (docs/host.md): when each was applied and reverted, and
+    /// what it did.
+    pub host_faults: Vec<crate::host::HostFaultRecord>,
 }
 
 /// One flowop type of a personality repetition: count, rate and latency of the whole flowop.

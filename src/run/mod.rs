@@ -180,10 +180,13 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let mut built = build(&mut r)?;
     let (seq0, scheduled) = arm(&built, setup)?;
     let mut mon = start_monitor(&mut r, exp, &built)?;
+    let hosts = start_host_faults(&r, &built)?;
     let monitored;
+    let host_records;
     let (wres, verified) = match &setup.stack {
         StackSpec::Command { .. } => {
             drive_command(&mut r, &built)?;
+            host_records = hosts.map(|h| h.stop()).unwrap_or_default();
             monitored = stop_monitor(&mut r, mon.take());
             (None, None)
         }
@@ -196,6 +199,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 w
             };
             let res = drive_workload(&mut r, &mut built, &w, &mut maps, scheduled)?;
+            host_records = hosts.map(|h| h.stop()).unwrap_or_default();
             // the verifier's reads are not the workload's: they stay out of the figures
             monitored = stop_monitor(&mut r, mon.take());
             let v = verify(&mut r, &mut built, &maps)?;
@@ -209,7 +213,24 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     notes.extend(built.teardown()?);
     let mut rep = collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes);
     rep.monitor = monitored;
+    for h in host_records.iter().filter(|h| h.error.is_some()) {
+        rep.notes.push(format!("host fault {}: {}", h.description, h.error.as_deref().unwrap_or_default()));
+    }
+    rep.host_faults = host_records;
     Ok(rep)
+}
+
+/// Start the setup's host faults on its disk servers, windows counted from now (the drive
+/// phase); what this host cannot apply fails the repetition before the workload starts.
+fn start_host_faults(r: &Rep, built: &Built) -> Result<Option<crate::host::Schedule>> {
+    let faults = &r.setup.host_faults;
+    if faults.is_empty() {
+        return Ok(None);
+    }
+    crate::host::check(faults, false)?;
+    let pids: Vec<u32> = built.disks.iter().filter_map(|d| d.pid()).collect();
+    let targets = crate::host::Targets { pids, restart: None };
+    Ok(Some(crate::host::Schedule::start(faults.clone(), targets, Instant::now())?))
 }
 
 /// Start the BPF monitor on the setup's devices for the drive phase. `auto`: where it cannot

@@ -69,6 +69,9 @@ pub struct HostFault {
     /// From the start of the workload; `to: None` = until the end (sticky from `from`).
     pub from: Duration,
     pub to: Option<Duration>,
+    /// In experiments: whose processes (`disk`: the disk servers, the default). `faultline
+    /// host` names processes itself and refuses the key.
+    pub target: Option<String>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -90,6 +93,7 @@ pub(crate) struct RawHostFault {
     limit: Option<Size>,
     hold: Option<Size>,
     window: Option<RawWindow>,
+    target: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -101,7 +105,32 @@ struct HostFaultsFile {
 /// Parse a document `host_faults: [...]`; `source` names it in errors.
 pub fn parse_host_faults(text: &str, source: &str) -> Result<Vec<HostFault>, String> {
     let file: HostFaultsFile = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
+    if let Some(f) = file.host_faults.iter().find(|f| f.value.target.is_some()) {
+        return Err(format!(
+            "{source}:{}:{}: `target` belongs to experiment files; here --pid names the processes",
+            f.referenced.line(),
+            f.referenced.column()
+        ));
+    }
     validate_all(file.host_faults, source)
+}
+
+/// Validate an experiment's `host_faults:`: targets are the disk servers (`target: disk`,
+/// the default), which must not be killed (the run's disk would go with them).
+pub(crate) fn validate_experiment(raw: Vec<Spanned<RawHostFault>>, source: &str) -> Result<Vec<HostFault>, String> {
+    for r in &raw {
+        let at = format!("{source}:{}:{}", r.referenced.line(), r.referenced.column());
+        match r.value.target.as_deref() {
+            None | Some("disk") => {}
+            Some(t) => return Err(format!("{at}: host fault target `{t}` is not known; allowed: disk (the processes serving the setup's disks)")),
+        }
+        if r.value.kind.as_deref() == Some("kill") {
+            return Err(format!(
+                "{at}: a kill of the disk server would take the run's disk with it; kill faults apply to processes named with `faultline host --pid`"
+            ));
+        }
+    }
+    validate_all(raw, source)
 }
 
 /// Validate spanned raw entries (from a file or an experiment's `host_faults:`).
@@ -180,7 +209,7 @@ fn validate(r: RawHostFault) -> Result<HostFault, String> {
             (from, to)
         }
     };
-    Ok(HostFault { name: r.name, host: r.host, action, from, to })
+    Ok(HostFault { name: r.name, host: r.host, action, from, to, target: r.target })
 }
 
 #[cfg(test)]
