@@ -109,18 +109,7 @@ struct CpuClock {
 }
 
 fn proc_cpu(pids: &[u32]) -> Duration {
-    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
-    let ticks: u64 = pids
-        .iter()
-        .filter_map(|p| {
-            let s = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
-            let rest = &s[s.rfind(')')? + 2..];
-            let f: Vec<&str> = rest.split(' ').collect();
-            // utime and stime are fields 14 and 15 (11 and 12 after the command)
-            Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-        })
-        .sum();
-    Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / tick))
+    pids.iter().filter_map(|&p| crate::sys::process::cpu_time(p)).sum()
 }
 
 struct Shared {
