@@ -62,6 +62,12 @@ pub struct Repetition {
     /// Disks with a latency model (docs/latency.md): its service and channel-wait times over
     /// the repetition, and how late replies went out versus their due time.
     pub latency_model: Vec<DiskLatencyModel>,
+    /// Host faults on the disk servers (docs/host.md): when each was applied and reverted, and
+    /// what it did.
+    pub host_faults: Vec<crate::host::HostFaultRecord>,
+    /// CPU time (user + system, s) during the drive phase: of the run's own process (the
+    /// workload's threads) and of the processes serving its disks.
+    pub drive_cpu_s: Option<DriveCpu>,
 }
 
 /// One disk's latency-model figures in a repetition.
@@ -73,6 +79,13 @@ pub struct DiskLatencyModel {
     pub stats: crate::disk::latency::LatencyStats,
     /// Late replies (the model's and delay rules'): how late after their due time.
     pub reply_lateness: Option<crate::fault::log::LatenessSummary>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriveCpu {
+    pub workload: f64,
+    pub disks: f64,
 }
 
 /// One flowop type of a personality repetition: count, rate and latency of the whole flowop.

@@ -6,6 +6,7 @@
 pub mod disk;
 pub mod experiment;
 pub mod latency;
+pub mod host;
 pub mod rule;
 pub mod rules;
 pub mod stack;
