@@ -154,6 +154,11 @@ enum Cmd {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+    /// The agent of multi-host experiments (docs/cluster.md): `--stdio` speaks the agent
+    /// protocol on stdin/stdout (started by a controller through ssh or another exec
+    /// channel); `ping` starts one through a channel and reports its host, version and clock
+    /// offset.
+    Agent(faultline::cli::agent::AgentArgs),
     /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
     #[command(hide = true)]
     StackHold {
@@ -232,6 +237,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
         Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
+        Cmd::Agent(a) => faultline::cli::agent::run(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
