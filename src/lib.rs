@@ -3,6 +3,7 @@
 //! Layers, one folder each (see docs/architecture.md): spec -> disk + fault -> frontend, nbd -> stack.
 
 pub mod cli;
+pub mod cluster;
 pub mod content;
 pub mod disk;
 pub mod fault;

@@ -191,6 +191,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// The agent of multi-host experiments (docs/cluster.md): `--stdio` speaks the agent
+    /// protocol on stdin/stdout (started by a controller through ssh or another exec
+    /// channel); with --ssh or --exec it starts one through that channel and reports its host,
+    /// version and clock offset.
+    Agent(faultline::cli::agent::AgentArgs),
     /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
     #[command(hide = true)]
     StackHold {
@@ -301,6 +306,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
         Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
         Cmd::Host { file, fault, pid, duration, restart, json } => faultline::cli::host::run(file.as_deref(), &fault, &pid, duration, restart, json),
+        Cmd::Agent(a) => faultline::cli::agent::run(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;

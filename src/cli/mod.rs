@@ -4,4 +4,5 @@
 
 pub mod calibrate;
 pub mod host;
+pub mod agent;
 pub mod workload;
