@@ -70,6 +70,10 @@ enum Cmd {
         /// while held: what runs on the disk gets the faster wake-ups too.
         #[arg(long, value_enum, default_value_t = FrontendOptions::default().cpu_latency)]
         cpu_latency: CpuLatency,
+        /// Threads serving FUSE over io_uring: 0 = one per CPU queue, each pinned to its CPU
+        /// (as libfuse does); N = N threads sharing the queues.
+        #[arg(long, default_value_t = FrontendOptions::default().ring_threads)]
+        ring_threads: usize,
         /// Also serve the disk over NBD: tcp://HOST:PORT (port 0: any free port) or unix:PATH
         /// (docs/nbd.md). The export's URI is printed on stdout (libnbd form: nbd://HOST:PORT,
         /// nbd+unix:///?socket=PATH).
@@ -199,9 +203,25 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Serve { size, block_size, store, destructive, force, rules, socket, busy_poll, ring, rq_affinity, cpu_latency, nbd, no_loop, owned_by } => serve(
+        Cmd::Serve {
+            size,
+            block_size,
+            store,
+            destructive,
+            force,
+            rules,
+            socket,
+            busy_poll,
+            ring,
+            rq_affinity,
+            cpu_latency,
+            ring_threads,
+            nbd,
+            no_loop,
+            owned_by,
+        } => serve(
             DiskConfig { size, block_size: check_block_size(block_size).map_err(anyhow::Error::msg)?, store, destructive, force },
-            &FrontendOptions { busy_poll, ring, rq_affinity, cpu_latency },
+            &FrontendOptions { busy_poll, ring, rq_affinity, cpu_latency, ring_threads },
             &Exposure { loop_device: !no_loop, nbd },
             rules,
             socket,

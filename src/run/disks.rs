@@ -48,6 +48,7 @@ impl DiskServer {
             .arg(format!("--ring={}", d.front.ring))
             .arg(format!("--rq-affinity={}", d.front.rq_affinity))
             .arg(format!("--cpu-latency={}", d.front.cpu_latency))
+            .arg(format!("--ring-threads={}", d.front.ring_threads))
             .arg("--socket")
             .arg(&socket)
             .arg(format!("--owned-by={}", std::process::id()))

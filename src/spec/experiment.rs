@@ -112,6 +112,7 @@ struct RawDisk {
     ring: Option<RingMode>,
     rq_affinity: Option<RqAffinity>,
     cpu_latency: Option<CpuLatency>,
+    ring_threads: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -355,6 +356,7 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskSpec>, source: &str) -> 
     f.rq_affinity = v.rq_affinity.unwrap_or(f.rq_affinity);
     f.cpu_latency = v.cpu_latency.unwrap_or(f.cpu_latency);
     f.ring = v.ring.unwrap_or(f.ring);
+    f.ring_threads = v.ring_threads.unwrap_or(f.ring_threads);
     if out.size() % out.disk.block_size as u64 != 0 {
         return Err(format!("{source}:{at}: disk size {} is not a multiple of the block size {}", out.size(), out.disk.block_size));
     }
