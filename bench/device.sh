@@ -11,7 +11,11 @@
 # are the median over rounds of the per-round ratio (paired; for the rules overhead the mean of
 # the round's two pairs, with a bootstrap 90% interval over rounds: on a noisy machine that
 # shows whether the rounds can resolve the 3% target at all); IOPS tables are medians. Last line:
-#   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 rules_overhead_pct=P
+#   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 min_ratio_vs_libfuse_uring=R3 rules_overhead_pct=P qd32_vs_ceiling=C
+# The libfuse 3.19 FUSE-over-io_uring peer (one queue and thread per CPU) is skipped, with the
+# reason printed and R3 reported as "skipped", where the kernel lacks FUSE over io_uring.
+# RING_THREADS_AB=1 adds `faultline-percpu` (faultline with --ring-threads 0: one ring thread per
+# CPU queue, pinned) to compare with the default (one ring thread) in the same rounds.
 #
 # faultline runs with its defaults, among them `--cpu-latency auto`: while its disk has
 # requests, idle CPUs poll instead of halting (frontend/cpu_latency.rs), which the peers do not
@@ -36,9 +40,10 @@ fi
 work=$(mktemp -d)
 python3 "$here/gen-rules.py" 50000 > "$work/rules.yaml"
 
-start_faultline() { # $1 = name, $2 = rules file or empty; prints the device
+start_faultline() { # $1 = name, $2 = rules file or empty, then extra serve arguments; prints the device
   local args=(serve --size 1GiB --socket "$work/$1.sock")
   [ -n "$2" ] && args+=(--rules "$2")
+  args+=("${@:3}")
   "$fl" "${args[@]}" > "$work/$1.out" 2> "$work/$1.err" &
   echo $! > "$work/$1.pid"
   for _ in $(seq 600); do [ -s "$work/$1.out" ] && break; sleep 0.1; done
@@ -51,8 +56,8 @@ stop_faultline() { # $1 = name
   while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
 }
 cleanup() {
-  stop_faultline fl; stop_faultline flrules
-  for p in ceiling-loop peer-libfuse peer-nbdkit; do bash "$peers/$p.sh" stop >/dev/null 2>&1 || true; done
+  stop_faultline fl; stop_faultline flrules; stop_faultline flpc
+  for p in ceiling-loop peer-libfuse peer-nbdkit peer-libfuse-uring; do bash "$peers/$p.sh" stop >/dev/null 2>&1 || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -64,6 +69,15 @@ dev[nbdkit]=$(bash "$peers/peer-nbdkit.sh" start)
 dev[faultline]=$(start_faultline fl '')
 dev[faultline+100k]=$(start_faultline flrules "$work/rules.yaml")
 names=(ceiling libfuse nbdkit faultline faultline+100k)
+if uring_dev=$(bash "$peers/peer-libfuse-uring.sh" start 2>"$work/uring.err"); then
+  dev[libfuse-uring]=$uring_dev; names+=(libfuse-uring)
+else
+  echo "libfuse-uring peer skipped: $(tail -1 "$work/uring.err")" >&2
+  echo "skipped: $(tail -1 "$work/uring.err")" > "$work/uring.skipped"
+fi
+if [ "${RING_THREADS_AB:-0}" = 1 ]; then
+  dev[faultline-percpu]=$(start_faultline flpc '' --ring-threads 0); names+=(faultline-percpu)
+fi
 for n in "${names[@]}"; do
   [ -b "${dev[$n]}" ] || { echo "$n did not start (got '${dev[$n]}')" >&2; exit 1; }
 done
@@ -103,8 +117,8 @@ for r in $(seq "$rounds"); do
   done
 done
 
-python3 - "$work/results" <<'PY'
-import sys, statistics
+python3 - "$work/results" "$work/uring.skipped" <<'PY'
+import sys, statistics, os
 from collections import defaultdict
 vals = defaultdict(lambda: defaultdict(dict))   # vals[point][round][name] = iops
 for line in open(sys.argv[1]):
@@ -113,7 +127,8 @@ for line in open(sys.argv[1]):
         k, v = x.split("=")
         vals[point][r][k] = int(v)
 points = ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"]
-names = ["ceiling", "libfuse", "nbdkit", "faultline", "faultline+100k"]
+first = next(iter(next(iter(vals.values())).values()))
+names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline+100k", "faultline-percpu"] if n in first]
 med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
 paired = lambda p, a, b: statistics.median(v[a] / v[b] for v in vals[p].values())
 print(f"{'IOPS (median)':<16}" + "".join(f"{p:>12}" for p in points))
@@ -132,10 +147,17 @@ def interval(p):
     meds = sorted(statistics.median(rng.choices(per, k=len(per))) for _ in range(2000))
     return meds[100], meds[1899]
 ci = {p: interval(p) for p in points}
+r3 = {p: paired(p, "faultline", "libfuse-uring") for p in points} if "libfuse-uring" in names else None
+qd32 = paired("rr4k-qd32", "faultline", "ceiling")
 print("ratio vs libfuse " + " ".join(f"{p}={r1[p]:.2f}" for p in points))
+if r3:
+    print("ratio vs libfuse-uring " + " ".join(f"{p}={r3[p]:.2f}" for p in points))
+if "faultline-percpu" in names:
+    print("percpu/default   " + " ".join(f"{p}={paired(p, 'faultline-percpu', 'faultline'):.2f}" for p in points))
 print("ratio vs nbdkit  " + " ".join(f"{p}={r2[p]:.2f}" for p in points))
 print("rules overhead % " + " ".join(f"{p}={ov[p]:.1f}" for p in points))
 print("  90% interval   " + " ".join(f"{p}=[{ci[p][0]:.1f},{ci[p][1]:.1f}]" for p in points))
 print("(ratios: median over rounds of the per-round ratio; interval: bootstrap over rounds)")
-print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} rules_overhead_pct={max(ov.values()):.1f}")
+r3s = f"{min(r3.values()):.2f}" if r3 else "skipped"
+print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} min_ratio_vs_libfuse_uring={r3s} rules_overhead_pct={max(ov.values()):.1f} qd32_vs_ceiling={qd32:.2f}")
 PY

@@ -81,6 +81,10 @@ enum Cmd {
         /// while held: what runs on the disk gets the faster wake-ups too.
         #[arg(long, value_enum, default_value_t = FrontendOptions::default().cpu_latency)]
         cpu_latency: CpuLatency,
+        /// Threads serving FUSE over io_uring: 0 = one per CPU queue, each pinned to its CPU
+        /// (as libfuse does); N = N threads sharing the queues.
+        #[arg(long, default_value_t = FrontendOptions::default().ring_threads)]
+        ring_threads: usize,
         /// Also serve the disk over NBD: tcp://HOST:PORT (port 0: any free port) or unix:PATH
         /// (docs/nbd.md). The export's URI is printed on stdout (libnbd form: nbd://HOST:PORT,
         /// nbd+unix:///?socket=PATH).
@@ -256,6 +260,7 @@ fn run(cli: Cli) -> Result<()> {
             ring,
             rq_affinity,
             cpu_latency,
+            ring_threads,
             nbd,
             no_loop,
             owned_by,
@@ -273,7 +278,7 @@ fn run(cli: Cli) -> Result<()> {
                 },
                 populate,
             },
-            &FrontendOptions { busy_poll, ring, rq_affinity, cpu_latency },
+            &FrontendOptions { busy_poll, ring, rq_affinity, cpu_latency, ring_threads },
             &Exposure { loop_device: !no_loop, nbd },
             rules,
             socket,

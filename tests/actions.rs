@@ -7,8 +7,9 @@ use common::*;
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-/// Each test runs twice: `NAME::ring` over FUSE over io_uring (reported skipped where it cannot
-/// be had) and `NAME::classic` over /dev/fuse reads.
+/// Each test runs three times: `NAME::ring` over FUSE over io_uring with one ring thread,
+/// `NAME::ring_per_cpu` with one ring thread per CPU queue (both reported skipped where the
+/// ring cannot be had), and `NAME::classic` over /dev/fuse reads.
 macro_rules! both_transports {
     ($($name:ident),* $(,)?) => {$(
         mod $name {
@@ -16,6 +17,12 @@ macro_rules! both_transports {
             fn ring() {
                 if super::need_ring() {
                     super::$name("on");
+                }
+            }
+            #[test]
+            fn ring_per_cpu() {
+                if super::need_ring() {
+                    super::$name("per-cpu");
                 }
             }
             #[test]

@@ -35,9 +35,17 @@ fn exercise(ring: &str) -> Seen {
     // the ring, Disk::write_then_copied; before it on the classic path)
     let h15 = faultline::content::hash_hex(faultline::content::block_hash(&expected(15, 3)));
     let rules = format!("{RULES}  - {{type: bitflip, op: write, target: {{hash: \"{h15}\"}}}}\n");
-    let s = Serve::start_args(&["--size", "64MiB", "--ring", ring], &rules);
-    let on_ring = threads(s.pid()).iter().any(|t| t == "faultline-ring");
-    assert_eq!(on_ring, ring == "on", "--ring {ring}: ring thread present = {on_ring}");
+    let s = Serve::start_ring("64MiB", ring, &rules);
+    let ring_threads: Vec<String> = threads(s.pid()).into_iter().filter(|t| t.starts_with("faultline-ring")).collect();
+    let want = match ring {
+        "on" => vec!["faultline-ring".to_string()],
+        // one per CPU queue (possible CPUs), named by their queue
+        "per-cpu" => (0..possible_cpus()).map(|q| format!("faultline-ring{q}")).collect(),
+        _ => vec![],
+    };
+    let mut got = ring_threads.clone();
+    got.sort();
+    assert_eq!(got, want, "--ring {ring}: ring threads");
     let d = s.open();
     write_blocks(&d, 0, 32, 3, |b| b);
     // a 1 MiB request: the largest the kernel sends, the whole payload buffer of an entry
@@ -67,9 +75,19 @@ fn exercise(ring: &str) -> Seen {
     seen
 }
 
+fn possible_cpus() -> usize {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    s.trim().split(',').map(|p| p.rsplit('-').next().unwrap().parse::<usize>().unwrap() + 1).max().unwrap()
+}
+
 #[test]
 fn both_transports_serve_the_same_bytes_and_faults() {
-    let seen: Vec<(&str, Seen)> = transports().into_iter().map(|ring| (ring, exercise(ring))).collect();
+    let mut ways = transports();
+    // the ring served by one thread per CPU queue as well
+    if ways.contains(&"on") {
+        ways.insert(1, "per-cpu");
+    }
+    let seen: Vec<(&str, Seen)> = ways.into_iter().map(|ring| (ring, exercise(ring))).collect();
     for (ring, blocks) in &seen {
         for (b, e, d) in blocks {
             match b {
@@ -85,11 +103,12 @@ fn both_transports_serve_the_same_bytes_and_faults() {
             }
         }
     }
-    // and the two agree request by request, where both ran
-    if let [(_, ring), (_, classic)] = &seen[..] {
-        for ((b, e1, d1), (_, e2, d2)) in ring.iter().zip(classic) {
-            assert_eq!(e1, e2, "block {b}: errno over io_uring {e1:?}, classic {e2:?}");
-            assert!(d1 == d2, "block {b}: different bytes over io_uring and classic");
+    // and all agree request by request with the classic path, where they ran
+    let (classic_name, classic) = seen.last().expect("the classic path always runs");
+    for (ring, blocks) in &seen[..seen.len() - 1] {
+        for ((b, e1, d1), (_, e2, d2)) in blocks.iter().zip(classic) {
+            assert_eq!(e1, e2, "block {b}: errno over --ring {ring} {e1:?}, --ring {classic_name} {e2:?}");
+            assert!(d1 == d2, "block {b}: different bytes over --ring {ring} and --ring {classic_name}");
         }
     }
 }

@@ -69,7 +69,9 @@ impl Exposed {
         let mut transport = String::from("/dev/fuse");
         let (prepared, switch) = match opts.ring {
             uring::RingMode::Off => (None, None),
-            mode => match unavailable.map_or_else(|| uring::Prepared::new().and_then(|p| Ok((p, uring::Switch::on()?))), |why| Err(anyhow::anyhow!(why))) {
+            mode => match unavailable
+                .map_or_else(|| uring::Prepared::new(opts.ring_threads).and_then(|p| Ok((p, uring::Switch::on()?))), |why| Err(anyhow::anyhow!(why)))
+            {
                 Ok((p, sw)) => (Some(p), Some(sw)),
                 Err(e) if mode == uring::RingMode::On => {
                     return Err(e.context("FUSE over io_uring was asked for (ring: on)"));

@@ -55,6 +55,7 @@ impl DiskServer {
             .arg(format!("--cpu-latency={}", d.front.cpu_latency))
             .args(d.disk.latency.as_ref().map(|m| format!("--latency-yaml={}", m.to_yaml())))
             .args(d.disk.populate.map(|p| format!("--populate={p}")))
+            .arg(format!("--ring-threads={}", d.front.ring_threads))
             .arg("--socket")
             .arg(&socket)
             .arg(format!("--owned-by={}", std::process::id()))

@@ -91,15 +91,27 @@ pub struct FrontendOptions {
     pub rq_affinity: RqAffinity,
     /// Idle CPUs poll instead of halting while the disk is busy (`frontend::cpu_latency`).
     pub cpu_latency: CpuLatency,
+    /// Threads serving the FUSE ring (`frontend::uring`): 0 = one per CPU queue, each pinned
+    /// to its CPU (as libfuse does); n = n threads sharing the queues.
+    pub ring_threads: usize,
 }
 
 /// At queue depth 1 the gap between a reply and the next request is a few tens of µs on a
 /// small VM: 50 µs catches nearly every next request and gives up soon on an idle disk.
 pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
 
+/// One ring thread sees every request, so its busy poll catches the next one wherever it lands.
+pub const DEFAULT_RING_THREADS: usize = 1;
+
 impl Default for FrontendOptions {
     fn default() -> FrontendOptions {
-        FrontendOptions { busy_poll: DEFAULT_BUSY_POLL, ring: RingMode::Auto, rq_affinity: RqAffinity::Auto, cpu_latency: CpuLatency::Auto }
+        FrontendOptions {
+            busy_poll: DEFAULT_BUSY_POLL,
+            ring: RingMode::Auto,
+            rq_affinity: RqAffinity::Auto,
+            cpu_latency: CpuLatency::Auto,
+            ring_threads: DEFAULT_RING_THREADS,
+        }
     }
 }
 

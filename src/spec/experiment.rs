@@ -118,6 +118,7 @@ struct RawDisk {
     /// a latency model inline, or a file (relative to the experiment file)
     latency: Option<Spanned<WordOr<super::latency::RawLatency>>>,
     populate: Option<bool>,
+    ring_threads: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -385,6 +386,7 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskSpec>, source: &str) -> 
     f.rq_affinity = v.rq_affinity.unwrap_or(f.rq_affinity);
     f.cpu_latency = v.cpu_latency.unwrap_or(f.cpu_latency);
     f.ring = v.ring.unwrap_or(f.ring);
+    f.ring_threads = v.ring_threads.unwrap_or(f.ring_threads);
     if out.size() % out.disk.block_size as u64 != 0 {
         return Err(format!("{source}:{at}: disk size {} is not a multiple of the block size {}", out.size(), out.disk.block_size));
     }

@@ -73,9 +73,13 @@ impl Serve {
         Self::start_args(&["--size", size], rules)
     }
 
-    /// Over one transport: `ring` is a `--ring` value.
+    /// Over one transport: `ring` is a `--ring` value, or `per-cpu` for the ring served by
+    /// one thread per CPU queue (`--ring on --ring-threads 0`).
     pub fn start_ring(size: &str, ring: &str, rules: &str) -> Serve {
-        Self::start_args(&["--size", size, "--ring", ring], rules)
+        match ring {
+            "per-cpu" => Self::start_args(&["--size", size, "--ring", "on", "--ring-threads", "0"], rules),
+            _ => Self::start_args(&["--size", size, "--ring", ring], rules),
+        }
     }
 
     pub fn start_args(args: &[&str], rules: &str) -> Serve {

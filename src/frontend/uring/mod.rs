@@ -5,10 +5,12 @@
 //! that never take the ring (FORGET, INTERRUPT), and serves everything if the ring is off.
 //!
 //! The kernel keeps one queue per possible CPU and puts a request on the queue of the CPU
-//! that issued it; the ring takes over only when every queue has an entry registered. One
-//! thread serves all queues from one ring: on 2 CPUs the client and the loop worker need the
-//! other CPU, and one thread sees every request, so its busy poll (`poll.rs`) catches the
-//! next one whichever queue it lands on. Each entry owns a header buffer and a 1 MiB payload
+//! that issued it; the ring takes over only when every queue has an entry registered. By
+//! default one thread serves all queues from one ring: on 2 CPUs the client and the loop
+//! worker need the other CPU, and one thread sees every request, so its busy poll (`poll.rs`)
+//! catches the next one whichever queue it lands on. `ring_threads` gives several threads,
+//! each with its own ring and every n-th queue (one per queue: pinned to that queue's CPU, as
+//! libfuse does); the busy poll stays one spinner per process (`poll.rs`). Each entry owns a header buffer and a 1 MiB payload
 //! buffer (max_write); READ data is produced straight into the payload the kernel copies
 //! from, WRITE data is consumed from it: no copy of our own on either path.
 //!
@@ -176,22 +178,33 @@ struct Start {
     attrs: NodeAttrs,
 }
 
-/// A ring thread whose ring and buffers exist, not yet registered with a FUSE connection.
-/// Made before the mount, so that INIT asks for io_uring only when the ring can be had.
-/// Dropped unserved, its channel closes and the thread ends (dropping its ring).
-pub struct Prepared {
+/// One ring thread: its ring serves some of the kernel's queues.
+struct Worker {
     start: mpsc::Sender<Start>,
     done: mpsc::Receiver<Result<()>>,
     thread: std::thread::JoinHandle<()>,
+    /// each thread waits on its own eventfd read: one poke wakes one reader
     wake: Arc<OwnedFd>,
+}
+
+/// Ring threads whose rings and buffers exist, not yet registered with a FUSE connection.
+/// Made before the mount, so that INIT asks for io_uring only when the ring can be had.
+/// Dropped unserved, their channels close and the threads end (dropping their rings).
+pub struct Prepared {
+    workers: Vec<Worker>,
     stop: Arc<AtomicBool>,
 }
 
-/// The ring serving a disk.
+/// The rings serving a disk.
 pub struct RingServer {
-    thread: Option<std::thread::JoinHandle<()>>,
-    wake: Arc<OwnedFd>,
+    threads: Vec<(std::thread::JoinHandle<()>, Arc<OwnedFd>)>,
     stop: Arc<AtomicBool>,
+}
+
+/// Which queues ring thread `t` of `threads` serves: every `threads`-th from `t`, so with one
+/// thread per queue thread `t` serves the queue of CPU `t`.
+fn queues_of(t: usize, threads: usize, queues: usize) -> Vec<u16> {
+    (t..queues).step_by(threads).map(|q| q as u16).collect()
 }
 
 fn eventfd() -> Result<OwnedFd> {
@@ -211,45 +224,70 @@ fn poke(fd: RawFd) {
 }
 
 impl Prepared {
-    /// Start the ring thread and let it set up its ring and buffers.
-    pub fn new() -> Result<Prepared> {
+    /// Start `threads` ring threads (0: one per queue, i.e. per possible CPU; at most that)
+    /// and let each set up its ring and buffers. With one thread per queue, thread `t` is
+    /// pinned to CPU `t`, whose requests its queue receives.
+    pub fn new(threads: usize) -> Result<Prepared> {
         let queues = possible_cpus()?;
-        let wake = Arc::new(eventfd()?);
+        let threads = if threads == 0 { queues } else { threads.min(queues) };
         let stop = Arc::new(AtomicBool::new(false));
-        let (start_tx, start_rx) = mpsc::channel();
-        let (done_tx, done_rx) = mpsc::channel();
-        let (w, s) = (wake.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("faultline-ring".into())
-            .spawn(move || ring_thread(queues, start_rx, done_tx, w, s))
-            .context("cannot start the ring thread")?;
-        let me = Prepared { start: start_tx, done: done_rx, thread, wake, stop };
-        match me.done.recv() {
-            Ok(Ok(())) => Ok(me),
-            Ok(Err(e)) => {
-                let _ = me.thread.join();
-                Err(e)
-            }
-            Err(_) => bail!("the ring thread ended while setting up"),
+        let mut me = Prepared { workers: Vec::with_capacity(threads), stop };
+        for t in 0..threads {
+            let wake = Arc::new(eventfd()?);
+            let (start_tx, start_rx) = mpsc::channel();
+            let (done_tx, done_rx) = mpsc::channel();
+            let (w, s) = (wake.clone(), me.stop.clone());
+            let qids = queues_of(t, threads, queues);
+            let pin = (threads == queues && threads > 1).then_some(t);
+            let thread = std::thread::Builder::new()
+                .name(if threads == 1 { "faultline-ring".into() } else { format!("faultline-ring{t}") })
+                .spawn(move || ring_thread(qids, pin, start_rx, done_tx, w, s))
+                .context("cannot start a ring thread")?;
+            me.workers.push(Worker { start: start_tx, done: done_rx, thread, wake });
         }
+        for w in &me.workers {
+            match w.done.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(e),
+                Err(_) => bail!("a ring thread ended while setting up"),
+            }
+        }
+        Ok(me)
     }
 
     /// Register every entry with the mounted connection (after its INIT) and serve.
     pub fn serve(self, disk: Arc<Disk>, fuse_fd: OwnedFd, poller: Arc<Poller>, attrs: NodeAttrs) -> Result<RingServer> {
-        let _ = self.start.send(Start { disk, fuse_fd, poller, attrs });
-        let r = self.done.recv().unwrap_or_else(|_| Err(anyhow::anyhow!("the ring thread ended while registering")));
-        let server = RingServer { thread: Some(self.thread), wake: self.wake, stop: self.stop };
-        r.map(|()| server)
+        let mut sent = Vec::with_capacity(self.workers.len());
+        for w in &self.workers {
+            let fd = fuse_fd.try_clone().context("cannot dup the /dev/fuse fd for a ring thread")?;
+            sent.push(w.start.send(Start { disk: disk.clone(), fuse_fd: fd, poller: poller.clone(), attrs: attrs.clone() }).is_ok());
+        }
+        drop(fuse_fd);
+        let mut result = Ok(());
+        for (w, sent) in self.workers.iter().zip(sent) {
+            let r = if sent {
+                w.done.recv().unwrap_or_else(|_| Err(anyhow::anyhow!("a ring thread ended while registering")))
+            } else {
+                Err(anyhow::anyhow!("a ring thread ended before registering"))
+            };
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        let server = RingServer { threads: self.workers.into_iter().map(|w| (w.thread, w.wake)).collect(), stop: self.stop };
+        result.map(|()| server)
     }
 }
 
 impl RingServer {
-    /// End the ring thread. Call after unmounting (the kernel has then ended every entry);
+    /// End the ring threads. Call after unmounting (the kernel has then ended every entry);
     /// earlier, requests could be stranded on entries nobody serves.
     pub fn stop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.stop.store(true, Ordering::Release);
-            poke(self.wake.as_raw_fd());
+        self.stop.store(true, Ordering::Release);
+        for (_, wake) in &self.threads {
+            poke(wake.as_raw_fd());
+        }
+        for (t, _) in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -261,9 +299,16 @@ impl Drop for RingServer {
     }
 }
 
-fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<Result<()>>, wake: Arc<OwnedFd>, stop: Arc<AtomicBool>) {
+fn ring_thread(qids: Vec<u16>, pin: Option<usize>, start: mpsc::Receiver<Start>, done: mpsc::Sender<Result<()>>, wake: Arc<OwnedFd>, stop: Arc<AtomicBool>) {
+    if let Some(cpu) = pin {
+        let mut set = nix::sched::CpuSet::new();
+        // a CPU that cannot be pinned to (offline, outside our cpuset) leaves the thread free
+        if set.set(cpu).is_ok() {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+        }
+    }
     let setup = || -> Result<(Ring, Vec<Slot>)> {
-        let n = queues * ENTRIES_PER_QUEUE;
+        let n = qids.len() * ENTRIES_PER_QUEUE;
         let sq = (n + 2).next_power_of_two() as u32;
         // COOP_TASKRUN: no IPI per new request while this thread runs (it enters the kernel
         // soon anyway); SINGLE_ISSUER: only this thread submits. Older kernels: plain ring.
@@ -274,7 +319,7 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
             .or_else(|_| IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(sq))
             .context("cannot create an io_uring with 128-byte entries (io_uring disabled, or a kernel before 5.19)")?;
         let mut slots = Vec::with_capacity(n);
-        for q in 0..queues {
+        for &q in &qids {
             for _ in 0..ENTRIES_PER_QUEUE {
                 let mut header = Box::new(RingHeader { in_out: [0; 128], op_in: [0; 128], ent: Default::default() });
                 let mut payload = crate::mem::Mapping::new(PAYLOAD).with_context(|| format!("cannot map a {PAYLOAD}-byte ring buffer"))?;
@@ -282,7 +327,7 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
                     libc::iovec { iov_base: (&mut *header as *mut RingHeader).cast(), iov_len: size_of::<RingHeader>() },
                     libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: PAYLOAD },
                 ]);
-                slots.push(Slot { qid: q as u16, header, payload, iov, live: false });
+                slots.push(Slot { qid: q, header, payload, iov, live: false });
             }
         }
         Ok((ring, slots))
@@ -298,7 +343,7 @@ fn ring_thread(queues: usize, start: mpsc::Receiver<Start>, done: mpsc::Sender<R
         }
     };
     let Ok(Start { disk, fuse_fd, poller, attrs }) = start.recv() else { return };
-    let early = match register(&mut ring, &mut slots, fuse_fd.as_raw_fd(), queues) {
+    let early = match register(&mut ring, &mut slots, fuse_fd.as_raw_fd(), &qids) {
         Ok(early) => {
             let _ = done.send(Ok(()));
             early
@@ -350,7 +395,7 @@ fn ring_cmd(fuse_fd: RawFd, op: u32, commit_id: u64, qid: u16, iov: Option<*cons
 /// Register all entries; retry while the kernel is still processing INIT. Returns any
 /// completions that are already requests (the ring goes live with the last queue's first
 /// entry, and a request may arrive at once).
-fn register(ring: &mut Ring, slots: &mut [Slot], fuse_fd: RawFd, queues: usize) -> Result<Vec<(u64, i32)>> {
+fn register(ring: &mut Ring, slots: &mut [Slot], fuse_fd: RawFd, qids: &[u16]) -> Result<Vec<(u64, i32)>> {
     let until = Instant::now() + INIT_WAIT;
     let mut early = Vec::new();
     let mut todo: Vec<usize> = (0..slots.len()).collect();
@@ -385,7 +430,7 @@ fn register(ring: &mut Ring, slots: &mut [Slot], fuse_fd: RawFd, queues: usize) 
         }
     }
     // the ring serves only once every queue has an entry
-    let covered = (0..queues).all(|q| slots.iter().any(|s| s.live && s.qid as usize == q));
+    let covered = qids.iter().all(|&q| slots.iter().any(|s| s.live && s.qid == q));
     match failed {
         Some(e) if !covered => bail!("the kernel refused FUSE over io_uring: {}", std::io::Error::from_raw_os_error(e)),
         Some(e) => eprintln!("faultline: some ring entries were refused ({}); serving with the rest", std::io::Error::from_raw_os_error(e)),
