@@ -2,7 +2,7 @@
 //! (`faultline workload` runs a workload and then the verifier). `src/main.rs` parses the
 //! arguments and calls these.
 
+pub mod agent;
 pub mod calibrate;
 pub mod host;
-pub mod agent;
 pub mod workload;

@@ -5,8 +5,8 @@
 
 pub mod disk;
 pub mod experiment;
-pub mod latency;
 pub mod host;
+pub mod latency;
 pub mod rule;
 pub mod rules;
 pub mod stack;
