@@ -105,7 +105,14 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
         }
         Request::Clear => json!({"removed": disk.engine.clear()}),
         Request::Log { since, max } => serde_json::to_value(disk.engine.log.since(since, max))?,
-        Request::Stats => serde_json::to_value(disk.engine.stats())?,
+        Request::Stats => {
+            let mut v = serde_json::to_value(disk.engine.stats())?;
+            // a remote (NBD) store: its client's retries, timeouts and the time they cost
+            if let (Some(c), Some(o)) = (disk.client_counters(), v.as_object_mut()) {
+                o.insert("nbd_client".into(), serde_json::to_value(c)?);
+            }
+            v
+        }
     })
 }
 
