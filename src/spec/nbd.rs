@@ -156,6 +156,20 @@ impl std::str::FromStr for NbdTarget {
     }
 }
 
+/// As its URI (results, saved content maps).
+impl serde::Serialize for NbdTarget {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for NbdTarget {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::fmt::Display for NbdTarget {
     /// The URI with every policy key that differs from the default (so it round-trips, e.g.
     /// from `faultline run` to its disk servers).
