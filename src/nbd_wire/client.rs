@@ -231,7 +231,6 @@ pub struct Client {
     slots: Vec<Mutex<Option<Arc<Conn>>>>,
     next_slot: AtomicUsize,
     cookie: AtomicU64,
-    connected_once: AtomicUsize,
     pub counters: Counters,
 }
 
@@ -362,21 +361,19 @@ impl Client {
         let n = if export.flags & p::FLAG_CAN_MULTI_CONN != 0 { target.policy.connections.max(1) } else { 1 };
         let slots: Vec<_> = (0..n).map(|_| Mutex::new(None)).collect();
         *slots[0].lock().unwrap() = Some(conn);
-        Ok(Client {
-            target: target.clone(),
-            export,
-            slots,
-            next_slot: AtomicUsize::new(0),
-            cookie: AtomicU64::new(1),
-            connected_once: AtomicUsize::new(1),
-            counters: Counters::default(),
-        })
+        Ok(Client { target: target.clone(), export, slots, next_slot: AtomicUsize::new(0), cookie: AtomicU64::new(1), counters: Counters::default() })
     }
 
     fn open(target: &NbdTarget) -> io::Result<(Arc<Conn>, Export)> {
         let mut s = dial(target).map_err(|e| io::Error::new(e.kind(), format!("cannot connect to {target}: {e}")))?;
         s.set_read_timeout(Some(target.policy.timeout))?;
-        let export = handshake(&mut s, &target.export).map_err(|e| io::Error::new(e.kind(), format!("{target}: {e}")))?;
+        let export = handshake(&mut s, &target.export).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{target}: no handshake reply within {:?} (does the server take another client?)", target.policy.timeout),
+            ),
+            k => io::Error::new(k, format!("{target}: {e}")),
+        })?;
         s.set_read_timeout(None)?;
         let r = s.try_clone()?;
         let ctl = s.try_clone()?;
@@ -409,6 +406,7 @@ impl Client {
         {
             return Ok(c.clone());
         }
+        let had = g.is_some();
         if let Some(old) = g.take() {
             old.kill();
             if let Some(h) = old.reader.lock().unwrap().take() {
@@ -420,7 +418,7 @@ impl Client {
             c.kill();
             return Err(proto_err(format!("{}: the export's size changed from {} to {} bytes", self.target, self.export.size, export.size)));
         }
-        if self.connected_once.fetch_add(1, Relaxed) >= self.slots.len() {
+        if had {
             self.counters.reconnects.fetch_add(1, Relaxed);
         }
         *g = Some(c.clone());

@@ -59,6 +59,10 @@ pub struct Repetition {
     pub flowops: BTreeMap<String, FlowopStats>,
     /// Personality workloads: flowops that found no file to work on (see docs/workload.md).
     pub flowops_skipped: u64,
+    /// NBD clients (docs/nbd.md): the disks' `nbd://` stores over the repetition, summed, or
+    /// an `interface: nbd` workload's client; None without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
 }
 
 /// One flowop type of a personality repetition: count, rate and latency of the whole flowop.

@@ -179,6 +179,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let mut r = Rep { setup, label, stop, quiet, notes: Vec::new() };
     let mut built = build(&mut r)?;
     let (seq0, scheduled) = arm(&built, setup)?;
+    let nbd0: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
     let mut mon = start_monitor(&mut r, exp, &built)?;
     let monitored;
     let (wres, verified) = match &setup.stack {
@@ -205,10 +206,14 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     };
     r.notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
     let (faults, rules) = collect(&mut r, &built.disks, &seq0)?;
+    let nbd1: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
     let mut notes = r.notes;
     notes.extend(built.teardown()?);
     let mut rep = collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes);
     rep.monitor = monitored;
+    if let Some(c) = collect::nbd_client(&nbd0, &nbd1) {
+        rep.nbd_client = Some(c);
+    }
     Ok(rep)
 }
 

@@ -12,10 +12,17 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "interface", rename_all = "snake_case")]
 pub enum Target {
-    Block { device: PathBuf },
-    File { dir: PathBuf, names: Vec<String> },
+    Block {
+        device: PathBuf,
+    },
+    File {
+        dir: PathBuf,
+        names: Vec<String>,
+    },
     /// An NBD export (`interface: nbd`), by its URI.
-    Nbd { target: crate::spec::nbd::NbdTarget },
+    Nbd {
+        target: crate::spec::nbd::NbdTarget,
+    },
 }
 
 pub struct Maps {
