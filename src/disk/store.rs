@@ -559,52 +559,6 @@ impl FileStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The lock order of a multi-chunk write: every stripe it touches, once, ascending, also
-    /// where the chunk numbers wrap around the stripe count and for writes over all stripes.
-    #[test]
-    fn stripe_order_is_sorted_and_complete() {
-        let chunk = 1u64 << CHUNK_SHIFT;
-        let wrap = STRIPES as u64 * chunk;
-        for off in [0, 1, chunk - 1, 5 * chunk + 7, wrap - 3 * chunk - 1, wrap - 1, 7 * wrap + 3] {
-            for len in [1, 4096, chunk, chunk + 1, 17 * chunk, wrap - chunk, wrap, 3 * wrap] {
-                let mut want: Vec<usize> = ((off >> CHUNK_SHIFT)..=((off + len - 1) >> CHUNK_SHIFT)).map(|c| c as usize % STRIPES).collect();
-                want.sort_unstable();
-                want.dedup();
-                assert_eq!(stripe_order(off, len).collect::<Vec<_>>(), want, "off {off} len {len}");
-            }
-        }
-    }
-
-    /// The ioctl numbers nix builds are the kernel's (include/uapi/linux/fs.h).
-    #[test]
-    fn ioctl_numbers_match_the_kernel() {
-        assert_eq!(nix::request_code_read!(0x12, 114, size_of::<u64>()), 0x8008_1272); // BLKGETSIZE64
-        assert_eq!(nix::request_code_none!(0x12, 119), 0x1277); // BLKDISCARD
-    }
-
-    #[test]
-    fn ram_store_sparse_rw_discard() {
-        let s = RamStore::new(1 << 30).unwrap();
-        let mut b = vec![1u8; 200_000];
-        s.read(123, &mut b).unwrap();
-        assert!(b.iter().all(|x| *x == 0));
-        let d: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8 + 1).collect();
-        s.write(70_000, &d).unwrap();
-        s.read(70_000, &mut b).unwrap();
-        assert_eq!(b, d);
-        s.discard(80_000, 100_000).unwrap();
-        s.read(70_000, &mut b).unwrap();
-        assert_eq!(&b[..10_000], &d[..10_000]);
-        assert!(b[10_000..110_000].iter().all(|x| *x == 0));
-        assert_eq!(&b[110_000..], &d[110_000..]);
-        assert!(s.read((1 << 30) - 10, &mut b).is_err());
-    }
-}
-
 /// A remote NBD export (`nbd://`, `nbd+unix://`) through `nbd_wire::client`: the disk's
 /// requests become NBD requests, several in flight (the FUSE threads or ring share the
 /// client's connections). Errors come back as the server's errno, EIO once retries of a
@@ -656,5 +610,51 @@ impl Store for NbdStore {
     }
     fn client_counters(&self) -> Option<crate::nbd_wire::client::CounterSnapshot> {
         Some(self.client.counters.snapshot())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lock order of a multi-chunk write: every stripe it touches, once, ascending, also
+    /// where the chunk numbers wrap around the stripe count and for writes over all stripes.
+    #[test]
+    fn stripe_order_is_sorted_and_complete() {
+        let chunk = 1u64 << CHUNK_SHIFT;
+        let wrap = STRIPES as u64 * chunk;
+        for off in [0, 1, chunk - 1, 5 * chunk + 7, wrap - 3 * chunk - 1, wrap - 1, 7 * wrap + 3] {
+            for len in [1, 4096, chunk, chunk + 1, 17 * chunk, wrap - chunk, wrap, 3 * wrap] {
+                let mut want: Vec<usize> = ((off >> CHUNK_SHIFT)..=((off + len - 1) >> CHUNK_SHIFT)).map(|c| c as usize % STRIPES).collect();
+                want.sort_unstable();
+                want.dedup();
+                assert_eq!(stripe_order(off, len).collect::<Vec<_>>(), want, "off {off} len {len}");
+            }
+        }
+    }
+
+    /// The ioctl numbers nix builds are the kernel's (include/uapi/linux/fs.h).
+    #[test]
+    fn ioctl_numbers_match_the_kernel() {
+        assert_eq!(nix::request_code_read!(0x12, 114, size_of::<u64>()), 0x8008_1272); // BLKGETSIZE64
+        assert_eq!(nix::request_code_none!(0x12, 119), 0x1277); // BLKDISCARD
+    }
+
+    #[test]
+    fn ram_store_sparse_rw_discard() {
+        let s = RamStore::new(1 << 30).unwrap();
+        let mut b = vec![1u8; 200_000];
+        s.read(123, &mut b).unwrap();
+        assert!(b.iter().all(|x| *x == 0));
+        let d: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8 + 1).collect();
+        s.write(70_000, &d).unwrap();
+        s.read(70_000, &mut b).unwrap();
+        assert_eq!(b, d);
+        s.discard(80_000, 100_000).unwrap();
+        s.read(70_000, &mut b).unwrap();
+        assert_eq!(&b[..10_000], &d[..10_000]);
+        assert!(b[10_000..110_000].iter().all(|x| *x == 0));
+        assert_eq!(&b[110_000..], &d[110_000..]);
+        assert!(s.read((1 << 30) - 10, &mut b).is_err());
     }
 }

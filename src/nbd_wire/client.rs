@@ -425,13 +425,14 @@ impl Client {
         Ok(c)
     }
 
-    /// One attempt: send, wait for the reply until `deadline`.
-    fn attempt(&self, slot: usize, cmd: u16, flags: u16, off: u64, len: u64, data: Option<&[u8]>, read: Option<&mut [u8]>) -> Result<(), Fail> {
+    /// One attempt of `req` (its cookie is set here): send, wait for the reply until the timeout.
+    fn attempt(&self, slot: usize, mut req: p::Request, data: Option<&[u8]>, read: Option<&mut [u8]>) -> Result<(), Fail> {
         let c = self.conn(slot).map_err(Fail::Lost)?;
         let cookie = self.cookie.fetch_add(1, Relaxed);
         let w = Arc::new(Waiter { read_len: read.as_ref().map_or(0, |b| b.len()), done: Mutex::new(None), cv: Condvar::new() });
         c.pending.lock().unwrap().insert(cookie, w.clone());
-        let hdr = p::Request { flags, cmd, cookie, offset: off, length: len }.encode(false);
+        req.cookie = cookie;
+        let hdr = req.encode(false);
         let sent = {
             let mut s = c.w.lock().unwrap();
             let mut bufs = [IoSlice::new(&hdr), IoSlice::new(data.unwrap_or(&[]))];
@@ -493,7 +494,8 @@ impl Client {
         let mut first_failed = None;
         let mut attempt = 0u32;
         loop {
-            let r = self.attempt(slot, cmd, flags, off, len, data, read.as_deref_mut());
+            let req = p::Request { flags, cmd, cookie: 0, offset: off, length: len };
+            let r = self.attempt(slot, req, data, read.as_deref_mut());
             let f = match r {
                 Ok(()) => {
                     if let Some(t) = first_failed {
