@@ -371,5 +371,36 @@ fn interface_nbd_workload_and_verify_against_ours_with_retries() {
     assert_eq!((c.retries, c.remote_errors, c.failed), (2, 2, 0), "{c:?}");
     // and the workload's own retries did not see them
     assert_eq!(r.retries, 0);
+    // the per-interval series adds up to the totals
+    let per: u64 = r.nbd_client_intervals.iter().map(|i| i.counts.retries).sum();
+    assert_eq!(per, 2, "{:?}", r.nbd_client_intervals);
+    t.stop();
+}
+
+#[test]
+fn experiment_on_a_client_store_reports_nbd_client_counters() {
+    // the target fails two writes; the run's disk (store: the target) retries them away
+    let t = Target::ours("rules:\n  - {type: error, op: write, times: 2}\n");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("e.yaml");
+    std::fs::write(
+        &f,
+        format!(
+            "name: nbd-client\ndisk: {{store: '{}', size: 64MiB, nbd: {{retries: 3, backoff: {{initial: 1ms, max: 10ms}}}}}}\nstack: raw\nworkload: {{size: 4MiB, block_size: 64KiB, mix: {{write: 100}}, interval: 100ms}}\n",
+            t.uri
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("r");
+    let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    assert!(o.status.success(), "faultline run failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rep = &j["setups"][0]["repetitions"][0];
+    let c = &rep["nbd_client"];
+    assert_eq!((c["retries"].as_u64(), c["remote_errors"].as_u64(), c["failed"].as_u64()), (Some(2), Some(2), Some(0)), "{c}");
+    assert!(c["requests"].as_u64().unwrap() >= 64, "{c}");
+    let per: u64 = c["intervals"].as_array().unwrap().iter().map(|i| i["retries"].as_u64().unwrap()).sum();
+    assert_eq!(per, 2, "{c}");
+    assert!(rep["integrity"]["corrupted"] == 0 && rep["failed_ios"] == 0, "{rep}");
     t.stop();
 }

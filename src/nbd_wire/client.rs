@@ -140,6 +140,47 @@ impl CounterSnapshot {
     }
 }
 
+/// What a client did over one interval (`sample_intervals`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct IntervalCounts {
+    /// End of the interval, seconds since the start.
+    pub t: f64,
+    #[serde(flatten)]
+    pub counts: CounterSnapshot,
+}
+
+/// Read `read()` every `interval` from `start` until `done`, and return what changed per
+/// interval (a final shorter one included when something happened in it). `read` returns the
+/// counters (summed over clients), None when there are none to read.
+pub fn sample_intervals(start: Instant, interval: Duration, done: &AtomicBool, read: impl Fn() -> Option<CounterSnapshot>) -> Vec<IntervalCounts> {
+    let mut out = Vec::new();
+    let Some(mut last) = read() else { return out };
+    let mut k = 1u32;
+    loop {
+        let due = interval * k;
+        let finished = loop {
+            if done.load(Relaxed) {
+                break true;
+            }
+            let now = start.elapsed();
+            if now >= due {
+                break false;
+            }
+            std::thread::sleep((due - now).min(Duration::from_millis(20)));
+        };
+        let Some(now) = read() else { return out };
+        let d = now.since(&last);
+        if !finished || d != CounterSnapshot::default() {
+            out.push(IntervalCounts { t: start.elapsed().as_secs_f64(), counts: d });
+        }
+        last = now;
+        if finished {
+            return out;
+        }
+        k += 1;
+    }
+}
+
 /// Why one attempt failed.
 enum Fail {
     /// The server's error reply (host errno).

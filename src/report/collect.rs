@@ -180,7 +180,9 @@ pub fn repetition(
             })
             .collect();
         r.flowops_skipped = w.flowops_skipped;
-        r.nbd_client = w.nbd_client;
+        if w.nbd_client.is_some() || !w.nbd_client_intervals.is_empty() {
+            r.nbd_client = Some(rm::NbdClient { totals: w.nbd_client.unwrap_or_default(), intervals: w.nbd_client_intervals.clone() });
+        }
     }
     if let Some(v) = v {
         r.integrity = integrity(&v);

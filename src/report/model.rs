@@ -62,7 +62,16 @@ pub struct Repetition {
     /// NBD clients (docs/nbd.md): the disks' `nbd://` stores over the repetition, summed, or
     /// an `interface: nbd` workload's client; None without one.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
+    pub nbd_client: Option<NbdClient>,
+}
+
+/// NBD client counters of a repetition: totals, and per interval of the workload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NbdClient {
+    #[serde(flatten)]
+    pub totals: crate::nbd_wire::client::CounterSnapshot,
+    #[serde(default)]
+    pub intervals: Vec<crate::nbd_wire::client::IntervalCounts>,
 }
 
 /// One flowop type of a personality repetition: count, rate and latency of the whole flowop.

@@ -211,8 +211,9 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     notes.extend(built.teardown()?);
     let mut rep = collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes);
     rep.monitor = monitored;
-    if let Some(c) = collect::nbd_client(&nbd0, &nbd1) {
-        rep.nbd_client = Some(c);
+    if let Some(totals) = collect::nbd_client(&nbd0, &nbd1) {
+        let intervals = rep.nbd_client.take().map(|c| c.intervals).unwrap_or_default();
+        rep.nbd_client = Some(rm::NbdClient { totals, intervals });
     }
     Ok(rep)
 }
@@ -340,10 +341,23 @@ fn drive_workload(
             }
         })
     };
+    // disks whose store is an NBD export: their clients' counters per interval
+    let store_sampler = {
+        let (disks, done, interval) = (built.disks.clone(), done.clone(), w.interval);
+        let start = std::time::Instant::now();
+        std::thread::spawn(move || {
+            crate::nbd_wire::client::sample_intervals(start, interval, &done, || {
+                let now: Vec<_> = disks.iter().map(|d| d.client_counters().ok().flatten()).collect();
+                let zero: Vec<_> = now.iter().map(|c| c.map(|_| Default::default())).collect();
+                collect::nbd_client(&zero, &now)
+            })
+        })
+    };
     let observer = observe.then(|| sched.clone() as Arc<dyn crate::workload::WriteObserver>);
     r.phase("workload");
     let res = crate::workload::run(w, maps, observer, Some(&progress));
     done.store(true, Relaxed);
+    let store_intervals = store_sampler.join().unwrap_or_default();
     if let Some(t) = ticker {
         let _ = t.join();
     }
@@ -352,6 +366,9 @@ fn drive_workload(
         let _ = h.join();
     }
     let mut res = res?;
+    if res.nbd_client_intervals.is_empty() {
+        res.nbd_client_intervals = store_intervals;
+    }
     // a personality's files came and went: its maps are only known now
     if let Some(m) = res.maps.take() {
         *maps = m;

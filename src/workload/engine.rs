@@ -46,6 +46,10 @@ pub struct WorkloadResult {
     /// counts the workload's `on_error: retry:N`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
+    /// The NBD client's counters per interval (`interface: nbd`; `faultline run` puts its
+    /// disks' `nbd://` stores' here).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nbd_client_intervals: Vec<crate::nbd_wire::client::IntervalCounts>,
     pub stopped_on_error: bool,
     /// User + system CPU seconds of this process during the run (all threads).
     pub cpu_seconds: f64,
@@ -123,8 +127,13 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
     let _ = progress.start.set(sh.start);
     let cpu0 = super::stats::cpu_time();
     let done = AtomicBool::new(false);
+    let mut nbd_intervals = Vec::new();
     let (outs, timeseries, secs) = std::thread::scope(|sc| -> Result<(Vec<ThreadOut>, Vec<Sample>, f64)> {
         let sampler = sc.spawn(|| sampler(&sh.intervals, sh.start, w.interval, &done));
+        let nbd_sampler = nbd_ref.map(|c| {
+            let (sh, done) = (&sh, &done);
+            sc.spawn(move || crate::nbd_wire::client::sample_intervals(sh.start, w.interval, done, || Some(c.counters.snapshot())))
+        });
         let handles: Vec<_> = plans
             .into_iter()
             .enumerate()
@@ -167,6 +176,9 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
         done.store(true, Relaxed);
         sampler.thread().unpark();
         let ts = sampler.join().map_err(|_| anyhow::anyhow!("the sampler thread panicked"))?;
+        if let Some(s) = nbd_sampler {
+            nbd_intervals = s.join().map_err(|_| anyhow::anyhow!("the NBD sampler thread panicked"))?;
+        }
         match first_err {
             Some(e) => Err(e),
             None => Ok((outs, ts, secs)),
@@ -199,6 +211,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
         retries,
         retry_seconds: rt.as_secs_f64(),
         nbd_client: nbd.as_ref().map(|c| c.counters.snapshot()),
+        nbd_client_intervals: nbd_intervals,
         stopped_on_error: sh.stopped_on_error.load(Relaxed),
         cpu_seconds: cpu.as_secs_f64(),
         timeseries,
