@@ -11,6 +11,9 @@
 #              multi-conn where advertised, 64 requests of 256 KiB in flight per connection)
 #   copy-out   nbdcopy server -> null: (MB/s)
 #   rr4k-qd1 rw4k-qd1 rr4k-qd32 rw4k-qd32 w128k-qd1   fio --ioengine=nbd (IOPS)
+#   cs-rr4k-qd1 cs-rw4k-qd1 cs-rr4k-qd32 cs-w128k-qd1   fio --ioengine=libaio --direct=1 on the
+#              /dev/loopN of a faultline client disk whose store is that server
+#              (`faultline serve --store nbd+unix://...`, default client policy) (IOPS)
 # Each round runs every point on every server back to back, in an order rotated per round, so
 # the machine's drift (other tenants) lands on all servers alike. Ratios are the median over
 # rounds of the per-round ratio (paired); tables are medians. The machine is left as it is for
@@ -32,8 +35,13 @@ fi
 work=$(mktemp -d /dev/shm/faultline-nbd-bench.XXXXXX)
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done
+  # newest first: the client disks go before the servers they use
+  local i p
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    p=${pids[$i]}
+    kill -TERM "$p" 2>/dev/null || true
+    while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -62,6 +70,16 @@ fi
 head -c "$bytes" /dev/urandom > "$work/src"
 for n in "${names[@]}"; do nbdcopy "$work/src" "${uri[$n]}"; done
 echo "servers: ${names[*]} ($size each, filled)" >&2
+# a client disk per server: our NBD client store under a loop device
+declare -A dev
+for n in "${names[@]}"; do
+  "$fl" serve --store "${uri[$n]}" --socket "$work/cs-$n.ctl" > "$work/cs-$n.out" 2> "$work/cs-$n.err" &
+  pids+=($!)
+  for _ in $(seq 300); do [ -s "$work/cs-$n.out" ] && break; sleep 0.1; done
+  dev[$n]=$(head -1 "$work/cs-$n.out")
+  case ${dev[$n]} in /dev/loop*) ;; *) echo "client disk over $n did not start: $(cat "$work/cs-$n.err")" >&2; exit 1 ;; esac
+done
+echo "client disks: $(for n in "${names[@]}"; do printf '%s=%s ' "$n" "${dev[$n]}"; done)" >&2
 
 mbps() { # seconds for $bytes -> MB/s
   python3 -c "import sys; print(int($bytes / 1e6 / float(sys.argv[1])))" "$1"
@@ -77,8 +95,18 @@ iops() { # uri fio-args...
     --output-format=json --output="$work/fio.json" "$@" >/dev/null 2>&1
   python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$work/fio.json"
 }
-measure() { # point uri
+dev_iops() { # device fio-args...
+  local d=$1; shift
+  fio --name=p --ioengine=libaio --direct=1 --filename="$d" --size="$bytes" --runtime="$secs" --time_based \
+    --output-format=json --output="$work/fio.json" "$@" >/dev/null 2>&1
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))' "$work/fio.json"
+}
+measure() { # point uri name
   case $1 in
+    cs-rr4k-qd1) dev_iops "${dev[$3]}" --rw=randread --bs=4k --iodepth=1 ;;
+    cs-rw4k-qd1) dev_iops "${dev[$3]}" --rw=randwrite --bs=4k --iodepth=1 ;;
+    cs-rr4k-qd32) dev_iops "${dev[$3]}" --rw=randread --bs=4k --iodepth=32 ;;
+    cs-w128k-qd1) dev_iops "${dev[$3]}" --rw=write --bs=128k --iodepth=1 ;;
     copy-in) mbps "$(timed nbdcopy "$work/src" "$2")" ;;
     copy-out) mbps "$(timed nbdcopy "$2" null:)" ;;
     rr4k-qd1) iops "$2" --rw=randread --bs=4k --iodepth=1 ;;
@@ -88,14 +116,14 @@ measure() { # point uri
     w128k-qd1) iops "$2" --rw=write --bs=128k --iodepth=1 ;;
   esac
 }
-points=(copy-in copy-out rr4k-qd1 rw4k-qd1 rr4k-qd32 rw4k-qd32 w128k-qd1)
+points=(copy-in copy-out rr4k-qd1 rw4k-qd1 rr4k-qd32 rw4k-qd32 w128k-qd1 cs-rr4k-qd1 cs-rw4k-qd1 cs-rr4k-qd32 cs-w128k-qd1)
 for r in $(seq "$rounds"); do
   echo "== round $r/$rounds" >&2
   for p in "${points[@]}"; do
     line="$p"
     for k in $(seq 0 $((${#names[@]} - 1))); do
       n=${names[$(( (k + r) % ${#names[@]} ))]}
-      line="$line $n=$(measure "$p" "${uri[$n]}")"
+      line="$line $n=$(measure "$p" "${uri[$n]}" "$n")"
     done
     echo "$r $line" | tee -a "$work/results" >&2
   done
@@ -111,18 +139,18 @@ for line in open(sys.argv[1]):
     for x in kv:
         k, v = x.split("=")
         vals[point][r][k] = int(v)
-points = ["copy-in", "copy-out", "rr4k-qd1", "rw4k-qd1", "rr4k-qd32", "rw4k-qd32", "w128k-qd1"]
+points = ["copy-in", "copy-out", "rr4k-qd1", "rw4k-qd1", "rr4k-qd32", "rw4k-qd32", "w128k-qd1", "cs-rr4k-qd1", "cs-rw4k-qd1", "cs-rr4k-qd32", "cs-w128k-qd1"]
 med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
 paired = lambda p, a, b: statistics.median(v[a] / v[b] for v in vals[p].values())
 print("median (copy: MB/s, fio: IOPS)")
-print(f"{'':<12}" + "".join(f"{p:>11}" for p in points))
+print(f"{'':<12}" + "".join(f"{p:>13}" for p in points))
 for n in names:
-    print(f"{n:<12}" + "".join(f"{med(p, n):>11.0f}" for p in points))
+    print(f"{n:<12}" + "".join(f"{med(p, n):>13.0f}" for p in points))
 ratios = {}
 for peer in names[1:]:
     ratios[peer] = {p: paired(p, "faultline", peer) for p in points}
-    print(f"{'vs ' + peer:<12}" + "".join(f"{ratios[peer][p]:>11.2f}" for p in points))
-print("(ratio: faultline / peer, median over rounds of the per-round ratio)")
+    print(f"{'vs ' + peer:<12}" + "".join(f"{ratios[peer][p]:>13.2f}" for p in points))
+print("(ratio: faultline / peer, median over rounds of the per-round ratio; cs-*: the same faultline client store over each server)")
 if "qemu-nbd" in ratios:
     print(f"min_ratio_vs_qemu_nbd={min(ratios['qemu-nbd'].values()):.2f}")
 print(f"min_ratio_vs_nbdkit={min(ratios['nbdkit'].values()):.2f}")

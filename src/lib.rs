@@ -12,6 +12,7 @@ pub mod host;
 pub mod mem;
 pub mod monitor;
 pub mod nbd;
+pub mod nbd_wire;
 pub mod report;
 pub mod run;
 pub mod spec;

@@ -33,7 +33,8 @@ enum Cmd {
         /// Logical block size: 512B..64KiB, a power of two.
         #[arg(long, default_value = "4KiB", value_parser = size_arg)]
         block_size: u64,
-        /// Backing store: ram | file:PATH | device:PATH.
+        /// Backing store: ram | file:PATH | device:PATH | nbd://HOST[:PORT]/EXPORT | nbd+unix:///EXPORT?socket=PATH
+        /// (a remote NBD export; timeout, retries, backoff as URI keys: docs/nbd.md).
         #[arg(long, default_value_t = DiskConfig::default().store)]
         store: StoreSpec,
         /// Confirm that a device store may be overwritten.

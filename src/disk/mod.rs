@@ -57,6 +57,13 @@ impl Disk {
                 }
                 Box::new(d)
             }
+            StoreSpec::Nbd(t) => {
+                let d = store::NbdStore::connect(t)?;
+                if cfg.size.is_some_and(|s| s != d.size()) {
+                    bail!("--size does not match the NBD export ({} bytes); leave --size out for NBD stores", d.size());
+                }
+                Box::new(d)
+            }
         };
         let size = store.size();
         if size < bs as u64 * 16 || !size.is_multiple_of(bs as u64) {
@@ -76,6 +83,10 @@ impl Disk {
     }
     pub fn describe_store(&self) -> String {
         self.store.describe()
+    }
+    /// The NBD client's counters when the store is a remote export.
+    pub fn client_counters(&self) -> Option<crate::nbd_wire::client::CounterSnapshot> {
+        self.store.client_counters()
     }
 
     pub fn geometry(&self) -> crate::spec::rules::DiskGeometry {

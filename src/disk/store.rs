@@ -45,6 +45,10 @@ pub trait Store: Send + Sync {
     /// so) under the locks this store's writes take, so no write lands in between: a bit rotted
     /// at rest must not undo a client write. Returns what `f` returned.
     fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool>;
+    /// A remote store's client counters (retries, timeouts, ...); None for local stores.
+    fn client_counters(&self) -> Option<crate::nbd_wire::client::CounterSnapshot> {
+        None
+    }
 }
 
 /// A write's bytes as the store gets them.
@@ -619,6 +623,60 @@ impl FileStore {
             done += n;
         }
         Ok(())
+    }
+}
+
+/// A remote NBD export (`nbd://`, `nbd+unix://`) through `nbd_wire::client`: the disk's
+/// requests become NBD requests, several in flight (the FUSE threads or ring share the
+/// client's connections). Errors come back as the server's errno, EIO once retries of a
+/// timed-out or broken connection are used up.
+pub struct NbdStore {
+    client: crate::nbd_wire::client::Client,
+}
+
+impl NbdStore {
+    pub fn connect(t: &crate::spec::nbd::NbdTarget) -> Result<NbdStore> {
+        let client = crate::nbd_wire::client::Client::connect(t)?;
+        if client.read_only() {
+            bail!("{t}: the export is read-only; a faultline disk needs a writable store");
+        }
+        Ok(NbdStore { client })
+    }
+}
+
+impl Store for NbdStore {
+    fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.client.read(off, buf)
+    }
+    fn write(&self, off: u64, data: &[u8]) -> io::Result<()> {
+        self.client.write(off, data, false)
+    }
+    fn flush(&self) -> io::Result<()> {
+        self.client.flush()
+    }
+    /// Reads must return zeroes afterwards, which TRIM does not promise: WRITE_ZEROES.
+    fn discard(&self, off: u64, len: u64) -> io::Result<()> {
+        self.client.write_zeroes(off, len)
+    }
+    fn size(&self) -> u64 {
+        self.client.size()
+    }
+    fn describe(&self) -> String {
+        format!("NBD export {} ({} connection(s))", self.client.target, self.client.pool_size())
+    }
+    /// Read, change, write back: not atomic against other clients' writes (a remote store
+    /// has no lock we could hold); `rot` on a remote store is best-effort.
+    fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool> {
+        let mut b = vec![0u8; len];
+        self.client.read(off, &mut b)?;
+        let changed = f(&mut b);
+        if changed {
+            self.client.write(off, &b, false)?;
+        }
+        Ok(changed)
+    }
+    fn client_counters(&self) -> Option<crate::nbd_wire::client::CounterSnapshot> {
+        Some(self.client.counters.snapshot())
     }
 }
 

@@ -1,9 +1,9 @@
 //! The disk served over the Network Block Device protocol (`faultline serve --nbd`), written
-//! from the protocol document: `proto` is the wire format, `server` the sessions. It sits beside
+//! from the protocol document: `proto` (= `crate::nbd_wire`, shared with the client store) is the wire format, `server` the sessions. It sits beside
 //! `frontend` (whose delay thread it shares for late replies) and uses only `disk` below it.
 //! docs/nbd.md says what is supported.
 
-pub mod proto;
+pub use crate::nbd_wire as proto;
 pub mod server;
 
 use crate::disk::Disk;

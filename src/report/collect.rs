@@ -6,6 +6,7 @@ use super::model as rm;
 use crate::fault::Target;
 use crate::fault::engine::RuleStatus;
 use crate::fault::log::LogEntry;
+use crate::nbd_wire::client::CounterSnapshot;
 use crate::verify::{BadBlock, VerifyReport};
 use crate::workload::{LatencySummary, WorkloadResult};
 use std::collections::{HashMap, HashSet};
@@ -179,9 +180,33 @@ pub fn repetition(
             })
             .collect();
         r.flowops_skipped = w.flowops_skipped;
+        if w.nbd_client.is_some() || !w.nbd_client_intervals.is_empty() {
+            r.nbd_client = Some(rm::NbdClient { totals: w.nbd_client.unwrap_or_default(), intervals: w.nbd_client_intervals.clone() });
+        }
     }
     if let Some(v) = v {
         r.integrity = integrity(&v);
     }
     r
+}
+
+/// What the disks' NBD client stores did between two readings (per disk, None for local
+/// stores), summed; None when no disk has one.
+pub fn nbd_client(before: &[Option<CounterSnapshot>], after: &[Option<CounterSnapshot>]) -> Option<CounterSnapshot> {
+    let mut sum: Option<CounterSnapshot> = None;
+    for (b, a) in before.iter().zip(after) {
+        if let (Some(b), Some(a)) = (b, a) {
+            let d = a.since(b);
+            let s = sum.get_or_insert_with(CounterSnapshot::default);
+            s.requests += d.requests;
+            s.retries += d.retries;
+            s.timeouts += d.timeouts;
+            s.remote_errors += d.remote_errors;
+            s.connection_errors += d.connection_errors;
+            s.reconnects += d.reconnects;
+            s.failed += d.failed;
+            s.retry_ns += d.retry_ns;
+        }
+    }
+    sum
 }

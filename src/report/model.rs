@@ -68,6 +68,10 @@ pub struct Repetition {
     /// CPU time (user + system, s) during the drive phase: of the run's own process (the
     /// workload's threads) and of the processes serving its disks.
     pub drive_cpu_s: Option<DriveCpu>,
+    /// NBD clients (docs/nbd.md): the disks' `nbd://` stores over the repetition, summed, or
+    /// an `interface: nbd` workload's client; None without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nbd_client: Option<NbdClient>,
 }
 
 /// One disk's latency-model figures in a repetition.
@@ -86,6 +90,15 @@ pub struct DiskLatencyModel {
 pub struct DriveCpu {
     pub workload: f64,
     pub disks: f64,
+}
+
+/// NBD client counters of a repetition: totals, and per interval of the workload.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NbdClient {
+    #[serde(flatten)]
+    pub totals: crate::nbd_wire::client::CounterSnapshot,
+    #[serde(default)]
+    pub intervals: Vec<crate::nbd_wire::client::IntervalCounts>,
 }
 
 /// One flowop type of a personality repetition: count, rate and latency of the whole flowop.

@@ -136,6 +136,12 @@ impl DiskServer {
         Ok(all)
     }
 
+    /// The NBD client's counters of an `nbd://` store (None for local stores).
+    pub fn client_counters(&self) -> Result<Option<crate::nbd_wire::client::CounterSnapshot>> {
+        let v = self.call(json!({"cmd": "stats"}))?;
+        Ok(serde_json::from_value(v["nbd_client"].clone()).ok())
+    }
+
     pub fn stats(&self) -> Result<EngineStats> {
         Ok(serde_json::from_value(self.call(json!({"cmd": "stats"}))?)?)
     }

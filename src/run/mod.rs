@@ -179,6 +179,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let mut r = Rep { setup, label, stop, quiet, notes: Vec::new() };
     let mut built = build(&mut r)?;
     let (seq0, scheduled) = arm(&built, setup)?;
+    let nbd0: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
     let mut mon = start_monitor(&mut r, exp, &built)?;
     let hosts = start_host_faults(&r, &built)?;
     let cpu0 = drive_cpu(&built);
@@ -220,6 +221,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             latency_model.push(rm::DiskLatencyModel { disk: i as u32, stats, reply_lateness: Some(late) });
         }
     }
+    let nbd1: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
     let mut notes = r.notes;
     notes.extend(built.teardown()?);
     let mut rep = collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes);
@@ -230,6 +232,10 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     }
     rep.host_faults = host_records;
     rep.drive_cpu_s = Some(drive_cpu_end);
+    if let Some(totals) = collect::nbd_client(&nbd0, &nbd1) {
+        let intervals = rep.nbd_client.take().map(|c| c.intervals).unwrap_or_default();
+        rep.nbd_client = Some(rm::NbdClient { totals, intervals });
+    }
     Ok(rep)
 }
 
@@ -375,10 +381,23 @@ fn drive_workload(
             }
         })
     };
+    // disks whose store is an NBD export: their clients' counters per interval
+    let store_sampler = {
+        let (disks, done, interval) = (built.disks.clone(), done.clone(), w.interval);
+        let start = std::time::Instant::now();
+        std::thread::spawn(move || {
+            crate::nbd_wire::client::sample_intervals(start, interval, &done, || {
+                let now: Vec<_> = disks.iter().map(|d| d.client_counters().ok().flatten()).collect();
+                let zero: Vec<_> = now.iter().map(|c| c.map(|_| Default::default())).collect();
+                collect::nbd_client(&zero, &now)
+            })
+        })
+    };
     let observer = observe.then(|| sched.clone() as Arc<dyn crate::workload::WriteObserver>);
     r.phase("workload");
     let res = crate::workload::run(w, maps, observer, Some(&progress));
     done.store(true, Relaxed);
+    let store_intervals = store_sampler.join().unwrap_or_default();
     if let Some(t) = ticker {
         let _ = t.join();
     }
@@ -387,6 +406,9 @@ fn drive_workload(
         let _ = h.join();
     }
     let mut res = res?;
+    if res.nbd_client_intervals.is_empty() {
+        res.nbd_client_intervals = store_intervals;
+    }
     // a personality's files came and went: its maps are only known now
     if let Some(m) = res.maps.take() {
         *maps = m;

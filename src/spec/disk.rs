@@ -12,16 +12,21 @@ pub enum StoreSpec {
     Ram,
     File(PathBuf),
     Device(PathBuf),
+    /// A remote NBD export (`nbd://...`, `nbd+unix://...`), through `nbd_wire::client`.
+    Nbd(super::nbd::NbdTarget),
 }
 
 impl std::str::FromStr for StoreSpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        if s.starts_with("nbd://") || s.starts_with("nbd+unix://") {
+            return s.parse().map(StoreSpec::Nbd);
+        }
         match s.split_once(':') {
             None if s == "ram" => Ok(StoreSpec::Ram),
             Some(("file", p)) if !p.is_empty() => Ok(StoreSpec::File(p.into())),
             Some(("device", p)) if !p.is_empty() => Ok(StoreSpec::Device(p.into())),
-            _ => Err(format!("`{s}` is not a store; allowed: ram, file:PATH, device:PATH")),
+            _ => Err(format!("`{s}` is not a store; allowed: ram, file:PATH, device:PATH, nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH")),
         }
     }
 }
@@ -32,6 +37,7 @@ impl std::fmt::Display for StoreSpec {
             StoreSpec::Ram => f.write_str("ram"),
             StoreSpec::File(p) => write!(f, "file:{}", p.display()),
             StoreSpec::Device(p) => write!(f, "device:{}", p.display()),
+            StoreSpec::Nbd(t) => write!(f, "{t}"),
         }
     }
 }

@@ -119,6 +119,47 @@ struct RawDisk {
     latency: Option<Spanned<WordOr<super::latency::RawLatency>>>,
     populate: Option<bool>,
     ring_threads: Option<usize>,
+    /// The NBD client's policy for an `nbd://` store (docs/nbd.md).
+    nbd: Option<RawNbdPolicy>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawNbdPolicy {
+    timeout: Option<Dur>,
+    retries: Option<u32>,
+    backoff: Option<RawBackoff>,
+    connections: Option<u32>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct RawBackoff {
+    initial: Option<Dur>,
+    max: Option<Dur>,
+}
+
+/// Apply an experiment's `nbd:` map to a policy (the same checks as the URI's keys).
+fn nbd_policy(p: &mut super::nbd::NbdPolicy, r: &RawNbdPolicy) -> Result<(), String> {
+    use super::units::format_duration as fd;
+    if let Some(t) = &r.timeout {
+        p.set("timeout", &fd(t.0))?;
+    }
+    if let Some(n) = r.retries {
+        p.set("retries", &n.to_string())?;
+    }
+    if let Some(c) = r.connections {
+        p.set("connections", &c.to_string())?;
+    }
+    if let Some(b) = &r.backoff {
+        if let Some(i) = &b.initial {
+            p.set("backoff_initial", &fd(i.0))?;
+        }
+        if let Some(m) = &b.max {
+            p.set("backoff_max", &fd(m.0))?;
+        }
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -381,6 +422,12 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskSpec>, source: &str) -> 
     if let Some(p) = v.populate {
         out.disk.populate = Some(p);
     }
+    if let Some(n) = &v.nbd {
+        let StoreSpec::Nbd(t) = &mut out.disk.store else {
+            return Err(format!("{source}:{at}: disk `nbd:` settings need an NBD store (`store: nbd://HOST:PORT/EXPORT` or `nbd+unix:///EXPORT?socket=PATH`)"));
+        };
+        nbd_policy(&mut t.policy, n).map_err(|e| format!("{source}:{at}: disk `nbd:`: {e}"))?;
+    }
     let f = &mut out.front;
     f.busy_poll = v.busy_poll.map_or(f.busy_poll, |b| b.0);
     f.rq_affinity = v.rq_affinity.unwrap_or(f.rq_affinity);
@@ -599,5 +646,22 @@ mod tests {
         assert!(e.starts_with("t.yaml:3:") && e.contains("allowed: fixed"), "{e}");
         let e = parse_experiment("name: x\ndisk: {latency: no-such-model.yaml}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap_err();
         assert!(e.starts_with("t.yaml:2:") && e.contains("cannot read latency file"), "{e}");
+    }
+
+    #[test]
+    fn nbd_store_and_its_policy() {
+        let y = "name: x\ndisk: {store: 'nbd://127.0.0.1:10900/e', nbd: {timeout: 2s, retries: 5, backoff: {initial: 2ms, max: 40ms}, connections: 2}}\nworkload: {size: 1MiB}\n";
+        let e = parse_experiment(y, "t.yaml").unwrap();
+        let StoreSpec::Nbd(t) = &e.setups[0].disk.disk.store else { panic!("not an NBD store") };
+        assert_eq!((t.policy.timeout, t.policy.retries, t.policy.connections), (Duration::from_secs(2), 5, 2));
+        assert_eq!((t.policy.backoff_initial, t.policy.backoff_max), (Duration::from_millis(2), Duration::from_millis(40)));
+        // the policy reaches the disk server through the URI
+        assert_eq!(e.setups[0].disk.disk.store.to_string().parse::<StoreSpec>().unwrap(), e.setups[0].disk.disk.store);
+        let bad = parse_experiment("name: x\ndisk: {nbd: {retries: 1}}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap_err();
+        assert!(bad.contains("t.yaml:2:7: disk `nbd:` settings need an NBD store"), "{bad}");
+        let bad = parse_experiment("name: x\ndisk: {store: 'nbd://h/', nbd: {retries: 5000}}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap_err();
+        assert!(bad.contains("allowed: 0..1000"), "{bad}");
+        let bad = parse_experiment("name: x\ndisk: {store: 'nbd://h/', nbd: {tries: 5}}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap_err();
+        assert!(bad.contains("tries"), "{bad}");
     }
 }

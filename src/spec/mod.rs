@@ -7,6 +7,7 @@ pub mod disk;
 pub mod experiment;
 pub mod host;
 pub mod latency;
+pub mod nbd;
 pub mod rule;
 pub mod rules;
 pub mod stack;

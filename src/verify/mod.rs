@@ -140,9 +140,33 @@ fn expected_index(maps: &[&ContentMap], seed: u64) -> HashMap<u128, (usize, u64)
     at
 }
 
+/// Where verification rereads: a file or device, or an NBD export.
+trait ReadAt {
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()>;
+}
+impl ReadAt for File {
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        FileExt::read_exact_at(self, buf, off)
+    }
+}
+impl ReadAt for crate::nbd_wire::client::Client {
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        self.read(off, buf)
+    }
+}
+
+/// Verify an NBD export against its content map (`interface: nbd`), reread through NBD.
+pub fn verify_nbd(target: &crate::spec::nbd::NbdTarget, map: &ContentMap) -> Result<VerifyReport> {
+    let c = crate::nbd_wire::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?;
+    let index: HashMap<u128, (usize, u64)> = expected_index(&[map], map.seed).into_iter().map(|(h, (_, b))| (h, (usize::MAX, b))).collect();
+    let mut t = Tally::default();
+    check(&c, c.size(), map, usize::MAX, &index, &mut t);
+    Ok(VerifyReport { counts: t.n, bad: t.bad, files: vec![] })
+}
+
 /// Check the written blocks of one map, reading from `f` below `len` bytes. Reads go in runs
 /// of up to 256 blocks; a run that fails is reread block by block to locate each bad one.
-fn check(f: &File, len: u64, map: &ContentMap, fidx: usize, index: &HashMap<u128, (usize, u64)>, t: &mut Tally) {
+fn check(f: &dyn ReadAt, len: u64, map: &ContentMap, fidx: usize, index: &HashMap<u128, (usize, u64)>, t: &mut Tally) {
     let bs = map.block_size as usize;
     let seed = map.seed;
     let mut want = vec![0u8; bs];
@@ -233,6 +257,7 @@ fn open_uncached(p: &Path) -> std::io::Result<(File, &'static str)> {
 pub fn verify(maps: &Maps) -> Result<VerifyReport> {
     match &maps.target {
         Target::Block { device } => verify_device(device, &maps.maps[0]),
+        Target::Nbd { target } => verify_nbd(target, &maps.maps[0]),
         Target::File { dir, names } => {
             let refs: Vec<&ContentMap> = maps.maps.iter().collect();
             let index = expected_index(&refs, maps.seed);

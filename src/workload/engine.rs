@@ -42,6 +42,14 @@ pub struct WorkloadResult {
     pub failed_ios: Vec<IoError>,
     pub retries: u64,
     pub retry_seconds: f64,
+    /// `interface: nbd`: what the NBD client's own retry policy did (below `retries`, which
+    /// counts the workload's `on_error: retry:N`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
+    /// The NBD client's counters per interval (`interface: nbd`; `faultline run` puts its
+    /// disks' `nbd://` stores' here).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nbd_client_intervals: Vec<crate::nbd_wire::client::IntervalCounts>,
     pub stopped_on_error: bool,
     /// User + system CPU seconds of this process during the run (all threads).
     pub cpu_seconds: f64,
@@ -71,7 +79,23 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
     let w = spec;
     // per thread: its open files and where its block indexes land
     let mut plans: Vec<(Vec<File>, Region, u64)> = Vec::new();
+    // interface: nbd: one client, its connections shared by the threads
+    let mut nbd: Option<crate::nbd_wire::client::Client> = None;
     match &w.interface {
+        Interface::Nbd { target } => {
+            let c = crate::nbd_wire::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?;
+            let span = maps.maps[0].len() * CONTENT_BLOCK;
+            let total = span / w.block_size;
+            if total < w.threads as u64 {
+                bail!("the export's span ({span} bytes) is too small for {} threads of {}-byte blocks", w.threads, w.block_size);
+            }
+            for t in 0..w.threads as u64 {
+                let first = total * t / w.threads as u64;
+                let len = total * (t + 1) / w.threads as u64 - first;
+                plans.push((vec![], Region::Device { first }, len));
+            }
+            nbd = Some(c);
+        }
         Interface::Block { device } => {
             let span = maps.maps[0].len() * CONTENT_BLOCK;
             let total = span / w.block_size;
@@ -98,12 +122,18 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
             }
         }
     }
+    let nbd_ref = nbd.as_ref();
     let sh = Shared::new(w, maps, observer.as_deref(), progress);
     let _ = progress.start.set(sh.start);
     let cpu0 = super::stats::cpu_time();
     let done = AtomicBool::new(false);
+    let mut nbd_intervals = Vec::new();
     let (outs, timeseries, secs) = std::thread::scope(|sc| -> Result<(Vec<ThreadOut>, Vec<Sample>, f64)> {
         let sampler = sc.spawn(|| sampler(&sh.intervals, sh.start, w.interval, &done));
+        let nbd_sampler = nbd_ref.map(|c| {
+            let (sh, done) = (&sh, &done);
+            sc.spawn(move || crate::nbd_wire::client::sample_intervals(sh.start, w.interval, done, || Some(c.counters.snapshot())))
+        });
         let handles: Vec<_> = plans
             .into_iter()
             .enumerate()
@@ -111,9 +141,10 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                 let sh = &sh;
                 sc.spawn(move || -> Result<ThreadOut> {
                     let mut wk = Worker::new(sh, t, region, blocks);
-                    let r = match sh.w.engine {
-                        Engine::Psync => super::psync::run_thread(&mut wk, &fs),
-                        Engine::IoUring => super::uring::run_thread(&mut wk, &fs),
+                    let r = match (sh.w.engine, nbd_ref) {
+                        (_, Some(c)) => super::psync::run_thread_nbd(&mut wk, c),
+                        (Engine::Psync, None) => super::psync::run_thread(&mut wk, &fs),
+                        (Engine::IoUring, None) => super::uring::run_thread(&mut wk, &fs),
                     };
                     if r.is_err() {
                         sh.stop.store(true, Relaxed);
@@ -145,6 +176,9 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
         done.store(true, Relaxed);
         sampler.thread().unpark();
         let ts = sampler.join().map_err(|_| anyhow::anyhow!("the sampler thread panicked"))?;
+        if let Some(s) = nbd_sampler {
+            nbd_intervals = s.join().map_err(|_| anyhow::anyhow!("the NBD sampler thread panicked"))?;
+        }
         match first_err {
             Some(e) => Err(e),
             None => Ok((outs, ts, secs)),
@@ -176,6 +210,8 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
         failed_ios: failed,
         retries,
         retry_seconds: rt.as_secs_f64(),
+        nbd_client: nbd.as_ref().map(|c| c.counters.snapshot()),
+        nbd_client_intervals: nbd_intervals,
         stopped_on_error: sh.stopped_on_error.load(Relaxed),
         cpu_seconds: cpu.as_secs_f64(),
         timeseries,

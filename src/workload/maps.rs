@@ -12,8 +12,17 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "interface", rename_all = "snake_case")]
 pub enum Target {
-    Block { device: PathBuf },
-    File { dir: PathBuf, names: Vec<String> },
+    Block {
+        device: PathBuf,
+    },
+    File {
+        dir: PathBuf,
+        names: Vec<String>,
+    },
+    /// An NBD export (`interface: nbd`), by its URI.
+    Nbd {
+        target: crate::spec::nbd::NbdTarget,
+    },
 }
 
 pub struct Maps {
@@ -52,6 +61,18 @@ impl Maps {
                     maps: vec![ContentMap::try_new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)?],
                 })
             }
+            Interface::Nbd { target } => {
+                let size = crate::nbd_wire::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?.size();
+                let span = w.span.unwrap_or(size);
+                if span > size {
+                    bail!("span {span} is larger than {target} ({size} bytes)");
+                }
+                Ok(Maps {
+                    target: Target::Nbd { target: target.clone() },
+                    seed: w.seed,
+                    maps: vec![ContentMap::try_new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)?],
+                })
+            }
             // a personality's files come and go: `run` returns their maps (WorkloadResult::maps)
             Interface::File { dir, .. } if w.personality.is_some() => {
                 Ok(Maps { target: Target::File { dir: dir.clone(), names: vec![] }, seed: w.seed, maps: vec![] })
@@ -81,7 +102,7 @@ impl Maps {
     pub fn file_path(&self, i: usize) -> Option<PathBuf> {
         match &self.target {
             Target::File { dir, names } => names.get(i).map(|n| dir.join(n)),
-            Target::Block { .. } => None,
+            Target::Block { .. } | Target::Nbd { .. } => None,
         }
     }
 
@@ -93,7 +114,7 @@ impl Maps {
     pub fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let map_files: Vec<String> = match self.target {
-            Target::Block { .. } => vec!["map.bin".into()],
+            Target::Block { .. } | Target::Nbd { .. } => vec!["map.bin".into()],
             Target::File { .. } => (0..self.maps.len()).map(|i| format!("map-{i:04}.bin")).collect(),
         };
         for (m, f) in self.maps.iter().zip(&map_files) {

@@ -769,6 +769,8 @@ pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progre
     }
     let maps = final_maps(&sh);
     Ok(WorkloadResult {
+        nbd_client: None,
+        nbd_client_intervals: vec![],
         seconds: secs,
         read: summary(&read.h, read.bytes, secs),
         write: summary(&write.h, write.bytes, secs),

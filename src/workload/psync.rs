@@ -39,6 +39,25 @@ fn issue(wk: &mut Worker, files: &[File], op: &Op, buf: &mut [u8], ids: &[u64]) 
     }
 }
 
+/// `interface: nbd`: one request at a time per thread through the shared client (its
+/// connections carry the threads' requests side by side); fsync:N becomes an NBD FLUSH.
+pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client) -> Result<()> {
+    let bs = wk.sh.w.block_size as usize;
+    let mut buf = AlignedBuf::try_new(bs)?;
+    let mut ids = vec![0u64; bs / CONTENT_BLOCK as usize];
+    while let Some(op) = wk.next_op(&mut buf, &mut ids) {
+        let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, false) } else { c.read(op.offset, buf) };
+        let first = io(&mut buf);
+        let res = if first.is_err() { wk.retry(first, || io(&mut buf)) } else { first };
+        if wk.complete(&op, &ids, res, op.t0.elapsed())
+            && let Err(e) = c.flush()
+        {
+            wk.fail("fsync", None, 0, 0, e.raw_os_error().unwrap_or(libc::EIO));
+        }
+    }
+    Ok(())
+}
+
 /// A batch of drawn ops with their buffers and content ids, handed between the I/O thread and
 /// the filler (moved, never shared). Batches amortise the hand-over: one wake per batch.
 struct Batch {

@@ -119,6 +119,8 @@ pub enum Interface {
     Block { device: PathBuf },
     /// `count` files of `size` bytes in `dir`, named by `files::file_name`.
     File { dir: PathBuf, count: u32, size: u64 },
+    /// An NBD export spoken to directly (`nbd_wire::client`), no loop device in between.
+    Nbd { target: crate::spec::nbd::NbdTarget },
 }
 
 #[derive(Clone, Debug)]
@@ -193,6 +195,8 @@ impl Workload {
             Interface::File { count, size, .. } => {
                 (*count as u64).checked_mul(*size).ok_or_else(|| anyhow::anyhow!("{count} files of {size} bytes: more bytes than a u64 holds"))
             }
+            // the export's size is known once connected (spec does no network I/O)
+            Interface::Nbd { target } => self.span.ok_or_else(|| anyhow::anyhow!("the size of {target} is known once connected")),
         }
     }
 
@@ -221,6 +225,9 @@ impl Workload {
         }
         if self.iodepth > 4096 {
             bail!("iodepth {} is too deep; at most 4096", self.iodepth);
+        }
+        if matches!(self.interface, Interface::Nbd { .. }) && (self.engine != Engine::Psync || self.iodepth != 1) {
+            bail!("interface: nbd runs one request at a time per thread (engine: psync, iodepth: 1); use `threads` for more requests in flight");
         }
         if self.threads > 1024 {
             bail!("{} threads are too many; at most 1024", self.threads);

@@ -19,6 +19,8 @@ use std::time::Duration;
 pub struct WorkloadYaml {
     pub interface: Option<Spanned<String>>,
     pub device: Option<Spanned<String>>,
+    /// `interface: nbd`: the export's URI (nbd://HOST:PORT/EXPORT, nbd+unix:///EXPORT?socket=PATH).
+    pub target: Option<Spanned<String>>,
     pub dir: Option<Spanned<String>>,
     pub files: Option<Spanned<u32>>,
     pub file_size: Option<Spanned<Size>>,
@@ -113,6 +115,8 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
         (None, _) => "block",
     };
     let (device_or_dir, wrong) = match (&target, iface) {
+        // the export named in the file is the target, wherever the caller points
+        (_, "nbd") => (None, None),
         (Some(Where::Device(p)), "block") | (Some(Where::Dir(p)), "file") => (Some(p.as_path()), None),
         (Some(Where::Device(p)), _) => (None, Some(format!("the workload runs on the device {} (no file system): use `interface: block`", p.display()))),
         (Some(Where::Dir(p)), _) => (None, Some(format!("the workload runs on a file system at {}: use `interface: file`", p.display()))),
@@ -120,6 +124,9 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     };
     if let (Some(m), Some(i)) = (wrong, &y.interface) {
         return Err(at(source, i, "interface", m));
+    }
+    if let (Some(t), false) = (&y.target, iface == "nbd") {
+        return Err(at(source, t, "target", "belongs to `interface: nbd`"));
     }
     let interface = match iface {
         "block" => {
@@ -163,7 +170,21 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
             }
             Interface::File { dir, count, size: fs.value.0 }
         }
-        other => return Err(at(source, y.interface.as_ref().unwrap(), "interface", format!("`{other}` is not an interface; allowed: block, file"))),
+        "nbd" => {
+            for (k, v) in [
+                ("device", y.device.as_ref().map(|s| &s.referenced)),
+                ("dir", y.dir.as_ref().map(|s| &s.referenced)),
+                ("files", y.files.as_ref().map(|s| &s.referenced)),
+                ("file_size", y.file_size.as_ref().map(|s| &s.referenced)),
+            ] {
+                if let Some(l) = v {
+                    return Err(format!("{source}:{}:{}: {k}: does not belong to `interface: nbd` (it takes `target: nbd://...`)", l.line(), l.column()));
+                }
+            }
+            let Some(t) = &y.target else { return Err(whole("no `target`: an nbd workload needs the export's URI (target: nbd://HOST:PORT/EXPORT)")) };
+            Interface::Nbd { target: t.value.parse().map_err(|e: String| at(source, t, "target", e))? }
+        }
+        other => return Err(at(source, y.interface.as_ref().unwrap(), "interface", format!("`{other}` is not an interface; allowed: block, file, nbd"))),
     };
     let mut w = Workload::new(interface);
     if let Some(p) = &y.pattern {

@@ -1,6 +1,10 @@
 //! NBD wire format, from the protocol document (NetworkBlockDevice/nbd, doc/proto.md, with the
 //! extended-headers extension of its `extension-ext-header` branch): magic numbers, option and
-//! command codes, flags, and the fixed-size headers as big-endian byte arrays. No I/O here.
+//! command codes, flags, and the fixed-size headers as big-endian byte arrays. No I/O here
+//! except in `client`. Below `disk` (whose NBD store is a client) and `nbd` (the server, which
+//! names this module `nbd::proto`); imports only `spec` (the target's URI and policy).
+
+pub mod client;
 
 // Handshake
 pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943; // "NBDMAGIC"
@@ -114,6 +118,23 @@ pub fn wire_errno(errno: i32) -> u32 {
         _ => EIO,
     }
 }
+
+/// The protocol's error value as a host errno (unknown values: EIO).
+pub fn host_errno(wire: u32) -> i32 {
+    match wire {
+        EPERM => libc::EPERM,
+        ENOMEM => libc::ENOMEM,
+        EINVAL => libc::EINVAL,
+        ENOSPC => libc::ENOSPC,
+        EOVERFLOW => libc::EOVERFLOW,
+        ENOTSUP => libc::ENOTSUP,
+        ESHUTDOWN => libc::ESHUTDOWN,
+        _ => libc::EIO,
+    }
+}
+
+/// Old-style handshake's second magic (not supported by the client).
+pub const CLISERV_MAGIC: u64 = 0x0000_4202_8186_1253;
 
 /// The wire names of commands, for messages.
 pub fn cmd_name(cmd: u16) -> &'static str {

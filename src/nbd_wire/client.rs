@@ -1,0 +1,670 @@
+//! An NBD client, written from the protocol document: fixed-newstyle handshake with OPT_GO
+//! (EXPORT_NAME for servers that do not know it), simple replies only (the client never asks
+//! for structured replies, so every server must answer simply), compact headers, requests up
+//! to 32 MiB (larger ones are split).
+//!
+//! Several requests are in flight at once: callers on different threads share a small pool of
+//! connections (several only when the server says CAN_MULTI_CONN), and each connection has a
+//! reader thread that hands replies to the waiting callers by cookie. A request without a reply
+//! within the policy's `timeout` kills its connection (the other requests on it fail too and
+//! are re-sent by their callers on a fresh one); failed and timed-out requests are retried
+//! `retries` times with exponential backoff. `Counters` say what that cost.
+
+use super::{self as p};
+use crate::spec::nbd::{NbdEndpoint, NbdTarget};
+use std::collections::HashMap;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Largest request sent (the reference server refuses more than 32 MiB).
+const MAX_REQUEST: u64 = 32 << 20;
+
+enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn try_clone(&self) -> io::Result<Sock> {
+        Ok(match self {
+            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
+            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+        })
+    }
+    fn shutdown(&self) {
+        let _ = match self {
+            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
+            Sock::Unix(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+    fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.set_read_timeout(d),
+            Sock::Unix(s) => s.set_read_timeout(d),
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(b),
+            Sock::Unix(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(b),
+            Sock::Unix(s) => s.write(b),
+        }
+    }
+    fn write_vectored(&mut self, b: &[IoSlice]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write_vectored(b),
+            Sock::Unix(s) => s.write_vectored(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What the client did, since it was made (all counters only grow).
+#[derive(Default)]
+pub struct Counters {
+    pub requests: AtomicU64,
+    /// Attempts after the first, over all requests.
+    pub retries: AtomicU64,
+    /// Attempts that got no reply within the timeout.
+    pub timeouts: AtomicU64,
+    /// Attempts the server answered with an error.
+    pub remote_errors: AtomicU64,
+    /// Attempts whose connection broke (or could not be made).
+    pub connection_errors: AtomicU64,
+    /// Connections made after the first ones.
+    pub reconnects: AtomicU64,
+    /// Requests that failed after all retries.
+    pub failed: AtomicU64,
+    /// Time spent on requests beyond their first attempt (timeouts waited out, backoff, retries).
+    pub retry_ns: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CounterSnapshot {
+    pub requests: u64,
+    pub retries: u64,
+    pub timeouts: u64,
+    pub remote_errors: u64,
+    pub connection_errors: u64,
+    pub reconnects: u64,
+    pub failed: u64,
+    pub retry_ns: u64,
+}
+
+impl Counters {
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            requests: self.requests.load(Relaxed),
+            retries: self.retries.load(Relaxed),
+            timeouts: self.timeouts.load(Relaxed),
+            remote_errors: self.remote_errors.load(Relaxed),
+            connection_errors: self.connection_errors.load(Relaxed),
+            reconnects: self.reconnects.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+            retry_ns: self.retry_ns.load(Relaxed),
+        }
+    }
+}
+
+impl CounterSnapshot {
+    /// What happened between `earlier` and this snapshot.
+    pub fn since(&self, earlier: &CounterSnapshot) -> CounterSnapshot {
+        CounterSnapshot {
+            requests: self.requests - earlier.requests,
+            retries: self.retries - earlier.retries,
+            timeouts: self.timeouts - earlier.timeouts,
+            remote_errors: self.remote_errors - earlier.remote_errors,
+            connection_errors: self.connection_errors - earlier.connection_errors,
+            reconnects: self.reconnects - earlier.reconnects,
+            failed: self.failed - earlier.failed,
+            retry_ns: self.retry_ns - earlier.retry_ns,
+        }
+    }
+}
+
+/// What a client did over one interval (`sample_intervals`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct IntervalCounts {
+    /// End of the interval, seconds since the start.
+    pub t: f64,
+    #[serde(flatten)]
+    pub counts: CounterSnapshot,
+}
+
+/// Read `read()` every `interval` from `start` until `done`, and return what changed per
+/// interval (a final shorter one included when something happened in it). `read` returns the
+/// counters (summed over clients), None when there are none to read.
+pub fn sample_intervals(start: Instant, interval: Duration, done: &AtomicBool, read: impl Fn() -> Option<CounterSnapshot>) -> Vec<IntervalCounts> {
+    let mut out = Vec::new();
+    let Some(mut last) = read() else { return out };
+    let mut k = 1u32;
+    loop {
+        let due = interval * k;
+        let finished = loop {
+            if done.load(Relaxed) {
+                break true;
+            }
+            let now = start.elapsed();
+            if now >= due {
+                break false;
+            }
+            std::thread::sleep((due - now).min(Duration::from_millis(20)));
+        };
+        let Some(now) = read() else { return out };
+        let d = now.since(&last);
+        if !finished || d != CounterSnapshot::default() {
+            out.push(IntervalCounts { t: start.elapsed().as_secs_f64(), counts: d });
+        }
+        last = now;
+        if finished {
+            return out;
+        }
+        k += 1;
+    }
+}
+
+/// Why one attempt failed.
+enum Fail {
+    /// The server's error reply (host errno).
+    Remote(i32),
+    /// No reply in time.
+    Timeout,
+    /// The connection broke or could not be made.
+    Lost(io::Error),
+}
+
+/// A caller waiting for its reply.
+struct Waiter {
+    /// Bytes of data that follow a successful reply (reads).
+    read_len: usize,
+    done: Mutex<Option<Result<Vec<u8>, Fail>>>,
+    cv: Condvar,
+}
+
+impl Waiter {
+    fn finish(&self, r: Result<Vec<u8>, Fail>) {
+        *self.done.lock().unwrap() = Some(r);
+        self.cv.notify_one();
+    }
+}
+
+/// One connection in transmission phase.
+struct Conn {
+    w: Mutex<Sock>,
+    /// The same socket, to shut down without waiting for a writer stuck on a stalled server.
+    ctl: Sock,
+    pending: Mutex<HashMap<u64, Arc<Waiter>>>,
+    dead: AtomicBool,
+    reader: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Conn {
+    /// End the connection: the reader sees EOF and fails every waiter.
+    fn kill(&self) {
+        self.dead.store(true, Relaxed);
+        self.ctl.shutdown();
+    }
+
+    fn reader(self: Arc<Conn>, mut r: Sock) {
+        let err = loop {
+            let mut h = [0u8; 16];
+            if let Err(e) = r.read_exact(&mut h) {
+                break e;
+            }
+            let magic = u32::from_be_bytes(h[0..4].try_into().unwrap());
+            if magic != p::SIMPLE_REPLY_MAGIC {
+                break io::Error::new(io::ErrorKind::InvalidData, format!("reply magic {magic:#x} (expected simple replies)"));
+            }
+            let error = u32::from_be_bytes(h[4..8].try_into().unwrap());
+            let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
+            let Some(w) = self.pending.lock().unwrap().remove(&cookie) else {
+                break io::Error::new(io::ErrorKind::InvalidData, format!("reply to unknown cookie {cookie}"));
+            };
+            if error != 0 {
+                w.finish(Err(Fail::Remote(p::host_errno(error))));
+                continue;
+            }
+            let mut data = vec![0u8; w.read_len];
+            if let Err(e) = r.read_exact(&mut data) {
+                w.finish(Err(Fail::Lost(io::Error::new(e.kind(), e.to_string()))));
+                break e;
+            }
+            w.finish(Ok(data));
+        };
+        self.dead.store(true, Relaxed);
+        self.ctl.shutdown();
+        let left: Vec<_> = self.pending.lock().unwrap().drain().collect();
+        for (_, w) in left {
+            w.finish(Err(Fail::Lost(io::Error::new(err.kind(), err.to_string()))));
+        }
+    }
+}
+
+/// What the handshake learned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Export {
+    pub size: u64,
+    pub flags: u16,
+}
+
+/// A client of one export.
+pub struct Client {
+    pub target: NbdTarget,
+    pub export: Export,
+    slots: Vec<Mutex<Option<Arc<Conn>>>>,
+    next_slot: AtomicUsize,
+    cookie: AtomicU64,
+    pub counters: Counters,
+}
+
+fn proto_err(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
+fn be16(b: &[u8]) -> u16 {
+    u16::from_be_bytes([b[0], b[1]])
+}
+fn be32(b: &[u8]) -> u32 {
+    u32::from_be_bytes(b[..4].try_into().unwrap())
+}
+fn be64(b: &[u8]) -> u64 {
+    u64::from_be_bytes(b[..8].try_into().unwrap())
+}
+
+fn dial(t: &NbdTarget) -> io::Result<Sock> {
+    let to = t.policy.timeout;
+    match &t.endpoint {
+        NbdEndpoint::Tcp { host, port } => {
+            let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host}: no address"));
+            for a in (host.as_str(), *port).to_socket_addrs()? {
+                match TcpStream::connect_timeout(&a, to) {
+                    Ok(s) => {
+                        s.set_nodelay(true)?;
+                        return Ok(Sock::Tcp(s));
+                    }
+                    Err(e) => last = e,
+                }
+            }
+            Err(last)
+        }
+        NbdEndpoint::Unix(p) => UnixStream::connect(p).map(Sock::Unix),
+    }
+}
+
+/// Send one option (fixed newstyle).
+fn send_opt(s: &mut Sock, opt: u32, data: &[u8]) -> io::Result<()> {
+    let mut v = Vec::with_capacity(16 + data.len());
+    v.extend_from_slice(&p::IHAVEOPT.to_be_bytes());
+    v.extend_from_slice(&opt.to_be_bytes());
+    v.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    v.extend_from_slice(data);
+    s.write_all(&v)
+}
+
+/// Read one option reply: (type, data).
+fn read_opt_reply(s: &mut Sock, opt: u32) -> io::Result<(u32, Vec<u8>)> {
+    let mut h = [0u8; 20];
+    s.read_exact(&mut h)?;
+    if be64(&h) != p::OPT_REPLY_MAGIC || be32(&h[8..]) != opt {
+        return Err(proto_err(format!("bad option reply (magic {:#x}, option {})", be64(&h), be32(&h[8..]))));
+    }
+    let len = be32(&h[16..]);
+    if len > 1 << 20 {
+        return Err(proto_err(format!("option reply of {len} bytes")));
+    }
+    let mut d = vec![0u8; len as usize];
+    s.read_exact(&mut d)?;
+    Ok((be32(&h[12..]), d))
+}
+
+/// Handshake up to transmission: OPT_GO, or EXPORT_NAME where the server is not fixed-newstyle
+/// or does not know OPT_GO.
+fn handshake(s: &mut Sock, export: &str) -> io::Result<Export> {
+    let mut h = [0u8; 18];
+    s.read_exact(&mut h[..16])?;
+    if be64(&h) != p::NBDMAGIC {
+        return Err(proto_err(format!("not an NBD server (magic {:#x})", be64(&h))));
+    }
+    if be64(&h[8..]) == p::CLISERV_MAGIC {
+        return Err(proto_err("the server speaks the old-style handshake, which is not supported".into()));
+    }
+    if be64(&h[8..]) != p::IHAVEOPT {
+        return Err(proto_err(format!("unknown handshake magic {:#x}", be64(&h[8..]))));
+    }
+    s.read_exact(&mut h[16..18])?;
+    let sflags = be16(&h[16..]);
+    let fixed = sflags & p::FLAG_FIXED_NEWSTYLE != 0;
+    let no_zeroes = sflags & p::FLAG_NO_ZEROES != 0;
+    let cflags = if fixed { p::FLAG_C_FIXED_NEWSTYLE } else { 0 } | if no_zeroes { p::FLAG_C_NO_ZEROES } else { 0 };
+    s.write_all(&cflags.to_be_bytes())?;
+    let name = export.as_bytes();
+    if fixed {
+        let mut d = Vec::with_capacity(6 + name.len());
+        d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+        d.extend_from_slice(name);
+        d.extend_from_slice(&0u16.to_be_bytes());
+        send_opt(s, p::OPT_GO, &d)?;
+        let mut got = None;
+        loop {
+            let (typ, d) = read_opt_reply(s, p::OPT_GO)?;
+            match typ {
+                p::REP_INFO if d.len() >= 12 && be16(&d) == p::INFO_EXPORT => got = Some(Export { size: be64(&d[2..]), flags: be16(&d[10..]) }),
+                p::REP_INFO => {}
+                p::REP_ACK => return got.ok_or_else(|| proto_err("OPT_GO acknowledged without the export's size".into())),
+                p::REP_ERR_UNSUP => break,
+                t if t & (1 << 31) != 0 => {
+                    let msg = String::from_utf8_lossy(&d);
+                    let what = match t {
+                        p::REP_ERR_UNKNOWN => "no such export",
+                        p::REP_ERR_POLICY => "refused by policy",
+                        p::REP_ERR_TOO_BIG => "too big",
+                        _ => "error",
+                    };
+                    return Err(io::Error::new(io::ErrorKind::NotFound, format!("export `{export}`: {what} ({t:#x}) {msg}")));
+                }
+                t => return Err(proto_err(format!("unexpected OPT_GO reply type {t}"))),
+            }
+        }
+    }
+    send_opt(s, p::OPT_EXPORT_NAME, name)?;
+    let mut r = [0u8; 10 + 124];
+    let n = if no_zeroes { 10 } else { 134 };
+    s.read_exact(&mut r[..n]).map_err(|e| io::Error::new(e.kind(), format!("export `{export}` refused (EXPORT_NAME): {e}")))?;
+    Ok(Export { size: be64(&r), flags: be16(&r[8..]) })
+}
+
+fn errno_err(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno)
+}
+
+impl Client {
+    /// Connect (one connection; the others of the pool open on first use).
+    pub fn connect(target: &NbdTarget) -> io::Result<Client> {
+        let (conn, export) = Self::open(target)?;
+        let n = if export.flags & p::FLAG_CAN_MULTI_CONN != 0 { target.policy.connections.max(1) } else { 1 };
+        let slots: Vec<_> = (0..n).map(|_| Mutex::new(None)).collect();
+        *slots[0].lock().unwrap() = Some(conn);
+        Ok(Client { target: target.clone(), export, slots, next_slot: AtomicUsize::new(0), cookie: AtomicU64::new(1), counters: Counters::default() })
+    }
+
+    fn open(target: &NbdTarget) -> io::Result<(Arc<Conn>, Export)> {
+        let mut s = dial(target).map_err(|e| io::Error::new(e.kind(), format!("cannot connect to {target}: {e}")))?;
+        s.set_read_timeout(Some(target.policy.timeout))?;
+        let export = handshake(&mut s, &target.export).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{target}: no handshake reply within {:?} (does the server take another client?)", target.policy.timeout),
+            ),
+            k => io::Error::new(k, format!("{target}: {e}")),
+        })?;
+        s.set_read_timeout(None)?;
+        let r = s.try_clone()?;
+        let ctl = s.try_clone()?;
+        let conn = Arc::new(Conn { w: Mutex::new(s), ctl, pending: Mutex::new(HashMap::new()), dead: AtomicBool::new(false), reader: Mutex::new(None) });
+        let c = conn.clone();
+        let h = std::thread::Builder::new().name("faultline-nbd-client".into()).spawn(move || c.reader(r))?;
+        *conn.reader.lock().unwrap() = Some(h);
+        Ok((conn, export))
+    }
+
+    pub fn size(&self) -> u64 {
+        self.export.size
+    }
+    pub fn read_only(&self) -> bool {
+        self.export.flags & p::FLAG_READ_ONLY != 0
+    }
+    pub fn has(&self, flag: u16) -> bool {
+        self.export.flags & flag != 0
+    }
+    /// Connections in the pool (1 unless the server allows several).
+    pub fn pool_size(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// A live connection of `slot`, reconnecting if it died.
+    fn conn(&self, slot: usize) -> io::Result<Arc<Conn>> {
+        let mut g = self.slots[slot].lock().unwrap();
+        if let Some(c) = &*g
+            && !c.dead.load(Relaxed)
+        {
+            return Ok(c.clone());
+        }
+        let had = g.is_some();
+        if let Some(old) = g.take() {
+            old.kill();
+            if let Some(h) = old.reader.lock().unwrap().take() {
+                let _ = h.join();
+            }
+        }
+        let (c, export) = Self::open(&self.target)?;
+        if export.size != self.export.size {
+            c.kill();
+            return Err(proto_err(format!("{}: the export's size changed from {} to {} bytes", self.target, self.export.size, export.size)));
+        }
+        if had {
+            self.counters.reconnects.fetch_add(1, Relaxed);
+        }
+        *g = Some(c.clone());
+        Ok(c)
+    }
+
+    /// One attempt of `req` (its cookie is set here): send, wait for the reply until the timeout.
+    fn attempt(&self, slot: usize, mut req: p::Request, data: Option<&[u8]>, read: Option<&mut [u8]>) -> Result<(), Fail> {
+        let c = self.conn(slot).map_err(Fail::Lost)?;
+        let cookie = self.cookie.fetch_add(1, Relaxed);
+        let w = Arc::new(Waiter { read_len: read.as_ref().map_or(0, |b| b.len()), done: Mutex::new(None), cv: Condvar::new() });
+        c.pending.lock().unwrap().insert(cookie, w.clone());
+        req.cookie = cookie;
+        let hdr = req.encode(false);
+        let sent = {
+            let mut s = c.w.lock().unwrap();
+            let mut bufs = [IoSlice::new(&hdr), IoSlice::new(data.unwrap_or(&[]))];
+            let mut bufs = &mut bufs[..];
+            let mut r = Ok(());
+            while !bufs.is_empty() {
+                match s.write_vectored(bufs) {
+                    Ok(0) => {
+                        r = Err(io::Error::new(io::ErrorKind::WriteZero, "connection closed"));
+                        break;
+                    }
+                    Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        r = Err(e);
+                        break;
+                    }
+                }
+            }
+            r
+        };
+        if let Err(e) = sent {
+            c.pending.lock().unwrap().remove(&cookie);
+            c.kill();
+            return Err(Fail::Lost(e));
+        }
+        let deadline = Instant::now() + self.target.policy.timeout;
+        let mut g = w.done.lock().unwrap();
+        loop {
+            if let Some(r) = g.take() {
+                return match r {
+                    Ok(d) => {
+                        if let Some(b) = read {
+                            b.copy_from_slice(&d);
+                        }
+                        Ok(())
+                    }
+                    Err(f) => Err(f),
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(g);
+                c.pending.lock().unwrap().remove(&cookie);
+                // the stream is out of step with this request: start afresh
+                c.kill();
+                return Err(Fail::Timeout);
+            }
+            g = w.cv.wait_timeout(g, deadline - now).unwrap().0;
+        }
+    }
+
+    /// A request with the retry policy. `read`: the buffer the reply's data goes into.
+    fn request(&self, cmd: u16, flags: u16, off: u64, len: u64, data: Option<&[u8]>, mut read: Option<&mut [u8]>) -> io::Result<()> {
+        self.counters.requests.fetch_add(1, Relaxed);
+        let slot = self.next_slot.fetch_add(1, Relaxed) % self.slots.len();
+        let pol = self.target.policy;
+        let t0 = Instant::now();
+        let mut first_failed = None;
+        let mut attempt = 0u32;
+        loop {
+            let req = p::Request { flags, cmd, cookie: 0, offset: off, length: len };
+            let r = self.attempt(slot, req, data, read.as_deref_mut());
+            let f = match r {
+                Ok(()) => {
+                    if let Some(t) = first_failed {
+                        self.counters.retry_ns.fetch_add(Instant::now().duration_since(t).as_nanos() as u64, Relaxed);
+                    }
+                    return Ok(());
+                }
+                Err(f) => f,
+            };
+            // the time a failed first attempt cost (a timeout waited out) counts as retry time
+            first_failed.get_or_insert(t0);
+            let e = match f {
+                Fail::Remote(errno) => {
+                    self.counters.remote_errors.fetch_add(1, Relaxed);
+                    errno_err(errno)
+                }
+                Fail::Timeout => {
+                    self.counters.timeouts.fetch_add(1, Relaxed);
+                    io::Error::new(io::ErrorKind::TimedOut, format!("{}: no reply within {:?}", p::cmd_name(cmd), pol.timeout))
+                }
+                Fail::Lost(e) => {
+                    self.counters.connection_errors.fetch_add(1, Relaxed);
+                    e
+                }
+            };
+            if attempt >= pol.retries {
+                self.counters.failed.fetch_add(1, Relaxed);
+                self.counters.retry_ns.fetch_add(Instant::now().duration_since(t0).as_nanos() as u64, Relaxed);
+                // the disk answers with an errno: the server's, else EIO
+                return Err(if e.raw_os_error().is_some() { e } else { errno_err(libc::EIO) });
+            }
+            std::thread::sleep(pol.backoff(attempt));
+            attempt += 1;
+            self.counters.retries.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn check(&self, off: u64, len: u64) -> io::Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.export.size) {
+            return Err(errno_err(libc::EINVAL));
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
+        self.check(off, buf.len() as u64)?;
+        for (i, c) in buf.chunks_mut(MAX_REQUEST as usize).enumerate() {
+            let o = off + i as u64 * MAX_REQUEST;
+            self.request(p::CMD_READ, 0, o, c.len() as u64, None, Some(c))?;
+        }
+        Ok(())
+    }
+
+    /// Write; `fua`: durable before the reply (where the server supports FUA, else a flush
+    /// follows).
+    pub fn write(&self, off: u64, data: &[u8], fua: bool) -> io::Result<()> {
+        self.check(off, data.len() as u64)?;
+        if self.read_only() {
+            return Err(errno_err(libc::EPERM));
+        }
+        let flags = if fua && self.has(p::FLAG_SEND_FUA) { p::CMD_FLAG_FUA } else { 0 };
+        for (i, c) in data.chunks(MAX_REQUEST as usize).enumerate() {
+            let o = off + i as u64 * MAX_REQUEST;
+            self.request(p::CMD_WRITE, flags, o, c.len() as u64, Some(c), None)?;
+        }
+        if fua && flags == 0 {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Flush (a no-op where the server does not take FLUSH: it has no cache to flush).
+    pub fn flush(&self) -> io::Result<()> {
+        if !self.has(p::FLAG_SEND_FLUSH) {
+            return Ok(());
+        }
+        self.request(p::CMD_FLUSH, 0, 0, 0, None, None)
+    }
+
+    /// Trim: the server may forget the range (reads afterwards are unspecified). A no-op where
+    /// the server does not take TRIM.
+    pub fn trim(&self, off: u64, len: u64) -> io::Result<()> {
+        self.check(off, len)?;
+        if !self.has(p::FLAG_SEND_TRIM) {
+            return Ok(());
+        }
+        for o in (off..off + len).step_by(MAX_REQUEST as usize) {
+            self.request(p::CMD_TRIM, 0, o, (off + len - o).min(MAX_REQUEST), None, None)?;
+        }
+        Ok(())
+    }
+
+    /// Zero the range: WRITE_ZEROES (holes allowed) where the server takes it, else writes of
+    /// zeroes.
+    pub fn write_zeroes(&self, off: u64, len: u64) -> io::Result<()> {
+        self.check(off, len)?;
+        if self.read_only() {
+            return Err(errno_err(libc::EPERM));
+        }
+        if self.has(p::FLAG_SEND_WRITE_ZEROES) {
+            for o in (off..off + len).step_by(MAX_REQUEST as usize) {
+                self.request(p::CMD_WRITE_ZEROES, 0, o, (off + len - o).min(MAX_REQUEST), None, None)?;
+            }
+            return Ok(());
+        }
+        let zero = vec![0u8; len.min(1 << 20) as usize];
+        for o in (off..off + len).step_by(zero.len()) {
+            let n = (off + len - o).min(zero.len() as u64) as usize;
+            self.write(o, &zero[..n], false)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        for s in &self.slots {
+            if let Some(c) = s.lock().unwrap().take() {
+                // polite disconnect, then close
+                let hdr = p::Request { flags: 0, cmd: p::CMD_DISC, cookie: 0, offset: 0, length: 0 }.encode(false);
+                if !c.dead.load(Relaxed) {
+                    let _ = c.w.lock().unwrap().write_all(&hdr);
+                }
+                c.kill();
+                if let Some(h) = c.reader.lock().unwrap().take() {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+}
