@@ -169,12 +169,37 @@ impl Exposed {
         // the ring thread ends once the unmount has ended every entry
         let ring = self.ring.take();
         if let Some(s) = self.session.take() {
+            // The connection ends when the last user of the disk file is gone. Someone else
+            // holding the loop device open (udev probing it, another run's blkid) defers the
+            // loop's detach, and with it its hold on the file: the unmount is then lazy and
+            // the FUSE threads and the ring would wait for as long as that lasts. Everything
+            // of ours is released by now, so after a grace period abort the connection.
+            let watchdog = crate::sys::fusectl::connection_of(&self.mountpoint).map(|conn| {
+                let done = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+                let d = done.clone();
+                let t = std::thread::spawn(move || {
+                    let (m, c) = &*d;
+                    let g = c.wait_timeout_while(m.lock().unwrap_or_else(|e| e.into_inner()), ABORT_AFTER, |done| !*done).map(|r| r.0);
+                    if g.is_ok_and(|g| !*g) {
+                        match crate::sys::fusectl::abort(conn) {
+                            Ok(_) => eprintln!("faultline: FUSE connection {conn} still in use {ABORT_AFTER:?} after its unmount (a copy of the mount in another mount namespace, or the loop device held open elsewhere): aborted"),
+                            Err(e) => eprintln!("faultline: cannot abort FUSE connection {conn}: {e:#}"),
+                        }
+                    }
+                });
+                (done, t)
+            });
             // umount_and_join unmounts and waits for the FUSE threads
             if let Err(e) = s.umount_and_join()
                 && crate::sys::mount::is_mounted(&self.mountpoint)
                 && let Err(e2) = crate::sys::mount::unmount(&self.mountpoint, Duration::from_secs(1))
             {
                 first_err.get_or_insert(e2.context(format!("after fuser: {e}")));
+            }
+            if let Some((done, t)) = watchdog {
+                *done.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+                done.1.notify_all();
+                let _ = t.join();
             }
         }
         drop(ring);
@@ -185,6 +210,9 @@ impl Exposed {
         }
     }
 }
+
+/// How long a torn-down disk's FUSE connection may outlive its unmount before it is aborted.
+const ABORT_AFTER: Duration = Duration::from_secs(5);
 
 impl Drop for Exposed {
     fn drop(&mut self) {
