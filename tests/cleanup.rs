@@ -156,3 +156,22 @@ fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
     let (text, _) = run.cleanup();
     assert!(text.contains(&format!("detached {}", dev.display())), "{text}");
 }
+
+/// A process in another mount namespace (`ip netns exec` makes one) holds a copy of the disk's
+/// FUSE mount, which keeps the connection alive after the server's own unmount: the teardown
+/// aborts it after a grace period instead of waiting as long as that process lives.
+#[test]
+fn teardown_ends_even_while_another_mount_namespace_holds_the_mount() {
+    let ns = format!("fl-test-{}-copy", std::process::id());
+    assert!(std::process::Command::new("ip").args(["netns", "add", &ns]).status().unwrap().success());
+    let s = Serve::start("64MiB", "rules: []\n");
+    let mut holder = std::process::Command::new("ip").args(["netns", "exec", &ns, "sleep", "60"]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    s.stop();
+    let took = t.elapsed();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let _ = std::process::Command::new("ip").args(["netns", "del", &ns]).status();
+    assert!(took < std::time::Duration::from_secs(30), "teardown took {took:?} while a mount copy lived");
+}
