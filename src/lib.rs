@@ -10,6 +10,7 @@ pub mod frontend;
 pub mod mem;
 pub mod monitor;
 pub mod nbd;
+pub mod net;
 pub mod report;
 pub mod run;
 pub mod spec;

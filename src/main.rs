@@ -154,6 +154,8 @@ enum Cmd {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+    /// Emulated hosts (network namespaces) and the faulty network between them (docs/net.md).
+    Net(faultline::cli::net::NetArgs),
     /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
     #[command(hide = true)]
     StackHold {
@@ -232,6 +234,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
         Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
+        Cmd::Net(a) => faultline::cli::net::net(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;

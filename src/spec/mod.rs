@@ -5,6 +5,7 @@
 
 pub mod disk;
 pub mod experiment;
+pub mod net;
 pub mod rule;
 pub mod rules;
 pub mod stack;
