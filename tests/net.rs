@@ -379,10 +379,6 @@ fn ns_exists(ns: &str) -> bool {
     Path::new("/run/netns").join(ns).exists()
 }
 
-fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists() && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ")
-}
-
 fn ledgers_of(pid: u32) -> usize {
     std::fs::read_dir(faultline::sys::ledger::run_dir().join("runs"))
         .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{pid}-"))).count())
@@ -396,14 +392,14 @@ fn ctrl_c_leaves_nothing() {
     }
     let net = NetUp::start("client,target,client-2");
     let pid = net.child.id();
-    let sleeper = net.exec("target", "sleep").arg("1000").spawn().unwrap();
+    let mut sleeper = net.exec("target", "sleep").arg("1000").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let ns = net.stop();
     assert_eq!(ns.len(), 3);
     for n in &ns {
         assert!(!ns_exists(n), "{n} left behind");
     }
-    assert!(!pid_alive(sleeper.id()), "a process in a host survived its teardown");
+    assert!(sleeper.try_wait().unwrap().is_some(), "a process in a host survived its teardown");
     assert_eq!(ledgers_of(pid), 0, "ledger left behind");
     assert!(!Command::new("ip").args(["link", "show", "fl0"]).stderr(Stdio::null()).status().unwrap().success(), "fl0 in the root namespace");
 }
@@ -429,7 +425,7 @@ fn kill9_then_cleanup_leaves_nothing() {
         assert!(text.contains(&format!("deleted network namespace {n}")), "{text}");
     }
     let mut s = sleeper;
-    let _ = s.wait();
+    assert!(s.try_wait().unwrap().is_some(), "a process in a host survived cleanup");
     assert_eq!(ledgers_of(pid), 0, "ledger left after cleanup");
     assert!(!net.socket.exists(), "control socket left after cleanup");
 }
