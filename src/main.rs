@@ -106,7 +106,8 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Release loop devices, FUSE mounts and directories left by faultline processes that died.
+    /// Release loop devices, FUSE mounts, directories and network namespaces left by faultline
+    /// processes that died.
     Cleanup,
     /// Measure a duplicate-content profile from real data (files, directories, devices).
     Profile {

@@ -73,7 +73,10 @@ impl Network {
             let n = &h.namespace;
             let addr = format!("{}/16", h.address);
             netns::ip(&["-n", n, "addr", "add", &addr, "dev", IFNAME])?;
-            netns::ip(&["-n", n, "link", "set", IFNAME, "up"])?;
+            // a NIC's queue: a host that sends faster than the relay forwards (possible only
+            // while its links have per-packet rules) queues here, and beyond it drops, as a
+            // router's queue would
+            netns::ip(&["-n", n, "link", "set", IFNAME, "txqueuelen", "1000", "up"])?;
             ports.push(relay::Port { name: h.name.clone(), addr: address(i), fd });
         }
         net.relay = Some(Arc::new(Relay::start(ports, opts)?));

@@ -221,7 +221,8 @@ impl Relay {
     }
 
     /// Swap in each link's rule list (rules keep their per-link state across rebuilds), and
-    /// turn segmentation offloads off on hosts with rules on their outgoing links.
+    /// turn segmentation offloads off on hosts whose outgoing links have rules that decide
+    /// per packet (`per_packet`).
     fn rebuild(&self, rules: &[SetRule]) -> Result<()> {
         let n = self.s.ports.len();
         for a in 0..n {
@@ -249,7 +250,7 @@ impl Relay {
                         })
                     })
                     .collect();
-                any |= !new.is_empty();
+                any |= new.iter().any(|r| per_packet(&r.fault));
                 link.rules.store(Arc::new(new));
             }
             let on = !any;
@@ -382,6 +383,19 @@ fn sample(d: &DelayDist, rng: &mut SmallRng) -> Duration {
     };
     // a heavy tail must not hold a packet for ever
     Duration::from_secs_f64(secs.clamp(0.0, 60.0))
+}
+
+/// Whether a fault must see each packet as it would be on a wire (at most the MTU), rather
+/// than a segmentation burst of up to 64 KiB: loss, duplication, reordering, jitter, a drawn
+/// delay and the rate queue decide per packet. A fixed delay, a partition and a reset treat
+/// every segment of a burst alike, so the burst may pass whole (full speed under them).
+fn per_packet(f: &NetFault) -> bool {
+    f.loss.is_some()
+        || f.duplicate.is_some()
+        || f.reorder.is_some()
+        || f.jitter.is_some()
+        || f.rate.is_some()
+        || !matches!(f.delay, None | Some(DelayDist::Fixed(_)))
 }
 
 /// What the rules of a link decide for one packet.

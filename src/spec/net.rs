@@ -310,6 +310,17 @@ mod tests {
     }
 
     #[test]
+    fn the_documented_json_form_parses() {
+        // docs/net.md, "The control socket"
+        let j = r#"{"from":"client","to":"target","both":false,"window":null,"seed":null,
+ "fault":{"delay":{"fixed":{"secs":0,"nanos":1000000}},"loss":{"random":{"probability":0.001}}}}"#;
+        let r: NetRule = serde_json::from_str(j).unwrap();
+        assert_eq!(r.fault.delay, Some(DelayDist::Fixed(Duration::from_millis(1))));
+        assert_eq!(r.fault.loss, Some(Loss::Random { probability: 0.001 }));
+        assert!(serde_json::from_str::<NetRule>(r#"{"fault":{"los":{}}}"#).is_err());
+    }
+
+    #[test]
     fn windows_and_names() {
         assert_eq!(parse_window("2s..5s").unwrap(), Window { from: Duration::from_secs(2), to: Some(Duration::from_secs(5)) });
         assert_eq!(parse_window("1s..").unwrap().to, None);
