@@ -151,6 +151,8 @@ fn delay_is_realized_per_packet() {
     let l = net.link("client", "target");
     assert!(l["delayed"].as_u64().unwrap() >= 60, "{l}");
     assert!(l["lateness_us"]["p50"].as_f64().is_some(), "{l}");
+    let hosts = net.show()["hosts"].clone();
+    assert!(hosts.as_array().unwrap().iter().all(|h| h["device_tx_dropped"].as_u64().is_some()), "the TUN devices' drop counters: {hosts}");
     net.stop();
 }
 

@@ -77,7 +77,7 @@ impl Network {
             // while its links have per-packet rules) queues here, and beyond it drops, as a
             // router's queue would
             netns::ip(&["-n", n, "link", "set", IFNAME, "txqueuelen", "1000", "up"])?;
-            ports.push(relay::Port { name: h.name.clone(), addr: address(i), fd });
+            ports.push(relay::Port { name: h.name.clone(), addr: address(i), fd, namespace: h.namespace.clone() });
         }
         net.relay = Some(Arc::new(Relay::start(ports, opts)?));
         Ok(net)

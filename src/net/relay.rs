@@ -38,6 +38,8 @@ pub struct Port {
     pub name: String,
     pub addr: Ipv4Addr,
     pub fd: OwnedFd,
+    /// The host's namespace, where `show` reads the TUN device's own drop counter.
+    pub namespace: String,
 }
 
 #[derive(Default)]
@@ -300,7 +302,10 @@ impl Relay {
             .ports
             .iter()
             .enumerate()
-            .map(|(i, p)| json!({"name": p.name, "address": p.addr.to_string(), "unroutable": s.unroutable[i].load(Relaxed), "offloads": s.offloads[i].load(Relaxed)}))
+            .map(|(i, p)| {
+                json!({"name": p.name, "address": p.addr.to_string(), "unroutable": s.unroutable[i].load(Relaxed), "offloads": s.offloads[i].load(Relaxed),
+                       "device_tx_dropped": tx_dropped(&p.namespace)})
+            })
             .collect();
         json!({"uptime_s": s.epoch.elapsed().as_secs_f64(), "hosts": hosts, "rules": rules, "links": links})
     }
@@ -329,6 +334,14 @@ impl Drop for Relay {
     fn drop(&mut self) {
         self.halt();
     }
+}
+
+/// Packets the host's TUN device dropped because its queue was full (the relay fell behind),
+/// from `ip -s -j link` in the host; None if it cannot be read.
+fn tx_dropped(ns: &str) -> Option<u64> {
+    let out = std::process::Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", super::IFNAME]).output().ok()?;
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v[0]["stats64"]["tx"]["dropped"].as_u64()
 }
 
 fn write_pkt(fd: &OwnedFd, buf: &[u8]) -> bool {

@@ -35,28 +35,43 @@ pub fn pids(name: &str) -> Vec<i32> {
     String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
 }
 
-/// Kill every process inside the namespace (they were started there by us: a host's server
-/// or workload), then delete it; its devices (TUN, veth) go with it. Returns what was done.
+/// Stop every process inside the namespace (they were started there by us: a host's server
+/// or workload): SIGTERM, so a faultline server can tear its own disk down, then SIGKILL
+/// after `grace`; then delete the namespace, whose devices (TUN, veth) go with it. Returns
+/// what was done.
 pub fn delete(name: &str) -> Result<Vec<String>> {
+    use nix::sys::signal::{Signal, kill};
+    use std::time::{Duration, Instant};
+    let grace = Duration::from_secs(3);
     let mut log = Vec::new();
     if !exists(name) {
         return Ok(log);
     }
-    let t = std::time::Instant::now();
+    let t = Instant::now();
+    let mut termed = false;
+    let mut killed: Vec<i32> = Vec::new();
     loop {
         let p = pids(name);
         if p.is_empty() {
             break;
         }
-        if t.elapsed() > std::time::Duration::from_secs(5) {
+        if t.elapsed() > grace + Duration::from_secs(5) {
             bail!("processes {p:?} in network namespace {name} survived SIGKILL");
         }
-        for pid in p {
-            if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).is_ok() {
-                log.push(format!("killed process {pid} in network namespace {name}"));
+        let late = t.elapsed() > grace;
+        if !termed || late {
+            for pid in &p {
+                let sig = if late { Signal::SIGKILL } else { Signal::SIGTERM };
+                if kill(nix::unistd::Pid::from_raw(*pid), sig).is_ok() && !killed.contains(pid) {
+                    log.push(format!("stopped process {pid} in network namespace {name} ({sig})"));
+                    if late {
+                        killed.push(*pid);
+                    }
+                }
             }
+            termed = true;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
     }
     ip(&["netns", "delete", name])?;
     log.push(format!("deleted network namespace {name}"));
