@@ -394,6 +394,9 @@ fn ctrl_c_leaves_nothing() {
     }
     let net = NetUp::start("client,target,client-2");
     let pid = net.child.id();
+    // a second client reaches the target through the relay too
+    assert_eq!(ping(&net, "client-2", &target_addr(&net), 3, "0.05").len(), 3);
+    assert!(net.link("client-2", "target")["delivered"].as_u64().unwrap() >= 3);
     let mut sleeper = net.exec("target", "sleep").arg("1000").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let ns = net.stop();
@@ -430,4 +433,28 @@ fn kill9_then_cleanup_leaves_nothing() {
     assert!(s.try_wait().unwrap().is_some(), "a process in a host survived cleanup");
     assert_eq!(ledgers_of(pid), 0, "ledger left after cleanup");
     assert!(!net.socket.exists(), "control socket left after cleanup");
+}
+
+#[test]
+fn bad_input_says_what_is_allowed() {
+    let run = |args: &[&str]| {
+        let out = Command::new(common::bin()).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} was accepted");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    assert!(run(&["net", "up", "--hosts", "client"]).contains("at least two hosts"));
+    assert!(run(&["net", "up", "--hosts", "client,Target"]).contains("a-z, 0-9"));
+    assert!(run(&["net", "set", "--socket", "/nonexistent", "--loss", "150%"]).contains("between 0 and 1"));
+    assert!(run(&["net", "set", "--socket", "/nonexistent", "--rate", "100"]).contains("mbit"));
+    assert!(run(&["net", "set", "--socket", "/nonexistent", "--jitter", "1ms"]).contains("jitter needs a delay"));
+    assert!(run(&["net", "set", "--socket", "/nonexistent", "--window", "5s..2s", "--partition"]).contains("after its start"));
+    if !need_net() {
+        return;
+    }
+    let net = NetUp::start("client,target");
+    let out = Command::new(common::bin()).args(["net", "set", "--socket"]).arg(&net.socket).args(["--from", "clint", "--partition"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the hosts are: client, target"));
+    let out = Command::new(common::bin()).args(["net", "clear", "--socket"]).arg(&net.socket).arg("99").output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no network rule 99"));
+    net.stop();
 }

@@ -272,6 +272,9 @@ pub fn parse_window(text: &str) -> Result<Window, String> {
     };
     let from = if a.trim().is_empty() { Duration::ZERO } else { parse_duration(a)? };
     let to = if b.trim().is_empty() { None } else { Some(parse_duration(b)?) };
+    if to.is_some_and(|t| t <= from) {
+        return Err(format!("window `{text}`: its end must come after its start"));
+    }
     Ok(Window { from, to })
 }
 
