@@ -29,9 +29,13 @@ const MAX_PKT: usize = 65536 + tun::VNET_HDR;
 /// Packets waiting in the timer thread at most (beyond: dropped and counted), so a long delay
 /// on a fast link cannot take all memory.
 const MAX_PENDING: usize = 65536;
-/// Recycled buffers kept (each at most `POOL_BUF` bytes of capacity).
+/// How late a delayed packet may leave before it is dropped instead (`timer`).
+const OVERDUE: Duration = Duration::from_millis(10);
+/// Recycled buffers kept: packets (at most `POOL_BUF` bytes of capacity each), and
+/// segmentation bursts (delayed whole under a fixed delay; up to `MAX_PKT` each).
 const POOL_MAX: usize = 8192;
 const POOL_BUF: usize = 2048;
+const POOL_BIG_MAX: usize = 512;
 
 /// One emulated host as the relay sees it.
 pub struct Port {
@@ -52,6 +56,8 @@ struct Counters {
     duplicated: AtomicU64,
     reordered: AtomicU64,
     reset: AtomicU64,
+    /// Delayed packets dropped because the relay fell more than `OVERDUE` behind.
+    overdue: AtomicU64,
 }
 
 struct RuleState {
@@ -122,16 +128,24 @@ impl Ord for Timed {
 /// A rule as set: its id and the moment its window counts from.
 type SetRule = (u64, NetRule, Instant);
 
+struct TimerQueue {
+    heap: Mutex<BinaryHeap<Reverse<Timed>>>,
+    cv: Condvar,
+    /// Bumped on every push so a spinning waiter notices an earlier deadline.
+    pushes: AtomicU64,
+}
+
 struct Shared {
     ports: Vec<Port>,
     links: Vec<Link>,
     /// Packets a host sent to no other host (not IPv4, or an unknown address).
     unroutable: Vec<AtomicU64>,
     offloads: Vec<AtomicBool>,
-    heap: Mutex<BinaryHeap<Reverse<Timed>>>,
-    cv: Condvar,
-    pushes: AtomicU64,
+    /// One timer queue and thread per destination host, so the directions of a link (and
+    /// the writes into different hosts, which run the receiver's stack) proceed in parallel.
+    timers: Vec<TimerQueue>,
     pool: Mutex<Vec<Vec<u8>>>,
+    pool_big: Mutex<Vec<Vec<u8>>>,
     stop: AtomicBool,
     stop_fd: OwnedFd,
     /// The next rule id, and the rules as set (id, rule, when).
@@ -171,10 +185,9 @@ impl Relay {
             unroutable: (0..n).map(|_| AtomicU64::new(0)).collect(),
             offloads: (0..n).map(|_| AtomicBool::new(true)).collect(),
             ports,
-            heap: Mutex::new(BinaryHeap::new()),
-            cv: Condvar::new(),
-            pushes: AtomicU64::new(0),
+            timers: (0..n).map(|_| TimerQueue { heap: Mutex::new(BinaryHeap::new()), cv: Condvar::new(), pushes: AtomicU64::new(0) }).collect(),
             pool: Mutex::new(Vec::new()),
+            pool_big: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             stop_fd: tun::eventfd()?,
             rules: Mutex::new((1, Vec::new())),
@@ -186,8 +199,10 @@ impl Relay {
             let s2 = s.clone();
             threads.push(std::thread::Builder::new().name(format!("fl-net-{}", s.ports[i].name)).spawn(move || reader(&s2, i))?);
         }
-        let s2 = s.clone();
-        threads.push(std::thread::Builder::new().name("fl-net-timer".into()).spawn(move || timer(&s2))?);
+        for i in 0..n {
+            let s2 = s.clone();
+            threads.push(std::thread::Builder::new().name(format!("fl-net-to-{}", s.ports[i].name)).spawn(move || timer(&s2, i))?);
+        }
         Ok(Relay { s, threads: Mutex::new(threads) })
     }
 
@@ -292,7 +307,7 @@ impl Relay {
                     "packets": c.packets.load(Relaxed), "bytes": c.bytes.load(Relaxed),
                     "delivered": c.delivered.load(Relaxed), "dropped": c.dropped.load(Relaxed),
                     "delayed": c.delayed.load(Relaxed), "duplicated": c.duplicated.load(Relaxed),
-                    "reordered": c.reordered.load(Relaxed), "reset": c.reset.load(Relaxed),
+                    "reordered": c.reordered.load(Relaxed), "reset": c.reset.load(Relaxed), "overdue": c.overdue.load(Relaxed),
                     "lateness_us": {"p50": q(0.5), "p99": q(0.99), "max": if h.is_empty() { Value::Null } else { json!(h.max() as f64 / 1000.0) }},
                     "rules": l.rules.load().iter().map(|r| r.id).collect::<Vec<_>>(),
                 }));
@@ -320,9 +335,9 @@ impl Relay {
     pub fn halt(&self) {
         self.s.stop.store(true, Relaxed);
         let _ = nix::unistd::write(&self.s.stop_fd, &1u64.to_ne_bytes());
-        {
-            let _g = self.s.heap.lock().unwrap();
-            self.s.cv.notify_all();
+        for q in &self.s.timers {
+            let _g = q.heap.lock().unwrap();
+            q.cv.notify_all();
         }
         for t in self.threads.lock().unwrap().drain(..) {
             let _ = t.join();
@@ -517,27 +532,34 @@ fn forward(s: &Shared, i: usize, pkt: &[u8], scratch: &mut Vec<u8>) {
     }
     let due = Instant::now() + extra;
     c.delayed.fetch_add(1, Relaxed);
-    let mut heap = s.heap.lock().unwrap();
+    let q = &s.timers[j];
+    let mut heap = q.heap.lock().unwrap();
     for _ in 0..copies {
         if heap.len() >= MAX_PENDING {
             c.dropped.fetch_add(1, Relaxed);
             continue;
         }
-        let mut buf = s.pool.lock().unwrap().pop().unwrap_or_default();
+        let pool = if pkt.len() <= POOL_BUF { &s.pool } else { &s.pool_big };
+        let mut buf = pool.lock().unwrap().pop().unwrap_or_default();
         buf.clear();
         buf.extend_from_slice(pkt);
-        let seq = s.pushes.fetch_add(1, Relaxed);
+        let seq = q.pushes.fetch_add(1, Relaxed);
         heap.push(Reverse(Timed { at: due, seq, p: Pending { dst: j, link: li, due, buf } }));
     }
     drop(heap);
-    s.cv.notify_one();
+    q.cv.notify_one();
 }
 
-fn timer(s: &Shared) {
+/// Writes the delayed packets bound for host `dst` when they are due. A packet that is more
+/// than `OVERDUE` late when its turn comes is dropped instead: the relay has fallen behind (a
+/// fast sender, a busy machine), and like a congested queue it tells TCP so by a loss rather
+/// than by holding ever more packets ever longer.
+fn timer(s: &Shared, dst: usize) {
     // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
+    let q = &s.timers[dst];
     let mut due = Vec::new();
-    let mut g = s.heap.lock().unwrap();
+    let mut g = q.heap.lock().unwrap();
     while !s.stop.load(Relaxed) {
         let now = Instant::now();
         while g.peek().is_some_and(|Reverse(t)| t.at <= now) {
@@ -547,33 +569,35 @@ fn timer(s: &Shared) {
             drop(g);
             for p in due.drain(..) {
                 let link = &s.links[p.link];
-                if write_pkt(&s.ports[p.dst].fd, &p.buf) {
+                let late = Instant::now().saturating_duration_since(p.due);
+                if late > OVERDUE {
+                    link.c.overdue.fetch_add(1, Relaxed);
+                    link.c.dropped.fetch_add(1, Relaxed);
+                } else if write_pkt(&s.ports[p.dst].fd, &p.buf) {
                     link.c.delivered.fetch_add(1, Relaxed);
+                    let _ = link.late.lock().unwrap().record((late.as_nanos() as u64).max(1));
                 } else {
                     link.c.dropped.fetch_add(1, Relaxed);
                 }
-                let late = Instant::now().saturating_duration_since(p.due).as_nanos() as u64;
-                let _ = link.late.lock().unwrap().record(late.max(1));
-                if p.buf.capacity() <= POOL_BUF {
-                    let mut pool = s.pool.lock().unwrap();
-                    if pool.len() < POOL_MAX {
-                        pool.push(p.buf);
-                    }
+                let (pool, max) = if p.buf.capacity() <= POOL_BUF { (&s.pool, POOL_MAX) } else { (&s.pool_big, POOL_BIG_MAX) };
+                let mut pool = pool.lock().unwrap();
+                if pool.len() < max {
+                    pool.push(p.buf);
                 }
             }
-            g = s.heap.lock().unwrap();
+            g = q.heap.lock().unwrap();
             continue;
         }
         match g.peek().map(|Reverse(t)| t.at) {
-            None => g = s.cv.wait(g).unwrap(),
-            Some(at) if at - now > SPIN => g = s.cv.wait_timeout(g, at - now - SPIN).unwrap().0,
+            None => g = q.cv.wait(g).unwrap(),
+            Some(at) if at - now > SPIN => g = q.cv.wait_timeout(g, at - now - SPIN).unwrap().0,
             Some(at) => {
-                let seen = s.pushes.load(Relaxed);
+                let seen = q.pushes.load(Relaxed);
                 drop(g);
-                while Instant::now() < at && s.pushes.load(Relaxed) == seen && !s.stop.load(Relaxed) {
+                while Instant::now() < at && q.pushes.load(Relaxed) == seen && !s.stop.load(Relaxed) {
                     std::hint::spin_loop();
                 }
-                g = s.heap.lock().unwrap();
+                g = q.heap.lock().unwrap();
             }
         }
     }
