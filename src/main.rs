@@ -122,7 +122,8 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Release loop devices, FUSE mounts and directories left by faultline processes that died.
+    /// Release loop devices, FUSE mounts, directories and network namespaces left by faultline
+    /// processes that died.
     Cleanup,
     /// Measure a duplicate-content profile from real data (files, directories, devices).
     Profile {
@@ -201,6 +202,8 @@ enum Cmd {
     /// channel); with --ssh or --exec it starts one through that channel and reports its host,
     /// version and clock offset.
     Agent(faultline::cli::agent::AgentArgs),
+    /// Emulated hosts (network namespaces) and the faulty network between them (docs/net.md).
+    Net(faultline::cli::net::NetArgs),
     /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
     #[command(hide = true)]
     StackHold {
@@ -313,6 +316,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
         Cmd::Host { file, fault, pid, duration, restart, json } => faultline::cli::host::run(file.as_deref(), &fault, &pid, duration, restart, json),
         Cmd::Agent(a) => faultline::cli::agent::run(a),
+        Cmd::Net(a) => faultline::cli::net::net(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;

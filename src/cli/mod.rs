@@ -5,4 +5,5 @@
 pub mod agent;
 pub mod calibrate;
 pub mod host;
+pub mod net;
 pub mod workload;

@@ -8,6 +8,7 @@ pub mod experiment;
 pub mod host;
 pub mod latency;
 pub mod nbd;
+pub mod net;
 pub mod rule;
 pub mod rules;
 pub mod stack;
