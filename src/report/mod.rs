@@ -6,6 +6,7 @@ pub mod collect;
 pub mod csv;
 pub mod html;
 pub mod model;
+pub mod slowdown;
 pub mod svg;
 
 pub use model::*;

@@ -11,6 +11,10 @@ use super::workload::WorkloadYaml;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+mod matrix;
+use matrix::{MatrixBase, RawMatrix, expand_matrix};
+pub use matrix::MAX_SETUPS as MAX_MATRIX_SETUPS;
+
 pub const STACK_WORDS: &str = "raw, ext4, xfs, btrfs, btrfs-raid1, dedup (btrfs), dedup-xfs";
 
 #[derive(Deserialize)]
@@ -25,6 +29,10 @@ struct RawExperiment {
     repeat: Option<Spanned<u32>>,
     setups: Option<Vec<Spanned<RawSetup>>>,
     monitor: Option<Spanned<RawMonitorValue>>,
+    /// Pair every repetition with a run of the same setup without faults (docs/experiment.md).
+    baseline: Option<Spanned<bool>>,
+    /// A cross product of partial setups instead of `setups:` (docs/experiment.md).
+    matrix: Option<Spanned<RawMatrix>>,
 }
 
 /// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
@@ -114,7 +122,7 @@ struct RawDisk {
     cpu_latency: Option<CpuLatency>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Default)]
 #[serde(deny_unknown_fields)]
 struct RawStack {
     fs: Option<String>,
@@ -128,7 +136,7 @@ struct RawStack {
     dedupe_with: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawSetup {
     name: String,
@@ -153,6 +161,8 @@ pub struct Setup {
     pub repeat: u32,
     /// The setup's own `workload:`, replacing the experiment's.
     pub workload: Option<Spanned<WorkloadYaml>>,
+    /// Setups made by `matrix:`: (axis, entry name) for each axis, in the file's order.
+    pub axes: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug)]
@@ -164,6 +174,8 @@ pub struct Experiment {
     pub workload: Option<Spanned<WorkloadYaml>>,
     pub setups: Vec<Setup>,
     pub monitor: MonitorSpec,
+    /// `baseline: true`: every repetition runs twice, without then with the faults.
+    pub baseline: bool,
 }
 
 impl Experiment {
@@ -237,7 +249,15 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         None => StackSpec::Raw,
     };
     let mut setups = Vec::new();
+    if let Some(m) = &raw.matrix {
+        if raw.setups.is_some() {
+            return Err(format!("{source}:{}: give `setups` (a list) or `matrix` (a cross product), not both", loc(m)));
+        }
+        let base = MatrixBase { disk: &base_disk, stack: raw.stack.as_ref(), faults: raw.faults.as_ref(), repeat: base_repeat };
+        setups = expand_matrix(m, &base, source)?;
+    }
     match raw.setups {
+        _ if raw.matrix.is_some() => {}
         None => {
             let faults = faults(raw.faults, &base_disk, &base_stack, source)?;
             setups.push(Setup {
@@ -248,6 +268,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 faults,
                 repeat: base_repeat,
                 workload: None,
+                axes: Vec::new(),
             });
         }
         Some(list) => {
@@ -282,6 +303,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     faults: f,
                     repeat: rep,
                     workload: s.workload,
+                    axes: Vec::new(),
                 });
             }
         }
@@ -292,7 +314,14 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
-    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec };
+    let baseline = raw.baseline.as_ref().is_some_and(|b| b.value);
+    if baseline && setups.iter().any(|s| matches!(s.stack, StackSpec::Command { .. })) {
+        return Err(format!(
+            "{source}:{}: `baseline: true` compares the workload's latencies; a `command` stack has none (allowed: baseline with raw or file-system stacks)",
+            raw.baseline.as_ref().map(loc).unwrap_or_default()
+        ));
+    }
+    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec, baseline };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() || s.workload.is_some() {
