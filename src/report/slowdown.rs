@@ -2,12 +2,14 @@
 //!
 //! Every repetition yields named series values, (source, op, metric) -> number: the
 //! workload's read/write, a personality's flowops, and the BPF monitor's per-layer rows when
-//! present. For each series and each pair k (baseline run k, injected run k, run one after
-//! the other) the pair's slowdown is `injected / baseline - 1` for latencies and
-//! `baseline / injected - 1` for throughput (so both read "how much slower": twice the latency
-//! and half the rate are both +100%). The slowdown of a setup is the mean of its pairs'
-//! slowdowns, with a 95% Student t interval over the pairs; it is distinguishable from zero
-//! when that interval excludes zero. Pairs where a value is missing or zero are left out.
+//! present. Pair k is baseline run k and injected run k (run one after the other). For a
+//! latency the slowdown is (mean injected - mean baseline) / mean baseline over the pairs;
+//! its 95% interval is the Student t interval of the paired differences (injected_k -
+//! baseline_k), divided by the mean baseline. Throughput is turned around so that both read
+//! "how much slower": (mean baseline - mean injected) / mean injected, i.e. the growth of the
+//! time per op (half the rate is +100%, as twice the latency is). The interval treats the
+//! denominator as fixed. Distinguishable from zero: the interval excludes zero. Pairs where
+//! a value is missing, zero or not finite are left out.
 
 use super::model::Repetition;
 use serde::{Deserialize, Serialize};
@@ -31,14 +33,16 @@ pub struct SlowdownRow {
     /// Mean over those pairs of the baseline's and the injected run's value.
     pub baseline: f64,
     pub injected: f64,
-    /// Mean of the pairs' slowdowns (0.12 = 12% slower).
+    /// (injected - baseline) / baseline of the means (0.12 = 12% slower); for throughput
+    /// (baseline - injected) / injected.
     pub slowdown: f64,
     /// 95% t interval of that mean; None with fewer than two pairs.
     pub ci_low: Option<f64>,
     pub ci_high: Option<f64>,
     /// The interval excludes zero.
     pub distinguishable: bool,
-    /// Each pair's slowdown, in repetition order.
+    /// Each pair's difference over the mean denominator, in repetition order (their mean is
+    /// `slowdown`, their t interval the interval).
     pub per_pair: Vec<f64>,
 }
 
@@ -46,8 +50,8 @@ pub struct SlowdownRow {
 /// df <= 30, a Cornish-Fisher expansion above (within 0.001 of the exact value there).
 pub fn t_975(df: u32) -> f64 {
     const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-        2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
+        2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
     ];
     match df {
         0 => f64::INFINITY,
@@ -75,12 +79,9 @@ pub fn mean_ci(xs: &[f64]) -> (f64, Option<(f64, f64)>) {
     (mean, Some((mean - half, mean + half)))
 }
 
-/// One pair's slowdown; None when a value is missing, zero or not finite.
-pub fn pair_slowdown(base: f64, inj: f64, throughput: bool) -> Option<f64> {
-    if !(base.is_finite() && inj.is_finite()) || base <= 0.0 || inj <= 0.0 {
-        return None;
-    }
-    Some(if throughput { base / inj - 1.0 } else { inj / base - 1.0 })
+/// A pair both of whose values can be compared (finite and above zero).
+fn usable(base: f64, inj: f64) -> bool {
+    base.is_finite() && inj.is_finite() && base > 0.0 && inj > 0.0
 }
 
 /// Series key: (source, op, metric).
@@ -89,17 +90,20 @@ pub type Key = (String, String, String);
 /// The slowdown of one series from its per-pair (baseline, injected) values.
 pub fn row(key: &Key, pairs: &[(f64, f64)]) -> SlowdownRow {
     let thr = key.2 == THROUGHPUT;
-    let kept: Vec<(f64, f64, f64)> = pairs.iter().filter_map(|&(b, i)| pair_slowdown(b, i, thr).map(|s| (b, i, s))).collect();
-    let per_pair: Vec<f64> = kept.iter().map(|k| k.2).collect();
-    let (slowdown, ci) = mean_ci(&per_pair);
+    let kept: Vec<(f64, f64)> = pairs.iter().copied().filter(|&(b, i)| usable(b, i)).collect();
     let n = kept.len().max(1) as f64;
+    let baseline = kept.iter().map(|k| k.0).sum::<f64>() / n;
+    let injected = kept.iter().map(|k| k.1).sum::<f64>() / n;
+    // latency: (inj - base) / mean base; throughput: (base - inj) / mean inj
+    let per_pair: Vec<f64> = if thr { kept.iter().map(|(b, i)| (b - i) / injected).collect() } else { kept.iter().map(|(b, i)| (i - b) / baseline).collect() };
+    let (slowdown, ci) = mean_ci(&per_pair);
     SlowdownRow {
         source: key.0.clone(),
         op: key.1.clone(),
         metric: key.2.clone(),
         pairs: kept.len() as u32,
-        baseline: kept.iter().map(|k| k.0).sum::<f64>() / n,
-        injected: kept.iter().map(|k| k.1).sum::<f64>() / n,
+        baseline,
+        injected,
         slowdown,
         ci_low: ci.map(|c| c.0),
         ci_high: ci.map(|c| c.1),
@@ -201,30 +205,34 @@ mod tests {
         assert!(t_975(0).is_infinite());
     }
 
-    /// By hand: baselines 100, 200, 100, 100 µs and injected 110, 230, 120, 100 give pair
-    /// slowdowns 0.10, 0.15, 0.20, 0.00: mean 0.1125; sample sd = sqrt(0.021875 / 3) =
-    /// 0.085391; half width = 3.182 * 0.085391 / 2 = 0.135857.
+    /// By hand: baselines 100, 200, 100, 100 µs (mean 125) and injected 110, 230, 120, 100
+    /// (mean 140): slowdown 15 / 125 = 0.12. Differences 10, 30, 20, 0: mean 15, sample sd
+    /// sqrt(500 / 3) = 12.9099; half width 3.182 * 12.9099 / 2 = 20.5397, over 125 = 0.164318.
     #[test]
     fn slowdown_and_interval_hand_computed() {
         let key = ("workload".to_string(), "write".to_string(), "mean_us".to_string());
         let r = row(&key, &[(100.0, 110.0), (200.0, 230.0), (100.0, 120.0), (100.0, 100.0)]);
         assert_eq!(r.pairs, 4);
-        assert!((r.slowdown - 0.1125).abs() < 1e-12);
-        let half = 3.182 * (0.021875f64 / 3.0).sqrt() / 2.0;
-        assert!((half - 0.135857).abs() < 1e-5);
-        assert!((r.ci_low.unwrap() - (0.1125 - half)).abs() < 1e-12);
-        assert!((r.ci_high.unwrap() - (0.1125 + half)).abs() < 1e-12);
-        assert!(!r.distinguishable, "the interval [-0.023, 0.248] holds zero");
         assert_eq!((r.baseline, r.injected), (125.0, 140.0));
+        assert!((r.slowdown - 0.12).abs() < 1e-12);
+        let half = 3.182 * (500.0f64 / 3.0).sqrt() / 2.0 / 125.0;
+        assert!((half - 0.164318).abs() < 1e-6, "{half}");
+        assert!((r.ci_low.unwrap() - (0.12 - half)).abs() < 1e-12);
+        assert!((r.ci_high.unwrap() - (0.12 + half)).abs() < 1e-12);
+        assert!(!r.distinguishable, "the interval [-0.044, 0.284] holds zero");
+        // the same differences, less spread: distinguishable
+        let r = row(&key, &[(100.0, 112.0), (100.0, 115.0), (100.0, 118.0)]);
+        assert!((r.slowdown - 0.15).abs() < 1e-12 && r.distinguishable, "{r:?}");
     }
 
     #[test]
     fn throughput_slowdown_is_time_per_op() {
         let key = ("flowop".to_string(), "fsync".to_string(), THROUGHPUT.to_string());
-        // half the rate in every pair: +100%, no spread, distinguishable
+        // half the rate: +100%. Differences 500, 400, 300 over the injected mean 400:
+        // 1.25, 1.0, 0.75; sd 0.25, half width 4.303 * 0.25 / sqrt(3) = 0.62108
         let r = row(&key, &[(1000.0, 500.0), (800.0, 400.0), (600.0, 300.0)]);
         assert!((r.slowdown - 1.0).abs() < 1e-12);
-        assert_eq!((r.ci_low, r.ci_high), (Some(1.0), Some(1.0)));
+        assert!((r.ci_low.unwrap() - (1.0 - 0.62108)).abs() < 1e-5, "{r:?}");
         assert!(r.distinguishable);
     }
 
@@ -250,7 +258,8 @@ mod tests {
         let inj = [rep(15.0, 30.0), rep(20.0, 40.0)];
         let rows = rows(&base, &inj);
         let get = |s: &str, o: &str, m: &str| rows.iter().find(|r| r.source == s && r.op == o && r.metric == m).unwrap();
-        assert_eq!(get("workload", "write", "mean_us").per_pair, vec![0.5, 0.0]);
+        // write: baselines 10, 20 (mean 15), injected 15, 20: differences 5, 0 over 15
+        assert_eq!(get("workload", "write", "mean_us").per_pair, vec![5.0 / 15.0, 0.0]);
         assert_eq!(get("workload", "write", THROUGHPUT).per_pair.len(), 2);
         assert_eq!(get("flowop", "appendfilerand", "p99_us").per_pair, vec![0.5, 1.0]);
         assert!(rows.iter().all(|r| r.op != "read"), "no reads: no read series");

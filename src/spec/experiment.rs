@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 mod matrix;
-use matrix::{MatrixBase, RawMatrix, expand_matrix};
 pub use matrix::MAX_SETUPS as MAX_MATRIX_SETUPS;
+use matrix::{MatrixBase, RawMatrix, expand_matrix};
 
 pub const STACK_WORDS: &str = "raw, ext4, xfs, btrfs, btrfs-raid1, dedup (btrfs), dedup-xfs";
 

@@ -46,8 +46,7 @@ pub struct FlowopSummary {
 }
 
 /// The quantiles a summary keeps of its histogram, enough to draw a latency CDF.
-pub const CDF_QUANTILES: [f64; 21] =
-    [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 0.998, 0.999, 1.0];
+pub const CDF_QUANTILES: [f64; 21] = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 0.998, 0.999, 1.0];
 
 /// [quantile, µs] of a histogram in ns at `CDF_QUANTILES`.
 pub fn cdf(h: &Histogram<u64>) -> Vec<[f64; 2]> {

@@ -8,8 +8,8 @@
 use super::super::disk::DiskSpec;
 use super::super::rules::{RawRule, WordOr};
 use super::{RawSetup, RawStack, Setup, disk, faults, loc, repeat, stack};
-use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_saphyr::Spanned;
 use std::collections::HashMap;
 
@@ -173,8 +173,8 @@ fn as_map(w: &WordOr<RawStack>) -> Option<RawStack> {
 }
 
 fn merged_stack(combo: &[(&str, &Spanned<RawSetup>)], base: &MatrixBase, source: &str) -> Result<super::StackSpec, String> {
-    let setters: Vec<(&str, &Spanned<RawSetup>, &Spanned<WordOr<RawStack>>)> =
-        combo.iter().filter_map(|(a, e)| e.value.stack.as_ref().map(|s| (*a, *e, s))).collect();
+    type Setter<'a> = (&'a str, &'a Spanned<RawSetup>, &'a Spanned<WordOr<RawStack>>);
+    let setters: Vec<Setter> = combo.iter().filter_map(|(a, e)| e.value.stack.as_ref().map(|s| (*a, *e, s))).collect();
     let Some(last) = setters.last() else {
         return match base.stack {
             Some(s) => stack(s, source),
