@@ -4,6 +4,8 @@
 //! the BPF monitor unless `monitor: off`), verify (after making
 //! reads reach the disk), collect (fault log and rule counters), tear down. Teardown
 //! happens on success, error and Ctrl-C (Drop of every part), and `faultline cleanup` after a crash.
+//! Setups run interleaved (repetition 1 of each, then 2, ...); with `baseline: true` each
+//! repetition is first run with no fault armed, then with the setup's faults.
 
 pub mod disks;
 pub mod schedule;
