@@ -242,10 +242,10 @@ pub fn cdf_chart(title: &str, s: &SetupResult) -> String {
     let mut series = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()].to_string();
-        for (reps, dashed, kind) in [(&s.baseline, true, "baseline"), (&s.repetitions, false, "injected")] {
+        for (reps, dashed, kind) in [(&s.baseline, true, " (base)"), (&s.repetitions, false, "")] {
             let points = mean_cdf(reps, op);
             if !points.is_empty() {
-                series.push(Series { name: format!("{op} {kind}"), color: color.clone(), dashed, points });
+                series.push(Series { name: format!("{op}{kind}"), color: color.clone(), dashed, points });
             }
         }
     }

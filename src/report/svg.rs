@@ -466,7 +466,7 @@ impl CdfChart {
             );
         }
         let items: Vec<(String, String, bool)> = self.series.iter().map(|se| (se.name.clone(), se.color.clone(), se.dashed)).collect();
-        legend(&mut s, w, bottom + BOTTOM - 4.0, &items);
+        legend(&mut s, w, bottom + BOTTOM + 4.0, &items);
         s.push_str("</svg>");
         s
     }
@@ -533,7 +533,7 @@ impl ScatterChart {
         }
         let items: Vec<(String, String, bool)> =
             self.groups.iter().enumerate().map(|(i, g)| (g.clone(), PALETTE[i % PALETTE.len()].to_string(), false)).collect();
-        legend(&mut s, w, bottom + BOTTOM - 4.0, &items);
+        legend(&mut s, w, bottom + BOTTOM + 4.0, &items);
         s.push_str("</svg>");
         s
     }
