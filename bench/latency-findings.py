@@ -58,11 +58,17 @@ def main():
             pairs[(p, f, pat)][op] = x["slowdown"]
     both = [v for v in pairs.values() if "read" in v and "write" in v]
     more = sum(1 for v in both if v["write"] > v["read"])
-    print(f"   workload syscalls: write {pct(statistics.mean(w))} vs read {pct(statistics.mean(rd))}; write > read in {more} of {len(both)} setups")
+    print(f"   workload syscalls: write median {pct(statistics.median(w))} (mean {pct(statistics.mean(w))}) vs read median {pct(statistics.median(rd))} (mean {pct(statistics.mean(rd))}); write > read in {more} of {len(both)} setups")
     fw = [x["slowdown"] for p, f, pat, src, op, _, x in mean if src == "flowop" and op in WRITE_FLOWOPS]
     fr = [x["slowdown"] for p, f, pat, src, op, _, x in mean if src == "flowop" and op in READ_FLOWOPS]
     if fw and fr:
-        print(f"   flowops: write-side ({', '.join(sorted(WRITE_FLOWOPS))}) {pct(statistics.mean(fw))} vs readwholefile {pct(statistics.mean(fr))}")
+        print(f"   flowops: write-side ({', '.join(sorted(WRITE_FLOWOPS))}) median {pct(statistics.median(fw))} vs readwholefile median {pct(statistics.median(fr))}")
+    print("   distinguishable from zero (95% interval excludes 0):")
+    for (src, op), _ in sorted(by_op.items()):
+        d = [x for p, f, pat, s2, o2, _, x in mean if (s2, o2) == (src, op)]
+        up = sum(1 for x in d if x["distinguishable"] and x["slowdown"] > 0)
+        down = sum(1 for x in d if x["distinguishable"] and x["slowdown"] < 0)
+        print(f"     {src:8} {op:15} slower in {up}, faster in {down} of {len(d)} setups")
 
     print("\n2. burst vs random at the same ratio (workload read+write and flowop mean-latency slowdowns)")
     idx = {(p, f, pat, src, op): x["slowdown"] for p, f, pat, src, op, _, x in mean}
@@ -77,7 +83,7 @@ def main():
     for pat in ("random-10", "random-20", "burst-10", "burst-20", "interval-10", "interval-20"):
         v = [x for (p, f, pt, src, op), x in idx.items() if pt == pat]
         if v:
-            print(f"   {pat:12} mean slowdown over setups and ops {pct(statistics.mean(v))}")
+            print(f"   {pat:12} slowdown over setups and ops: median {pct(statistics.median(v))}, mean {pct(statistics.mean(v))}")
 
     print("\n3. ext4 ordered (ext4) vs writeback (ext4-writeback)")
     diffs = []
@@ -90,7 +96,7 @@ def main():
     for fs in ("ext4", "ext4-writeback", "xfs", "btrfs"):
         v = [x for (p, f, pt, src, op), x in idx.items() if f == fs]
         if v:
-            print(f"   {fs:15} mean slowdown over setups and ops {pct(statistics.mean(v))}")
+            print(f"   {fs:15} slowdown over setups and ops: median {pct(statistics.median(v))}, mean {pct(statistics.mean(v))}")
 
 
 if __name__ == "__main__":
