@@ -118,11 +118,13 @@ fn bad_matrices_say_where_and_what_is_allowed() {
     assert!(e.contains("makes 10201 setups; allowed: at most 10000"), "{e}");
 }
 
-/// Two setups, three repetitions, each paired with a baseline on a fresh ext4: the runs go
+/// Two setups, five repetitions (a t interval over three pairs is too wide for a busy machine), each paired with a baseline on a fresh ext4: the runs go
 /// rep 1 of every setup (baseline, injected), then rep 2, ...; baselines log no fault and
 /// list no rule; 1 or 2 ms on every direct 4 KiB write (several times what such a write
 /// takes here, so that a busy machine's noise cannot hide it) makes the write latency
-/// slower, with an interval that excludes zero.
+/// slower, with an interval that excludes zero. Classic /dev/fuse (`ring: off`): on this
+/// machine the io_uring transport's teardown sometimes stalls for 40 s or more when runs
+/// overlap (BENCHMARKS.md, the latency study), which is not what this test is about.
 #[test]
 fn paired_runs_alternate_and_show_the_write_slowdown() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,10 +132,10 @@ fn paired_runs_alternate_and_show_the_write_slowdown() {
     std::fs::write(
         &f,
         "name: paired
-disk: { size: 256MiB }
+disk: { size: 256MiB, ring: off }
 stack: ext4
 baseline: true
-repeat: 3
+repeat: 5
 monitor: off
 workload:
   pattern: sequential
@@ -170,8 +172,8 @@ matrix:
     let r = faultline::report::load_dir(&out).unwrap();
     assert_eq!(r.setups.len(), 2);
     for (i, s) in r.setups.iter().enumerate() {
-        assert_eq!((s.baseline.len(), s.repetitions.len()), (3, 3), "{}", s.name);
-        for k in 0..3 {
+        assert_eq!((s.baseline.len(), s.repetitions.len()), (5, 5), "{}", s.name);
+        for k in 0..5 {
             let (b, x) = (&s.baseline[k], &s.repetitions[k]);
             // 2 setups x 2 runs per repetition: rep k of setup i is runs 4k + 2i + 1 and + 2
             let first = (4 * k + 2 * i + 1) as u32;
@@ -182,7 +184,7 @@ matrix:
             assert!(x.rules.iter().any(|r| r.name == "slow" && r.fired > 0));
         }
         let w = s.slowdown.iter().find(|r| r.source == "workload" && r.op == "write" && r.metric == "mean_us").expect("a write mean slowdown row");
-        assert_eq!(w.pairs, 3);
+        assert_eq!(w.pairs, 5);
         assert!(w.slowdown > 0.0 && w.ci_low.unwrap() > 0.0 && w.distinguishable, "{}: {w:?}", s.name);
         let t = s.slowdown.iter().find(|r| r.source == "workload" && r.op == "write" && r.metric == "throughput").unwrap();
         assert!(t.slowdown > 0.0, "fewer writes per second with the delay: {t:?}");
@@ -190,12 +192,14 @@ matrix:
     }
     let csv = std::fs::read_to_string(out.join("slowdown.csv")).unwrap();
     assert!(csv.starts_with(faultline::report::csv::SLOWDOWN_HEADER));
-    assert!(csv.lines().any(|l| l.starts_with("w1ms,workload,write,mean_us,3,")), "{csv}");
+    assert!(csv.lines().any(|l| l.starts_with("w1ms,workload,write,mean_us,5,")), "{csv}");
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Slowdown against the baseline") && html.contains("class=\"sd-bar\"") && html.contains("class=\"cdf\""));
     let mut maps: Vec<String> = std::fs::read_dir(out.join("maps")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
     maps.sort();
-    assert_eq!(&maps[..6], ["w1ms-1", "w1ms-2", "w1ms-3", "w1ms-baseline-1", "w1ms-baseline-2", "w1ms-baseline-3"], "maps of every run");
+    assert_eq!(maps.len(), 20, "maps of every run: {maps:?}");
+    assert_eq!(&maps[..2], ["w1ms-1", "w1ms-2"]);
+    assert!(maps.contains(&"w2ms-baseline-5".to_string()), "{maps:?}");
     // other runs may share the machine: only this run's file system mounts count
     let mine: Vec<String> = faultline_mounts().into_iter().filter(|m| m.contains(&format!("/fs-{pid}-"))).collect();
     assert!(mine.is_empty(), "left mounted: {mine:?}");
