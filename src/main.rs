@@ -404,8 +404,14 @@ fn serve(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option
         // a killed owner's threads may still wait for this disk: keep serving until they
         // are gone, then take down what it built on the disk (file systems, commands)
         let gone = || faultline::sys::process::is_gone(pid, start);
+        // an owner that is still running after a moment sent the signal itself (a run tearing
+        // down its disk): nothing of it waits for the disk, so there is nothing to wait for
         let t = std::time::Instant::now();
-        while !gone() && t.elapsed() < std::time::Duration::from_secs(10) {
+        while owner_running() && t.elapsed() < std::time::Duration::from_millis(200) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let t = std::time::Instant::now();
+        while !owner_running() && !gone() && t.elapsed() < std::time::Duration::from_secs(10) {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         if !owner_running() {

@@ -21,6 +21,7 @@ fn ops(mib_s: f64, p99: f64) -> OpStats {
         max_us: 9000.25,
         iops: mib_s * 256.0,
         mib_s,
+        ..Default::default()
     }
 }
 
@@ -113,6 +114,7 @@ fn sample_results(name: &str) -> Results {
                 rep(2, 120.0, &[(0.9, 1), (2.2, 1), (4.0, 1)], &[("corrupted", None), ("corrupted", None), ("corrupted", None)], 0),
             ],
             aggregate: Aggregate::default(),
+            ..Default::default()
         },
         SetupResult {
             name: HOSTILE.into(),
@@ -123,6 +125,7 @@ fn sample_results(name: &str) -> Results {
                 rep(1, 82.5, &[(1.7, 0), (3.0, 8)], &[("unreadable", Some("f3"))], 4),
             ],
             aggregate: Aggregate::default(),
+            ..Default::default()
         },
     ];
     for s in &mut setups {

@@ -25,6 +25,8 @@ impl From<&LatencySummary> for rm::OpStats {
             max_us: s.max_us,
             iops: s.iops,
             mib_s: s.mib_s,
+            p95_us: s.p95_us,
+            cdf: s.cdf.clone(),
         }
     }
 }
@@ -175,6 +177,7 @@ pub fn repetition(
                     p95_us: f.p95_us,
                     p99_us: f.p99_us,
                     max_us: f.max_us,
+                    cdf: f.cdf.clone(),
                 };
                 (k.clone(), s)
             })

@@ -95,6 +95,36 @@ pub fn integrity(r: &Results) -> String {
     out
 }
 
+pub const SLOWDOWN_HEADER: &str = "setup,source,op,metric,pairs,baseline,injected,slowdown,ci_low,ci_high,distinguishable";
+
+/// One row per setup, source, op and metric of `slowdown` (setups with baseline runs only);
+/// an empty interval where there is none (fewer than two pairs).
+pub fn slowdown(r: &Results) -> String {
+    let mut out = format!("{SLOWDOWN_HEADER}\n");
+    let opt = |v: Option<f64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for s in &r.setups {
+        for x in &s.slowdown {
+            row(
+                &mut out,
+                &[
+                    field(&s.name),
+                    field(&x.source),
+                    field(&x.op),
+                    field(&x.metric),
+                    x.pairs.to_string(),
+                    x.baseline.to_string(),
+                    x.injected.to_string(),
+                    x.slowdown.to_string(),
+                    opt(x.ci_low),
+                    opt(x.ci_high),
+                    x.distinguishable.to_string(),
+                ],
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

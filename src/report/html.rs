@@ -75,7 +75,7 @@ const CSS: &str = "body{font-family:sans-serif;margin:1.5em;color:#222;max-width
 table{border-collapse:collapse;margin:.5em 0 1em}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}\
 th{background:#f3f3f3}td.l,th.l{text-align:left}tr.agg td{font-weight:bold;background:#fafafa}\
 pre{background:#f6f6f6;padding:.6em;overflow:auto;max-height:30em}h2{border-top:2px solid #ddd;padding-top:.6em}\
-.muted{color:#666}.silent{color:#b00;font-weight:bold}svg.chart{display:block;margin:.5em 0}";
+.muted{color:#666}td.sd{font-weight:bold}.silent{color:#b00;font-weight:bold}svg.chart{display:block;margin:.5em 0}";
 
 pub fn render(runs: &[Run]) -> String {
     let mut h = String::new();
@@ -93,6 +93,7 @@ pub fn render(runs: &[Run]) -> String {
         header(&mut h, run, runs.len() > 1);
     }
     overview(&mut h, runs);
+    super::html_slowdown::section(&mut h, runs);
     for run in runs {
         for s in &run.results.setups {
             setup(&mut h, if runs.len() > 1 { Some(&run.label) } else { None }, s);
@@ -192,6 +193,7 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
     latency_table(h, &s.repetitions);
     flowops_table(h, &s.repetitions);
     h.push_str(&latency_chart(&label, &s.repetitions));
+    h.push_str(&super::html_slowdown::cdf_chart(&label, s));
     monitor_table(h, &s.repetitions);
     rules_table(h, &s.repetitions);
     host_faults_table(h, &s.repetitions);

@@ -5,7 +5,9 @@
 pub mod collect;
 pub mod csv;
 pub mod html;
+pub mod html_slowdown;
 pub mod model;
+pub mod slowdown;
 pub mod svg;
 
 pub use model::*;
@@ -34,6 +36,10 @@ pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
         ("integrity.csv", csv::integrity(&r)),
         ("report.html", html::render(&[html::Run { label: r.name.clone(), results: &r }])),
     ];
+    let mut files = files.to_vec();
+    if r.setups.iter().any(|s| !s.baseline.is_empty()) {
+        files.push(("slowdown.csv", csv::slowdown(&r)));
+    }
     for (name, text) in files {
         let p = dir.join(name);
         std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
@@ -68,7 +74,12 @@ pub fn load_dir(dir: &Path) -> Result<Results> {
 
 /// Plain aligned text, one row per setup, for stdout.
 pub fn summary_table(r: &Results) -> String {
-    let head = ["setup", "stack", "reps", "write MiB/s", "p99 us", "faults", "app errors", "silent", "detected", "failures"];
+    let mut head = vec!["setup", "stack", "reps", "write MiB/s", "p99 us", "faults", "app errors", "silent", "detected", "failures"];
+    // with baselines: the slowdown of the mean read and write latency, with its 95% interval
+    let paired = r.setups.iter().any(|s| !s.baseline.is_empty());
+    if paired {
+        head.extend(["write slowdown", "read slowdown"]);
+    }
     let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for s in &r.setups {
         let a = Aggregate::from(s.repetitions.as_slice());
@@ -85,6 +96,14 @@ pub fn summary_table(r: &Results) -> String {
             html::count_sd(a.detected, n),
             html::count_sd(a.failures, n),
         ]);
+        if paired {
+            let sd = slowdown::rows(&s.baseline, &s.repetitions);
+            for op in ["write", "read"] {
+                let cell =
+                    sd.iter().find(|x| x.source == "workload" && x.op == op && x.metric == "mean_us").map(slowdown::fmt_pct).unwrap_or_else(|| "-".into());
+                rows.last_mut().expect("pushed").push(cell);
+            }
+        }
     }
     let cols = head.len();
     let width: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
@@ -119,10 +138,13 @@ fn flowop_summary(r: &Results) -> String {
         }
         let n = s.repetitions.len().max(1) as f64;
         let _ = writeln!(out, "\n{}: flowops (mean over {} repetitions)", s.name, s.repetitions.len());
-        let _ = writeln!(out, "  {:<15} {:>10} {:>10} {:>10} {:>10} {:>10}", "flowop", "ops/s", "mean us", "p50 us", "p95 us", "p99 us");
+        let sd = slowdown::rows(&s.baseline, &s.repetitions);
+        let paired = !s.baseline.is_empty();
+        let _ = write!(out, "  {:<15} {:>10} {:>10} {:>10} {:>10} {:>10}", "flowop", "ops/s", "mean us", "p50 us", "p95 us", "p99 us");
+        let _ = writeln!(out, "{}", if paired { "  mean slowdown [95% CI]" } else { "" });
         for name in names {
             let m = |f: &dyn Fn(&model::FlowopStats) -> f64| s.repetitions.iter().filter_map(|x| x.flowops.get(name)).map(f).sum::<f64>() / n;
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "  {name:<15} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
                 m(&|f| f.ops_s),
@@ -131,6 +153,8 @@ fn flowop_summary(r: &Results) -> String {
                 m(&|f| f.p95_us),
                 m(&|f| f.p99_us)
             );
+            let cell = sd.iter().find(|x| x.source == "flowop" && &x.op == name && x.metric == "mean_us").map(slowdown::fmt_pct);
+            let _ = writeln!(out, "{}", cell.map(|c| format!("  {c}")).unwrap_or_default());
         }
         let ratios: Vec<f64> = s.repetitions.iter().filter_map(|x| x.flowop_read_write_ratio()).collect();
         if !ratios.is_empty() {

@@ -32,6 +32,14 @@ pub struct SetupResult {
     pub description: String,
     pub repetitions: Vec<Repetition>,
     pub aggregate: Aggregate,
+    /// `baseline: true`: the runs without faults, `baseline[k]` paired with `repetitions[k]`
+    /// (it ran just before it). Empty otherwise.
+    pub baseline: Vec<Repetition>,
+    /// Setups made by `matrix:`: [axis, entry name] per axis, in the file's order.
+    pub axes: Vec<(String, String)>,
+    /// Slowdown of the injected runs against their baselines, per source, op and metric
+    /// (computed from the repetitions, docs/results.md); empty without baselines.
+    pub slowdown: Vec<super::slowdown::SlowdownRow>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -72,6 +80,10 @@ pub struct Repetition {
     /// an `interface: nbd` workload's client; None without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nbd_client: Option<NbdClient>,
+    /// Position of this run in the experiment's order (1-based; baselines count too).
+    pub sequence: u32,
+    /// A baseline run: the setup with no fault armed.
+    pub baseline: bool,
 }
 
 /// One disk's latency-model figures in a repetition.
@@ -113,6 +125,8 @@ pub struct FlowopStats {
     pub p95_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
+    /// [quantile, latency µs] of the whole flowop (a CDF; empty in older files).
+    pub cdf: Vec<[f64; 2]>,
 }
 
 impl Repetition {
@@ -140,6 +154,9 @@ pub struct OpStats {
     pub max_us: f64,
     pub iops: f64,
     pub mib_s: f64,
+    pub p95_us: f64,
+    /// [quantile, latency µs] (a CDF; empty in older files and without ops).
+    pub cdf: Vec<[f64; 2]>,
 }
 
 /// One point of the per-interval time series; `t_s` is the end of the interval since the
@@ -340,6 +357,7 @@ impl SetupResult {
     /// Recompute `aggregate` from the repetitions.
     pub fn aggregate_now(&mut self) {
         self.aggregate = Aggregate::from(self.repetitions.as_slice());
+        self.slowdown = super::slowdown::rows(&self.baseline, &self.repetitions);
     }
 }
 

@@ -319,6 +319,226 @@ impl BarChart {
     }
 }
 
+/// One row of an interval chart: a point estimate with its interval.
+pub struct IntervalRow {
+    pub label: String,
+    pub value: f64,
+    /// None: no interval (fewer than two pairs).
+    pub interval: Option<(f64, f64)>,
+    /// Drawn solid when the interval excludes zero, pale otherwise.
+    pub strong: bool,
+}
+
+/// Horizontal bars from zero to each value with its interval as a whisker; a linear axis in
+/// percent that always holds zero (slowdowns of setups and op types).
+pub struct IntervalChart {
+    pub title: String,
+    pub x_label: String,
+    pub rows: Vec<IntervalRow>,
+    pub width: f64,
+    /// Room for the row labels on the left.
+    pub label_width: f64,
+}
+
+const ROW: f64 = 16.0;
+
+impl IntervalChart {
+    /// The x scale: from the smallest value or interval end (at most 0) to the largest (at least 0).
+    pub fn scale(&self) -> Scale {
+        let vals = self.rows.iter().flat_map(|r| [Some(r.value), r.interval.map(|i| i.0), r.interval.map(|i| i.1)]).flatten().filter(|v| v.is_finite());
+        let (lo, hi) = vals.fold((0.0f64, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
+        let hi = if hi <= lo { lo + 1.0 } else { hi };
+        let pad = (hi - lo) * 0.05;
+        Scale::new(lo - if lo < 0.0 { pad } else { 0.0 }, hi + pad, self.label_width, self.width - RIGHT)
+    }
+
+    pub fn render(&self) -> String {
+        let xs = self.scale();
+        let h = TOP + self.rows.len() as f64 * ROW + BOTTOM;
+        let w = self.width;
+        let mut s = open_chart(w, h, &self.title, std::iter::empty());
+        let bottom = TOP + self.rows.len() as f64 * ROW;
+        // ticks: nice steps across the domain, both sides of zero
+        let span = xs.d1 - xs.d0;
+        let step = nice_ticks(span, 6).get(1).copied().unwrap_or(1.0);
+        let mut t = (xs.d0 / step).ceil() * step;
+        while t <= xs.d1 + 1e-12 {
+            let x = xs.px(t);
+            let _ = write!(
+                s,
+                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+                bottom + 14.0,
+                fmt_tick((t * 1e6).round() / 1e6)
+            );
+            t += step;
+        }
+        let zero = xs.px(0.0);
+        let _ = write!(
+            s,
+            r##"<line x1="{zero:.1}" x2="{zero:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="#444"/><text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+            (self.label_width + w - RIGHT) / 2.0,
+            bottom + 32.0,
+            esc(&self.x_label)
+        );
+        for (i, r) in self.rows.iter().enumerate() {
+            let y = TOP + i as f64 * ROW;
+            let _ = write!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#, self.label_width - 4.0, y + ROW * 0.75, esc(&r.label));
+            if !r.value.is_finite() {
+                continue;
+            }
+            let (a, b) = (xs.px(0.0), xs.px(r.value));
+            let ci =
+                r.interval.map(|(lo, hi)| format!(" [{}, {}]", fmt_tick((lo * 10.0).round() / 10.0), fmt_tick((hi * 10.0).round() / 10.0))).unwrap_or_default();
+            let _ = write!(
+                s,
+                r##"<rect class="sd-bar" x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="#0072B2" fill-opacity="{}"><title>{}: {}{ci}</title></rect>"##,
+                a.min(b),
+                y + 3.0,
+                (a - b).abs().max(1.0),
+                ROW - 6.0,
+                if r.strong { "0.9" } else { "0.3" },
+                esc(&r.label),
+                fmt_tick((r.value * 10.0).round() / 10.0)
+            );
+            if let Some((lo, hi)) = r.interval {
+                let (l, hx, m) = (xs.px(lo), xs.px(hi), y + ROW / 2.0);
+                let _ = write!(
+                    s,
+                    r##"<path class="sd-ci" d="M{l:.1},{m:.1}H{hx:.1}M{l:.1},{:.1}V{:.1}M{hx:.1},{:.1}V{:.1}" stroke="#222" fill="none"/>"##,
+                    m - 4.0,
+                    m + 4.0,
+                    m - 4.0,
+                    m + 4.0
+                );
+            }
+        }
+        s.push_str("</svg>");
+        s
+    }
+}
+
+/// Latency CDFs: x is latency on a log scale, y the fraction of ops at or below it.
+/// Each series' points are (latency, quantile).
+pub struct CdfChart {
+    pub title: String,
+    pub series: Vec<Series>,
+    pub width: f64,
+    pub height: f64,
+}
+
+impl CdfChart {
+    pub fn render(&self) -> String {
+        let all: Vec<f64> = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).collect();
+        let ticks = decade_ticks(&all);
+        let (w, h) = (self.width, self.height);
+        let bottom = h - BOTTOM - legend_height(w, self.series.len());
+        let xs = LogScale { lo: ticks[0], hi: *ticks.last().unwrap(), p0: LEFT, p1: w - RIGHT };
+        let ys = Scale::new(0.0, 1.0, bottom, TOP);
+        let mut s = open_chart(w, h, &self.title, [0.0, 0.25, 0.5, 0.75, 1.0].into_iter().map(|v| (ys.px(v), v)));
+        for t in &ticks {
+            let x = xs.px(*t);
+            let _ = write!(
+                s,
+                r##"<line x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{bottom:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"##,
+                bottom + 14.0,
+                fmt_tick(*t)
+            );
+        }
+        let _ = write!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">latency µs (log)</text><text transform="translate(14 {:.1}) rotate(-90)" text-anchor="middle">fraction of ops</text>"##,
+            (LEFT + w - RIGHT) / 2.0,
+            bottom + 30.0,
+            (TOP + bottom) / 2.0
+        );
+        for se in &self.series {
+            let pts: Vec<String> = se.points.iter().filter(|p| p.0 > 0.0 && p.0.is_finite()).map(|p| format!("{:.1},{:.1}", xs.px(p.0), ys.px(p.1))).collect();
+            if pts.is_empty() {
+                continue;
+            }
+            let dash = if se.dashed { r#" stroke-dasharray="5 3""# } else { "" };
+            let _ = write!(
+                s,
+                r#"<polyline class="cdf" fill="none" stroke="{}" stroke-width="1.5"{dash} points="{}"><title>{}</title></polyline>"#,
+                esc(&se.color),
+                pts.join(" "),
+                esc(&se.name)
+            );
+        }
+        let items: Vec<(String, String, bool)> = self.series.iter().map(|se| (se.name.clone(), se.color.clone(), se.dashed)).collect();
+        legend(&mut s, w, bottom + BOTTOM + 4.0, &items);
+        s.push_str("</svg>");
+        s
+    }
+}
+
+/// One point of a scatter chart.
+pub struct ScatterPoint {
+    pub x: f64,
+    pub y: f64,
+    /// Index into the chart's groups (its colour and legend entry).
+    pub group: usize,
+    pub title: String,
+}
+
+/// Points with x on a log scale (baseline latency) and y linear (slowdown %), a line at y = 0.
+pub struct ScatterChart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub groups: Vec<String>,
+    pub points: Vec<ScatterPoint>,
+    pub width: f64,
+    pub height: f64,
+}
+
+impl ScatterChart {
+    pub fn render(&self) -> String {
+        let pts: Vec<&ScatterPoint> = self.points.iter().filter(|p| p.x > 0.0 && p.x.is_finite() && p.y.is_finite()).collect();
+        let ticks = decade_ticks(&pts.iter().map(|p| p.x).collect::<Vec<_>>());
+        let (w, h) = (self.width, self.height);
+        let bottom = h - BOTTOM - legend_height(w, self.groups.len());
+        let (lo, hi) = pts.iter().fold((0.0f64, 0.0f64), |(a, b), p| (a.min(p.y), b.max(p.y)));
+        let step = nice_ticks((hi - lo).max(1e-9), 5).get(1).copied().unwrap_or(1.0);
+        let (y0, y1) = ((lo / step).floor() * step, ((hi / step).ceil() * step).max(step));
+        let ys = Scale::new(y0, y1, bottom, TOP);
+        let xs = LogScale { lo: ticks[0], hi: *ticks.last().unwrap(), p0: LEFT, p1: w - RIGHT };
+        let n = ((y1 - y0) / step).round() as usize;
+        let grid: Vec<(f64, f64)> = (0..=n).map(|i| y0 + i as f64 * step).map(|v| (ys.px(v), (v * 1e6).round() / 1e6)).collect();
+        let mut s = open_chart(w, h, &self.title, grid.into_iter());
+        for t in &ticks {
+            let x = xs.px(*t);
+            let _ = write!(s, r#"<text x="{x:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, bottom + 14.0, fmt_tick(*t));
+        }
+        let z = ys.px(0.0);
+        let _ = write!(
+            s,
+            r##"<line x1="{LEFT}" x2="{:.1}" y1="{z:.1}" y2="{z:.1}" stroke="#444"/><text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text transform="translate(14 {:.1}) rotate(-90)" text-anchor="middle">{}</text>"##,
+            w - RIGHT,
+            (LEFT + w - RIGHT) / 2.0,
+            bottom + 30.0,
+            esc(&self.x_label),
+            (TOP + bottom) / 2.0,
+            esc(&self.y_label)
+        );
+        for p in pts {
+            let _ = write!(
+                s,
+                r#"<circle class="pt" cx="{:.1}" cy="{:.1}" r="3.5" fill="{}" fill-opacity="0.8"><title>{}</title></circle>"#,
+                xs.px(p.x),
+                ys.px(p.y),
+                PALETTE[p.group % PALETTE.len()],
+                esc(&p.title)
+            );
+        }
+        let items: Vec<(String, String, bool)> =
+            self.groups.iter().enumerate().map(|(i, g)| (g.clone(), PALETTE[i % PALETTE.len()].to_string(), false)).collect();
+        legend(&mut s, w, bottom + BOTTOM + 4.0, &items);
+        s.push_str("</svg>");
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,5 +638,45 @@ mod tests {
         let (ys, ticks) = c.scale();
         assert_eq!(ticks, vec![1.0, 10.0, 100.0, 1000.0]);
         assert_eq!(ys.px(1000.0), TOP);
+    }
+
+    #[test]
+    fn interval_chart_holds_zero_and_draws_whiskers_where_given() {
+        let row = |v: f64, i: Option<(f64, f64)>| IntervalRow { label: "x".into(), value: v, interval: i, strong: true };
+        let c = IntervalChart {
+            title: "t".into(),
+            x_label: "%".into(),
+            rows: vec![row(12.0, Some((4.0, 20.0))), row(3.0, None)],
+            width: 600.0,
+            label_width: 200.0,
+        };
+        let x = c.scale();
+        assert_eq!(x.d0, 0.0, "all positive: the axis starts at zero");
+        assert!(x.d1 >= 20.0);
+        let svg = c.render();
+        assert_eq!(svg.matches("class=\"sd-bar\"").count(), 2);
+        assert_eq!(svg.matches("class=\"sd-ci\"").count(), 1);
+        let neg = IntervalChart { rows: vec![row(-5.0, Some((-9.0, -1.0)))], ..c };
+        assert!(neg.scale().d0 < -9.0 && neg.scale().d1 >= 0.0);
+    }
+
+    #[test]
+    fn cdf_and_scatter_draw_what_they_are_given() {
+        let se = |d| Series { name: "w".into(), color: "#000".into(), dashed: d, points: vec![(10.0, 0.5), (100.0, 1.0)] };
+        let svg = CdfChart { title: "c".into(), series: vec![se(true), se(false)], width: 500.0, height: 260.0 }.render();
+        assert_eq!(svg.matches("class=\"cdf\"").count(), 2);
+        assert_eq!(svg.matches("stroke-dasharray").count(), 2, "one dashed line and its legend entry");
+        let p = |x: f64, y: f64| ScatterPoint { x, y, group: 0, title: "p".into() };
+        let svg = ScatterChart {
+            title: "s".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            groups: vec!["write".into()],
+            points: vec![p(10.0, 0.1), p(1000.0, -0.2), p(0.0, 1.0)],
+            width: 500.0,
+            height: 300.0,
+        }
+        .render();
+        assert_eq!(svg.matches("class=\"pt\"").count(), 2, "a zero baseline has no place on a log axis");
     }
 }

@@ -4,6 +4,8 @@
 //! the BPF monitor unless `monitor: off`), verify (after making
 //! reads reach the disk), collect (fault log and rule counters), tear down. Teardown
 //! happens on success, error and Ctrl-C (Drop of every part), and `faultline cleanup` after a crash.
+//! Setups run interleaved (repetition 1 of each, then 2, ...); with `baseline: true` each
+//! repetition is first run with no fault armed, then with the setup's faults.
 
 pub mod disks;
 pub mod schedule;
@@ -51,43 +53,67 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         experiment: experiment_json,
         setups: Vec::new(),
     };
-    let total: u32 = exp.setups.iter().map(|s| s.repeat).sum();
+    // with `baseline: true` every repetition is a pair: the setup without faults, then with
+    let runs_per_rep: u32 = if exp.baseline { 2 } else { 1 };
+    let total: u32 = exp.setups.iter().map(|s| s.repeat).sum::<u32>() * runs_per_rep;
+    let max_repeat = exp.setups.iter().map(|s| s.repeat).max().unwrap_or(0);
+    let mut done: Vec<(Vec<rm::Repetition>, Vec<rm::Repetition>)> = vec![Default::default(); exp.setups.len()];
     let mut n = 0;
-    for setup in &exp.setups {
-        let mut reps = Vec::new();
-        for rep in 0..setup.repeat {
-            n += 1;
-            if stop.load(Relaxed) {
-                bail!("interrupted; everything built was torn down; partial results not written");
+    // interleaved: repetition 1 of every setup, then repetition 2, ..., so slow drift of the
+    // machine spreads over all setups instead of hitting the last ones
+    for rep in 0..max_repeat {
+        for (si, setup) in exp.setups.iter().enumerate() {
+            if rep >= setup.repeat {
+                continue;
             }
-            let label = format!("[{n}/{total}] {} rep {}", setup.name, rep + 1);
-            if !opts.quiet {
-                eprintln!("faultline: {label}: {} stack, {} fault(s)", setup.stack.label(), setup.faults.len());
+            for baseline in [true, false].into_iter().skip(if exp.baseline { 0 } else { 1 }) {
+                n += 1;
+                if stop.load(Relaxed) {
+                    bail!("interrupted; everything built was torn down; partial results not written");
+                }
+                let unarmed;
+                let (s, kind) = if baseline {
+                    unarmed = Setup { faults: Vec::new(), ..setup.clone() };
+                    (&unarmed, " baseline")
+                } else {
+                    (setup, "")
+                };
+                let label = format!("[{n}/{total}] {} rep {}{kind}", setup.name, rep + 1);
+                if !opts.quiet {
+                    eprintln!("faultline: {label}: {} stack, {} fault(s)", s.stack.label(), s.faults.len());
+                }
+                let t = Instant::now();
+                let mut r = run_one(exp, s, rep, baseline, &out, &label, &stop, opts.quiet)
+                    .with_context(|| format!("setup `{}`, repetition {}{kind}", setup.name, rep + 1))?;
+                r.sequence = n;
+                r.baseline = baseline;
+                if !opts.quiet {
+                    let c = r.counts();
+                    eprintln!(
+                        "faultline: {label}: done in {:.1} s: write {:.1} MiB/s, {} fault(s) injected, {} failure(s) ({} silent)",
+                        t.elapsed().as_secs_f64(),
+                        r.write.mib_s,
+                        c.faults_injected,
+                        c.failures,
+                        c.silent
+                    );
+                }
+                if stop.load(Relaxed) {
+                    bail!("interrupted during {label}; everything built was torn down");
+                }
+                if baseline { done[si].0.push(r) } else { done[si].1.push(r) }
             }
-            let t = Instant::now();
-            let r = run_one(exp, setup, rep, &out, &label, &stop, opts.quiet).with_context(|| format!("setup `{}`, repetition {}", setup.name, rep + 1))?;
-            if !opts.quiet {
-                let c = r.counts();
-                eprintln!(
-                    "faultline: {label}: done in {:.1} s: write {:.1} MiB/s, {} fault(s) injected, {} failure(s) ({} silent)",
-                    t.elapsed().as_secs_f64(),
-                    r.write.mib_s,
-                    c.faults_injected,
-                    c.failures,
-                    c.silent
-                );
-            }
-            if stop.load(Relaxed) {
-                bail!("interrupted during {label}; everything built was torn down");
-            }
-            reps.push(r);
         }
+    }
+    for (setup, (baseline, reps)) in exp.setups.iter().zip(done) {
         let mut s = rm::SetupResult {
             name: setup.name.clone(),
             stack: setup.stack.label(),
             description: setup.description.clone(),
             repetitions: reps,
-            aggregate: Default::default(),
+            baseline,
+            axes: setup.axes.clone(),
+            ..Default::default()
         };
         s.aggregate_now();
         results.setups.push(s);
@@ -174,7 +200,8 @@ impl Rep<'_> {
     }
 }
 
-fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
+#[allow(clippy::too_many_arguments)]
+fn run_one(exp: &Experiment, setup: &Setup, rep: u32, baseline: bool, out: &Path, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
     let t_rep = Instant::now();
     let mut r = Rep { setup, label, stop, quiet, notes: Vec::new() };
     let mut built = build(&mut r)?;
@@ -208,7 +235,8 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
             // the verifier's reads are not the workload's: they stay out of the figures
             monitored = stop_monitor(&mut r, mon.take());
             let v = verify(&mut r, &mut built, &maps)?;
-            maps.save(&out.join("maps").join(format!("{}-{}", setup.name, rep + 1)))?;
+            let kind = if baseline { "-baseline" } else { "" };
+            maps.save(&out.join("maps").join(format!("{}{kind}-{}", setup.name, rep + 1)))?;
             (Some(res), Some(v))
         }
     };

@@ -11,6 +11,10 @@ use super::workload::WorkloadYaml;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+mod matrix;
+pub use matrix::MAX_SETUPS as MAX_MATRIX_SETUPS;
+use matrix::{MatrixBase, RawMatrix, expand_matrix};
+
 pub const STACK_WORDS: &str = "raw, ext4, xfs, btrfs, btrfs-raid1, dedup (btrfs), dedup-xfs";
 
 #[derive(Deserialize)]
@@ -28,6 +32,10 @@ struct RawExperiment {
     /// Host faults on the disk servers (docs/host.md), per repetition, windows from the start
     /// of the workload.
     host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
+    /// Pair every repetition with a run of the same setup without faults (docs/experiment.md).
+    baseline: Option<Spanned<bool>>,
+    /// A cross product of partial setups instead of `setups:` (docs/experiment.md).
+    matrix: Option<Spanned<RawMatrix>>,
 }
 
 /// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
@@ -162,7 +170,7 @@ fn nbd_policy(p: &mut super::nbd::NbdPolicy, r: &RawNbdPolicy) -> Result<(), Str
     Ok(())
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone, Default)]
 #[serde(deny_unknown_fields)]
 struct RawStack {
     fs: Option<String>,
@@ -176,7 +184,7 @@ struct RawStack {
     dedupe_with: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 struct RawSetup {
     name: String,
@@ -205,6 +213,8 @@ pub struct Setup {
     pub workload: Option<Spanned<WorkloadYaml>>,
     /// Host faults on the setup's disk servers (docs/host.md).
     pub host_faults: Vec<super::host::HostFault>,
+    /// Setups made by `matrix:`: (axis, entry name) for each axis, in the file's order.
+    pub axes: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug)]
@@ -216,6 +226,8 @@ pub struct Experiment {
     pub workload: Option<Spanned<WorkloadYaml>>,
     pub setups: Vec<Setup>,
     pub monitor: MonitorSpec,
+    /// `baseline: true`: every repetition runs twice, without then with the faults.
+    pub baseline: bool,
 }
 
 impl Experiment {
@@ -290,7 +302,15 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     };
     let base_host_faults = super::host::validate_experiment(raw.host_faults.unwrap_or_default(), source)?;
     let mut setups = Vec::new();
+    if let Some(m) = &raw.matrix {
+        if raw.setups.is_some() {
+            return Err(format!("{source}:{}: give `setups` (a list) or `matrix` (a cross product), not both", loc(m)));
+        }
+        let base = MatrixBase { disk: &base_disk, stack: raw.stack.as_ref(), faults: raw.faults.as_ref(), repeat: base_repeat, host_faults: &base_host_faults };
+        setups = expand_matrix(m, &base, source)?;
+    }
     match raw.setups {
+        _ if raw.matrix.is_some() => {}
         None => {
             let faults = faults(raw.faults, &base_disk, &base_stack, source)?;
             setups.push(Setup {
@@ -302,6 +322,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 repeat: base_repeat,
                 workload: None,
                 host_faults: base_host_faults,
+                axes: Vec::new(),
             });
         }
         Some(list) => {
@@ -341,6 +362,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     repeat: rep,
                     workload: s.workload,
                     host_faults: hf,
+                    axes: Vec::new(),
                 });
             }
         }
@@ -351,7 +373,14 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
-    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec };
+    let baseline = raw.baseline.as_ref().is_some_and(|b| b.value);
+    if baseline && setups.iter().any(|s| matches!(s.stack, StackSpec::Command { .. })) {
+        return Err(format!(
+            "{source}:{}: `baseline: true` compares the workload's latencies; a `command` stack has none (allowed: baseline with raw or file-system stacks)",
+            raw.baseline.as_ref().map(loc).unwrap_or_default()
+        ));
+    }
+    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec, baseline };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() || s.workload.is_some() {

@@ -23,6 +23,9 @@ pub struct LatencySummary {
     pub max_us: f64,
     pub iops: f64,
     pub mib_s: f64,
+    pub p95_us: f64,
+    /// [quantile, latency µs] at `CDF_QUANTILES` (empty without ops): the report's CDFs.
+    pub cdf: Vec<[f64; 2]>,
 }
 
 /// One flowop type's latency and rate over a personality run (`flowops` in result.json and
@@ -38,6 +41,19 @@ pub struct FlowopSummary {
     pub p95_us: f64,
     pub p99_us: f64,
     pub max_us: f64,
+    /// [quantile, latency µs] at `CDF_QUANTILES` (empty without ops).
+    pub cdf: Vec<[f64; 2]>,
+}
+
+/// The quantiles a summary keeps of its histogram, enough to draw a latency CDF.
+pub const CDF_QUANTILES: [f64; 21] = [0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 0.998, 0.999, 1.0];
+
+/// [quantile, µs] of a histogram in ns at `CDF_QUANTILES`.
+pub fn cdf(h: &Histogram<u64>) -> Vec<[f64; 2]> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    CDF_QUANTILES.iter().map(|&q| [q, h.value_at_quantile(q) as f64 / 1000.0]).collect()
 }
 
 pub fn flowop_summary(h: &Histogram<u64>, bytes: u64, secs: f64) -> FlowopSummary {
@@ -51,6 +67,7 @@ pub fn flowop_summary(h: &Histogram<u64>, bytes: u64, secs: f64) -> FlowopSummar
         p95_us: us(h.value_at_quantile(0.95)),
         p99_us: us(h.value_at_quantile(0.99)),
         max_us: us(h.max()),
+        cdf: cdf(h),
     }
 }
 
@@ -74,6 +91,8 @@ pub fn summary(h: &Histogram<u64>, bytes: u64, secs: f64) -> LatencySummary {
         max_us: us(h.max()),
         iops: h.len() as f64 / secs,
         mib_s: bytes as f64 / secs / (1 << 20) as f64,
+        p95_us: us(h.value_at_quantile(0.95)),
+        cdf: cdf(h),
     }
 }
 

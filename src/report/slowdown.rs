@@ -1,0 +1,268 @@
+//! Slowdown of injected runs against their paired baselines (`baseline: true`).
+//!
+//! Every repetition yields named series values, (source, op, metric) -> number: the
+//! workload's read/write, a personality's flowops, and the BPF monitor's per-layer rows when
+//! present. Pair k is baseline run k and injected run k (run one after the other). For a
+//! latency the slowdown is (mean injected - mean baseline) / mean baseline over the pairs;
+//! its 95% interval is the Student t interval of the paired differences (injected_k -
+//! baseline_k), divided by the mean baseline. Throughput is turned around so that both read
+//! "how much slower": (mean baseline - mean injected) / mean injected, i.e. the growth of the
+//! time per op (half the rate is +100%, as twice the latency is). The interval treats the
+//! denominator as fixed. Distinguishable from zero: the interval excludes zero. Pairs where
+//! a value is missing, zero or not finite are left out.
+
+use super::model::Repetition;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The metric name of a throughput series (ops/s); every other metric is a latency.
+pub const THROUGHPUT: &str = "throughput";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SlowdownRow {
+    /// `workload` (the workload's reads and writes), `flowop` (a personality's flowops), or a
+    /// monitor layer: `syscall`, `block_queue`, `block_service`.
+    pub source: String,
+    /// read, write, a flowop name (appendfilerand, fsync, ...), or a monitor op.
+    pub op: String,
+    /// mean_us, p50_us, p95_us, p99_us, or throughput (ops/s).
+    pub metric: String,
+    /// Pairs that had the series in both runs.
+    pub pairs: u32,
+    /// Mean over those pairs of the baseline's and the injected run's value.
+    pub baseline: f64,
+    pub injected: f64,
+    /// (injected - baseline) / baseline of the means (0.12 = 12% slower); for throughput
+    /// (baseline - injected) / injected.
+    pub slowdown: f64,
+    /// 95% t interval of that mean; None with fewer than two pairs.
+    pub ci_low: Option<f64>,
+    pub ci_high: Option<f64>,
+    /// The interval excludes zero.
+    pub distinguishable: bool,
+    /// Each pair's difference over the mean denominator, in repetition order (their mean is
+    /// `slowdown`, their t interval the interval).
+    pub per_pair: Vec<f64>,
+}
+
+/// Two-sided 95% critical value of Student's t with `df` degrees of freedom: the table for
+/// df <= 30, a Cornish-Fisher expansion above (within 0.001 of the exact value there).
+pub fn t_975(df: u32) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
+        2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        1..=30 => T[df as usize - 1],
+        _ => {
+            let z = 1.959_963_985f64;
+            let n = df as f64;
+            z + (z.powi(3) + z) / (4.0 * n) + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * n * n)
+        }
+    }
+}
+
+/// Mean and 95% t interval of paired values (None for the interval with fewer than two).
+pub fn mean_ci(xs: &[f64]) -> (f64, Option<(f64, f64)>) {
+    let n = xs.len();
+    if n == 0 {
+        return (0.0, None);
+    }
+    let mean = xs.iter().sum::<f64>() / n as f64;
+    if n < 2 {
+        return (mean, None);
+    }
+    let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt();
+    let half = t_975(n as u32 - 1) * sd / (n as f64).sqrt();
+    (mean, Some((mean - half, mean + half)))
+}
+
+/// A pair both of whose values can be compared (finite and above zero).
+fn usable(base: f64, inj: f64) -> bool {
+    base.is_finite() && inj.is_finite() && base > 0.0 && inj > 0.0
+}
+
+/// Series key: (source, op, metric).
+pub type Key = (String, String, String);
+
+/// The slowdown of one series from its per-pair (baseline, injected) values.
+pub fn row(key: &Key, pairs: &[(f64, f64)]) -> SlowdownRow {
+    let thr = key.2 == THROUGHPUT;
+    let kept: Vec<(f64, f64)> = pairs.iter().copied().filter(|&(b, i)| usable(b, i)).collect();
+    let n = kept.len().max(1) as f64;
+    let baseline = kept.iter().map(|k| k.0).sum::<f64>() / n;
+    let injected = kept.iter().map(|k| k.1).sum::<f64>() / n;
+    // latency: (inj - base) / mean base; throughput: (base - inj) / mean inj
+    let per_pair: Vec<f64> = if thr { kept.iter().map(|(b, i)| (b - i) / injected).collect() } else { kept.iter().map(|(b, i)| (i - b) / baseline).collect() };
+    let (slowdown, ci) = mean_ci(&per_pair);
+    SlowdownRow {
+        source: key.0.clone(),
+        op: key.1.clone(),
+        metric: key.2.clone(),
+        pairs: kept.len() as u32,
+        baseline,
+        injected,
+        slowdown,
+        ci_low: ci.map(|c| c.0),
+        ci_high: ci.map(|c| c.1),
+        distinguishable: ci.is_some_and(|(lo, hi)| lo > 0.0 || hi < 0.0),
+        per_pair,
+    }
+}
+
+/// Every series one repetition measured.
+pub fn series(r: &Repetition) -> BTreeMap<Key, f64> {
+    let mut out = BTreeMap::new();
+    let mut put = |source: &str, op: &str, metric: &str, v: f64| {
+        out.insert((source.to_string(), op.to_string(), metric.to_string()), v);
+    };
+    for (op, s) in [("read", &r.read), ("write", &r.write)] {
+        if s.ops > 0 {
+            put("workload", op, "mean_us", s.mean_us);
+            put("workload", op, "p50_us", s.p50_us);
+            put("workload", op, "p95_us", s.p95_us);
+            put("workload", op, "p99_us", s.p99_us);
+            put("workload", op, THROUGHPUT, s.iops);
+        }
+    }
+    for (op, f) in &r.flowops {
+        if f.ops > 0 {
+            put("flowop", op, "mean_us", f.mean_us);
+            put("flowop", op, "p50_us", f.p50_us);
+            put("flowop", op, "p95_us", f.p95_us);
+            put("flowop", op, "p99_us", f.p99_us);
+            put("flowop", op, THROUGHPUT, f.ops_s);
+        }
+    }
+    if let Some(m) = &r.monitor {
+        let secs = m.duration_s;
+        let mut layer = |source: &str, op: &str, l: &crate::monitor::model::LayerOp| {
+            if l.count > 0 {
+                put(source, op, "mean_us", l.mean_us);
+                put(source, op, "p50_us", l.p50_us);
+                put(source, op, "p95_us", l.p95_us);
+                put(source, op, "p99_us", l.p99_us);
+                if secs > 0.0 {
+                    put(source, op, THROUGHPUT, l.count as f64 / secs);
+                }
+            }
+        };
+        for l in &m.syscalls {
+            layer(&l.layer, &l.op, l);
+        }
+        let several = m.devices.len() > 1;
+        for (i, d) in m.devices.iter().enumerate() {
+            for l in &d.layers {
+                // stacks over two disks (btrfs raid1): one series per disk
+                let op = if several { format!("disk{i}:{}", l.op) } else { l.op.clone() };
+                layer(&l.layer, &op, l);
+            }
+        }
+    }
+    out
+}
+
+/// The slowdown of every series, pairing `baseline[k]` with `injected[k]`; empty without
+/// baselines. Rows are sorted by source, op and metric.
+pub fn rows(baseline: &[Repetition], injected: &[Repetition]) -> Vec<SlowdownRow> {
+    if baseline.is_empty() {
+        return Vec::new();
+    }
+    let mut pairs: BTreeMap<Key, Vec<(f64, f64)>> = BTreeMap::new();
+    for (b, i) in baseline.iter().zip(injected) {
+        let (sb, si) = (series(b), series(i));
+        for (k, vb) in sb {
+            if let Some(vi) = si.get(&k) {
+                pairs.entry(k).or_default().push((vb, *vi));
+            }
+        }
+    }
+    pairs.iter().map(|(k, p)| row(k, p)).collect()
+}
+
+/// Format a slowdown and its interval as percentages: `+12.3% [+4.1, +20.5]`.
+pub fn fmt_pct(r: &SlowdownRow) -> String {
+    match (r.ci_low, r.ci_high) {
+        (Some(lo), Some(hi)) => format!("{:+.1}% [{:+.1}, {:+.1}]", r.slowdown * 100.0, lo * 100.0, hi * 100.0),
+        _ => format!("{:+.1}%", r.slowdown * 100.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t_values_match_the_table_and_the_normal_limit() {
+        assert_eq!(t_975(1), 12.706);
+        assert_eq!(t_975(4), 2.776);
+        // 40 and 120 degrees of freedom: 2.021 and 1.980 in printed tables
+        assert!((t_975(40) - 2.021).abs() < 0.001, "{}", t_975(40));
+        assert!((t_975(120) - 1.980).abs() < 0.001, "{}", t_975(120));
+        assert!((t_975(100_000) - 1.960).abs() < 0.001);
+        assert!(t_975(0).is_infinite());
+    }
+
+    /// By hand: baselines 100, 200, 100, 100 µs (mean 125) and injected 110, 230, 120, 100
+    /// (mean 140): slowdown 15 / 125 = 0.12. Differences 10, 30, 20, 0: mean 15, sample sd
+    /// sqrt(500 / 3) = 12.9099; half width 3.182 * 12.9099 / 2 = 20.5397, over 125 = 0.164318.
+    #[test]
+    fn slowdown_and_interval_hand_computed() {
+        let key = ("workload".to_string(), "write".to_string(), "mean_us".to_string());
+        let r = row(&key, &[(100.0, 110.0), (200.0, 230.0), (100.0, 120.0), (100.0, 100.0)]);
+        assert_eq!(r.pairs, 4);
+        assert_eq!((r.baseline, r.injected), (125.0, 140.0));
+        assert!((r.slowdown - 0.12).abs() < 1e-12);
+        let half = 3.182 * (500.0f64 / 3.0).sqrt() / 2.0 / 125.0;
+        assert!((half - 0.164318).abs() < 1e-6, "{half}");
+        assert!((r.ci_low.unwrap() - (0.12 - half)).abs() < 1e-12);
+        assert!((r.ci_high.unwrap() - (0.12 + half)).abs() < 1e-12);
+        assert!(!r.distinguishable, "the interval [-0.044, 0.284] holds zero");
+        // the same differences, less spread: distinguishable
+        let r = row(&key, &[(100.0, 112.0), (100.0, 115.0), (100.0, 118.0)]);
+        assert!((r.slowdown - 0.15).abs() < 1e-12 && r.distinguishable, "{r:?}");
+    }
+
+    #[test]
+    fn throughput_slowdown_is_time_per_op() {
+        let key = ("flowop".to_string(), "fsync".to_string(), THROUGHPUT.to_string());
+        // half the rate: +100%. Differences 500, 400, 300 over the injected mean 400:
+        // 1.25, 1.0, 0.75; sd 0.25, half width 4.303 * 0.25 / sqrt(3) = 0.62108
+        let r = row(&key, &[(1000.0, 500.0), (800.0, 400.0), (600.0, 300.0)]);
+        assert!((r.slowdown - 1.0).abs() < 1e-12);
+        assert!((r.ci_low.unwrap() - (1.0 - 0.62108)).abs() < 1e-5, "{r:?}");
+        assert!(r.distinguishable);
+    }
+
+    #[test]
+    fn bad_pairs_are_left_out_and_one_pair_has_no_interval() {
+        let key = ("workload".to_string(), "read".to_string(), "p99_us".to_string());
+        let r = row(&key, &[(0.0, 10.0), (100.0, 150.0), (f64::NAN, 1.0)]);
+        assert_eq!(r.pairs, 1);
+        assert!((r.slowdown - 0.5).abs() < 1e-12);
+        assert_eq!((r.ci_low, r.ci_high, r.distinguishable), (None, None, false));
+    }
+
+    #[test]
+    fn rows_pair_by_position_and_cover_flowops() {
+        use super::super::model::{FlowopStats, OpStats};
+        let rep = |w: f64, a: f64| Repetition {
+            write: OpStats { ops: 10, mean_us: w, p50_us: w, p95_us: w, p99_us: w, iops: 1e6 / w, ..Default::default() },
+            flowops: [("appendfilerand".to_string(), FlowopStats { ops: 5, mean_us: a, p50_us: a, p95_us: a, p99_us: a, ops_s: 1.0, ..Default::default() })]
+                .into(),
+            ..Default::default()
+        };
+        let base = [rep(10.0, 20.0), rep(20.0, 20.0)];
+        let inj = [rep(15.0, 30.0), rep(20.0, 40.0)];
+        let rows = rows(&base, &inj);
+        let get = |s: &str, o: &str, m: &str| rows.iter().find(|r| r.source == s && r.op == o && r.metric == m).unwrap();
+        // write: baselines 10, 20 (mean 15), injected 15, 20: differences 5, 0 over 15
+        assert_eq!(get("workload", "write", "mean_us").per_pair, vec![5.0 / 15.0, 0.0]);
+        assert_eq!(get("workload", "write", THROUGHPUT).per_pair.len(), 2);
+        assert_eq!(get("flowop", "appendfilerand", "p99_us").per_pair, vec![0.5, 1.0]);
+        assert!(rows.iter().all(|r| r.op != "read"), "no reads: no read series");
+        assert!(super::rows(&[], &inj).is_empty());
+    }
+}

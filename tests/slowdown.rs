@@ -1,0 +1,206 @@
+//! Slowdown studies: `matrix:` expansion and its errors, and a real paired experiment
+//! (`baseline: true`) on ext4 with a delay on every write: run order, clean baselines, and a
+//! write slowdown whose interval excludes zero. Mechanics only, not the published findings.
+
+mod common;
+use common::{bin, faultline_mounts};
+use faultline::spec::experiment::{StackSpec, parse_experiment};
+
+const BASE: &str = "name: m
+disk: { size: 256MiB }
+workload: { personality: varmail, scale: 0.01, duration: 1s }
+";
+
+fn parse(matrix: &str) -> Result<faultline::spec::experiment::Experiment, String> {
+    parse_experiment(&format!("{BASE}{matrix}"), "m.yaml")
+}
+
+#[test]
+fn matrix_expands_to_named_merged_setups_in_order() {
+    let e = parse(
+        "stack: {fs: ext4, mkfs: [-F]}
+repeat: 2
+faults: [{type: error, op: read}]
+matrix:
+  fs:
+    - {name: ext4-1k, stack: {mkfs: [-b, '1024']}}
+    - {name: ext4-wb, stack: {mount: [data=writeback]}, repeat: 3}
+    - {name: xfs, stack: {fs: xfs}}
+  pattern:
+    - {name: none}
+    - {name: burst-10, faults: [{type: delay, delay: 10us, pattern: {burst: {ratio: 10%, length: 10}}}]}
+  journal:
+    - {name: j, stack: {mount: [noatime]}, description: plain}
+",
+    )
+    .unwrap();
+    let names: Vec<&str> = e.setups.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["ext4-1k/none/j", "ext4-1k/burst-10/j", "ext4-wb/none/j", "ext4-wb/burst-10/j", "xfs/none/j", "xfs/burst-10/j"],
+        "the first axis varies slowest"
+    );
+    let s = &e.setups[0];
+    assert_eq!(s.axes, [("fs".into(), "ext4-1k".into()), ("pattern".into(), "none".into()), ("journal".into(), "j".into())]);
+    assert_eq!(s.description, "plain");
+    // stack keys merge into the base; lists are joined in axis order
+    match &s.stack {
+        StackSpec::Fs { mkfs, mount, .. } => {
+            assert_eq!(mkfs, &["-F", "-b", "1024"]);
+            assert_eq!(mount, &["noatime"]);
+        }
+        o => panic!("{o:?}"),
+    }
+    match &e.setups[2].stack {
+        StackSpec::Fs { mount, .. } => assert_eq!(mount, &["data=writeback", "noatime"]),
+        o => panic!("{o:?}"),
+    }
+    assert!(matches!(&e.setups[4].stack, StackSpec::Fs { kind: faultline::spec::experiment::FsKind::Xfs, .. }), "an axis overrides the base's fs");
+    // no axis gives faults: the base's list; an axis gives faults: they replace it
+    assert_eq!(e.setups[0].faults.len(), 1);
+    assert_eq!(e.setups[0].faults[0].rule.action.name(), "error");
+    assert_eq!(e.setups[1].faults.len(), 1);
+    assert_eq!(e.setups[1].faults[0].rule.action.name(), "delay");
+    assert_eq!((e.setups[0].repeat, e.setups[2].repeat), (2, 3));
+    assert!(!e.baseline);
+}
+
+#[test]
+fn matrix_faults_from_several_axes_are_joined_and_baseline_parses() {
+    let e = parse(
+        "stack: ext4
+baseline: true
+matrix:
+  reads: [{name: r, faults: [{type: delay, delay: 10us, op: read}]}]
+  writes: [{name: w, faults: [{type: delay, delay: 20us, op: write}]}]
+",
+    )
+    .unwrap();
+    assert!(e.baseline);
+    assert_eq!(e.setups.len(), 1);
+    assert_eq!(e.setups[0].name, "r/w");
+    assert_eq!(e.setups[0].faults.len(), 2);
+}
+
+#[test]
+fn bad_matrices_say_where_and_what_is_allowed() {
+    let cases = [
+        ("stack: ext4\nmatrix: {}\n", "m.yaml:5:9: `matrix` is empty"),
+        ("stack: ext4\nmatrix: {fs: []}\n", "matrix axis `fs` is empty"),
+        ("stack: ext4\nmatrix:\n  fs: [{name: a}, {name: a}]\n", "m.yaml:6:19: matrix axis `fs`: entry name `a` is used twice"),
+        ("stack: ext4\nmatrix:\n  fs: [{name: a/b}]\n", "entry name `a/b` must be non-empty and contain no `/`"),
+        (
+            "stack: ext4\nmatrix:\n  fs: [{name: x, stack: xfs}]\n  other: [{name: y, stack: btrfs}]\n",
+            "`stack.fs` is set by axis `fs` entry `x` (m.yaml:6:8) and by axis `other` entry `y` (m.yaml:7:11); only one axis may set it",
+        ),
+        ("stack: ext4\nmatrix:\n  a: [{name: x, repeat: 2}]\n  b: [{name: y, repeat: 3}]\n", "`repeat` is set by axis `a` entry `x`"),
+        ("stack: ext4\nmatrix:\n  fs: [{name: x, stack: zfs}]\n", "m.yaml:6:25: unknown stack `zfs`; allowed:"),
+        ("stack: ext4\nmatrix:\n  fs: [{name: x, colour: red}]\n", "unknown field `colour`"),
+        ("stack: ext4\nmatrix:\n  fs: [{stack: xfs}]\n", "missing field `name`"),
+        ("stack: ext4\nsetups: [{name: a}]\nmatrix:\n  fs: [{name: x}]\n", "give `setups` (a list) or `matrix` (a cross product), not both"),
+        ("stack: ext4\nmatrix: [a, b]\n", "line 5 column 9: expected mapping"),
+        (
+            "stack: ext4\nmatrix:\n  fs: [{name: x, faults: [{type: delay, delay: 1us, target: {block: 99999999}}]}]\n",
+            "m.yaml:6:27: fault #1: target [409599995904, 409600000000) lies beyond the end of the disk",
+        ),
+        ("stack: {command: 'true'}\nbaseline: true\nmatrix:\n  a: [{name: x}]\n", "m.yaml:5:11: `baseline: true` compares the workload's latencies"),
+    ];
+    for (y, want) in cases {
+        let e = match parse(y) {
+            Ok(_) => panic!("accepted:\n{y}"),
+            Err(e) => e,
+        };
+        assert!(e.contains(want), "for\n{y}\n got: {e}\nwant: {want}");
+    }
+    // too many setups: refused before anything is built
+    let axis = |n: &str| format!("  {n}: [{}]\n", (0..101).map(|i| format!("{{name: e{i}}}")).collect::<Vec<_>>().join(", "));
+    let e = parse(&format!("stack: ext4\nmatrix:\n{}{}", axis("a"), axis("b"))).unwrap_err();
+    assert!(e.contains("makes 10201 setups; allowed: at most 10000"), "{e}");
+}
+
+/// Two setups, five repetitions (a t interval over three pairs is too wide for a busy machine), each paired with a baseline on a fresh ext4: the runs go
+/// rep 1 of every setup (baseline, injected), then rep 2, ...; baselines log no fault and
+/// list no rule; 1 or 2 ms on every direct 4 KiB write (several times what such a write
+/// takes here, so that a busy machine's noise cannot hide it) makes the write latency
+/// slower, with an interval that excludes zero. Classic /dev/fuse (`ring: off`): on this
+/// machine the io_uring transport's teardown sometimes stalls for 40 s or more when runs
+/// overlap (BENCHMARKS.md, the latency study), which is not what this test is about.
+#[test]
+fn paired_runs_alternate_and_show_the_write_slowdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    std::fs::write(
+        &f,
+        "name: paired
+disk: { size: 256MiB, ring: off }
+stack: ext4
+baseline: true
+repeat: 5
+monitor: off
+workload:
+  pattern: sequential
+  mix: { write: 100 }
+  block_size: 4KiB
+  size: 4MiB
+  files: 2
+  file_size: 2MiB
+  sync: direct
+  content: { profile: debian12-usr, seed: 3 }
+matrix:
+  delay:
+    - {name: w1ms, faults: [{name: slow, type: delay, delay: 1ms, op: write}]}
+    - {name: w2ms, faults: [{name: slow, type: delay, delay: 2ms, op: write}]}
+",
+    )
+    .unwrap();
+    let out = dir.path().join("results");
+    let child = std::process::Command::new(bin())
+        .arg("run")
+        .arg(&f)
+        .arg("--out")
+        .arg(&out)
+        .arg("-q")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "faultline run failed:\n{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("write slowdown"), "the summary has a slowdown column:\n{stdout}");
+    let r = faultline::report::load_dir(&out).unwrap();
+    assert_eq!(r.setups.len(), 2);
+    for (i, s) in r.setups.iter().enumerate() {
+        assert_eq!((s.baseline.len(), s.repetitions.len()), (5, 5), "{}", s.name);
+        for k in 0..5 {
+            let (b, x) = (&s.baseline[k], &s.repetitions[k]);
+            // 2 setups x 2 runs per repetition: rep k of setup i is runs 4k + 2i + 1 and + 2
+            let first = (4 * k + 2 * i + 1) as u32;
+            assert_eq!((b.sequence, b.baseline, b.index), (first, true, k as u32 + 1), "{} rep {k}", s.name);
+            assert_eq!((x.sequence, x.baseline, x.index), (first + 1, false, k as u32 + 1), "{} rep {k}", s.name);
+            assert!(b.faults.is_empty() && b.rules.is_empty(), "baseline {} rep {k} had faults armed: {:?}", s.name, b.rules);
+            assert!(x.write.ops > 0 && x.faults.iter().any(|f| f.action == "delay"), "{} rep {k}: no delay logged", s.name);
+            assert!(x.rules.iter().any(|r| r.name == "slow" && r.fired > 0));
+        }
+        let w = s.slowdown.iter().find(|r| r.source == "workload" && r.op == "write" && r.metric == "mean_us").expect("a write mean slowdown row");
+        assert_eq!(w.pairs, 5);
+        assert!(w.slowdown > 0.0 && w.ci_low.unwrap() > 0.0 && w.distinguishable, "{}: {w:?}", s.name);
+        let t = s.slowdown.iter().find(|r| r.source == "workload" && r.op == "write" && r.metric == "throughput").unwrap();
+        assert!(t.slowdown > 0.0, "fewer writes per second with the delay: {t:?}");
+        assert!(s.slowdown.iter().all(|r| r.op != "read"), "a write-only workload has no read series");
+    }
+    let csv = std::fs::read_to_string(out.join("slowdown.csv")).unwrap();
+    assert!(csv.starts_with(faultline::report::csv::SLOWDOWN_HEADER));
+    assert!(csv.lines().any(|l| l.starts_with("w1ms,workload,write,mean_us,5,")), "{csv}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("Slowdown against the baseline") && html.contains("class=\"sd-bar\"") && html.contains("class=\"cdf\""));
+    let mut maps: Vec<String> = std::fs::read_dir(out.join("maps")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().to_string()).collect();
+    maps.sort();
+    assert_eq!(maps.len(), 20, "maps of every run: {maps:?}");
+    assert_eq!(&maps[..2], ["w1ms-1", "w1ms-2"]);
+    assert!(maps.contains(&"w2ms-baseline-5".to_string()), "{maps:?}");
+    // other runs may share the machine: only this run's file system mounts count
+    let mine: Vec<String> = faultline_mounts().into_iter().filter(|m| m.contains(&format!("/fs-{pid}-"))).collect();
+    assert!(mine.is_empty(), "left mounted: {mine:?}");
+}
