@@ -260,7 +260,7 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
         }
     }
     let ds = lookup(&skel.maps.devstats, i as u32)?;
-    let (untracked, depth) = (ds[1], &ds[2..2 + DEPTH_BUCKETS]);
+    let (inflight, untracked, unmatched, depth) = (ds[0], ds[1], ds[2], &ds[3..3 + DEPTH_BUCKETS]);
     let issues: u64 = depth.iter().sum();
     let weighted: u64 = depth.iter().enumerate().map(|(k, n)| k as u64 * n).sum();
     Ok(DeviceResults {
@@ -273,6 +273,8 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
             histogram: depth.iter().enumerate().filter(|(_, n)| **n > 0).map(|(k, n)| [k as u64, *n]).collect(),
         },
         untracked,
+        unmatched,
+        inflight_at_end: inflight,
         series,
     })
 }

@@ -233,8 +233,15 @@ static __always_inline int on_rq_complete(struct request *rq)
 {
 	u64 key = (u64)rq;
 	struct start *st = bpf_map_lookup_elem(&reqs, &key);
-	if (!st)
-		return 0; // not watched, issued before we started, or already completed
+	if (!st) {
+		// not watched, issued before we started, or its issue event was not seen; data-less
+		// ones (the parent of a flush, never issued itself) are not counted
+		u32 *dev = dev_index(BPF_CORE_READ(rq, q, disk));
+		struct devstat *ds = dev && BPF_CORE_READ(rq, __data_len) ? bpf_map_lookup_elem(&devstats, dev) : 0;
+		if (ds)
+			__sync_fetch_and_add(&ds->unmatched, 1);
+		return 0;
+	}
 	if (!st->issued_ns)
 		return 0; // ended without being issued (e.g. a data-less flush's parent request)
 	u64 now = bpf_ktime_get_ns();
