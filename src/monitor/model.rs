@@ -80,6 +80,9 @@ pub struct DeviceResults {
     /// Completions whose issue was not seen: requests in flight at attach, or issue events
     /// the kernel did not deliver to the monitor.
     pub unmatched: u64,
+    /// Requests seen issued whose completion never reached the monitor (found when the
+    /// request's memory was issued again): not in the figures.
+    pub lost_completions: u64,
     /// Requests seen issued and not seen completed at detach: in flight then, or completion
     /// events not delivered.
     pub inflight_at_end: u64,
@@ -214,8 +217,12 @@ impl MonitorResults {
                 );
             }
             let _ = writeln!(s, "{name:<12} queue depth at issue: mean {:.2}, max {}", d.depth.mean, d.depth.max);
-            if d.unmatched > 0 || d.inflight_at_end > 0 {
-                let _ = writeln!(s, "{name:<12} {} completions without a seen issue, {} issues without a seen completion", d.unmatched, d.inflight_at_end);
+            if d.unmatched > 0 || d.inflight_at_end > 0 || d.lost_completions > 0 {
+                let _ = writeln!(
+                    s,
+                    "{name:<12} {} completions without a seen issue, {} issues whose completion was not seen, {} in flight at detach",
+                    d.unmatched, d.lost_completions, d.inflight_at_end
+                );
             }
             if d.untracked > 0 {
                 let _ = writeln!(s, "{name:<12} {} requests not timed (no room in the kernel's request table)", d.untracked);
