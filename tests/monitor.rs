@@ -429,4 +429,9 @@ workload: {interface: file, files: 1, file_size: 1MiB, size: 1MiB, mix: {write: 
     assert_eq!(m.pair("fs", "ext4_sync_file").map(|r| r.count), Some(fsync.count));
     let text = std::fs::read_to_string(out.join("results.json")).unwrap();
     assert!(text.contains("\"layer\": \"user\"") || text.contains("\"layer\":\"user\""));
+    let csv = std::fs::read_to_string(out.join("monitor.csv")).unwrap();
+    assert!(csv.lines().any(|l| l.starts_with(&format!("pairs,1,-,user,fsync,{},", fsync.count))), "monitor.csv:\n{csv}");
+    assert!(csv.lines().any(|l| l.contains(",block_service,write,")), "monitor.csv:\n{csv}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("Stack layers (BPF monitor") && html.contains(">fsync<"), "report has no per-layer table");
 }

@@ -194,7 +194,19 @@ static __always_inline int on_rq_issue(struct request *rq)
 	u32 d = *dev;
 	u64 now = bpf_ktime_get_ns(), key = (u64)rq;
 	struct start st = {};
+	struct devstat *ds = bpf_map_lookup_elem(&devstats, &d);
+	if (!ds)
+		return 0;
 	struct start *old = bpf_map_lookup_elem(&reqs, &key);
+	if (old && old->issued_ns) {
+		if (old->requeued)
+			return 0; // issued again after a requeue: keep the first issue, counted once
+		// the request at this address was issued and its completion never reached us: it
+		// is no longer in flight; this is a new request
+		__sync_fetch_and_add(&ds->lost, 1);
+		__sync_fetch_and_add(&ds->inflight, -1);
+		old = 0;
+	}
 	if (old && old->queued_ns) {
 		st.queued_ns = old->queued_ns;
 	} else {
@@ -205,19 +217,6 @@ static __always_inline int on_rq_issue(struct request *rq)
 			st.queued_ns = *bq;
 			bpf_map_delete_elem(&bios, &bkey);
 		}
-	}
-	struct devstat *ds = bpf_map_lookup_elem(&devstats, &d);
-	if (!ds)
-		return 0;
-	if (old && old->issued_ns) {
-		if (old->requeued)
-			return 0; // issued again after a requeue: keep the first issue, counted once
-		// the request at this address was issued and its completion never reached us: it
-		// is no longer in flight; this is a new request
-		__sync_fetch_and_add(&ds->lost, 1);
-		__sync_fetch_and_add(&ds->inflight, -1);
-		if (old->queued_ns == st.queued_ns)
-			st.queued_ns = 0; // that one's queueing, not this one's
 	}
 	st.issued_ns = now;
 	st.bytes = BPF_CORE_READ(rq, __data_len);
