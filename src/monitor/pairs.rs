@@ -72,6 +72,9 @@ pub enum PairKey {
     Field(String),
 }
 
+/// Names a class value (e.g. a FUSE opcode) for the row's op.
+pub type ClassNames = fn(u64) -> String;
+
 /// A pair of tracepoints whose interval is timed.
 #[derive(Clone, Debug)]
 pub struct Pair {
@@ -88,7 +91,7 @@ pub struct Pair {
     /// systems and jbd2, `connection` for FUSE).
     pub dev_field: &'static str,
     /// An enter field that splits the figures (e.g. the FUSE opcode), with value names.
-    pub class: Option<(&'static str, fn(u64) -> String)>,
+    pub class: Option<(&'static str, ClassNames)>,
     /// Only the watched processes' threads (`tasks` of `PairMonitor::start`).
     pub processes_only: bool,
 }
@@ -360,10 +363,14 @@ impl PairMonitor {
 }
 
 type AttKey = (Event, bool);
+/// The attachments' pair entries (`struct att_pair`, 32 bytes each) by (event, exit side).
+type Atts = BTreeMap<AttKey, Vec<[u8; 32]>>;
+/// The summed events' configurations (`struct sum_cfg`, 52 bytes).
+type SumCfgs = Vec<[u8; 52]>;
 
-fn plan(pairs: Vec<Pair>, sums: &[Sum], notes: &mut Vec<String>) -> Result<(Vec<Resolved>, BTreeMap<AttKey, Vec<[u8; 32]>>, Vec<[u8; 52]>)> {
+fn plan(pairs: Vec<Pair>, sums: &[Sum], notes: &mut Vec<String>) -> Result<(Vec<Resolved>, Atts, SumCfgs)> {
     let mut resolved = Vec::new();
-    let mut atts: BTreeMap<AttKey, Vec<[u8; 32]>> = BTreeMap::new();
+    let mut atts: Atts = BTreeMap::new();
     let mut next_hist = 0u32;
     for pair in pairs {
         let (fe, fx) = match (format(&pair.enter), format(&pair.exit)) {
@@ -440,7 +447,7 @@ fn plan(pairs: Vec<Pair>, sums: &[Sum], notes: &mut Vec<String>) -> Result<(Vec<
     Ok((resolved, atts, sumcfgs))
 }
 
-fn attach_all(skel: &PairsSkel<'_>, atts: &BTreeMap<AttKey, Vec<[u8; 32]>>, sums: &[Sum], sumcfgs: &[[u8; 52]]) -> Result<Vec<Link>> {
+fn attach_all(skel: &PairsSkel<'_>, atts: &Atts, sums: &[Sum], sumcfgs: &[[u8; 52]]) -> Result<Vec<Link>> {
     let mut links = Vec::new();
     for (i, ((ev, exit), ps)) in atts.iter().enumerate() {
         let mut v = vec![0u8; 8 + 32 * PAIRS_PER_ATTACH];

@@ -104,11 +104,8 @@ pub fn monitor(r: &Results) -> String {
     for s in &r.setups {
         for rep in &s.repetitions {
             let Some(m) = &rep.monitor else { continue };
-            let rows = m
-                .devices
-                .iter()
-                .flat_map(|d| d.layers.iter().map(move |l| (d.device.as_str(), l)))
-                .chain(m.syscalls.iter().chain(&m.stack).map(|l| ("-", l)));
+            let rows =
+                m.devices.iter().flat_map(|d| d.layers.iter().map(move |l| (d.device.as_str(), l))).chain(m.syscalls.iter().chain(&m.stack).map(|l| ("-", l)));
             for (dev, l) in rows {
                 let _ = writeln!(
                     out,

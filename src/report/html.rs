@@ -431,8 +431,20 @@ journal (jbd2 commit phases), driver (the loop device's FUSE requests, by opcode
             );
         }
         for sm in &m.summed {
-            let f: Vec<String> = sm.fields.iter().map(|f| format!("{} {:.1}{}", f.name, f.mean, if f.unit == "count" { String::new() } else { format!(" {}", f.unit) })).collect();
-            let _ = writeln!(h, "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\" colspan=\"6\">{} ×{}, mean per event: {}</td></tr>", r.index, esc(&sm.layer), esc(&sm.event), sm.count, esc(&f.join(", ")));
+            let f: Vec<String> = sm
+                .fields
+                .iter()
+                .map(|f| format!("{} {:.1}{}", f.name, f.mean, if f.unit == "count" { String::new() } else { format!(" {}", f.unit) }))
+                .collect();
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\" colspan=\"6\">{} ×{}, mean per event: {}</td></tr>",
+                r.index,
+                esc(&sm.layer),
+                esc(&sm.event),
+                sm.count,
+                esc(&f.join(", "))
+            );
         }
     }
     h.push_str("</table>\n");
