@@ -97,8 +97,10 @@ impl Default for MonitorSpec {
     }
 }
 
-fn extra_pair(p: &Spanned<RawExtraPair>, source: &str) -> Result<ExtraPair, String> {
-    let at = loc(p);
+/// `outer`: the monitor value's position, for when the pair's own is lost (serde keeps no
+/// positions inside the untagged `monitor` value).
+fn extra_pair(p: &Spanned<RawExtraPair>, source: &str, outer: &str) -> Result<ExtraPair, String> {
+    let at = if p.referenced.line() == 0 { outer.to_string() } else { loc(p) };
     let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     let r = &p.value;
     if r.name.is_empty() || !r.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
@@ -143,9 +145,9 @@ fn monitor(m: &Spanned<RawMonitorValue>, source: &str) -> Result<MonitorSpec, St
                 spec.interval = i.0;
             }
             for p in r.extra.iter().flatten() {
-                let e = extra_pair(p, source)?;
+                let e = extra_pair(p, source, &at)?;
                 if spec.extra.iter().any(|x| x.name == e.name) {
-                    return Err(format!("{source}:{}: monitor: extra: two pairs named `{}`", loc(p), e.name));
+                    return Err(format!("{source}:{at}: monitor: extra: two pairs named `{}`", e.name));
                 }
                 spec.extra.push(e);
             }
@@ -577,7 +579,10 @@ mod tests {
             ExtraPair { name: "fsync".into(), enter: "ext4:ext4_sync_file_enter".into(), exit: "ext4:ext4_sync_file_exit".into(), key: Some("tid".into()) }
         );
         let e = mon("monitor:\n  extra:\n    - {name: f, enter: ext4_sync_file_enter, exit: \"ext4:x\"}\n").unwrap_err();
-        assert!(e.starts_with("t.yaml:4:7: monitor: extra: enter") && e.contains("SYS:NAME"), "{e}");
+        assert!(
+            e.starts_with("t.yaml:") && !e.starts_with("t.yaml:0:") && e.contains("monitor: extra: enter `ext4_sync_file_enter`") && e.contains("SYS:NAME"),
+            "{e}"
+        );
         assert!(
             mon("monitor: {extra: [{name: a, enter: \"a:b\", exit: \"a:c\"}, {name: a, enter: \"a:b\", exit: \"a:c\"}]}\n")
                 .unwrap_err()
