@@ -241,6 +241,17 @@ fn experiments_embed_the_block_figures() {
     let w = d.layers.iter().find(|l| l.layer == "block_service" && l.op == "write").expect("block writes");
     assert_counted((w.count, w.bytes), (rep.write.ops, rep.write.bytes), m, &format!("block writes vs the workload's\n{}", m.table()));
     assert_eq!(rep.write.ops, 1024);
+    // the syscall layer: the run process's write calls are the workload's (with -q nothing
+    // else of the run writes during the drive phase but a few control-socket messages)
+    let sw = m.syscalls.iter().find(|l| l.op == "write").unwrap_or_else(|| panic!("no syscall writes\n{}", m.table()));
+    assert!(
+        sw.count >= 1024 && sw.count <= 1024 + 64 && sw.bytes >= rep.write.bytes,
+        "syscall writes {} / {} B vs the workload's 1024 / {} B",
+        sw.count,
+        sw.bytes,
+        rep.write.bytes
+    );
+    assert!(sw.mean_us * sw.count as f64 >= w.mean_us * w.count as f64, "time in write calls below the block service time they waited for");
     assert!(html.contains("Block layer (BPF monitor"), "report has no monitor table");
     let (off, html) = run("monitor: off\n");
     assert!(off.setups[0].repetitions[0].monitor.is_none());

@@ -237,23 +237,43 @@ fn start_monitor(r: &mut Rep, exp: &Experiment, built: &Built) -> Result<Option<
         .collect::<Result<Vec<_>>>()?;
     let (pairs, notes) = crate::monitor::start_pairs(&built.devices, &[], extra).context("monitor: extra")?;
     r.notes.extend(notes.into_iter().map(|n| format!("monitor: {n}")));
-    Ok(Some(Monitors { block, pairs }))
+    // the workload runs in this process's threads: its I/O system calls are this process's
+    let sys = match crate::monitor::SyscallMonitor::start(&[std::process::id()]) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            r.notes.push(format!("monitor: syscall layer not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));
+            None
+        }
+    };
+    Ok(Some(Monitors { block, pairs, sys }))
 }
 
 /// The monitors of one drive phase.
 struct Monitors {
     block: crate::monitor::BlockMonitor,
     pairs: Option<crate::monitor::PairMonitor>,
+    sys: Option<crate::monitor::SyscallMonitor>,
 }
 
 fn stop_monitor(r: &mut Rep, m: Option<Monitors>) -> Option<crate::monitor::MonitorResults> {
     let m = m?;
     let pairs = m.pairs.map(|p| p.stop());
+    let sys = m.sys.map(|s| s.stop());
     match m.block.stop() {
         Ok(mut res) => {
             match pairs {
                 Some(Ok(p)) => res.add_pairs(p),
                 Some(Err(e)) => res.notes.push(format!("tracepoint pairs failed: {e:#}")),
+                None => {}
+            }
+            match sys {
+                Some(Ok(s)) => {
+                    res.pids = vec![std::process::id()];
+                    res.syscalls = s.layers;
+                    res.syscall_errors = s.errors;
+                    res.missed_events += s.missed_events;
+                }
+                Some(Err(e)) => res.notes.push(format!("syscall layer failed: {e:#}")),
                 None => {}
             }
             r.notes.extend(res.notes.iter().map(|n| format!("monitor: {n}")));
