@@ -147,6 +147,14 @@ fn block_counts_equal_fio_and_the_daemon() {
     for (op, want) in [("fuse:write", w.0), ("fuse:read", r.0)] {
         assert!(fuse(op) <= want && want - fuse(op) <= missed, "{op}: {} FUSE requests vs fio's {want}\n{}", fuse(op), res.table());
     }
+    // each block request's service contains its FUSE request (the daemon's service and the
+    // hand-off): where both layers timed every request, the block layer's total is the larger
+    for op in ["write", "read"] {
+        let (b, f) = (row(op), res.pair("driver", &format!("fuse:{op}")).cloned().unwrap_or_default());
+        if b.count == f.count {
+            assert!(b.mean_us >= f.mean_us, "{op}: block service mean {:.1} us below the FUSE layer's {:.1} us", b.mean_us, f.mean_us);
+        }
+    }
     // one request at a time: every issue saw itself alone (but for a request whose completion
     // was not seen, in flight until its memory was issued again)
     assert!(d.depth.max >= 1 && d.depth.max <= 1 + d.lost_completions, "depth {:?}", d.depth);
