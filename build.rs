@@ -4,7 +4,7 @@
 use libbpf_cargo::SkeletonBuilder;
 use std::path::PathBuf;
 
-const PROGS: &[&str] = &["block", "syscall"];
+const PROGS: &[&str] = &["block", "syscall", "pairs"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));

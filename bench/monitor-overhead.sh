@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# bench/monitor-overhead.sh [ROUNDS] [SECONDS] -- what timing the block layer costs the I/O
-# it times: IOPS of fio's four points (as bench/device.sh runs them) on one faultline disk
-# with nothing attached (bare), with `faultline monitor --device` (BPF, aggregated in the
-# kernel), with ftrace (the same four block tracepoints, filtered to the device, in a tracefs
-# instance of our own whose buffer is drained to /dev/null) and with perf (perf record of the
-# same tracepoints and filters, all CPUs). Each round runs every mode back to back per point,
+# bench/monitor-overhead.sh [ROUNDS] [SECONDS] -- what timing the block and driver layers
+# costs the I/O it times: IOPS of fio's four points (as bench/device.sh runs them) on one
+# faultline disk with nothing attached (bare), with `faultline monitor --device` (BPF,
+# aggregated in the kernel: the block layer's tp_btf programs and the driver layer's FUSE
+# request pair), with ftrace (the same block tracepoints filtered to the device and the two
+# FUSE tracepoints filtered to its FUSE connection, in a tracefs instance of our own whose
+# buffer is drained to /dev/null) and with perf (perf record of the same tracepoints and
+# filters, all CPUs). Each round runs every mode back to back per point,
 # order rotating by round; a mode's overhead at a point is the median over rounds of its
 # paired IOPS loss against that round's bare run (slow drift of the machine cancels).
 # Prints a table per point; the last line holds the worst point of each mode:
@@ -21,10 +23,11 @@ work=$(mktemp -d)
 tr=/sys/kernel/tracing
 inst=$tr/instances/faultline-overhead-$$
 spid=""
-events=(block_bio_queue block_rq_insert block_rq_issue block_rq_complete)
+events=(block/block_bio_queue block/block_rq_insert block/block_rq_issue block/block_rq_complete block/block_rq_requeue
+        fuse/fuse_request_send fuse/fuse_request_end)
 cleanup() {
   if [ -d "$inst" ]; then
-    for e in "${events[@]}"; do echo 0 > "$inst/events/block/$e/enable" 2>/dev/null || true; done
+    for e in "${events[@]}"; do echo 0 > "$inst/events/$e/enable" 2>/dev/null || true; done
     rmdir "$inst" 2>/dev/null || true
   fi
   [ -n "$spid" ] && kill -TERM "$spid" 2>/dev/null && while kill -0 "$spid" 2>/dev/null; do sleep 0.1; done
@@ -39,6 +42,10 @@ dev=$(head -1 "$work/serve.out")
 [ -b "$dev" ] || { echo "serve did not start: $(cat "$work/serve.err")" >&2; exit 1; }
 # the device number as the block tracepoints print it (kernel dev_t: major << 20 | minor)
 kdev=$(( ($(stat -c '%t' "$dev" | sed 's/^/0x/') << 20) | $(stat -c '%T' "$dev" | sed 's/^/0x/') ))
+# the FUSE connection behind the loop device: its file's st_dev, as the kernel encodes it
+sdev=$(stat -c '%d' "$(cat "/sys/block/$(basename "$dev")/loop/backing_file")")
+fdev=$(( (((sdev >> 8) & 0xfff) << 20) | (sdev & 0xff) | ((sdev >> 12) & 0xfff00) ))
+filter_of() { case $1 in block/*) echo "dev == $kdev" ;; fuse/*) echo "connection == $fdev" ;; esac; }
 fio --name=pre --filename="$dev" --direct=1 --size=512M --rw=write --bs=1M --ioengine=psync >/dev/null 2>&1
 
 [ -d "$tr/events" ] || mount -t tracefs nodev "$tr"
@@ -57,14 +64,14 @@ start_mode() {
     ftrace)
       mkdir -p "$inst"
       for e in "${events[@]}"; do
-        echo "dev == $kdev" > "$inst/events/block/$e/filter"
-        echo 1 > "$inst/events/block/$e/enable"
+        filter_of "$e" > "$inst/events/$e/filter"
+        echo 1 > "$inst/events/$e/enable"
       done
       cat "$inst/trace_pipe" > /dev/null &
       mpid=$! ;;
     perf)
       local args=()
-      for e in "${events[@]}"; do args+=(-e "block:$e" --filter "dev == $kdev"); done
+      for e in "${events[@]}"; do args+=(-e "${e/\//:}" --filter "$(filter_of "$e")"); done
       perf record -q -a "${args[@]}" -o "$work/perf.data" > /dev/null 2>&1 &
       mpid=$!
       sleep 1 ;;
@@ -75,7 +82,7 @@ stop_mode() {
     bare) ;;
     monitor|perf) kill -INT "$mpid"; wait "$mpid" 2>/dev/null || true ;;
     ftrace)
-      for e in "${events[@]}"; do echo 0 > "$inst/events/block/$e/enable"; done
+      for e in "${events[@]}"; do echo 0 > "$inst/events/$e/enable"; done
       kill "$mpid"; wait "$mpid" 2>/dev/null || true ;;
   esac
   rm -f "$work/perf.data"

@@ -174,6 +174,11 @@ enum Cmd {
         /// Directory for monitor.json (created if missing).
         #[arg(long, short)]
         out: Option<PathBuf>,
+        /// A tracepoint pair to time: NAME=SYS:ENTER,SYS:EXIT[,key=FIELD] (default key: the
+        /// thread; repeat for several). The file-system, journal and driver layers of the
+        /// devices are timed without asking.
+        #[arg(long, value_parser = faultline::monitor::pairs::Pair::parse_arg)]
+        pair: Vec<faultline::monitor::pairs::Pair>,
     },
     /// Apply host faults to running processes (docs/host.md): CPU taken away, memory
     /// pressure, freeze, kill; sticky or in windows counted from now. Reverts everything at
@@ -313,7 +318,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Calibrate(a) => faultline::cli::calibrate::calibrate(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
-        Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
+        Cmd::Monitor { device, pid, duration, interval, out, pair } => monitor(&device, &pid, duration, interval, out, pair),
         Cmd::Host { file, fault, pid, duration, restart, json } => faultline::cli::host::run(file.as_deref(), &fault, &pid, duration, restart, json),
         Cmd::Agent(a) => faultline::cli::agent::run(a),
         Cmd::Net(a) => faultline::cli::net::net(a),
@@ -439,8 +444,16 @@ fn quiet_if_stderr_closed() {
     }
 }
 
-fn monitor(devices: &[PathBuf], pids: &[u32], duration: Option<Duration>, interval: Duration, out: Option<PathBuf>) -> Result<()> {
+fn monitor(
+    devices: &[PathBuf],
+    pids: &[u32],
+    duration: Option<Duration>,
+    interval: Duration,
+    out: Option<PathBuf>,
+    pairs: Vec<faultline::monitor::pairs::Pair>,
+) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let (pm, pair_notes) = faultline::monitor::start_pairs(devices, pids, pairs)?;
     let sys = if pids.is_empty() { None } else { Some(faultline::monitor::SyscallMonitor::start(pids)?) };
     let m = if devices.is_empty() { None } else { Some(faultline::monitor::BlockMonitor::start(devices, interval)?) };
     let attach = m.as_ref().map(|m| m.attach).or(sys.as_ref().map(|s| s.attach)).unwrap_or("");
@@ -481,6 +494,10 @@ fn monitor(devices: &[PathBuf], pids: &[u32], duration: Option<Duration>, interv
             res.notes.push(format!("{} syscall events skipped by the kernel (a program of ours already running on that CPU)", s.missed_events));
         }
     }
+    if let Some(p) = pm {
+        res.add_pairs(p.stop()?);
+    }
+    res.notes.extend(pair_notes);
     print!("{}", res.table());
     for n in &res.notes {
         println!("note: {n}");

@@ -130,10 +130,10 @@ fn open_flavor<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, flavor: 
     rodata.interval_ns = interval.as_nanos() as u64;
     let btf = flavor == Flavor::TpBtf;
     let p = &mut open.progs;
-    for prog in [&mut p.btf_bio_queue, &mut p.btf_rq_insert, &mut p.btf_rq_issue, &mut p.btf_rq_complete] {
+    for prog in [&mut p.btf_bio_queue, &mut p.btf_rq_insert, &mut p.btf_rq_issue, &mut p.btf_rq_complete, &mut p.btf_rq_requeue] {
         prog.set_autoload(btf);
     }
-    for prog in [&mut p.raw_bio_queue, &mut p.raw_rq_insert, &mut p.raw_rq_issue, &mut p.raw_rq_complete] {
+    for prog in [&mut p.raw_bio_queue, &mut p.raw_rq_insert, &mut p.raw_rq_issue, &mut p.raw_rq_complete, &mut p.raw_rq_requeue] {
         prog.set_autoload(!btf);
     }
     Ok(open)
@@ -146,8 +146,8 @@ fn load_attach<'o>(open: OpenBlockSkel<'o>, flavor: Flavor, devs: &[Watched]) ->
     }
     let p = &skel.progs;
     let progs = match flavor {
-        Flavor::TpBtf => [&p.btf_bio_queue, &p.btf_rq_insert, &p.btf_rq_issue, &p.btf_rq_complete],
-        Flavor::RawTp => [&p.raw_bio_queue, &p.raw_rq_insert, &p.raw_rq_issue, &p.raw_rq_complete],
+        Flavor::TpBtf => [&p.btf_bio_queue, &p.btf_rq_insert, &p.btf_rq_issue, &p.btf_rq_complete, &p.btf_rq_requeue],
+        Flavor::RawTp => [&p.raw_bio_queue, &p.raw_rq_insert, &p.raw_rq_issue, &p.raw_rq_complete, &p.raw_rq_requeue],
     };
     let links = progs.iter().map(|p| p.attach().with_context(|| format!("cannot attach {}", p.name().to_string_lossy()))).collect::<Result<Vec<_>>>()?;
     Ok((skel, links))
@@ -198,8 +198,8 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     let duration = started.elapsed();
     let p = &skel.progs;
     let missed: u64 = match attach {
-        "tp_btf" => [&p.btf_bio_queue, &p.btf_rq_insert, &p.btf_rq_issue, &p.btf_rq_complete].iter().map(|p| recursion_misses(*p)).sum(),
-        _ => [&p.raw_bio_queue, &p.raw_rq_insert, &p.raw_rq_issue, &p.raw_rq_complete].iter().map(|p| recursion_misses(*p)).sum(),
+        "tp_btf" => [&p.btf_bio_queue, &p.btf_rq_insert, &p.btf_rq_issue, &p.btf_rq_complete, &p.btf_rq_requeue].iter().map(|p| recursion_misses(*p)).sum(),
+        _ => [&p.raw_bio_queue, &p.raw_rq_insert, &p.raw_rq_issue, &p.raw_rq_complete, &p.raw_rq_requeue].iter().map(|p| recursion_misses(*p)).sum(),
     };
     if missed > 0 {
         notes.push(format!("{missed} block events skipped by the kernel (a program of ours already running on that CPU): as many requests may be uncounted"));
@@ -260,7 +260,7 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
         }
     }
     let ds = lookup(&skel.maps.devstats, i as u32)?;
-    let (untracked, depth) = (ds[1], &ds[2..2 + DEPTH_BUCKETS]);
+    let (inflight, untracked, unmatched, lost, depth) = (ds[0], ds[1], ds[2], ds[3], &ds[4..4 + DEPTH_BUCKETS]);
     let issues: u64 = depth.iter().sum();
     let weighted: u64 = depth.iter().enumerate().map(|(k, n)| k as u64 * n).sum();
     Ok(DeviceResults {
@@ -273,6 +273,9 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
             histogram: depth.iter().enumerate().filter(|(_, n)| **n > 0).map(|(k, n)| [k as u64, *n]).collect(),
         },
         untracked,
+        unmatched,
+        lost_completions: lost,
+        inflight_at_end: inflight,
         series,
     })
 }

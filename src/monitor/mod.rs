@@ -2,25 +2,66 @@
 //! goes, aggregated in the kernel. A layer of its own: uses `sys` and `spec` only.
 //!
 //! `block`: the block layer (queue and service time per device and op); `syscall`: the I/O
-//! system calls of a set of processes; `model`: the results
+//! system calls of a set of processes; `pairs`: generic tracepoint pairs (file-system,
+//! journal and driver layers, the user's own pairs); `model`: the results
 //! (monitor.json, embeddable in an experiment's results); `hist`: the in-kernel histogram's
 //! buckets and quantiles.
 
 pub mod block;
 pub mod hist;
 pub mod model;
+pub mod pairs;
 pub mod syscall;
 
 pub use block::BlockMonitor;
 pub use model::MonitorResults;
+pub use pairs::PairMonitor;
 pub use syscall::SyscallMonitor;
+
+/// Start the tracepoint pairs for a monitor of `devices` (and processes `pids`): the built-in
+/// file-system, journal and driver pairs for what is mounted on and behind the devices, and the
+/// user's `extra` pairs. Returns the running monitor (None when there is nothing to time) and
+/// notes. An error only when user pairs were given and cannot be attached; the built-in ones
+/// are left out with a note then.
+pub fn start_pairs(devices: &[std::path::PathBuf], pids: &[u32], mut extra: Vec<pairs::Pair>) -> anyhow::Result<(Option<PairMonitor>, Vec<String>)> {
+    let watched = devices.iter().map(|d| block::Watched::new(d)).collect::<anyhow::Result<Vec<_>>>()?;
+    let mm: Vec<(u32, u32)> = watched.iter().map(|w| (w.major, w.minor)).collect();
+    let (builtin, sums, conns, mut notes) = pairs::stack_pairs(&mm, devices);
+    let mut devs: Vec<u32> = watched.iter().map(|w| (w.major << 20) | w.minor).collect();
+    devs.extend(conns);
+    for p in &mut extra {
+        p.processes_only = !pids.is_empty();
+    }
+    let user = !extra.is_empty();
+    if user {
+        match PairMonitor::start(extra.iter().cloned().chain(builtin.iter().cloned()).collect(), sums.clone(), devs.clone(), pids.to_vec()) {
+            Ok(m) => return Ok((Some(m), notes)),
+            Err(e) => {
+                // the user's pairs alone name the problem if it is theirs
+                let m = PairMonitor::start(extra, Vec::new(), devs, pids.to_vec())?;
+                notes.push(format!("built-in layers (fs, journal, driver) not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));
+                return Ok((Some(m), notes));
+            }
+        }
+    }
+    if builtin.is_empty() && sums.is_empty() {
+        return Ok((None, notes));
+    }
+    match PairMonitor::start(builtin, sums, devs, pids.to_vec()) {
+        Ok(m) => Ok((Some(m), notes)),
+        Err(e) => {
+            notes.push(format!("fs, journal and driver layers not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));
+            Ok((None, notes))
+        }
+    }
+}
 
 /// A monitor's thread, started by `Running::spawn`: it loads and attaches its programs, says
 /// which attach type worked (or why none did), then runs until `stop` and returns its results.
 pub struct Running<T> {
     stop: std::sync::mpsc::Sender<()>,
     thread: std::thread::JoinHandle<anyhow::Result<T>>,
-    /// `tp_btf` or `raw_tp`.
+    /// `tp_btf` or `raw_tp` (`tracepoint` for the pairs).
     pub attach: &'static str,
 }
 

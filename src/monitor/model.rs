@@ -33,6 +33,36 @@ pub struct MonitorResults {
     /// running on that CPU (BPF's recursion guard); each may be a request or call not counted.
     pub missed_events: u64,
     pub notes: Vec<String>,
+    /// Tracepoint pairs (docs/monitor.md): layer `fs`, `journal`, `driver` or `user`, op the
+    /// pair's name (`fuse:write`: the driver pair split by FUSE opcode); bytes are 0.
+    pub stack: Vec<LayerOp>,
+    /// Events whose fields are added up (jbd2_run_stats).
+    pub summed: Vec<Summed>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct Summed {
+    pub layer: String,
+    /// `SYS:NAME`
+    pub event: String,
+    /// Events counted.
+    pub count: u64,
+    /// The kernel's tick rate used to turn jiffies into ms (0: unknown, left in jiffies).
+    pub hz: u32,
+    pub fields: Vec<SummedField>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct SummedField {
+    pub name: String,
+    /// `ms` (from jiffies), `jiffies` (HZ unknown) or `count`.
+    pub unit: String,
+    pub total: f64,
+    /// Per event.
+    pub mean: f64,
+    pub max: f64,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -47,6 +77,15 @@ pub struct DeviceResults {
     pub depth: Depth,
     /// Requests not timed because their entry could not be stored in the kernel's table.
     pub untracked: u64,
+    /// Completions whose issue was not seen: requests in flight at attach, or issue events
+    /// the kernel did not deliver to the monitor.
+    pub unmatched: u64,
+    /// Requests seen issued whose completion never reached the monitor (found when the
+    /// request's memory was issued again): not in the figures.
+    pub lost_completions: u64,
+    /// Requests seen issued and not seen completed at detach: in flight then, or completion
+    /// events not delivered.
+    pub inflight_at_end: u64,
     pub series: Vec<Interval>,
 }
 
@@ -107,17 +146,33 @@ impl MonitorResults {
         self.devices.iter().find(|d| d.device == device)?.layers.iter().find(|r| r.layer == layer && r.op == op)
     }
 
+    /// Add the tracepoint pairs' figures (`pairs::PairMonitor`).
+    pub fn add_pairs(&mut self, p: super::pairs::PairResults) {
+        self.stack.extend(p.rows);
+        self.summed.extend(p.summed);
+        self.missed_events += p.missed_events;
+        if p.missed_events > 0 {
+            self.notes.push(format!("{} tracepoint-pair events skipped by the kernel (a program of ours already running on that CPU)", p.missed_events));
+        }
+        self.notes.extend(p.notes);
+    }
+
+    /// A row of the tracepoint pairs, if it saw intervals.
+    pub fn pair(&self, layer: &str, op: &str) -> Option<&LayerOp> {
+        self.stack.iter().find(|r| r.layer == layer && r.op == op)
+    }
+
     /// A fixed-width table: one line per device, layer and op.
     pub fn table(&self) -> String {
         use std::fmt::Write;
         let mut s = format!(
-            "{:<12} {:<14} {:<8} {:>9} {:>11} {:>10} {:>10} {:>10} {:>10}\n",
+            "{:<12} {:<14} {:<16} {:>9} {:>11} {:>10} {:>10} {:>10} {:>10}\n",
             "device", "layer", "op", "count", "bytes", "mean_us", "p50_us", "p95_us", "p99_us"
         );
         for r in &self.syscalls {
             let _ = writeln!(
                 s,
-                "{:<12} {:<14} {:<8} {:>9} {:>11} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                "{:<12} {:<14} {:<16} {:>9} {:>11} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
                 "processes",
                 r.layer,
                 r.op,
@@ -129,12 +184,27 @@ impl MonitorResults {
                 r.p99_us
             );
         }
+        for r in &self.stack {
+            let _ = writeln!(
+                s,
+                "{:<12} {:<14} {:<16} {:>9} {:>11} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                "stack", r.layer, r.op, r.count, "-", r.mean_us, r.p50_us, r.p95_us, r.p99_us
+            );
+        }
+        for m in &self.summed {
+            let f: Vec<String> = m
+                .fields
+                .iter()
+                .map(|f| format!("{} {:.1}{}", f.name, f.mean, if f.unit == "count" { String::new() } else { format!(" {}", f.unit) }))
+                .collect();
+            let _ = writeln!(s, "{:<12} {} x{}, mean per event: {}", m.layer, m.event, m.count, f.join(", "));
+        }
         for d in &self.devices {
             let name = d.device.rsplit('/').next().unwrap_or(&d.device);
             for r in &d.layers {
                 let _ = writeln!(
                     s,
-                    "{:<12} {:<14} {:<8} {:>9} {:>11} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
+                    "{:<12} {:<14} {:<16} {:>9} {:>11} {:>10.1} {:>10.1} {:>10.1} {:>10.1}",
                     name,
                     r.layer,
                     r.op,
@@ -147,6 +217,13 @@ impl MonitorResults {
                 );
             }
             let _ = writeln!(s, "{name:<12} queue depth at issue: mean {:.2}, max {}", d.depth.mean, d.depth.max);
+            if d.unmatched > 0 || d.inflight_at_end > 0 || d.lost_completions > 0 {
+                let _ = writeln!(
+                    s,
+                    "{name:<12} {} completions without a seen issue, {} issues whose completion was not seen, {} in flight at detach",
+                    d.unmatched, d.lost_completions, d.inflight_at_end
+                );
+            }
             if d.untracked > 0 {
                 let _ = writeln!(s, "{name:<12} {} requests not timed (no room in the kernel's request table)", d.untracked);
             }

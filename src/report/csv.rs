@@ -125,6 +125,40 @@ pub fn slowdown(r: &Results) -> String {
     out
 }
 
+pub const MONITOR_HEADER: &str = "setup,repetition,device,layer,op,count,bytes,mean_us,p50_us,p95_us,p99_us,max_us";
+
+/// The BPF monitor's rows (docs/monitor.md): block layer per device, syscall and tracepoint
+/// pairs (fs, journal, driver, user) with device `-`.
+pub fn monitor(r: &Results) -> String {
+    let mut out = format!("{MONITOR_HEADER}\n");
+    for s in &r.setups {
+        for rep in &s.repetitions {
+            let Some(m) = &rep.monitor else { continue };
+            let rows =
+                m.devices.iter().flat_map(|d| d.layers.iter().map(move |l| (d.device.as_str(), l))).chain(m.syscalls.iter().chain(&m.stack).map(|l| ("-", l)));
+            for (dev, l) in rows {
+                let _ = writeln!(
+                    out,
+                    "{},{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.3},{:.3}",
+                    field(&s.name),
+                    rep.index,
+                    field(dev),
+                    field(&l.layer),
+                    field(&l.op),
+                    l.count,
+                    l.bytes,
+                    l.mean_us,
+                    l.p50_us,
+                    l.p95_us,
+                    l.p99_us,
+                    l.max_us
+                );
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

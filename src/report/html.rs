@@ -195,6 +195,7 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
     h.push_str(&latency_chart(&label, &s.repetitions));
     h.push_str(&super::html_slowdown::cdf_chart(&label, s));
     monitor_table(h, &s.repetitions);
+    monitor_layers_table(h, &s.repetitions);
     rules_table(h, &s.repetitions);
     host_faults_table(h, &s.repetitions);
     files_table(h, &s.repetitions);
@@ -400,6 +401,53 @@ service: driver handed the request until it completed (docs/monitor.md). Depth: 
                     if service { d.depth.max.to_string() } else { "-".into() },
                 );
             }
+        }
+    }
+    h.push_str("</table>\n");
+}
+
+/// The BPF monitor's other layers (docs/monitor.md): syscalls, file system, journal, driver and
+/// the user's tracepoint pairs, one row per repetition, layer and op; nothing when none.
+fn monitor_layers_table(h: &mut String, reps: &[Repetition]) {
+    if reps.iter().all(|r| r.monitor.as_ref().is_none_or(|m| m.stack.is_empty() && m.syscalls.is_empty())) {
+        return;
+    }
+    h.push_str(
+        "<h3>Stack layers (BPF monitor, µs)</h3><p class=\"muted\">Time between tracepoint pairs: fs (file-system operations), \
+journal (jbd2 commit phases), driver (the loop device's FUSE requests, by opcode), user (the experiment's pairs); docs/monitor.md.</p>\
+<table><tr><th>Rep</th><th class=\"l\">Layer</th><th class=\"l\">Op</th><th>Count</th><th>Mean</th><th>p50</th><th>p95</th><th>p99</th></tr>\n",
+    );
+    for r in reps {
+        let Some(m) = &r.monitor else { continue };
+        for l in m.syscalls.iter().chain(&m.stack) {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td><td>{:.1}</td></tr>",
+                r.index,
+                esc(&l.layer),
+                esc(&l.op),
+                l.count,
+                l.mean_us,
+                l.p50_us,
+                l.p95_us,
+                l.p99_us
+            );
+        }
+        for sm in &m.summed {
+            let f: Vec<String> = sm
+                .fields
+                .iter()
+                .map(|f| format!("{} {:.1}{}", f.name, f.mean, if f.unit == "count" { String::new() } else { format!(" {}", f.unit) }))
+                .collect();
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\" colspan=\"6\">{} ×{}, mean per event: {}</td></tr>",
+                r.index,
+                esc(&sm.layer),
+                esc(&sm.event),
+                sm.count,
+                esc(&f.join(", "))
+            );
         }
     }
     h.push_str("</table>\n");

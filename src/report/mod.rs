@@ -34,6 +34,7 @@ pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
         ("timeseries.csv", csv::timeseries(&r)),
         ("faults.csv", csv::faults(&r)),
         ("integrity.csv", csv::integrity(&r)),
+        ("monitor.csv", csv::monitor(&r)),
         ("report.html", html::render(&[html::Run { label: r.name.clone(), results: &r }])),
     ];
     let mut files = files.to_vec();

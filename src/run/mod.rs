@@ -286,26 +286,70 @@ fn start_host_faults(r: &Rep, built: &Built) -> Result<Option<crate::host::Sched
     Ok(Some(crate::host::Schedule::start(faults.clone(), targets, Instant::now())?))
 }
 
-/// Start the BPF monitor on the setup's devices for the drive phase. `auto`: where it cannot
-/// load, the repetition runs without it and its notes say why; `on`: that is an error.
-fn start_monitor(r: &mut Rep, exp: &Experiment, built: &Built) -> Result<Option<crate::monitor::BlockMonitor>> {
+/// Start the BPF monitor on the setup's devices for the drive phase: the block layer, and the
+/// tracepoint pairs (file-system, journal and driver layers, the experiment's `extra` pairs).
+/// `auto`: where it cannot load, the repetition runs without it and its notes say why; `on`:
+/// that is an error.
+fn start_monitor(r: &mut Rep, exp: &Experiment, built: &Built) -> Result<Option<Monitors>> {
     use crate::spec::experiment::MonitorMode;
     if exp.monitor.mode == MonitorMode::Off {
         return Ok(None);
     }
-    match crate::monitor::BlockMonitor::start(&built.devices, exp.monitor.interval) {
-        Ok(m) => Ok(Some(m)),
+    let block = match crate::monitor::BlockMonitor::start(&built.devices, exp.monitor.interval) {
+        Ok(m) => m,
         Err(e) if exp.monitor.mode == MonitorMode::Auto => {
             r.notes.push(format!("monitor: off, BPF unavailable (monitor: auto): {}", format!("{e:#}").lines().next().unwrap_or("")));
-            Ok(None)
+            return Ok(None);
         }
-        Err(e) => Err(e.context("monitor: on")),
-    }
+        Err(e) => return Err(e.context("monitor: on")),
+    };
+    let extra = exp
+        .monitor
+        .extra
+        .iter()
+        .map(|x| crate::monitor::pairs::Pair::user(&x.name, &x.enter, &x.exit, x.key.as_deref()).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
+    let (pairs, notes) = crate::monitor::start_pairs(&built.devices, &[], extra).context("monitor: extra")?;
+    r.notes.extend(notes.into_iter().map(|n| format!("monitor: {n}")));
+    // the workload runs in this process's threads: its I/O system calls are this process's
+    let sys = match crate::monitor::SyscallMonitor::start(&[std::process::id()]) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            r.notes.push(format!("monitor: syscall layer not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));
+            None
+        }
+    };
+    Ok(Some(Monitors { block, pairs, sys }))
 }
 
-fn stop_monitor(r: &mut Rep, m: Option<crate::monitor::BlockMonitor>) -> Option<crate::monitor::MonitorResults> {
-    match m?.stop() {
-        Ok(res) => {
+/// The monitors of one drive phase.
+struct Monitors {
+    block: crate::monitor::BlockMonitor,
+    pairs: Option<crate::monitor::PairMonitor>,
+    sys: Option<crate::monitor::SyscallMonitor>,
+}
+
+fn stop_monitor(r: &mut Rep, m: Option<Monitors>) -> Option<crate::monitor::MonitorResults> {
+    let m = m?;
+    let pairs = m.pairs.map(|p| p.stop());
+    let sys = m.sys.map(|s| s.stop());
+    match m.block.stop() {
+        Ok(mut res) => {
+            match pairs {
+                Some(Ok(p)) => res.add_pairs(p),
+                Some(Err(e)) => res.notes.push(format!("tracepoint pairs failed: {e:#}")),
+                None => {}
+            }
+            match sys {
+                Some(Ok(s)) => {
+                    res.pids = vec![std::process::id()];
+                    res.syscalls = s.layers;
+                    res.syscall_errors = s.errors;
+                    res.missed_events += s.missed_events;
+                }
+                Some(Err(e)) => res.notes.push(format!("syscall layer failed: {e:#}")),
+                None => {}
+            }
             r.notes.extend(res.notes.iter().map(|n| format!("monitor: {n}")));
             Some(res)
         }

@@ -58,6 +58,28 @@ enum RawMonitorValue {
 struct RawMonitor {
     enabled: Option<RawFlag>,
     interval: Option<Dur>,
+    extra: Option<Vec<Spanned<RawExtraPair>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExtraPair {
+    name: String,
+    enter: String,
+    exit: String,
+    key: Option<String>,
+}
+
+/// A user's tracepoint pair (`monitor: {extra: [{name, enter, exit, key}]}`): the time from
+/// `enter` to `exit` (both `SYS:NAME` tracepoints), matched by thread or by a field both
+/// events have (docs/monitor.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExtraPair {
+    pub name: String,
+    pub enter: String,
+    pub exit: String,
+    /// None or `tid`: the thread; else a field name.
+    pub key: Option<String>,
 }
 
 /// Whether a run times the stack's layers with BPF (docs/monitor.md).
@@ -71,18 +93,43 @@ pub enum MonitorMode {
     Off,
 }
 
-/// `monitor: auto|on|off` or `monitor: {enabled: auto|on|off, interval: 1s}`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `monitor: auto|on|off` or `monitor: {enabled: auto|on|off, interval: 1s, extra: [...]}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MonitorSpec {
     pub mode: MonitorMode,
     /// Length of one interval of the monitor's time series.
     pub interval: std::time::Duration,
+    pub extra: Vec<ExtraPair>,
 }
 
 impl Default for MonitorSpec {
     fn default() -> Self {
-        MonitorSpec { mode: MonitorMode::Auto, interval: std::time::Duration::from_secs(1) }
+        MonitorSpec { mode: MonitorMode::Auto, interval: std::time::Duration::from_secs(1), extra: Vec::new() }
     }
+}
+
+/// `outer`: the monitor value's position, for when the pair's own is lost (serde keeps no
+/// positions inside the untagged `monitor` value).
+fn extra_pair(p: &Spanned<RawExtraPair>, source: &str, outer: &str) -> Result<ExtraPair, String> {
+    let at = if p.referenced.line() == 0 { outer.to_string() } else { loc(p) };
+    let word = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let r = &p.value;
+    if r.name.is_empty() || !r.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(format!("{source}:{at}: monitor: extra: name `{}`: allowed: letters, digits, _ and -", r.name));
+    }
+    for (what, ev) in [("enter", &r.enter), ("exit", &r.exit)] {
+        if !ev.split_once(':').is_some_and(|(s, n)| word(s) && word(n)) {
+            return Err(format!(
+                "{source}:{at}: monitor: extra: {what} `{ev}`: allowed: SYS:NAME, a tracepoint as under /sys/kernel/tracing/events (e.g. ext4:ext4_sync_file_enter)"
+            ));
+        }
+    }
+    if let Some(k) = &r.key
+        && !word(k)
+    {
+        return Err(format!("{source}:{at}: monitor: extra: key `{k}`: allowed: tid, or the name of a field both events have"));
+    }
+    Ok(ExtraPair { name: r.name.clone(), enter: r.enter.clone(), exit: r.exit.clone(), key: r.key.clone() })
 }
 
 fn monitor(m: &Spanned<RawMonitorValue>, source: &str) -> Result<MonitorSpec, String> {
@@ -93,7 +140,7 @@ fn monitor(m: &Spanned<RawMonitorValue>, source: &str) -> Result<MonitorSpec, St
         RawFlag::Word(w) if w == "auto" => Ok(MonitorMode::Auto),
         RawFlag::Word(w) if w == "on" => Ok(MonitorMode::On),
         RawFlag::Word(w) if w == "off" => Ok(MonitorMode::Off),
-        RawFlag::Word(o) => Err(format!("{source}:{at}: monitor: unknown value `{o}`; allowed: auto, on, off, or a map {{enabled, interval}}")),
+        RawFlag::Word(o) => Err(format!("{source}:{at}: monitor: unknown value `{o}`; allowed: auto, on, off, or a map {{enabled, interval, extra}}")),
     };
     let mut spec = MonitorSpec::default();
     match &m.value {
@@ -107,6 +154,13 @@ fn monitor(m: &Spanned<RawMonitorValue>, source: &str) -> Result<MonitorSpec, St
                     return Err(format!("{source}:{at}: monitor: interval must be at least 10ms"));
                 }
                 spec.interval = i.0;
+            }
+            for p in r.extra.iter().flatten() {
+                let e = extra_pair(p, source, &at)?;
+                if spec.extra.iter().any(|x| x.name == e.name) {
+                    return Err(format!("{source}:{at}: monitor: extra: two pairs named `{}`", e.name));
+                }
+                spec.extra.push(e);
             }
         }
     }
@@ -627,6 +681,21 @@ mod tests {
         assert!(e.contains("t.yaml:2") && e.contains("allowed: auto, on, off"), "{e}");
         assert!(mon("monitor: {interval: 1ms}\n").unwrap_err().contains("at least 10ms"));
         assert!(mon("monitor: {every: 1s}\n").is_err());
+        let m = mon("monitor: {extra: [{name: fsync, enter: \"ext4:ext4_sync_file_enter\", exit: \"ext4:ext4_sync_file_exit\", key: tid}]}\n").unwrap();
+        assert_eq!(
+            m.extra[0],
+            ExtraPair { name: "fsync".into(), enter: "ext4:ext4_sync_file_enter".into(), exit: "ext4:ext4_sync_file_exit".into(), key: Some("tid".into()) }
+        );
+        let e = mon("monitor:\n  extra:\n    - {name: f, enter: ext4_sync_file_enter, exit: \"ext4:x\"}\n").unwrap_err();
+        assert!(
+            e.starts_with("t.yaml:") && !e.starts_with("t.yaml:0:") && e.contains("monitor: extra: enter `ext4_sync_file_enter`") && e.contains("SYS:NAME"),
+            "{e}"
+        );
+        assert!(
+            mon("monitor: {extra: [{name: a, enter: \"a:b\", exit: \"a:c\"}, {name: a, enter: \"a:b\", exit: \"a:c\"}]}\n")
+                .unwrap_err()
+                .contains("two pairs named")
+        );
     }
 
     #[test]

@@ -36,7 +36,7 @@ struct start {
 	u32 bytes;
 	u32 dev;
 	u32 op;
-	u32 pad;
+	u32 requeued; // block_rq_requeue seen since the issue
 };
 
 struct {
@@ -167,6 +167,9 @@ static __always_inline int on_rq_insert(struct request *rq)
 	if (!dev)
 		return 0;
 	u64 key = (u64)rq;
+	struct start *old = bpf_map_lookup_elem(&reqs, &key);
+	if (old && old->requeued)
+		return 0; // inserted again after a requeue: still the request first issued
 	struct start st = {};
 	struct bio *bio = BPF_CORE_READ(rq, bio);
 	u64 bkey = (u64)bio;
@@ -191,7 +194,19 @@ static __always_inline int on_rq_issue(struct request *rq)
 	u32 d = *dev;
 	u64 now = bpf_ktime_get_ns(), key = (u64)rq;
 	struct start st = {};
+	struct devstat *ds = bpf_map_lookup_elem(&devstats, &d);
+	if (!ds)
+		return 0;
 	struct start *old = bpf_map_lookup_elem(&reqs, &key);
+	if (old && old->issued_ns) {
+		if (old->requeued)
+			return 0; // issued again after a requeue: keep the first issue, counted once
+		// the request at this address was issued and its completion never reached us: it
+		// is no longer in flight; this is a new request
+		__sync_fetch_and_add(&ds->lost, 1);
+		__sync_fetch_and_add(&ds->inflight, -1);
+		old = 0;
+	}
 	if (old && old->queued_ns) {
 		st.queued_ns = old->queued_ns;
 	} else {
@@ -203,15 +218,10 @@ static __always_inline int on_rq_issue(struct request *rq)
 			bpf_map_delete_elem(&bios, &bkey);
 		}
 	}
-	if (old && old->issued_ns)
-		return 0; // issued again after a requeue: keep the first issue, counted once
 	st.issued_ns = now;
 	st.bytes = BPF_CORE_READ(rq, __data_len);
 	st.op = op_of(BPF_CORE_READ(rq, cmd_flags));
 	st.dev = d;
-	struct devstat *ds = bpf_map_lookup_elem(&devstats, &d);
-	if (!ds)
-		return 0;
 	if (bpf_map_update_elem(&reqs, &key, &st, BPF_ANY)) {
 		__sync_fetch_and_add(&ds->untracked, 1);
 		return 0;
@@ -233,8 +243,15 @@ static __always_inline int on_rq_complete(struct request *rq)
 {
 	u64 key = (u64)rq;
 	struct start *st = bpf_map_lookup_elem(&reqs, &key);
-	if (!st)
-		return 0; // not watched, issued before we started, or already completed
+	if (!st) {
+		// not watched, issued before we started, or its issue event was not seen; data-less
+		// ones (the parent of a flush, never issued itself) are not counted
+		u32 *dev = dev_index(BPF_CORE_READ(rq, q, disk));
+		struct devstat *ds = dev && BPF_CORE_READ(rq, __data_len) ? bpf_map_lookup_elem(&devstats, dev) : 0;
+		if (ds)
+			__sync_fetch_and_add(&ds->unmatched, 1);
+		return 0;
+	}
 	if (!st->issued_ns)
 		return 0; // ended without being issued (e.g. a data-less flush's parent request)
 	u64 now = bpf_ktime_get_ns();
@@ -265,6 +282,15 @@ static __always_inline int on_rq_complete(struct request *rq)
 	return 0;
 }
 
+static __always_inline int on_rq_requeue(struct request *rq)
+{
+	u64 key = (u64)rq;
+	struct start *st = bpf_map_lookup_elem(&reqs, &key);
+	if (st)
+		st->requeued = 1;
+	return 0;
+}
+
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(btf_bio_queue, struct bio *bio) { return on_bio_queue(bio); }
 SEC("tp_btf/block_rq_insert")
@@ -274,6 +300,9 @@ int BPF_PROG(btf_rq_issue, struct request *rq) { return on_rq_issue(rq); }
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(btf_rq_complete, struct request *rq) { return on_rq_complete(rq); }
 
+SEC("tp_btf/block_rq_requeue")
+int BPF_PROG(btf_rq_requeue, struct request *rq) { return on_rq_requeue(rq); }
+
 SEC("raw_tp/block_bio_queue")
 int BPF_PROG(raw_bio_queue, struct bio *bio) { return on_bio_queue(bio); }
 SEC("raw_tp/block_rq_insert")
@@ -282,3 +311,5 @@ SEC("raw_tp/block_rq_issue")
 int BPF_PROG(raw_rq_issue, struct request *rq) { return on_rq_issue(rq); }
 SEC("raw_tp/block_rq_complete")
 int BPF_PROG(raw_rq_complete, struct request *rq) { return on_rq_complete(rq); }
+SEC("raw_tp/block_rq_requeue")
+int BPF_PROG(raw_rq_requeue, struct request *rq) { return on_rq_requeue(rq); }

@@ -29,6 +29,8 @@ struct hist {
 struct devstat {
 	u64 inflight;
 	u64 untracked; // requests not timed: their entry could not be stored
+	u64 unmatched; // completions whose issue was not seen
+	u64 lost; // issues whose completion was not seen (found at the request's next issue)
 	u64 depth[DEPTH_BUCKETS]; // requests in flight counted at each issue, itself included
 };
 
