@@ -11,6 +11,7 @@ pub mod mem;
 pub mod monitor;
 pub mod nbd;
 pub mod nbd_wire;
+pub mod net;
 pub mod report;
 pub mod run;
 pub mod spec;

@@ -107,7 +107,8 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
     },
-    /// Release loop devices, FUSE mounts and directories left by faultline processes that died.
+    /// Release loop devices, FUSE mounts, directories and network namespaces left by faultline
+    /// processes that died.
     Cleanup,
     /// Measure a duplicate-content profile from real data (files, directories, devices).
     Profile {
@@ -155,6 +156,8 @@ enum Cmd {
         #[arg(long, short)]
         out: Option<PathBuf>,
     },
+    /// Emulated hosts (network namespaces) and the faulty network between them (docs/net.md).
+    Net(faultline::cli::net::NetArgs),
     /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
     #[command(hide = true)]
     StackHold {
@@ -233,6 +236,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
         Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
+        Cmd::Net(a) => faultline::cli::net::net(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;

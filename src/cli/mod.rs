@@ -2,4 +2,5 @@
 //! (`faultline workload` runs a workload and then the verifier). `src/main.rs` parses the
 //! arguments and calls these.
 
+pub mod net;
 pub mod workload;

@@ -653,6 +653,13 @@ fn parse_errno(e: Option<&NumOrWord>) -> Result<i32, String> {
     }
 }
 
+/// A delay as a rule's `delay:` value, given as YAML text (`1ms` or `{distribution: ...}`):
+/// the network relay's delays take the same forms (docs/net.md).
+pub fn parse_delay_yaml(text: &str) -> Result<DelayDist, String> {
+    let d: WordOr<RawDelay> = serde_saphyr::from_str(text).map_err(|e| format!("delay `{text}`: {e}"))?;
+    parse_delay(d)
+}
+
 fn parse_delay(d: WordOr<RawDelay>) -> Result<DelayDist, String> {
     let raw = match d {
         WordOr::Word(w) => return super::units::parse_duration(&w).map(DelayDist::Fixed),

@@ -44,6 +44,11 @@ pub struct Ledger {
     pub procs: Vec<(i32, u64)>,
     /// Our loop devices' rq_affinity as found (frontend/steer.rs), put back before detaching.
     pub rq_affinity: Vec<(PathBuf, u8)>,
+    /// Network namespaces (by `ip netns` name) of emulated hosts (src/net): their processes
+    /// are killed and the namespaces deleted, which takes their TUN and veth devices along.
+    pub netns: Vec<String>,
+    /// The control socket of a network relay (`faultline net up`), apart from a disk's.
+    pub net_socket: Option<PathBuf>,
 }
 
 pub struct LedgerFile {
@@ -317,7 +322,19 @@ pub fn release(l: &Ledger, log: &mut Vec<String>) -> bool {
             }
         }
     }
+    for n in &l.netns {
+        match super::netns::delete(n) {
+            Ok(done) => log.extend(done),
+            Err(e) => {
+                log.push(format!("could not delete network namespace {n}: {e:#}"));
+                complete = false;
+            }
+        }
+    }
     if let Some(s) = &l.socket {
+        let _ = std::fs::remove_file(s);
+    }
+    if let Some(s) = &l.net_socket {
         let _ = std::fs::remove_file(s);
     }
     for d in l.dirs.iter().rev() {

@@ -7,6 +7,7 @@ pub mod ledger;
 pub mod limit;
 pub mod loopdev;
 pub mod mount;
+pub mod netns;
 pub mod process;
 
 /// The size of a file or block device in bytes (a device's size is where a seek to its end lands).

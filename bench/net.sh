@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# bench/net.sh [ROUNDS] [SECONDS] -- the user-space relay (faultline net up, no faults) against
+# a plain veth pair between two namespaces (faultline net up --veth, no relay), side by side.
+#
+# Three networks of two hosts (client, target) exist for the whole run: `veth`, `relay` (the
+# default relay) and `relay-poll` (the relay with --busy-poll 50us). Points, the same commands
+# on every network:
+#   tcp        iperf3 -c TARGET -t SECONDS, one TCP stream client -> target (Gbit/s, receiver)
+#   rtt        ping -i 0.005 -c 400 TARGET from the client: round-trip time p50 (us)
+# Each round measures every network back to back, in an order rotated per round, so the
+# machine's drift (other tenants) lands on all alike. Ratios are medians over rounds of the
+# per-round figures. Last line: relay_throughput_ratio=T added_latency_us_p50=L, where T is
+# relay tcp / veth tcp and L is relay rtt p50 - veth rtt p50 (a round trip crosses the relay
+# twice, so this is the added latency of a round trip, not of one way).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+rounds=${1:-5}
+secs=${2:-3}
+fl="$top/target/release/faultline"
+[ -x "$fl" ] || (cd "$top" && cargo build --release -q)
+for t in iperf3 ping ip; do command -v $t >/dev/null || { echo "needs $t (scripts/setup.sh)" >&2; exit 1; }; done
+work=$(mktemp -d /tmp/faultline-net-bench.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.1; done; done
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+declare -A ns_client ns_target
+start() { # name, extra args
+  local name=$1; shift
+  "$fl" net up --hosts client,target --socket "$work/$name.sock" "$@" > "$work/$name.out" 2> "$work/$name.err" &
+  local p=$!
+  pids+=($p)
+  for _ in $(seq 100); do grep -q "Ctrl-C" "$work/$name.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q "Ctrl-C" "$work/$name.out" || { cat "$work/$name.err" >&2; exit 1; }
+  ns_client[$name]=$(awk '$2=="client"{print $4}' "$work/$name.out")
+  ns_target[$name]=$(awk '$2=="target"{print $4}' "$work/$name.out")
+  ip netns exec "${ns_target[$name]}" iperf3 -s -D -p 5201 --pidfile "$work/$name.iperf.pid"
+}
+start veth --veth
+start relay
+start relay-poll --busy-poll 50us
+names=(veth relay relay-poll)
+sleep 0.5
+
+tcp() { ip netns exec "${ns_client[$1]}" iperf3 -c 10.77.0.2 -t "$secs" -J | python3 -c "import json,sys; print(json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9)"; }
+rtt() {
+  ip netns exec "${ns_client[$1]}" ping -q -i 0.005 -c 400 10.77.0.2 >/dev/null # warm
+  ip netns exec "${ns_client[$1]}" ping -i 0.005 -c 400 10.77.0.2 | sed -n 's/.*time=\([0-9.]*\) ms/\1/p' | sort -g | awk '{a[NR]=$1} END {printf "%.1f\n", a[int((NR+1)/2)]*1000}'
+}
+
+declare -A res
+for r in $(seq "$rounds"); do
+  n=${#names[@]}
+  for k in $(seq 0 $((n - 1))); do
+    name=${names[$(((k + r) % n))]}
+    res[$name,tcp,$r]=$(tcp "$name")
+    res[$name,rtt,$r]=$(rtt "$name")
+  done
+  echo "round $r: $(for name in "${names[@]}"; do printf '%s tcp %.2f Gbit/s rtt p50 %s us; ' "$name" "${res[$name,tcp,$r]}" "${res[$name,rtt,$r]}"; done)" >&2
+done
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+printf '%-11s %12s %14s\n' network "tcp Gbit/s" "rtt p50 us"
+for name in "${names[@]}"; do
+  t=$(for r in $(seq "$rounds"); do echo "${res[$name,tcp,$r]}"; done | median)
+  l=$(for r in $(seq "$rounds"); do echo "${res[$name,rtt,$r]}"; done | median)
+  printf '%-11s %12.2f %14s\n' "$name" "$t" "$l"
+done
+for cand in relay-poll relay; do
+  ratio=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$cand,tcp,$r]}/${res[veth,tcp,$r]})"; done | median)
+  added=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$cand,rtt,$r]}-${res[veth,rtt,$r]})"; done | median)
+  [ "$cand" = relay ] || echo "$cand: throughput_ratio=$(printf %.2f "$ratio") added_latency_us_p50=$(printf %.1f "$added")"
+done
+echo "relay_throughput_ratio=$(printf %.2f "$ratio") added_latency_us_p50=$(printf %.1f "$added")"

@@ -1,0 +1,567 @@
+//! The user-space netem: one thread per host reads that host's TUN device and forwards each
+//! IPv4 packet to the TUN device of the host it is addressed to, through the rules of that
+//! link (source host -> destination host). A packet no active rule delays is written at once
+//! by the reading thread; delayed packets go to one timer thread (condvar until `SPIN` before
+//! the earliest deadline, then a short spin, 1 ns timer slack, as the disk's late replies).
+//! Buffers of delayed packets are recycled, so the steady state allocates nothing.
+
+use super::packet;
+use super::tun;
+use crate::spec::net::{Loss, NetFault, NetRule};
+use crate::spec::rule::DelayDist;
+use anyhow::{Result, bail};
+use arc_swap::ArcSwap;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::Distribution;
+use serde_json::{Value, json};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+const SPIN: Duration = Duration::from_micros(40);
+/// Largest packet a TUN read returns: a 64 KiB segmentation burst and its header.
+const MAX_PKT: usize = 65536 + tun::VNET_HDR;
+/// Packets waiting in the timer thread at most (beyond: dropped and counted), so a long delay
+/// on a fast link cannot take all memory.
+const MAX_PENDING: usize = 65536;
+/// Recycled buffers kept (each at most `POOL_BUF` bytes of capacity).
+const POOL_MAX: usize = 8192;
+const POOL_BUF: usize = 2048;
+
+/// One emulated host as the relay sees it.
+pub struct Port {
+    pub name: String,
+    pub addr: Ipv4Addr,
+    pub fd: OwnedFd,
+}
+
+#[derive(Default)]
+struct Counters {
+    packets: AtomicU64,
+    bytes: AtomicU64,
+    delivered: AtomicU64,
+    dropped: AtomicU64,
+    delayed: AtomicU64,
+    duplicated: AtomicU64,
+    reordered: AtomicU64,
+    reset: AtomicU64,
+}
+
+struct RuleState {
+    rng: SmallRng,
+    /// Gilbert-Elliott: in the bad state.
+    bad: bool,
+    /// Token bucket as a virtual clock: when the bytes accepted so far have drained.
+    tat: Option<Instant>,
+}
+
+/// A rule as installed on one link (its own random state and bucket).
+struct LinkRule {
+    id: u64,
+    fault: NetFault,
+    window: Option<crate::spec::rule::Window>,
+    set_at: Instant,
+    st: Mutex<RuleState>,
+}
+
+impl LinkRule {
+    fn active(&self, now: Instant) -> bool {
+        match self.window {
+            None => true,
+            Some(w) => {
+                let e = now.saturating_duration_since(self.set_at);
+                e >= w.from && w.to.is_none_or(|t| e < t)
+            }
+        }
+    }
+}
+
+struct Link {
+    rules: ArcSwap<Vec<Arc<LinkRule>>>,
+    c: Counters,
+    /// Lateness of delayed packets (ns past their due time when written).
+    late: Mutex<hdrhistogram::Histogram<u64>>,
+}
+
+struct Pending {
+    dst: usize,
+    link: usize,
+    due: Instant,
+    buf: Vec<u8>,
+}
+
+struct Timed {
+    at: Instant,
+    seq: u64,
+    p: Pending,
+}
+impl PartialEq for Timed {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Timed {}
+impl PartialOrd for Timed {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Timed {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.at, self.seq).cmp(&(o.at, o.seq))
+    }
+}
+
+/// A rule as set: its id and the moment its window counts from.
+type SetRule = (u64, NetRule, Instant);
+
+struct Shared {
+    ports: Vec<Port>,
+    links: Vec<Link>,
+    /// Packets a host sent to no other host (not IPv4, or an unknown address).
+    unroutable: Vec<AtomicU64>,
+    offloads: Vec<AtomicBool>,
+    heap: Mutex<BinaryHeap<Reverse<Timed>>>,
+    cv: Condvar,
+    pushes: AtomicU64,
+    pool: Mutex<Vec<Vec<u8>>>,
+    stop: AtomicBool,
+    stop_fd: OwnedFd,
+    /// The next rule id, and the rules as set (id, rule, when).
+    rules: Mutex<(u64, Vec<SetRule>)>,
+    busy_poll: Duration,
+    epoch: Instant,
+}
+
+pub struct Relay {
+    s: Arc<Shared>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// Relay settings.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RelayOptions {
+    /// After a packet, keep reading without sleeping this long: a sleeping reader costs a
+    /// wake-up per packet when packets come one at a time, at the price of a busy CPU.
+    pub busy_poll: Duration,
+}
+
+impl Relay {
+    pub fn start(ports: Vec<Port>, opts: RelayOptions) -> Result<Relay> {
+        let n = ports.len();
+        let links = (0..n * n)
+            .map(|_| Link {
+                rules: ArcSwap::from_pointee(Vec::new()),
+                c: Counters::default(),
+                late: Mutex::new(hdrhistogram::Histogram::new_with_bounds(1, 120_000_000_000, 2).unwrap()),
+            })
+            .collect();
+        for p in &ports {
+            tun::set_offloads(&p.fd, true)?;
+        }
+        let s = Arc::new(Shared {
+            links,
+            unroutable: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            offloads: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            ports,
+            heap: Mutex::new(BinaryHeap::new()),
+            cv: Condvar::new(),
+            pushes: AtomicU64::new(0),
+            pool: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            stop_fd: tun::eventfd()?,
+            rules: Mutex::new((1, Vec::new())),
+            busy_poll: opts.busy_poll,
+            epoch: Instant::now(),
+        });
+        let mut threads = Vec::new();
+        for i in 0..n {
+            let s2 = s.clone();
+            threads.push(std::thread::Builder::new().name(format!("fl-net-{}", s.ports[i].name)).spawn(move || reader(&s2, i))?);
+        }
+        let s2 = s.clone();
+        threads.push(std::thread::Builder::new().name("fl-net-timer".into()).spawn(move || timer(&s2))?);
+        Ok(Relay { s, threads: Mutex::new(threads) })
+    }
+
+    /// Install a rule on every link it covers; returns its id.
+    pub fn set(&self, rule: NetRule) -> Result<u64> {
+        let names: Vec<String> = self.s.ports.iter().map(|p| p.name.clone()).collect();
+        rule.validate(&names).map_err(anyhow::Error::msg)?;
+        let now = Instant::now();
+        let mut g = self.s.rules.lock().unwrap();
+        let id = g.0;
+        g.0 += 1;
+        g.1.push((id, rule, now));
+        self.rebuild(&g.1)?;
+        Ok(id)
+    }
+
+    /// Remove rules by id (None: all); returns how many were removed.
+    pub fn clear(&self, ids: Option<&[u64]>) -> Result<usize> {
+        let mut g = self.s.rules.lock().unwrap();
+        let before = g.1.len();
+        match ids {
+            None => g.1.clear(),
+            Some(ids) => {
+                if let Some(bad) = ids.iter().find(|i| !g.1.iter().any(|r| r.0 == **i)) {
+                    bail!("no network rule {bad}; the rules are {:?} (see `faultline net show`)", g.1.iter().map(|r| r.0).collect::<Vec<_>>());
+                }
+                g.1.retain(|r| !ids.contains(&r.0));
+            }
+        }
+        let n = before - g.1.len();
+        self.rebuild(&g.1)?;
+        Ok(n)
+    }
+
+    /// Swap in each link's rule list (rules keep their per-link state across rebuilds), and
+    /// turn segmentation offloads off on hosts whose outgoing links have rules that decide
+    /// per packet (`per_packet`).
+    fn rebuild(&self, rules: &[SetRule]) -> Result<()> {
+        let n = self.s.ports.len();
+        for a in 0..n {
+            let mut any = false;
+            for b in (0..n).filter(|&b| b != a) {
+                let link = &self.s.links[a * n + b];
+                let old = link.rules.load();
+                let new: Vec<Arc<LinkRule>> = rules
+                    .iter()
+                    .filter(|(_, r, _)| r.covers(&self.s.ports[a].name, &self.s.ports[b].name))
+                    .map(|(id, r, at)| {
+                        old.iter().find(|o| o.id == *id).cloned().unwrap_or_else(|| {
+                            let seed = r.seed.map(|s| s ^ ((a * n + b) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                            Arc::new(LinkRule {
+                                id: *id,
+                                fault: r.fault.clone(),
+                                window: r.window,
+                                set_at: *at,
+                                st: Mutex::new(RuleState {
+                                    rng: seed.map(SmallRng::seed_from_u64).unwrap_or_else(|| SmallRng::from_rng(&mut rand::rng())),
+                                    bad: false,
+                                    tat: None,
+                                }),
+                            })
+                        })
+                    })
+                    .collect();
+                any |= new.iter().any(|r| per_packet(&r.fault));
+                link.rules.store(Arc::new(new));
+            }
+            let on = !any;
+            if self.s.offloads[a].swap(on, Relaxed) != on {
+                tun::set_offloads(&self.s.ports[a].fd, on)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hosts, rules (with whether each is active now) and per-link counters, as JSON.
+    pub fn show(&self) -> Value {
+        let s = &self.s;
+        let n = s.ports.len();
+        let now = Instant::now();
+        let rules: Vec<Value> = s
+            .rules
+            .lock()
+            .unwrap()
+            .1
+            .iter()
+            .map(|(id, r, at)| {
+                let e = now.saturating_duration_since(*at);
+                let active = r.window.is_none_or(|w| e >= w.from && w.to.is_none_or(|t| e < t));
+                json!({"id": id, "rule": r, "active": active, "age_s": e.as_secs_f64()})
+            })
+            .collect();
+        let mut links = Vec::new();
+        for a in 0..n {
+            for b in (0..n).filter(|&b| b != a) {
+                let l = &s.links[a * n + b];
+                let c = &l.c;
+                let h = l.late.lock().unwrap();
+                let q = |p: f64| if h.is_empty() { Value::Null } else { json!(h.value_at_quantile(p) as f64 / 1000.0) };
+                links.push(json!({
+                    "from": s.ports[a].name, "to": s.ports[b].name,
+                    "packets": c.packets.load(Relaxed), "bytes": c.bytes.load(Relaxed),
+                    "delivered": c.delivered.load(Relaxed), "dropped": c.dropped.load(Relaxed),
+                    "delayed": c.delayed.load(Relaxed), "duplicated": c.duplicated.load(Relaxed),
+                    "reordered": c.reordered.load(Relaxed), "reset": c.reset.load(Relaxed),
+                    "lateness_us": {"p50": q(0.5), "p99": q(0.99), "max": if h.is_empty() { Value::Null } else { json!(h.max() as f64 / 1000.0) }},
+                    "rules": l.rules.load().iter().map(|r| r.id).collect::<Vec<_>>(),
+                }));
+            }
+        }
+        let hosts: Vec<Value> = s
+            .ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| json!({"name": p.name, "address": p.addr.to_string(), "unroutable": s.unroutable[i].load(Relaxed), "offloads": s.offloads[i].load(Relaxed)}))
+            .collect();
+        json!({"uptime_s": s.epoch.elapsed().as_secs_f64(), "hosts": hosts, "rules": rules, "links": links})
+    }
+
+    /// Stop the threads; packets still waiting for their time are dropped.
+    pub fn stop(self) {
+        self.halt();
+    }
+
+    /// `stop` for a relay others still hold (the control socket's thread): the threads end,
+    /// the devices' descriptors close when the last holder lets go.
+    pub fn halt(&self) {
+        self.s.stop.store(true, Relaxed);
+        let _ = nix::unistd::write(&self.s.stop_fd, &1u64.to_ne_bytes());
+        {
+            let _g = self.s.heap.lock().unwrap();
+            self.s.cv.notify_all();
+        }
+        for t in self.threads.lock().unwrap().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn write_pkt(fd: &OwnedFd, buf: &[u8]) -> bool {
+    // a full receive backlog (EAGAIN/ENOBUFS) drops the packet, as a wire would
+    nix::unistd::write(fd, buf).is_ok()
+}
+
+fn reader(s: &Shared, i: usize) {
+    use nix::errno::Errno;
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut buf = vec![0u8; MAX_PKT];
+    let mut scratch = Vec::with_capacity(128);
+    let fd = &s.ports[i].fd;
+    let mut last = Instant::now();
+    while !s.stop.load(Relaxed) {
+        match nix::unistd::read(fd, &mut buf) {
+            Ok(0) => return,
+            Ok(len) => {
+                forward(s, i, &buf[..len], &mut scratch);
+                if !s.busy_poll.is_zero() {
+                    last = Instant::now();
+                }
+            }
+            Err(Errno::EAGAIN) => {
+                if !s.busy_poll.is_zero() && last.elapsed() < s.busy_poll {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN), PollFd::new(s.stop_fd.as_fd(), PollFlags::POLLIN)];
+                let _ = poll(&mut fds, PollTimeout::NONE);
+            }
+            Err(Errno::EINTR) => {}
+            Err(e) => {
+                eprintln!("faultline: relay: reading host {}: {e}", s.ports[i].name);
+                return;
+            }
+        }
+    }
+}
+
+fn lookup(s: &Shared, addr: Ipv4Addr) -> Option<usize> {
+    s.ports.iter().position(|p| p.addr == addr)
+}
+
+fn sample(d: &DelayDist, rng: &mut SmallRng) -> Duration {
+    let secs = match *d {
+        DelayDist::Fixed(d) => return d,
+        DelayDist::Uniform { min, max } => rng.random_range(min.as_secs_f64()..=max.as_secs_f64()),
+        DelayDist::Normal { mean, stddev } => rand_distr::Normal::new(mean.as_secs_f64(), stddev.as_secs_f64()).map(|n| n.sample(rng)).unwrap_or(0.0),
+        DelayDist::Lognormal { median, sigma } => rand_distr::LogNormal::new(median.as_secs_f64().ln(), sigma).map(|n| n.sample(rng)).unwrap_or(0.0),
+        DelayDist::Pareto { scale, shape } => rand_distr::Pareto::new(scale.as_secs_f64(), shape).map(|n| n.sample(rng)).unwrap_or(0.0),
+    };
+    // a heavy tail must not hold a packet for ever
+    Duration::from_secs_f64(secs.clamp(0.0, 60.0))
+}
+
+/// Whether a fault must see each packet as it would be on a wire (at most the MTU), rather
+/// than a segmentation burst of up to 64 KiB: loss, duplication, reordering, jitter, a drawn
+/// delay and the rate queue decide per packet. A fixed delay, a partition and a reset treat
+/// every segment of a burst alike, so the burst may pass whole (full speed under them).
+fn per_packet(f: &NetFault) -> bool {
+    f.loss.is_some()
+        || f.duplicate.is_some()
+        || f.reorder.is_some()
+        || f.jitter.is_some()
+        || f.rate.is_some()
+        || !matches!(f.delay, None | Some(DelayDist::Fixed(_)))
+}
+
+/// What the rules of a link decide for one packet.
+enum Verdict {
+    Drop,
+    Send { extra: Duration, copies: u8 },
+}
+
+fn judge(s: &Shared, i: usize, rules: &[Arc<LinkRule>], pkt: &[u8], c: &Counters, scratch: &mut Vec<u8>) -> Verdict {
+    let now = Instant::now();
+    let mut extra = Duration::ZERO;
+    let mut copies = 1u8;
+    for r in rules.iter().filter(|r| r.active(now)) {
+        let f = &r.fault;
+        if f.partition {
+            return Verdict::Drop;
+        }
+        if f.reset && packet::tcp_reset_for(pkt, scratch) {
+            // the sender hears a RST from the peer; the segment never arrives
+            write_pkt(&s.ports[i].fd, scratch);
+            c.reset.fetch_add(1, Relaxed);
+            return Verdict::Drop;
+        }
+        let mut st = r.st.lock().unwrap();
+        let st = &mut *st;
+        match f.loss {
+            Some(Loss::Random { probability }) if st.rng.random::<f64>() < probability => return Verdict::Drop,
+            Some(Loss::GilbertElliott { p, r, loss_good, loss_bad }) => {
+                st.bad = if st.bad { st.rng.random::<f64>() >= r } else { st.rng.random::<f64>() < p };
+                if st.rng.random::<f64>() < if st.bad { loss_bad } else { loss_good } {
+                    return Verdict::Drop;
+                }
+            }
+            _ => {}
+        }
+        if let Some(d) = f.duplicate
+            && st.rng.random::<f64>() < d
+        {
+            copies = 2;
+            c.duplicated.fetch_add(1, Relaxed);
+        }
+        if let Some(d) = &f.delay {
+            let mut dl = sample(d, &mut st.rng);
+            if let Some(j) = f.jitter {
+                let j = j.as_secs_f64();
+                dl = Duration::from_secs_f64((dl.as_secs_f64() + st.rng.random_range(-j..=j)).max(0.0));
+            }
+            extra += dl;
+        }
+        if let Some(ro) = f.reorder
+            && st.rng.random::<f64>() < ro.probability
+        {
+            extra += ro.gap;
+            c.reordered.fetch_add(1, Relaxed);
+        }
+        if let Some(rate) = f.rate {
+            let t = now + extra;
+            let bits = (pkt.len() - tun::VNET_HDR) as f64 * 8.0;
+            let tx = Duration::from_secs_f64(bits / rate.bits_per_sec as f64);
+            let burst = Duration::from_secs_f64(rate.burst as f64 * 8.0 / rate.bits_per_sec as f64);
+            let tat = st.tat.map_or(t, |x| x.max(t));
+            let depart = (tat + tx).checked_sub(burst).map_or(t, |d| d.max(t));
+            if depart - t > rate.queue {
+                return Verdict::Drop;
+            }
+            st.tat = Some(tat + tx);
+            extra = depart - now;
+        }
+    }
+    Verdict::Send { extra, copies }
+}
+
+#[inline]
+fn forward(s: &Shared, i: usize, pkt: &[u8], scratch: &mut Vec<u8>) {
+    let n = s.ports.len();
+    let Some(j) = packet::ipv4_dst(pkt).and_then(|a| lookup(s, a)).filter(|&j| j != i) else {
+        s.unroutable[i].fetch_add(1, Relaxed);
+        return;
+    };
+    let li = i * n + j;
+    let link = &s.links[li];
+    let c = &link.c;
+    c.packets.fetch_add(1, Relaxed);
+    c.bytes.fetch_add((pkt.len() - tun::VNET_HDR) as u64, Relaxed);
+    let rules = link.rules.load();
+    let (extra, copies) = if rules.is_empty() {
+        (Duration::ZERO, 1)
+    } else {
+        match judge(s, i, &rules, pkt, c, scratch) {
+            Verdict::Drop => {
+                c.dropped.fetch_add(1, Relaxed);
+                return;
+            }
+            Verdict::Send { extra, copies } => (extra, copies),
+        }
+    };
+    if extra.is_zero() {
+        for _ in 0..copies {
+            if write_pkt(&s.ports[j].fd, pkt) {
+                c.delivered.fetch_add(1, Relaxed);
+            } else {
+                c.dropped.fetch_add(1, Relaxed);
+            }
+        }
+        return;
+    }
+    let due = Instant::now() + extra;
+    c.delayed.fetch_add(1, Relaxed);
+    let mut heap = s.heap.lock().unwrap();
+    for _ in 0..copies {
+        if heap.len() >= MAX_PENDING {
+            c.dropped.fetch_add(1, Relaxed);
+            continue;
+        }
+        let mut buf = s.pool.lock().unwrap().pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(pkt);
+        let seq = s.pushes.fetch_add(1, Relaxed);
+        heap.push(Reverse(Timed { at: due, seq, p: Pending { dst: j, link: li, due, buf } }));
+    }
+    drop(heap);
+    s.cv.notify_one();
+}
+
+fn timer(s: &Shared) {
+    // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
+    let mut due = Vec::new();
+    let mut g = s.heap.lock().unwrap();
+    while !s.stop.load(Relaxed) {
+        let now = Instant::now();
+        while g.peek().is_some_and(|Reverse(t)| t.at <= now) {
+            due.push(g.pop().unwrap().0.p);
+        }
+        if !due.is_empty() {
+            drop(g);
+            for p in due.drain(..) {
+                let link = &s.links[p.link];
+                if write_pkt(&s.ports[p.dst].fd, &p.buf) {
+                    link.c.delivered.fetch_add(1, Relaxed);
+                } else {
+                    link.c.dropped.fetch_add(1, Relaxed);
+                }
+                let late = Instant::now().saturating_duration_since(p.due).as_nanos() as u64;
+                let _ = link.late.lock().unwrap().record(late.max(1));
+                if p.buf.capacity() <= POOL_BUF {
+                    let mut pool = s.pool.lock().unwrap();
+                    if pool.len() < POOL_MAX {
+                        pool.push(p.buf);
+                    }
+                }
+            }
+            g = s.heap.lock().unwrap();
+            continue;
+        }
+        match g.peek().map(|Reverse(t)| t.at) {
+            None => g = s.cv.wait(g).unwrap(),
+            Some(at) if at - now > SPIN => g = s.cv.wait_timeout(g, at - now - SPIN).unwrap().0,
+            Some(at) => {
+                let seen = s.pushes.load(Relaxed);
+                drop(g);
+                while Instant::now() < at && s.pushes.load(Relaxed) == seen && !s.stop.load(Relaxed) {
+                    std::hint::spin_loop();
+                }
+                g = s.heap.lock().unwrap();
+            }
+        }
+    }
+}
