@@ -7,6 +7,7 @@ pub mod content;
 pub mod disk;
 pub mod fault;
 pub mod frontend;
+pub mod host;
 pub mod mem;
 pub mod monitor;
 pub mod nbd;

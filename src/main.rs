@@ -158,6 +158,28 @@ enum Cmd {
     },
     /// Emulated hosts (network namespaces) and the faulty network between them (docs/net.md).
     Net(faultline::cli::net::NetArgs),
+    /// Apply host faults to running processes (docs/host.md): CPU taken away, memory
+    /// pressure, freeze, kill; sticky or in windows counted from now. Reverts everything at
+    /// the end, on Ctrl-C, and prints what each fault did.
+    Host {
+        /// A file with `host_faults: [...]` (docs/host.md).
+        file: Option<PathBuf>,
+        /// One fault as inline YAML, e.g. '{type: cpu, share: 50%}' (repeatable).
+        #[arg(long)]
+        fault: Vec<String>,
+        /// A target process (repeat for several); processes it forks later are included.
+        #[arg(long, required = true)]
+        pid: Vec<u32>,
+        /// How long to run (default: until the last window ends, or Ctrl-C if a fault is sticky).
+        #[arg(long, value_parser = faultline::spec::units::parse_duration)]
+        duration: Option<Duration>,
+        /// Shell command that restarts the target after a `kill` whose window ends.
+        #[arg(long)]
+        restart: Option<String>,
+        /// Print the records as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// (testing) Serve RAM disks, build a stack on them and hold it until SIGINT/SIGTERM.
     #[command(hide = true)]
     StackHold {
@@ -237,6 +259,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
         Cmd::Monitor { device, pid, duration, interval, out } => monitor(&device, &pid, duration, interval, out),
         Cmd::Net(a) => faultline::cli::net::net(a),
+        Cmd::Host { file, fault, pid, duration, restart, json } => faultline::cli::host::run(file.as_deref(), &fault, &pid, duration, restart, json),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;

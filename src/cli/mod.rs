@@ -3,4 +3,5 @@
 //! arguments and calls these.
 
 pub mod net;
+pub mod host;
 pub mod workload;

@@ -194,6 +194,7 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
     h.push_str(&latency_chart(&label, &s.repetitions));
     monitor_table(h, &s.repetitions);
     rules_table(h, &s.repetitions);
+    host_faults_table(h, &s.repetitions);
     files_table(h, &s.repetitions);
     let notes: Vec<(u32, &String)> = s.repetitions.iter().flat_map(|r| r.notes.iter().map(move |n| (r.index, n))).collect();
     if !notes.is_empty() {
@@ -456,6 +457,47 @@ fn rules_table(h: &mut String, reps: &[Repetition]) {
                 c.realized_ratio,
                 runs,
                 c.blocks
+            );
+        }
+    }
+    h.push_str("</table>\n");
+}
+
+/// Host faults on the disk servers (docs/host.md): planned and realized windows, effect.
+fn host_faults_table(h: &mut String, reps: &[Repetition]) {
+    if reps.iter().all(|r| r.host_faults.is_empty()) {
+        return;
+    }
+    h.push_str("<h3>Host faults</h3><table><tr><th>Rep</th><th class=\"l\">Fault</th><th>Window (s)</th><th>Applied at</th><th>Reverted at</th><th class=\"l\">Realized</th></tr>\n");
+    let s = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{t:.3}"));
+    for r in reps {
+        for f in &r.host_faults {
+            let mut what = Vec::new();
+            if let Some(c) = f.target_cpus_used {
+                what.push(format!("targets used {c:.2} CPUs"));
+            }
+            if let Some(c) = f.cpus_taken {
+                what.push(format!("spinners took {c:.2} CPUs"));
+            }
+            if let Some(p) = f.memory_peak {
+                what.push(format!("memory peak {}", crate::spec::units::format_size(p)));
+            }
+            if let Some(n) = f.memory_limit_hits {
+                what.push(format!("limit hit {n} times"));
+            }
+            if let Some(e) = &f.error {
+                what.push(format!("error: {e}"));
+            }
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{}</td><td>{:.3}..{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+                r.index,
+                esc(&f.description),
+                f.from_s,
+                f.to_s.map_or("end".to_string(), |t| format!("{t:.3}")),
+                s(f.applied_at_s),
+                s(f.reverted_at_s),
+                esc(&what.join("; "))
             );
         }
     }

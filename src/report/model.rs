@@ -63,6 +63,19 @@ pub struct Repetition {
     /// an `interface: nbd` workload's client; None without one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
+    /// Host faults on the disk servers (docs/host.md): when each was applied and reverted, and
+    /// what it did.
+    pub host_faults: Vec<crate::host::HostFaultRecord>,
+    /// CPU time (user + system, s) during the drive phase: of the run's own process (the
+    /// workload's threads) and of the processes serving its disks.
+    pub drive_cpu_s: Option<DriveCpu>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DriveCpu {
+    pub workload: f64,
+    pub disks: f64,
 }
 
 /// One flowop type of a personality repetition: count, rate and latency of the whole flowop.

@@ -35,6 +35,11 @@ pub struct DiskServer {
 }
 
 impl DiskServer {
+    /// The server's process (host faults act on it), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.lock().unwrap().as_ref().map(|c| c.id())
+    }
+
     /// Start one server for `d` and wait until its device is attached.
     pub fn start(d: &DiskSpec, index: usize) -> Result<DiskServer> {
         let exe = std::env::current_exe().context("cannot find the faultline executable")?;

@@ -181,10 +181,16 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     let (seq0, scheduled) = arm(&built, setup)?;
     let nbd0: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
     let mut mon = start_monitor(&mut r, exp, &built)?;
+    let hosts = start_host_faults(&r, &built)?;
+    let cpu0 = drive_cpu(&built);
     let monitored;
+    let host_records;
+    let drive_cpu_end;
     let (wres, verified) = match &setup.stack {
         StackSpec::Command { .. } => {
             drive_command(&mut r, &built)?;
+            host_records = hosts.map(|h| h.stop()).unwrap_or_default();
+            drive_cpu_end = drive_cpu(&built);
             monitored = stop_monitor(&mut r, mon.take());
             (None, None)
         }
@@ -197,6 +203,8 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
                 w
             };
             let res = drive_workload(&mut r, &mut built, &w, &mut maps, scheduled)?;
+            host_records = hosts.map(|h| h.stop()).unwrap_or_default();
+            drive_cpu_end = drive_cpu(&built);
             // the verifier's reads are not the workload's: they stay out of the figures
             monitored = stop_monitor(&mut r, mon.take());
             let v = verify(&mut r, &mut built, &maps)?;
@@ -205,6 +213,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
         }
     };
     r.notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
+    let drive_cpu_end = rm::DriveCpu { workload: drive_cpu_end.workload - cpu0.workload, disks: drive_cpu_end.disks - cpu0.disks };
     let (faults, rules) = collect(&mut r, &built.disks, &seq0)?;
     let nbd1: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
     let mut notes = r.notes;
@@ -214,7 +223,31 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, out: &Path, label: &str, s
     if let Some(c) = collect::nbd_client(&nbd0, &nbd1) {
         rep.nbd_client = Some(c);
     }
+    for h in host_records.iter().filter(|h| h.error.is_some()) {
+        rep.notes.push(format!("host fault {}: {}", h.description, h.error.as_deref().unwrap_or_default()));
+    }
+    rep.host_faults = host_records;
+    rep.drive_cpu_s = Some(drive_cpu_end);
     Ok(rep)
+}
+
+/// CPU time used so far by this process and by the disk servers.
+fn drive_cpu(built: &Built) -> rm::DriveCpu {
+    let secs = |p: u32| crate::sys::process::cpu_time(p).map_or(0.0, |d| d.as_secs_f64());
+    rm::DriveCpu { workload: secs(std::process::id()), disks: built.disks.iter().filter_map(|d| d.pid()).map(secs).sum() }
+}
+
+/// Start the setup's host faults on its disk servers, windows counted from now (the drive
+/// phase); what this host cannot apply fails the repetition before the workload starts.
+fn start_host_faults(r: &Rep, built: &Built) -> Result<Option<crate::host::Schedule>> {
+    let faults = &r.setup.host_faults;
+    if faults.is_empty() {
+        return Ok(None);
+    }
+    crate::host::check(faults, false)?;
+    let pids: Vec<u32> = built.disks.iter().filter_map(|d| d.pid()).collect();
+    let targets = crate::host::Targets { pids, restart: None };
+    Ok(Some(crate::host::Schedule::start(faults.clone(), targets, Instant::now())?))
 }
 
 /// Start the BPF monitor on the setup's devices for the drive phase. `auto`: where it cannot

@@ -25,6 +25,9 @@ struct RawExperiment {
     repeat: Option<Spanned<u32>>,
     setups: Option<Vec<Spanned<RawSetup>>>,
     monitor: Option<Spanned<RawMonitorValue>>,
+    /// Host faults on the disk servers (docs/host.md), per repetition, windows from the start
+    /// of the workload.
+    host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
 }
 
 /// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
@@ -180,6 +183,8 @@ struct RawSetup {
     repeat: Option<Spanned<u32>>,
     /// Replaces the experiment's `workload:` for this setup (e.g. one personality per setup).
     workload: Option<Spanned<WorkloadYaml>>,
+    /// Replaces the experiment's `host_faults:` for this setup.
+    host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
 }
 
 /// One setup of an experiment, fully validated.
@@ -194,6 +199,8 @@ pub struct Setup {
     pub repeat: u32,
     /// The setup's own `workload:`, replacing the experiment's.
     pub workload: Option<Spanned<WorkloadYaml>>,
+    /// Host faults on the setup's disk servers (docs/host.md).
+    pub host_faults: Vec<super::host::HostFault>,
 }
 
 #[derive(Clone, Debug)]
@@ -277,6 +284,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         Some(s) => stack(s, source)?,
         None => StackSpec::Raw,
     };
+    let base_host_faults = super::host::validate_experiment(raw.host_faults.unwrap_or_default(), source)?;
     let mut setups = Vec::new();
     match raw.setups {
         None => {
@@ -289,6 +297,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 faults,
                 repeat: base_repeat,
                 workload: None,
+                host_faults: base_host_faults,
             });
         }
         Some(list) => {
@@ -315,6 +324,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     Some(r) => repeat(r, source)?,
                     None => base_repeat,
                 };
+                let hf = match s.host_faults {
+                    Some(h) => super::host::validate_experiment(h, source)?,
+                    None => base_host_faults.clone(),
+                };
                 setups.push(Setup {
                     name: s.name,
                     description: s.description.unwrap_or_default(),
@@ -323,6 +336,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     faults: f,
                     repeat: rep,
                     workload: s.workload,
+                    host_faults: hf,
                 });
             }
         }

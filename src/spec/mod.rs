@@ -7,6 +7,7 @@ pub mod disk;
 pub mod experiment;
 pub mod nbd;
 pub mod net;
+pub mod host;
 pub mod rule;
 pub mod rules;
 pub mod stack;

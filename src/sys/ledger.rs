@@ -49,6 +49,8 @@ pub struct Ledger {
     pub netns: Vec<String>,
     /// The control socket of a network relay (`faultline net up`), apart from a disk's.
     pub net_socket: Option<PathBuf>,
+    /// Control groups made for host faults (thawed, emptied and removed before anything else).
+    pub cgroups: Vec<super::cgroup::CgroupRecord>,
 }
 
 pub struct LedgerFile {
@@ -152,6 +154,10 @@ pub fn cleanup() -> Vec<String> {
     let mut done = Vec::new();
     stop_orphans(&mut done);
     let dead: Vec<(PathBuf, Ledger)> = all().into_iter().filter(|(_, l)| !is_alive(l)).collect();
+    // a frozen process (a host fault's freeze) may be the one everything else waits for
+    for (_, l) in &dead {
+        release_cgroups(l, &mut done);
+    }
     // a dead server's FUSE connection may hold a killed process in uninterruptible sleep,
     // and with it every unmount below: abort the connections before anything else
     for (_, l) in &dead {
@@ -208,6 +214,18 @@ fn stop_orphans(log: &mut Vec<String>) {
                 }
             } else {
                 log.push(format!("stopped disk server {} (its run had died)", l.pid));
+            }
+        }
+    }
+}
+
+/// Thaw, empty and remove the control groups of host faults.
+fn release_cgroups(l: &Ledger, log: &mut Vec<String>) {
+    for c in &l.cgroups {
+        if c.path.exists() {
+            match super::cgroup::release(c) {
+                Ok(()) => log.push(format!("removed cgroup {} (its processes back in {})", c.path.display(), c.restore_to.display())),
+                Err(e) => log.push(format!("could not remove cgroup {}: {e:#}", c.path.display())),
             }
         }
     }
@@ -276,7 +294,8 @@ pub fn release_owner(pid: u32, start_time: u64, log: &mut Vec<String>) {
 /// Undo a ledger's devices in safe order (call `release_upper` first): loop devices, FUSE
 /// mounts, then socket and dirs. Returns false if something had to be left (said in `log`).
 pub fn release(l: &Ledger, log: &mut Vec<String>) -> bool {
-    let mut complete = true;
+    release_cgroups(l, log);
+    let mut complete = l.cgroups.iter().all(|c| !c.path.exists());
     for (dev, backing) in &l.loops {
         match loopdev::backing_file(dev) {
             Some(b) if b == *backing => {

@@ -2,6 +2,7 @@
 //! resource ledger and run directory, mounts and mountinfo, loop devices and their sysfs
 //! knobs, processes, the FUSE control file system, and time limits for calls that may hang.
 
+pub mod cgroup;
 pub mod fusectl;
 pub mod ledger;
 pub mod limit;

@@ -14,6 +14,16 @@ fn stat(pid: u32) -> Option<(char, u64)> {
     Some((state, f.nth(18)?.parse().ok()?))
 }
 
+/// CPU time (user + system) a process has used so far, all its threads included.
+pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = s[s.rfind(')')? + 2..].split(' ').collect();
+    // utime and stime: fields 14 and 15, the 12th and 13th after the command
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as u64;
+    Some(std::time::Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / hz)))
+}
+
 pub fn start_time(pid: u32) -> Option<u64> {
     stat(pid).map(|(_, t)| t)
 }
