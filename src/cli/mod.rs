@@ -2,6 +2,6 @@
 //! (`faultline workload` runs a workload and then the verifier). `src/main.rs` parses the
 //! arguments and calls these.
 
-pub mod net;
 pub mod host;
+pub mod net;
 pub mod workload;

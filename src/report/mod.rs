@@ -6,6 +6,7 @@ pub mod collect;
 pub mod csv;
 pub mod html;
 pub mod model;
+pub mod study;
 pub mod svg;
 
 pub use model::*;
@@ -34,6 +35,13 @@ pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
         ("integrity.csv", csv::integrity(&r)),
         ("report.html", html::render(&[html::Run { label: r.name.clone(), results: &r }])),
     ];
+    let studies: Vec<(String, u32, &study::Study)> =
+        r.setups.iter().flat_map(|s| s.repetitions.iter().filter_map(move |rep| rep.study.as_deref().map(|st| (s.name.clone(), rep.index, st)))).collect();
+    let mut files = files.to_vec();
+    if !studies.is_empty() {
+        files.push(("windows.csv", study::windows_csv(&studies)));
+        files.push(("hosts_timeseries.csv", study::hosts_csv(&studies)));
+    }
     for (name, text) in files {
         let p = dir.join(name);
         std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;

@@ -69,6 +69,10 @@ pub struct Repetition {
     /// CPU time (user + system, s) during the drive phase: of the run's own process (the
     /// workload's threads) and of the processes serving its disks.
     pub drive_cpu_s: Option<DriveCpu>,
+    /// Networked experiments (`hosts:`): per-client series, probes, fault windows and their
+    /// figures (docs/results.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub study: Option<Box<super::study::Study>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

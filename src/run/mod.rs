@@ -6,6 +6,7 @@
 //! happens on success, error and Ctrl-C (Drop of every part), and `faultline cleanup` after a crash.
 
 pub mod disks;
+pub mod hosts;
 pub mod schedule;
 
 use crate::report::collect;
@@ -65,7 +66,12 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                 eprintln!("faultline: {label}: {} stack, {} fault(s)", setup.stack.label(), setup.faults.len());
             }
             let t = Instant::now();
-            let r = run_one(exp, setup, rep, &out, &label, &stop, opts.quiet).with_context(|| format!("setup `{}`, repetition {}", setup.name, rep + 1))?;
+            let r = if exp.hosts.is_some() {
+                hosts::run_one(exp, setup, rep, &label, &stop, opts.quiet)
+            } else {
+                run_one(exp, setup, rep, &out, &label, &stop, opts.quiet)
+            }
+            .with_context(|| format!("setup `{}`, repetition {}", setup.name, rep + 1))?;
             if !opts.quiet {
                 let c = r.counts();
                 eprintln!(

@@ -28,6 +28,10 @@ struct RawExperiment {
     /// Host faults on the disk servers (docs/host.md), per repetition, windows from the start
     /// of the workload.
     host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
+    /// Networked experiments (docs/experiment.md, "Hosts"): client and target hosts.
+    hosts: Option<Spanned<super::study::RawHosts>>,
+    /// Network faults between the hosts, windows from the start of the workload.
+    net_faults: Option<Vec<Spanned<super::study::RawNetFault>>>,
 }
 
 /// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
@@ -185,6 +189,8 @@ struct RawSetup {
     workload: Option<Spanned<WorkloadYaml>>,
     /// Replaces the experiment's `host_faults:` for this setup.
     host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
+    /// Replaces the experiment's `net_faults:` for this setup.
+    net_faults: Option<Vec<Spanned<super::study::RawNetFault>>>,
 }
 
 /// One setup of an experiment, fully validated.
@@ -201,6 +207,8 @@ pub struct Setup {
     pub workload: Option<Spanned<WorkloadYaml>>,
     /// Host faults on the setup's disk servers (docs/host.md).
     pub host_faults: Vec<super::host::HostFault>,
+    /// Network faults between the experiment's hosts (docs/experiment.md, "Hosts").
+    pub net_faults: Vec<super::study::NetFaultSpec>,
 }
 
 #[derive(Clone, Debug)]
@@ -212,6 +220,8 @@ pub struct Experiment {
     pub workload: Option<Spanned<WorkloadYaml>>,
     pub setups: Vec<Setup>,
     pub monitor: MonitorSpec,
+    /// `hosts:`: a networked experiment (run::hosts), None for a local one.
+    pub hosts: Option<super::study::StudyHosts>,
 }
 
 impl Experiment {
@@ -285,6 +295,8 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         None => StackSpec::Raw,
     };
     let base_host_faults = super::host::validate_experiment(raw.host_faults.unwrap_or_default(), source)?;
+    let study_hosts = raw.hosts.as_ref().map(|h| super::study::hosts(h, source)).transpose()?;
+    let base_net_faults = super::study::net_faults(raw.net_faults.clone().unwrap_or_default(), study_hosts.as_ref(), source)?;
     let mut setups = Vec::new();
     match raw.setups {
         None => {
@@ -298,6 +310,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 repeat: base_repeat,
                 workload: None,
                 host_faults: base_host_faults,
+                net_faults: base_net_faults,
             });
         }
         Some(list) => {
@@ -328,6 +341,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     Some(h) => super::host::validate_experiment(h, source)?,
                     None => base_host_faults.clone(),
                 };
+                let nf = match s.net_faults {
+                    Some(n) => super::study::net_faults(n, study_hosts.as_ref(), source)?,
+                    None => base_net_faults.clone(),
+                };
                 setups.push(Setup {
                     name: s.name,
                     description: s.description.unwrap_or_default(),
@@ -337,6 +354,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     repeat: rep,
                     workload: s.workload,
                     host_faults: hf,
+                    net_faults: nf,
                 });
             }
         }
@@ -347,7 +365,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
-    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec };
+    for s in &setups {
+        super::study::check_setup(s, study_hosts.as_ref(), source)?;
+    }
+    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec, hosts: study_hosts };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() || s.workload.is_some() {

@@ -5,11 +5,12 @@
 
 pub mod disk;
 pub mod experiment;
+pub mod host;
 pub mod nbd;
 pub mod net;
-pub mod host;
 pub mod rule;
 pub mod rules;
 pub mod stack;
+pub mod study;
 pub mod units;
 pub mod workload;
