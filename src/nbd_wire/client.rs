@@ -427,6 +427,7 @@ impl Client {
     }
 
     /// One attempt: send, wait for the reply until `deadline`.
+    #[allow(clippy::too_many_arguments)]
     fn attempt(&self, slot: usize, cmd: u16, flags: u16, off: u64, len: u64, data: Option<&[u8]>, read: Option<&mut [u8]>) -> Result<(), Fail> {
         let c = self.conn(slot).map_err(Fail::Lost)?;
         let cookie = self.cookie.fetch_add(1, Relaxed);

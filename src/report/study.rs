@@ -25,6 +25,9 @@ pub struct Study {
     pub window_stats: Vec<WindowStats>,
     /// The relay's per-link counters at the end (packets, dropped, delayed, ...).
     pub links: serde_json::Value,
+    /// How long after the faults' clock started (network rules set, disk clock reset, host
+    /// faults scheduled) the first client's workload started; the series count from the latter.
+    pub start_lag_s: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -297,6 +300,74 @@ pub fn hosts_csv(rows: &[(String, u32, &Study)]) -> String {
         }
     }
     s
+}
+
+/// The report's section for a networked setup: per repetition, each client's throughput over
+/// time with every fault window shaded, and the per-window table.
+pub fn html(reps: &[super::model::Repetition]) -> String {
+    use super::html::esc;
+    use super::svg::{Band, LineChart, PALETTE, Series};
+    let mut h = String::new();
+    let color = |k: &str| match k {
+        "net" => "#0072B2",
+        "disk" => "#D55E00",
+        _ => "#009E73",
+    };
+    for r in reps {
+        let Some(st) = r.study.as_deref() else { continue };
+        let chart = LineChart {
+            title: format!("Throughput over time, repetition {} (shaded: fault windows; blue network, orange disk, green host)", r.index),
+            x_label: "seconds from the workload's start".into(),
+            y_label: "MiB/s".into(),
+            series: st
+                .clients
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Series {
+                    name: c.host.clone(),
+                    color: PALETTE[i % PALETTE.len()].into(),
+                    dashed: false,
+                    points: c.points.iter().map(|p| (p.t_s, p.mib_s)).collect(),
+                })
+                .collect(),
+            markers: vec![],
+            width: 860.0,
+            height: 300.0,
+        };
+        let bands: Vec<Band> = st
+            .windows
+            .iter()
+            .map(|w| Band { from: w.from_s, to: w.to_s, title: format!("{}: {}", w.kind, w.description), color: color(&w.kind).into() })
+            .collect();
+        h.push_str(&chart.render_with_bands(&bands));
+        h.push_str("<h3>Fault windows</h3><table><tr><th>Rep</th><th class=\"l\">Window</th><th>From..to (s)</th><th>Client</th><th>Before MiB/s</th><th>During MiB/s</th><th>Ratio</th><th>Mean µs</th><th>p99 µs</th><th>Errors</th><th>Retries</th><th>Timeouts</th><th>Recovery (s)</th><th>Ops lost</th></tr>\n");
+        let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
+        for ws in &st.window_stats {
+            let w = &st.windows[ws.window];
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{} {}</td><td>{:.1}..{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                r.index,
+                esc(&w.kind),
+                esc(&w.description),
+                w.from_s,
+                w.to_s.map_or("end".into(), |t| format!("{t:.1}")),
+                esc(&ws.client),
+                f(ws.before_mib_s, 2),
+                f(ws.during_mib_s, 2),
+                f(ws.ratio, 3),
+                f(ws.mean_us, 0),
+                f(ws.p99_us, 0),
+                ws.errors,
+                ws.retries,
+                ws.timeouts,
+                f(ws.recovery_s, 1),
+                f(ws.ops_lost, 0)
+            );
+        }
+        h.push_str("</table>\n");
+    }
+    h
 }
 
 #[cfg(test)]

@@ -96,7 +96,8 @@ impl DiskServer {
             conn: Mutex::new(None),
             socket,
         };
-        if !line.starts_with("/dev/") && !(place.is_some() && line.starts_with("nbd://")) {
+        let nbd_only = place.is_some() && line.starts_with("nbd://");
+        if !line.starts_with("/dev/") && !nbd_only {
             let status = me.child.lock().unwrap().take().map(|mut c| c.wait());
             match status {
                 Some(Ok(s)) => {

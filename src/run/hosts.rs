@@ -413,6 +413,7 @@ fn drive(
         ));
     }
     let prober = Prober { hosts: probe_hosts, net: net.clone(), disk: disk.cloned(), t0, interval: hosts.interval };
+    let first_progress = prober.hosts.iter().find_map(|h| h.client.as_ref().map(|c| c.1.clone()));
     let progresses: Vec<Arc<Progress>> = prober.hosts.iter().filter_map(|h| h.client.as_ref().map(|c| c.1.clone())).collect();
     let pdone = done.clone();
     let probe_thread = std::thread::spawn(move || prober.run(pdone));
@@ -485,6 +486,7 @@ fn drive(
         windows: windows(setup, hosts),
         window_stats: vec![],
         links,
+        start_lag_s: first_progress.and_then(|p| p.start.get().map(|s| s.saturating_duration_since(t0).as_secs_f64())).unwrap_or(0.0),
     };
     study.analyse();
     // the repetition's own figures are the first client's (all clients are in `study`)

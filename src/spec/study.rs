@@ -303,3 +303,59 @@ impl super::experiment::Experiment {
         super::workload::resolve(&w.value, &self.source, None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::experiment::parse_experiment;
+    use super::*;
+
+    const BASE: &str = "name: t\nhosts: {clients: [client, client-2], nbd: {timeout: 1s, retries: 2}}\nworkload: {block_size: 8KiB, duration: 5s}\n";
+
+    #[test]
+    fn hosts_and_net_faults_parse() {
+        let e = parse_experiment(
+            &format!("{BASE}net_faults:\n  - {{from: client, to: target, both: true, delay: 1ms, loss: 0.1%, window: {{from: 10s, to: 20s}}}}\n"),
+            "e.yaml",
+        )
+        .unwrap();
+        let h = e.hosts.as_ref().unwrap();
+        assert_eq!(h.names(), ["target", "client", "client-2"]);
+        assert_eq!(h.nbd_query, "timeout=1s&retries=2");
+        let r = &e.setups[0].net_faults[0].rule;
+        assert_eq!(r.fault.delay, Some(DelayDist::Fixed(Duration::from_millis(1))));
+        assert_eq!(r.fault.loss, Some(Loss::Random { probability: 0.001 }));
+        assert_eq!(r.window, Some(Window { from: Duration::from_secs(10), to: Some(Duration::from_secs(20)) }));
+        assert!(r.both && r.covers("target", "client"));
+        let w = e.workload_for_client(&e.setups[0], "nbd://10.77.0.1:10809/").unwrap();
+        assert!(matches!(w.interface, crate::spec::workload::Interface::Nbd { .. }));
+    }
+
+    #[test]
+    fn bad_input_names_the_place_and_what_is_allowed() {
+        let err = parse_experiment(&format!("{BASE}net_faults:\n  - {{from: clint, delay: 1ms}}\n"), "e.yaml").unwrap_err();
+        assert!(err.starts_with("e.yaml:5:") && err.contains("unknown host `clint`") && err.contains("target, client, client-2"), "{err}");
+        let err = parse_experiment("name: t\nworkload: {duration: 1s}\nnet_faults:\n  - {delay: 1ms}\n", "e.yaml").unwrap_err();
+        assert!(err.contains("needs `hosts:`"), "{err}");
+        let err = parse_experiment(&format!("{BASE}host_faults:\n  - {{type: cpu, share: 50%, host: client}}\n"), "e.yaml").unwrap_err();
+        assert!(err.contains("allowed: host: target"), "{err}");
+        let err = parse_experiment(&format!("{BASE}stack: ext4\n"), "e.yaml").unwrap_err();
+        assert!(err.contains("leave `stack` out"), "{err}");
+        let err = parse_experiment("name: t\nhosts: {target: nbdkit}\nworkload: {duration: 1s}\n", "e.yaml").unwrap_err();
+        assert!(err.starts_with("e.yaml:2:") && err.contains("allowed: faultline"), "{err}");
+    }
+
+    #[test]
+    fn the_published_disk_faults_are_one_line_each() {
+        let e = parse_experiment(
+            &format!(
+                "{BASE}faults:\n  - {{type: error, op: any, probability: 50%, window: {{from: 2m, to: 3m}}}}\n  - {{type: error, op: read, errno: EIO, target: {{offset: 0, length: 64MiB}}, window: {{from: 2m}}}}\n"
+            ),
+            "e.yaml",
+        )
+        .unwrap();
+        let f = &e.setups[0].faults;
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].rule.window, Some(Window { from: Duration::from_secs(120), to: Some(Duration::from_secs(180)) }));
+        assert_eq!(f[1].rule.window, Some(Window { from: Duration::from_secs(120), to: None }));
+    }
+}
