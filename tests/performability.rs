@@ -206,3 +206,44 @@ fn kill9_of_the_run_then_cleanup_leaves_nothing() {
         assert!(!Path::new(&format!("/proc/{p}")).exists(), "target server {p} survived kill -9 + cleanup");
     }
 }
+
+#[test]
+fn ctrl_c_tears_everything_down() {
+    if !need_net() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        "name: c\nhosts: {clients: [client, client-2]}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(common::bin())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("-q")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t = Instant::now();
+    while namespaces_of(pid).len() < 3 && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(namespaces_of(pid).len(), 3, "the run never built its three hosts");
+    std::thread::sleep(Duration::from_secs(1));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(60), "the run did not end after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(namespaces_of(pid).is_empty(), "namespaces left after Ctrl-C: {:?}", namespaces_of(pid));
+}
