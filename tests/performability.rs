@@ -247,3 +247,49 @@ fn ctrl_c_tears_everything_down() {
     assert!(err.contains("interrupted"), "{err}");
     assert!(namespaces_of(pid).is_empty(), "namespaces left after Ctrl-C: {:?}", namespaces_of(pid));
 }
+
+#[test]
+fn two_clients_against_an_nbdkit_target() {
+    if !need_net() {
+        return;
+    }
+    if !which("nbdkit") {
+        common::skip("", "needs nbdkit");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        r#"name: n
+hosts: {clients: [client, client-2], target: {command: "nbdkit -f -p $FAULTLINE_PORT memory 64M"}, interval: 500ms}
+monitor: off
+workload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 3s}
+net_faults:
+  - {from: client-2, to: target, both: true, delay: 2ms}
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let child =
+        Command::new(common::bin()).arg("run").arg(&file).arg("--out").arg(&out).arg("-q").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let st = study(&r, "n");
+    assert_eq!(st["hosts"].as_array().unwrap().len(), 3);
+    let clients = st["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 2);
+    let mean = |c: &Value| {
+        let p = c["points"].as_array().unwrap();
+        p.iter().map(|x| f(&x["mean_us"])).sum::<f64>() / p.len() as f64
+    };
+    for c in clients {
+        assert!(f(&c["mib_s"]) > 0.0, "client {} read nothing", c["host"]);
+    }
+    // only client-2's link is delayed (2 ms each way): its requests take at least 4 ms
+    let (c1, c2) = (clients.iter().find(|c| c["host"] == "client").unwrap(), clients.iter().find(|c| c["host"] == "client-2").unwrap());
+    assert!(mean(c2) >= 4000.0 && mean(c1) < mean(c2), "client {} µs, client-2 {} µs", mean(c1), mean(c2));
+}
