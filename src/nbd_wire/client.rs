@@ -272,7 +272,8 @@ pub struct Client {
     slots: Vec<Mutex<Option<Arc<Conn>>>>,
     next_slot: AtomicUsize,
     cookie: AtomicU64,
-    pub counters: Counters,
+    /// Shared: a caller may sample them while the client works (`workload::Progress::nbd`).
+    pub counters: Arc<Counters>,
 }
 
 fn proto_err(msg: String) -> io::Error {
@@ -402,7 +403,7 @@ impl Client {
         let n = if export.flags & p::FLAG_CAN_MULTI_CONN != 0 { target.policy.connections.max(1) } else { 1 };
         let slots: Vec<_> = (0..n).map(|_| Mutex::new(None)).collect();
         *slots[0].lock().unwrap() = Some(conn);
-        Ok(Client { target: target.clone(), export, slots, next_slot: AtomicUsize::new(0), cookie: AtomicU64::new(1), counters: Counters::default() })
+        Ok(Client { target: target.clone(), export, slots, next_slot: AtomicUsize::new(0), cookie: AtomicU64::new(1), counters: Arc::default() })
     }
 
     fn open(target: &NbdTarget) -> io::Result<(Arc<Conn>, Export)> {

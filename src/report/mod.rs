@@ -8,6 +8,7 @@ pub mod html;
 pub mod html_slowdown;
 pub mod model;
 pub mod slowdown;
+pub mod study;
 pub mod svg;
 
 pub use model::*;
@@ -40,6 +41,12 @@ pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
     let mut files = files.to_vec();
     if r.setups.iter().any(|s| !s.baseline.is_empty()) {
         files.push(("slowdown.csv", csv::slowdown(&r)));
+    }
+    let studies: Vec<(String, u32, &study::Study)> =
+        r.setups.iter().flat_map(|s| s.repetitions.iter().filter_map(move |rep| rep.study.as_deref().map(|st| (s.name.clone(), rep.index, st)))).collect();
+    if !studies.is_empty() {
+        files.push(("windows.csv", study::windows_csv(&studies)));
+        files.push(("hosts_timeseries.csv", study::hosts_csv(&studies)));
     }
     for (name, text) in files {
         let p = dir.join(name);

@@ -84,6 +84,10 @@ pub struct Repetition {
     pub sequence: u32,
     /// A baseline run: the setup with no fault armed.
     pub baseline: bool,
+    /// Networked experiments (`hosts:`): per-client series, probes, fault windows and their
+    /// figures (docs/results.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub study: Option<Box<super::study::Study>>,
 }
 
 /// One disk's latency-model figures in a repetition.

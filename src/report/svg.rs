@@ -539,6 +539,40 @@ impl ScatterChart {
     }
 }
 
+/// A shaded time band on a line chart (a fault window), `to: None` = to the right edge.
+pub struct Band {
+    pub from: f64,
+    pub to: Option<f64>,
+    pub title: String,
+    pub color: String,
+}
+
+impl LineChart {
+    /// The chart with `bands` shaded behind its lines (hover text: their titles).
+    pub fn render_with_bands(&self, bands: &[Band]) -> String {
+        let (xs, ys, _, _) = self.scales();
+        let mut rects = String::new();
+        for b in bands {
+            let x0 = xs.px(b.from.max(xs.d0));
+            let x1 = xs.px(b.to.unwrap_or(xs.d1).min(xs.d1));
+            let _ = write!(
+                rects,
+                r#"<rect class="fault-window" x="{x0:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}" fill-opacity="0.18"><title>{}</title></rect>"#,
+                ys.p1,
+                (x1 - x0).max(1.0),
+                ys.p0 - ys.p1,
+                esc(&b.color),
+                esc(&b.title)
+            );
+        }
+        let s = self.render();
+        match s.find(r#"<polyline class="series""#) {
+            Some(i) => format!("{}{rects}{}", &s[..i], &s[i..]),
+            None => s.replacen("</svg>", &format!("{rects}</svg>"), 1),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,11 +42,28 @@ impl DiskServer {
 
     /// Start one server for `d` and wait until its device is attached.
     pub fn start(d: &DiskSpec, index: usize) -> Result<DiskServer> {
+        DiskServer::start_in(d, index, None)
+    }
+
+    /// Start the server inside a network namespace, serving over NBD only (`--nbd ADDR
+    /// --no-loop`): `place` = (namespace, tcp://ADDR:PORT). `device` is then the export's URI.
+    pub fn start_in(d: &DiskSpec, index: usize, place: Option<(&str, &str)>) -> Result<DiskServer> {
         let exe = std::env::current_exe().context("cannot find the faultline executable")?;
         let socket = crate::sys::ledger::run_dir().join(format!("run-{}-disk{index}.sock", std::process::id()));
-        let mut c = Command::new(exe);
-        c.arg("serve")
-            .arg(format!("--size={}", d.size()))
+        let mut c = match place {
+            // `ip netns exec` execs the server: the child's pid is the server's
+            Some((ns, _)) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
+        c.arg("serve");
+        if let Some((_, addr)) = place {
+            c.arg(format!("--nbd={addr}")).arg("--no-loop");
+        }
+        c.arg(format!("--size={}", d.size()))
             .arg(format!("--block-size={}", d.disk.block_size))
             .arg(format!("--store={}", d.disk.store))
             .arg(format!("--busy-poll={}us", d.front.busy_poll.as_micros()))
@@ -82,7 +99,8 @@ impl DiskServer {
             conn: Mutex::new(None),
             socket,
         };
-        if !line.starts_with("/dev/") {
+        let nbd_only = place.is_some() && line.starts_with("nbd://");
+        if !line.starts_with("/dev/") && !nbd_only {
             let status = me.child.lock().unwrap().take().map(|mut c| c.wait());
             match status {
                 Some(Ok(s)) => {

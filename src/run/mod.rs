@@ -8,6 +8,7 @@
 //! repetition is first run with no fault armed, then with the setup's faults.
 
 pub mod disks;
+pub mod hosts;
 pub mod schedule;
 
 use crate::report::collect;
@@ -73,7 +74,7 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                 }
                 let unarmed;
                 let (s, kind) = if baseline {
-                    unarmed = Setup { faults: Vec::new(), ..setup.clone() };
+                    unarmed = Setup { faults: Vec::new(), host_faults: Vec::new(), net_faults: Vec::new(), ..setup.clone() };
                     (&unarmed, " baseline")
                 } else {
                     (setup, "")
@@ -83,8 +84,12 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                     eprintln!("faultline: {label}: {} stack, {} fault(s)", s.stack.label(), s.faults.len());
                 }
                 let t = Instant::now();
-                let mut r = run_one(exp, s, rep, baseline, &out, &label, &stop, opts.quiet)
-                    .with_context(|| format!("setup `{}`, repetition {}{kind}", setup.name, rep + 1))?;
+                let r = if exp.hosts.is_some() {
+                    hosts::run_one(exp, s, rep, &label, &stop, opts.quiet)
+                } else {
+                    run_one(exp, s, rep, baseline, &out, &label, &stop, opts.quiet)
+                };
+                let mut r = r.with_context(|| format!("setup `{}`, repetition {}{kind}", setup.name, rep + 1))?;
                 r.sequence = n;
                 r.baseline = baseline;
                 if !opts.quiet {

@@ -36,6 +36,10 @@ struct RawExperiment {
     baseline: Option<Spanned<bool>>,
     /// A cross product of partial setups instead of `setups:` (docs/experiment.md).
     matrix: Option<Spanned<RawMatrix>>,
+    /// Networked experiments (docs/experiment.md, "Hosts"): client and target hosts.
+    hosts: Option<Spanned<super::study::RawHosts>>,
+    /// Network faults between the hosts, windows from the start of the workload.
+    net_faults: Option<Vec<Spanned<super::study::RawNetFault>>>,
 }
 
 /// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
@@ -251,6 +255,8 @@ struct RawSetup {
     workload: Option<Spanned<WorkloadYaml>>,
     /// Replaces the experiment's `host_faults:` for this setup.
     host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
+    /// Replaces the experiment's `net_faults:` for this setup.
+    net_faults: Option<Vec<Spanned<super::study::RawNetFault>>>,
 }
 
 /// One setup of an experiment, fully validated.
@@ -269,6 +275,8 @@ pub struct Setup {
     pub host_faults: Vec<super::host::HostFault>,
     /// Setups made by `matrix:`: (axis, entry name) for each axis, in the file's order.
     pub axes: Vec<(String, String)>,
+    /// Network faults between the experiment's hosts (docs/experiment.md, "Hosts").
+    pub net_faults: Vec<super::study::NetFaultSpec>,
 }
 
 #[derive(Clone, Debug)]
@@ -282,6 +290,8 @@ pub struct Experiment {
     pub monitor: MonitorSpec,
     /// `baseline: true`: every repetition runs twice, without then with the faults.
     pub baseline: bool,
+    /// `hosts:`: a networked experiment (run::hosts), None for a local one.
+    pub hosts: Option<super::study::StudyHosts>,
 }
 
 impl Experiment {
@@ -355,12 +365,21 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         None => StackSpec::Raw,
     };
     let base_host_faults = super::host::validate_experiment(raw.host_faults.unwrap_or_default(), source)?;
+    let study_hosts = raw.hosts.as_ref().map(|h| super::study::hosts(h, source)).transpose()?;
+    let base_net_faults = super::study::net_faults(raw.net_faults.clone().unwrap_or_default(), study_hosts.as_ref(), source)?;
     let mut setups = Vec::new();
     if let Some(m) = &raw.matrix {
         if raw.setups.is_some() {
             return Err(format!("{source}:{}: give `setups` (a list) or `matrix` (a cross product), not both", loc(m)));
         }
-        let base = MatrixBase { disk: &base_disk, stack: raw.stack.as_ref(), faults: raw.faults.as_ref(), repeat: base_repeat, host_faults: &base_host_faults };
+        let base = MatrixBase {
+            disk: &base_disk,
+            stack: raw.stack.as_ref(),
+            faults: raw.faults.as_ref(),
+            repeat: base_repeat,
+            host_faults: &base_host_faults,
+            net_faults: &base_net_faults,
+        };
         setups = expand_matrix(m, &base, source)?;
     }
     match raw.setups {
@@ -377,6 +396,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 workload: None,
                 host_faults: base_host_faults,
                 axes: Vec::new(),
+                net_faults: base_net_faults,
             });
         }
         Some(list) => {
@@ -407,6 +427,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     Some(h) => super::host::validate_experiment(h, source)?,
                     None => base_host_faults.clone(),
                 };
+                let nf = match s.net_faults {
+                    Some(n) => super::study::net_faults(n, study_hosts.as_ref(), source)?,
+                    None => base_net_faults.clone(),
+                };
                 setups.push(Setup {
                     name: s.name,
                     description: s.description.unwrap_or_default(),
@@ -417,6 +441,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     workload: s.workload,
                     host_faults: hf,
                     axes: Vec::new(),
+                    net_faults: nf,
                 });
             }
         }
@@ -434,7 +459,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             raw.baseline.as_ref().map(loc).unwrap_or_default()
         ));
     }
-    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec, baseline };
+    for s in &setups {
+        super::study::check_setup(s, study_hosts.as_ref(), source)?;
+    }
+    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec, baseline, hosts: study_hosts };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() || s.workload.is_some() {

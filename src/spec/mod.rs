@@ -12,5 +12,6 @@ pub mod net;
 pub mod rule;
 pub mod rules;
 pub mod stack;
+pub mod study;
 pub mod units;
 pub mod workload;

@@ -94,6 +94,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                 let len = total * (t + 1) / w.threads as u64 - first;
                 plans.push((vec![], Region::Device { first }, len));
             }
+            let _ = progress.nbd.set(c.counters.clone());
             nbd = Some(c);
         }
         Interface::Block { device } => {

@@ -61,6 +61,8 @@ pub struct Progress {
     pub start: OnceLock<Instant>,
     /// Set by the caller to end the run early (e.g. Ctrl-C); in-flight I/Os complete.
     pub stop: AtomicBool,
+    /// `interface: nbd`: the client's counters, for sampling while the workload runs.
+    pub nbd: OnceLock<std::sync::Arc<crate::nbd_wire::client::Counters>>,
 }
 
 impl Progress {

@@ -47,6 +47,7 @@ pub(super) struct MatrixBase<'a> {
     pub faults: Option<&'a Vec<Spanned<RawRule>>>,
     pub repeat: u32,
     pub host_faults: &'a [crate::spec::host::HostFault],
+    pub net_faults: &'a [crate::spec::study::NetFaultSpec],
 }
 
 pub(super) fn expand_matrix(m: &Spanned<RawMatrix>, base: &MatrixBase, source: &str) -> Result<Vec<Setup>, String> {
@@ -155,6 +156,7 @@ fn combine(combo: &[(&str, &Spanned<RawSetup>)], base: &MatrixBase, source: &str
         repeat: rep,
         workload,
         host_faults: base.host_faults.to_vec(),
+        net_faults: base.net_faults.to_vec(),
         axes: combo.iter().map(|(a, e)| (a.to_string(), e.value.name.clone())).collect(),
     })
 }

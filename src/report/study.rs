@@ -1,0 +1,422 @@
+//! Networked experiments' results (docs/results.md, "Hosts and fault windows"): per client
+//! host its throughput/latency series, per host the probers' samples, every fault window
+//! (network, disk, host), and per window and client the performability figures: throughput
+//! during vs before, latency, errors and retries, time to recover, work lost.
+
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+
+/// Throughput counts as recovered once it is within this fraction of its level before.
+pub const RECOVERED_WITHIN: f64 = 0.10;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Study {
+    pub hosts: Vec<StudyHost>,
+    /// Probe interval, s.
+    pub interval_s: f64,
+    /// Where the CPU figures come from (see docs/results.md).
+    pub cpu_source: String,
+    pub clients: Vec<ClientSeries>,
+    /// Every host's samples, every interval, in time order.
+    pub probes: Vec<Probe>,
+    pub windows: Vec<FaultWindow>,
+    /// Per window and client.
+    pub window_stats: Vec<WindowStats>,
+    /// The relay's per-link counters at the end (packets, dropped, delayed, ...).
+    pub links: serde_json::Value,
+    /// How long after the faults' clock started (network rules set, disk clock reset, host
+    /// faults scheduled) the first client's workload started; the series count from the latter.
+    pub start_lag_s: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StudyHost {
+    pub name: String,
+    /// client | target
+    pub role: String,
+    pub address: String,
+    pub namespace: String,
+}
+
+/// One interval of one client's workload (ends at `t_s`, seconds from the workload's start).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClientPoint {
+    pub t_s: f64,
+    pub iops: f64,
+    pub mib_s: f64,
+    pub mean_us: f64,
+    pub p99_us: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClientSeries {
+    pub host: String,
+    pub seconds: f64,
+    pub mib_s: f64,
+    pub ops: u64,
+    pub failed_ios: u64,
+    pub io_errors: std::collections::BTreeMap<String, u64>,
+    pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
+    pub points: Vec<ClientPoint>,
+}
+
+/// One host's sample at `t_s` (seconds from the workload's start); counters are deltas over
+/// the interval ending then.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Probe {
+    pub t_s: f64,
+    pub host: String,
+    /// CPU of the host's processes, % of one CPU (user, system).
+    pub cpu_user_pct: f64,
+    pub cpu_system_pct: f64,
+    /// The machine's CPU (/proc/stat), % of all CPUs: namespaces share the machine's CPUs.
+    pub machine_user_pct: f64,
+    pub machine_system_pct: f64,
+    pub machine_steal_pct: f64,
+    pub rss_mib: f64,
+    pub mem_available_mib: f64,
+    /// The host's link (fl0, from its namespace's /proc/net/dev).
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    pub rx_dropped: u64,
+    pub tx_dropped: u64,
+    /// TCP segments retransmitted by the host (its namespace's /proc/net/snmp).
+    pub tcp_retrans: u64,
+    /// Packets the relay dropped on links into this host.
+    pub relay_dropped: u64,
+    /// Target: requests its disk server answered.
+    pub requests: u64,
+    /// Client: its workload's completed and failed I/Os, and its NBD client's retries and
+    /// timed-out requests.
+    pub ops: u64,
+    pub errors: u64,
+    pub retries: u64,
+    pub timeouts: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FaultWindow {
+    /// net | disk | host
+    pub kind: String,
+    pub description: String,
+    /// Seconds from the workload's start; `to_s: None`: sticky until the end.
+    pub from_s: f64,
+    pub to_s: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WindowStats {
+    pub window: usize,
+    pub client: String,
+    /// Mean throughput (MiB/s) over the intervals before the window (as long as the window, at
+    /// most) and over the intervals inside it; ratio = during / before.
+    pub before_mib_s: Option<f64>,
+    pub during_mib_s: Option<f64>,
+    pub ratio: Option<f64>,
+    /// Mean of the intervals' mean latency and the largest interval p99 inside the window.
+    pub mean_us: Option<f64>,
+    pub p99_us: Option<f64>,
+    pub errors: u64,
+    pub retries: u64,
+    pub timeouts: u64,
+    /// Time from the window's end until the first interval whose throughput is back within
+    /// 10% of `before` (None: sticky, no before level, or never within the run).
+    pub recovery_s: Option<f64>,
+    /// Ops done below the before level during window and recovery (before rate x time - ops).
+    pub ops_lost: Option<f64>,
+}
+
+/// Interval i covers (t_s[i-1], t_s[i]]; the first starts at 0.
+fn spans(p: &[ClientPoint]) -> Vec<(f64, f64)> {
+    let mut prev = 0.0;
+    p.iter()
+        .map(|x| {
+            let s = (prev, x.t_s);
+            prev = x.t_s;
+            s
+        })
+        .collect()
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> Option<f64> {
+    let (n, s) = v.fold((0usize, 0.0), |(n, s), x| (n + 1, s + x));
+    (n > 0).then(|| s / n as f64)
+}
+
+/// Time to recover: from `end` to the start of the first interval lying wholly after `end`
+/// whose throughput is within 10% of `before`. None when no interval after `end` gets there.
+pub fn recovery_time(points: &[ClientPoint], end: f64, before: f64) -> Option<f64> {
+    spans(points)
+        .into_iter()
+        .zip(points)
+        .find(|((s, _), p)| *s >= end - 1e-9 && p.mib_s >= before * (1.0 - RECOVERED_WITHIN))
+        .map(|((s, _), _)| (s - end).max(0.0))
+}
+
+/// The figures of window `w` (index `index`) for one client; `probes` are that client's.
+pub fn window_stats(index: usize, w: &FaultWindow, c: &ClientSeries, probes: &[&Probe]) -> WindowStats {
+    let sp = spans(&c.points);
+    let end = w.to_s.unwrap_or(f64::INFINITY);
+    let len = (end.min(c.seconds) - w.from_s).max(0.0);
+    // before: whole intervals inside [from - len, from), not the first (start-up)
+    let before_from = (w.from_s - len.max(1.0)).max(0.0);
+    let before: Vec<&ClientPoint> =
+        sp.iter().zip(&c.points).skip(1).filter(|((s, e), _)| *s >= before_from - 1e-9 && *e <= w.from_s + 1e-9).map(|(_, p)| p).collect();
+    // during: intervals that lie mostly inside the window
+    let during: Vec<&ClientPoint> = sp.iter().zip(&c.points).filter(|((s, e), _)| (s + e) / 2.0 >= w.from_s && (s + e) / 2.0 < end).map(|(_, p)| p).collect();
+    let before_mib_s = mean(before.iter().map(|p| p.mib_s));
+    let during_mib_s = mean(during.iter().map(|p| p.mib_s));
+    let ratio = match (before_mib_s, during_mib_s) {
+        (Some(b), Some(d)) if b > 0.0 => Some(d / b),
+        _ => None,
+    };
+    let in_window = |t: f64| t > w.from_s && t <= end + 1e-9;
+    let sum = |f: fn(&Probe) -> u64| probes.iter().filter(|p| in_window(p.t_s)).map(|p| f(p)).sum::<u64>();
+    let recovery_s = match (w.to_s, before_mib_s) {
+        (Some(to), Some(b)) if b > 0.0 => recovery_time(&c.points, to, b),
+        _ => None,
+    };
+    // work lost: the before rate kept up over window + recovery, minus the ops done then
+    let ops_lost = before_mib_s.filter(|b| *b > 0.0).and_then(|_| {
+        let stop = w.to_s.map(|t| t + recovery_s.unwrap_or(0.0)).unwrap_or(c.seconds);
+        let before_iops = mean(before.iter().map(|p| p.iops))?;
+        let done: f64 = sp.iter().zip(&c.points).filter(|((s, e), _)| *s >= w.from_s - 1e-9 && *e <= stop + 1e-9).map(|((s, e), p)| p.iops * (e - s)).sum();
+        Some((before_iops * (stop - w.from_s) - done).max(0.0))
+    });
+    WindowStats {
+        window: index,
+        client: c.host.clone(),
+        before_mib_s,
+        during_mib_s,
+        ratio,
+        mean_us: mean(during.iter().map(|p| p.mean_us)),
+        p99_us: during.iter().map(|p| p.p99_us).fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x)))),
+        errors: sum(|p| p.errors),
+        retries: sum(|p| p.retries),
+        timeouts: sum(|p| p.timeouts),
+        recovery_s,
+        ops_lost,
+    }
+}
+
+impl Study {
+    /// Compute `window_stats` for every window and client.
+    pub fn analyse(&mut self) {
+        let mut out = Vec::new();
+        for (i, w) in self.windows.iter().enumerate() {
+            for c in &self.clients {
+                let probes: Vec<&Probe> = self.probes.iter().filter(|p| p.host == c.host).collect();
+                out.push(window_stats(i, w, c, &probes));
+            }
+        }
+        self.window_stats = out;
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or(String::new(), |x| format!("{x:.3}"))
+}
+
+/// windows.csv: one row per setup, repetition, window and client.
+pub fn windows_csv(rows: &[(String, u32, &Study)]) -> String {
+    let mut s = String::from(
+        "setup,rep,window,kind,description,from_s,to_s,client,before_mib_s,during_mib_s,ratio,mean_us,p99_us,errors,retries,timeouts,recovery_s,ops_lost\n",
+    );
+    for (setup, rep, st) in rows {
+        for ws in &st.window_stats {
+            let w = &st.windows[ws.window];
+            let _ = writeln!(
+                s,
+                "{setup},{rep},{},{},\"{}\",{:.3},{},{},{},{},{},{},{},{},{},{},{},{}",
+                ws.window,
+                w.kind,
+                w.description.replace('"', "'"),
+                w.from_s,
+                opt(w.to_s),
+                ws.client,
+                opt(ws.before_mib_s),
+                opt(ws.during_mib_s),
+                opt(ws.ratio),
+                opt(ws.mean_us),
+                opt(ws.p99_us),
+                ws.errors,
+                ws.retries,
+                ws.timeouts,
+                opt(ws.recovery_s),
+                opt(ws.ops_lost)
+            );
+        }
+    }
+    s
+}
+
+/// hosts_timeseries.csv: every probe of every host, with the client's throughput where the
+/// host is a client (the workload interval ending nearest the probe).
+pub fn hosts_csv(rows: &[(String, u32, &Study)]) -> String {
+    let mut s = String::from(
+        "setup,rep,t_s,host,mib_s,iops,mean_us,p99_us,ops,errors,retries,timeouts,requests,cpu_user_pct,cpu_system_pct,machine_user_pct,machine_system_pct,machine_steal_pct,rss_mib,mem_available_mib,rx_packets,tx_packets,rx_dropped,tx_dropped,tcp_retrans,relay_dropped\n",
+    );
+    for (setup, rep, st) in rows {
+        for p in &st.probes {
+            let point = st
+                .clients
+                .iter()
+                .find(|c| c.host == p.host)
+                .and_then(|c| c.points.iter().min_by(|a, b| (a.t_s - p.t_s).abs().total_cmp(&(b.t_s - p.t_s).abs())));
+            let (m, i, mu, p99) = point.map_or((String::new(), String::new(), String::new(), String::new()), |c| {
+                (format!("{:.3}", c.mib_s), format!("{:.1}", c.iops), format!("{:.1}", c.mean_us), format!("{:.1}", c.p99_us))
+            });
+            let _ = writeln!(
+                s,
+                "{setup},{rep},{:.3},{},{m},{i},{mu},{p99},{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{}",
+                p.t_s,
+                p.host,
+                p.ops,
+                p.errors,
+                p.retries,
+                p.timeouts,
+                p.requests,
+                p.cpu_user_pct,
+                p.cpu_system_pct,
+                p.machine_user_pct,
+                p.machine_system_pct,
+                p.machine_steal_pct,
+                p.rss_mib,
+                p.mem_available_mib,
+                p.rx_packets,
+                p.tx_packets,
+                p.rx_dropped,
+                p.tx_dropped,
+                p.tcp_retrans,
+                p.relay_dropped
+            );
+        }
+    }
+    s
+}
+
+/// The report's section for a networked setup: per repetition, each client's throughput over
+/// time with every fault window shaded, and the per-window table.
+pub fn html(reps: &[super::model::Repetition]) -> String {
+    use super::html::esc;
+    use super::svg::{Band, LineChart, PALETTE, Series};
+    let mut h = String::new();
+    let color = |k: &str| match k {
+        "net" => "#0072B2",
+        "disk" => "#D55E00",
+        _ => "#009E73",
+    };
+    for r in reps {
+        let Some(st) = r.study.as_deref() else { continue };
+        let chart = LineChart {
+            title: format!("Throughput over time, repetition {} (shaded: fault windows; blue network, orange disk, green host)", r.index),
+            x_label: "seconds from the workload's start".into(),
+            y_label: "MiB/s".into(),
+            series: st
+                .clients
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Series {
+                    name: c.host.clone(),
+                    color: PALETTE[i % PALETTE.len()].into(),
+                    dashed: false,
+                    points: c.points.iter().map(|p| (p.t_s, p.mib_s)).collect(),
+                })
+                .collect(),
+            markers: vec![],
+            width: 860.0,
+            height: 300.0,
+        };
+        let bands: Vec<Band> = st
+            .windows
+            .iter()
+            .map(|w| Band { from: w.from_s, to: w.to_s, title: format!("{}: {}", w.kind, w.description), color: color(&w.kind).into() })
+            .collect();
+        h.push_str(&chart.render_with_bands(&bands));
+        h.push_str("<h3>Fault windows</h3><table><tr><th>Rep</th><th class=\"l\">Window</th><th>From..to (s)</th><th>Client</th><th>Before MiB/s</th><th>During MiB/s</th><th>Ratio</th><th>Mean µs</th><th>p99 µs</th><th>Errors</th><th>Retries</th><th>Timeouts</th><th>Recovery (s)</th><th>Ops lost</th></tr>\n");
+        let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
+        for ws in &st.window_stats {
+            let w = &st.windows[ws.window];
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td class=\"l\">{} {}</td><td>{:.1}..{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                r.index,
+                esc(&w.kind),
+                esc(&w.description),
+                w.from_s,
+                w.to_s.map_or("end".into(), |t| format!("{t:.1}")),
+                esc(&ws.client),
+                f(ws.before_mib_s, 2),
+                f(ws.during_mib_s, 2),
+                f(ws.ratio, 3),
+                f(ws.mean_us, 0),
+                f(ws.p99_us, 0),
+                ws.errors,
+                ws.retries,
+                ws.timeouts,
+                f(ws.recovery_s, 1),
+                f(ws.ops_lost, 0)
+            );
+        }
+        h.push_str("</table>\n");
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(mib: &[f64]) -> ClientSeries {
+        let points = mib
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ClientPoint { t_s: (i + 1) as f64, iops: m * 128.0, mib_s: *m, mean_us: 100.0 / m.max(0.1), p99_us: 0.0 })
+            .collect();
+        ClientSeries { host: "client".into(), seconds: mib.len() as f64, points, ..Default::default() }
+    }
+
+    #[test]
+    fn recovery_time_counts_from_the_window_end_to_the_first_interval_back_within_10_percent() {
+        // 10 MiB/s, a window from 4 s to 6 s at 2, then 5 and 8.5 (both more than 10% below),
+        // back at 9.5 (within 10%) in the interval starting at 8 s: 2 s after the end
+        let c = series(&[10.0, 10.0, 10.0, 10.0, 2.0, 2.0, 5.0, 8.5, 9.5, 10.0]);
+        assert_eq!(recovery_time(&c.points, 6.0, 10.0), Some(2.0));
+        // back at once: 0
+        let c2 = series(&[10.0, 10.0, 10.0, 10.0, 2.0, 2.0, 9.2, 10.0]);
+        assert_eq!(recovery_time(&c2.points, 6.0, 10.0), Some(0.0));
+        // never
+        let c3 = series(&[10.0, 10.0, 2.0, 2.0, 5.0]);
+        assert_eq!(recovery_time(&c3.points, 4.0, 10.0), None);
+    }
+
+    #[test]
+    fn window_figures_from_a_hand_made_series() {
+        let c = series(&[10.0, 10.0, 10.0, 10.0, 2.0, 2.0, 5.0, 8.5, 9.5, 10.0]);
+        let w = FaultWindow { kind: "net".into(), description: "d".into(), from_s: 4.0, to_s: Some(6.0) };
+        let p = [
+            Probe { t_s: 5.0, host: "client".into(), errors: 3, retries: 2, ..Default::default() },
+            Probe { t_s: 9.0, host: "client".into(), errors: 7, ..Default::default() },
+        ];
+        let refs: Vec<&Probe> = p.iter().collect();
+        let s = window_stats(0, &w, &c, &refs);
+        assert_eq!(s.before_mib_s, Some(10.0));
+        assert_eq!(s.during_mib_s, Some(2.0));
+        assert_eq!(s.ratio, Some(0.2));
+        assert_eq!((s.errors, s.retries), (3, 2));
+        assert_eq!(s.recovery_s, Some(2.0));
+        // 1280 iops before; 4 s (window + recovery) at that rate minus what was done
+        let done = (2.0 + 2.0 + 5.0 + 8.5) * 128.0;
+        assert!((s.ops_lost.unwrap() - (1280.0 * 4.0 - done)).abs() < 1e-6);
+        // sticky: no recovery
+        let sticky = FaultWindow { to_s: None, ..w };
+        assert_eq!(window_stats(0, &sticky, &c, &refs).recovery_s, None);
+    }
+}

@@ -1,0 +1,497 @@
+//! Networked experiments (`hosts:`, docs/experiment.md "Hosts"): one repetition builds the
+//! hosts as network namespaces joined by the relay (`net::Network`), starts the target's NBD
+//! server inside the target host (faultline's, owned by the run as `disks` does, or a
+//! command), runs each client's workload over NBD from a thread that entered the client's
+//! namespace (its sockets live there), applies network, disk and host faults with windows
+//! counted from the workload's start, samples every host each interval (probers), and returns
+//! the repetition with its `study` (series, windows, per-window figures). Everything built is
+//! in the ledger (namespaces, the disk server's own records) and goes at teardown, on error,
+//! on Ctrl-C, and with `faultline cleanup` after a crash.
+
+use super::disks::DiskServer;
+use crate::net::{Network, RelayOptions};
+use crate::report::model as rm;
+use crate::report::study::{ClientPoint, ClientSeries, FaultWindow, Probe, Study, StudyHost};
+use crate::spec::experiment::{Experiment, Setup};
+use crate::spec::study::{StudyHosts, TargetKind};
+use crate::sys::netns;
+use crate::workload::{Progress, WorkloadResult};
+use anyhow::{Context, Result, bail};
+use std::collections::HashMap;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+/// How long a command target gets to start listening.
+const TARGET_START_LIMIT: Duration = Duration::from_secs(20);
+
+pub const CPU_SOURCE: &str = "target: its processes (/proc/PID/stat); clients: the run's own process (the workload threads, the relay and the probers share it); machine_*: /proc/stat (namespaces share the machine's CPUs, there is no per-namespace figure)";
+
+/// Enter network namespace `ns` with the calling thread (threads it starts inherit it).
+fn enter(ns: &str) -> Result<()> {
+    let f = std::fs::File::open(netns::path(ns)).with_context(|| format!("cannot open network namespace {ns}"))?;
+    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).with_context(|| format!("setns into {ns}"))?;
+    Ok(())
+}
+
+/// The target's server: faultline's disk server or a command's process group.
+enum Target {
+    Faultline(Arc<DiskServer>),
+    Command(Child),
+}
+
+impl Target {
+    fn stop(self) -> Result<()> {
+        match self {
+            Target::Faultline(d) => d.stop(),
+            Target::Command(mut c) => {
+                let pg = nix::unistd::Pid::from_raw(-(c.id() as i32));
+                let _ = nix::sys::signal::kill(pg, nix::sys::signal::Signal::SIGTERM);
+                let t = Instant::now();
+                while c.try_wait()?.is_none() {
+                    if t.elapsed() > Duration::from_secs(5) {
+                        let _ = nix::sys::signal::kill(pg, nix::sys::signal::Signal::SIGKILL);
+                        let _ = c.wait();
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Start the command target in its host and wait until its port answers (from a client host).
+fn start_command(cmd: &str, ns: &str, port: u16, addr: std::net::Ipv4Addr, client_ns: &str) -> Result<Child> {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, "sh", "-c", cmd]).env("FAULTLINE_PORT", port.to_string()).stdin(Stdio::null()).stdout(Stdio::null()).process_group(0);
+    // SAFETY: the hook runs in the forked child before exec and only makes one
+    // async-signal-safe system call (prctl)
+    unsafe {
+        c.pre_exec(|| crate::sys::process::die_with_parent(nix::sys::signal::Signal::SIGTERM));
+    }
+    let mut child = c.spawn().with_context(|| format!("cannot start the target command `{cmd}`"))?;
+    let cns = client_ns.to_string();
+    let ready = std::thread::spawn(move || -> Result<bool> {
+        enter(&cns)?;
+        let t = Instant::now();
+        while t.elapsed() < TARGET_START_LIMIT {
+            if std::net::TcpStream::connect_timeout(&(addr, port).into(), Duration::from_millis(200)).is_ok() {
+                return Ok(true);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(false)
+    });
+    let ok = ready.join().map_err(|_| anyhow::anyhow!("the readiness probe panicked"))??;
+    if !ok {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-(child.id() as i32)), nix::sys::signal::Signal::SIGKILL);
+        let status = child.wait()?;
+        bail!("target command `{cmd}` did not listen on {addr}:{port} within {} s ({status})", TARGET_START_LIMIT.as_secs());
+    }
+    Ok(child)
+}
+
+/// Running totals a prober turns into per-interval deltas.
+#[derive(Default, Clone)]
+struct Counters {
+    cpu_user: f64,
+    cpu_sys: f64,
+    rx_packets: u64,
+    tx_packets: u64,
+    rx_dropped: u64,
+    tx_dropped: u64,
+    tcp_retrans: u64,
+    relay_dropped: u64,
+    requests: u64,
+    ops: u64,
+    errors: u64,
+    retries: u64,
+    timeouts: u64,
+}
+
+fn ticks_per_s() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as f64
+}
+
+/// (user, system) seconds of a process.
+fn proc_cpu(pid: u32) -> (f64, f64) {
+    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return (0.0, 0.0) };
+    let Some(i) = s.rfind(')') else { return (0.0, 0.0) };
+    let f: Vec<&str> = s[i + 2..].split(' ').collect();
+    let g = |k: usize| f.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / ticks_per_s();
+    (g(11), g(12))
+}
+
+fn proc_rss_mib(pid: u32) -> f64 {
+    let pages: f64 = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok().and_then(|s| s.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0.0);
+    pages * 4096.0 / (1 << 20) as f64
+}
+
+/// /proc/stat's first line: (user+nice, system+irq+softirq, steal, total) in ticks.
+fn machine_cpu() -> (u64, u64, u64, u64) {
+    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let v: Vec<u64> = s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    let g = |i: usize| v.get(i).copied().unwrap_or(0);
+    (g(0) + g(1), g(2) + g(5) + g(6), g(7), v.iter().take(8).sum())
+}
+
+fn mem_available_mib() -> f64 {
+    let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    s.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+}
+
+/// fl0's (rx packets, rx dropped, tx packets, tx dropped) from a net/dev file of the namespace.
+fn link_counters(proc_net: &str) -> (u64, u64, u64, u64) {
+    let s = std::fs::read_to_string(format!("{proc_net}/dev")).unwrap_or_default();
+    let Some(l) = s.lines().find(|l| l.trim_start().starts_with(&format!("{}:", crate::net::IFNAME))) else { return (0, 0, 0, 0) };
+    let v: Vec<u64> = l.split(':').nth(1).unwrap_or("").split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let g = |i: usize| v.get(i).copied().unwrap_or(0);
+    (g(1), g(3), g(9), g(11))
+}
+
+/// TCP RetransSegs from a net/snmp file of the namespace.
+fn tcp_retrans(proc_net: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("{proc_net}/snmp")).unwrap_or_default();
+    let tcp: Vec<&str> = s.lines().filter(|l| l.starts_with("Tcp:")).collect();
+    if tcp.len() < 2 {
+        return 0;
+    }
+    let names: Vec<&str> = tcp[0].split_whitespace().collect();
+    let vals: Vec<&str> = tcp[1].split_whitespace().collect();
+    names.iter().position(|n| *n == "RetransSegs").and_then(|i| vals.get(i)?.parse().ok()).unwrap_or(0)
+}
+
+/// What the prober samples, per host.
+struct ProbeHost {
+    name: String,
+    namespace: String,
+    /// Client: its thread inside the namespace (for /proc/PID/task/TID/net) and progress.
+    client: Option<(Arc<AtomicI32>, Arc<Progress>)>,
+}
+
+struct Prober {
+    hosts: Vec<ProbeHost>,
+    net: Arc<Network>,
+    disk: Option<Arc<DiskServer>>,
+    t0: Instant,
+    interval: Duration,
+}
+
+impl Prober {
+    fn run(self, done: Arc<AtomicBool>) -> Vec<Probe> {
+        let mut last: HashMap<String, Counters> = HashMap::new();
+        let mut last_machine = machine_cpu();
+        let mut last_t = 0.0;
+        let mut out = Vec::new();
+        let me = std::process::id();
+        for k in 1.. {
+            let due = self.interval * k;
+            while self.t0.elapsed() < due {
+                if done.load(Relaxed) {
+                    return out;
+                }
+                std::thread::sleep(Duration::from_millis(10).min(due.saturating_sub(self.t0.elapsed())));
+            }
+            let t = self.t0.elapsed().as_secs_f64();
+            let dt = (t - last_t).max(1e-3);
+            let m = machine_cpu();
+            let total = (m.3.saturating_sub(last_machine.3)).max(1) as f64;
+            let mpct = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / total * 100.0;
+            let (mu, ms, mst) = (mpct(m.0, last_machine.0), mpct(m.1, last_machine.1), mpct(m.2, last_machine.2));
+            last_machine = m;
+            let mem = mem_available_mib();
+            let links = self.net.show().unwrap_or_default();
+            for h in &self.hosts {
+                let mut c = Counters::default();
+                let (pids, proc_net): (Vec<u32>, Option<String>) = match &h.client {
+                    Some((tid, p)) => {
+                        let tid = tid.load(Relaxed);
+                        c.ops = p.ops();
+                        c.errors = p.errors();
+                        if let Some(n) = p.nbd.get() {
+                            let s = n.snapshot();
+                            c.retries = s.retries;
+                            c.timeouts = s.timeouts;
+                        }
+                        (vec![me], (tid > 0).then(|| format!("/proc/{me}/task/{tid}/net")))
+                    }
+                    None => {
+                        let pids: Vec<u32> = netns::pids(&h.namespace).into_iter().map(|p| p as u32).collect();
+                        let pn = pids.first().map(|p| format!("/proc/{p}/net"));
+                        c.requests = self.disk.as_ref().and_then(|d| d.stats().ok()).map_or(0, |s| s.requests);
+                        (pids, pn)
+                    }
+                };
+                for p in &pids {
+                    let (u, s) = proc_cpu(*p);
+                    c.cpu_user += u;
+                    c.cpu_sys += s;
+                }
+                if let Some(pn) = &proc_net {
+                    (c.rx_packets, c.rx_dropped, c.tx_packets, c.tx_dropped) = link_counters(pn);
+                    c.tcp_retrans = tcp_retrans(pn);
+                }
+                c.relay_dropped = links["links"]
+                    .as_array()
+                    .map(|l| l.iter().filter(|x| x["to"] == h.name.as_str()).map(|x| x["dropped"].as_u64().unwrap_or(0)).sum())
+                    .unwrap_or(0);
+                let rss: f64 = pids.iter().map(|p| proc_rss_mib(*p)).sum();
+                let prev = last.insert(h.name.clone(), c.clone()).unwrap_or_default();
+                let d = |a: u64, b: u64| a.saturating_sub(b);
+                out.push(Probe {
+                    t_s: t,
+                    host: h.name.clone(),
+                    cpu_user_pct: (c.cpu_user - prev.cpu_user).max(0.0) / dt * 100.0,
+                    cpu_system_pct: (c.cpu_sys - prev.cpu_sys).max(0.0) / dt * 100.0,
+                    machine_user_pct: mu,
+                    machine_system_pct: ms,
+                    machine_steal_pct: mst,
+                    rss_mib: rss,
+                    mem_available_mib: mem,
+                    rx_packets: d(c.rx_packets, prev.rx_packets),
+                    tx_packets: d(c.tx_packets, prev.tx_packets),
+                    rx_dropped: d(c.rx_dropped, prev.rx_dropped),
+                    tx_dropped: d(c.tx_dropped, prev.tx_dropped),
+                    tcp_retrans: d(c.tcp_retrans, prev.tcp_retrans),
+                    relay_dropped: d(c.relay_dropped, prev.relay_dropped),
+                    requests: d(c.requests, prev.requests),
+                    ops: d(c.ops, prev.ops),
+                    errors: d(c.errors, prev.errors),
+                    retries: d(c.retries, prev.retries),
+                    timeouts: d(c.timeouts, prev.timeouts),
+                });
+            }
+            last_t = t;
+        }
+        out
+    }
+}
+
+/// The windows of every fault of the setup, in seconds from the workload's start.
+fn windows(setup: &Setup, hosts: &StudyHosts) -> Vec<FaultWindow> {
+    let secs = |d: Duration| d.as_secs_f64();
+    let mut w = Vec::new();
+    for n in &setup.net_faults {
+        let (from, to) = n.rule.window.map_or((0.0, None), |x| (secs(x.from), x.to.map(secs)));
+        w.push(FaultWindow {
+            kind: "net".into(),
+            description: n.name.clone().map_or_else(|| n.describe(), |m| format!("{m}: {}", n.describe())),
+            from_s: from,
+            to_s: to,
+        });
+    }
+    for f in &setup.faults {
+        let (from, to) = f.rule.window.map_or((0.0, None), |x| (secs(x.from), x.to.map(secs)));
+        w.push(FaultWindow { kind: "disk".into(), description: format!("{}: {}", hosts.target, f.label), from_s: from, to_s: to });
+    }
+    for h in &setup.host_faults {
+        w.push(FaultWindow { kind: "host".into(), description: format!("{}: {}", hosts.target, h.action), from_s: secs(h.from), to_s: h.to.map(secs) });
+    }
+    w
+}
+
+fn client_series(host: &str, r: &WorkloadResult) -> ClientSeries {
+    let points = r
+        .timeseries
+        .iter()
+        .map(|s| {
+            let ops = s.read.iops + s.write.iops;
+            let wmean = if ops > 0.0 { (s.read.mean_us * s.read.iops + s.write.mean_us * s.write.iops) / ops } else { 0.0 };
+            ClientPoint { t_s: s.t, iops: ops, mib_s: s.read.mib_s + s.write.mib_s, mean_us: wmean, p99_us: s.read.p99_us.max(s.write.p99_us) }
+        })
+        .collect();
+    ClientSeries {
+        host: host.to_string(),
+        seconds: r.seconds,
+        mib_s: r.read.mib_s + r.write.mib_s,
+        ops: r.read.ops + r.write.ops,
+        failed_ios: r.errors.values().sum(),
+        io_errors: r.errors.clone(),
+        nbd_client: r.nbd_client,
+        points,
+    }
+}
+
+/// One repetition of a networked setup.
+pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
+    let hosts = exp.hosts.as_ref().context("a networked setup needs `hosts:`")?;
+    let t_rep = Instant::now();
+    let phase = |what: &str| {
+        if !quiet {
+            eprintln!("faultline: {label}: {what}");
+        }
+    };
+    let names = hosts.names();
+    let net = Arc::new(Network::up(&names, RelayOptions::default()).context("cannot build the hosts")?);
+    let th = net.host(&hosts.target).context("target host")?.clone();
+    let first_client = net.host(&hosts.clients[0]).context("client host")?.clone();
+    phase(&format!("hosts: {}", net.hosts().iter().map(|h| format!("{} {}", h.name, h.address)).collect::<Vec<_>>().join(", ")));
+    let bind = format!("tcp://{}:{}", th.address, hosts.port);
+    let target = match &hosts.kind {
+        TargetKind::Faultline => Target::Faultline(Arc::new(DiskServer::start_in(&setup.disk, 0, Some((&th.namespace, &bind)))?)),
+        TargetKind::Command(cmd) => Target::Command(start_command(cmd, &th.namespace, hosts.port, th.address, &first_client.namespace)?),
+    };
+    let disk = match &target {
+        Target::Faultline(d) => Some(d.clone()),
+        Target::Command(_) => None,
+    };
+    let result = drive(exp, setup, hosts, &net, disk.as_ref(), stop, &phase);
+    let stopped = target.stop();
+    drop(disk);
+    let net = Arc::try_unwrap(net).map_err(|_| anyhow::anyhow!("the network is still in use"))?;
+    let down = net.down();
+    let (mut r, study, seq_notes) = result?;
+    stopped?;
+    down?;
+    r.index = rep + 1;
+    r.seconds = t_rep.elapsed().as_secs_f64();
+    r.notes.extend(seq_notes);
+    r.study = Some(Box::new(study));
+    Ok(r)
+}
+
+type Driven = (rm::Repetition, Study, Vec<String>);
+
+fn drive(
+    exp: &Experiment,
+    setup: &Setup,
+    hosts: &StudyHosts,
+    net: &Arc<Network>,
+    disk: Option<&Arc<DiskServer>>,
+    stop: &Arc<AtomicBool>,
+    phase: &dyn Fn(&str),
+) -> Result<Driven> {
+    let th = net.host(&hosts.target).context("target host")?.clone();
+    let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
+    let uri = format!("nbd://{}:{}/{q}", th.address, hosts.port);
+    let w = exp.workload_for_client(setup, &uri).map_err(anyhow::Error::msg)?;
+    // arm: the disk's clock restarts now; its windows then count from (about) the workload's start
+    let mut seq0 = 0;
+    if let Some(d) = disk {
+        seq0 = d.reset_epoch()?;
+        let (static_faults, scheduled) = super::schedule::split(&setup.faults);
+        if !scheduled.is_empty() {
+            bail!("faults placed by workload progress (`at:`/content targets) are not supported with `hosts:`; use windows");
+        }
+        for f in static_faults {
+            d.arm(vec![f.rule.clone()])?;
+        }
+    }
+    let t0 = Instant::now();
+    for n in &setup.net_faults {
+        net.set(n.rule.clone())?;
+    }
+    let host_sched = if setup.host_faults.is_empty() {
+        None
+    } else {
+        crate::host::check(&setup.host_faults, false)?;
+        let pids: Vec<u32> = netns::pids(&th.namespace).into_iter().map(|p| p as u32).collect();
+        Some(crate::host::Schedule::start(setup.host_faults.clone(), crate::host::Targets { pids, restart: None }, t0)?)
+    };
+    phase(&format!("workload from {} client(s) against {uri}", hosts.clients.len()));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut probe_hosts = vec![ProbeHost { name: th.name.clone(), namespace: th.namespace.clone(), client: None }];
+    let mut threads = Vec::new();
+    for c in &hosts.clients {
+        let h = net.host(c).context("client host")?.clone();
+        let progress = Arc::new(Progress::new());
+        let tid = Arc::new(AtomicI32::new(0));
+        probe_hosts.push(ProbeHost { name: h.name.clone(), namespace: h.namespace.clone(), client: Some((tid.clone(), progress.clone())) });
+        let (w, ns) = (w.clone(), h.namespace.clone());
+        threads.push((
+            h.name.clone(),
+            std::thread::spawn(move || -> Result<WorkloadResult> {
+                enter(&ns)?;
+                tid.store(nix::unistd::gettid().as_raw(), Relaxed);
+                let maps = crate::workload::Maps::new(&w)?;
+                crate::workload::run(&w, &maps, None, Some(&progress))
+            }),
+        ));
+    }
+    let prober = Prober { hosts: probe_hosts, net: net.clone(), disk: disk.cloned(), t0, interval: hosts.interval };
+    let first_progress = prober.hosts.iter().find_map(|h| h.client.as_ref().map(|c| c.1.clone()));
+    let progresses: Vec<Arc<Progress>> = prober.hosts.iter().filter_map(|h| h.client.as_ref().map(|c| c.1.clone())).collect();
+    let pdone = done.clone();
+    let probe_thread = std::thread::spawn(move || prober.run(pdone));
+    // Ctrl-C: the clients stop early, then everything is torn down in order
+    let watcher = {
+        let (stop, done) = (stop.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Relaxed) {
+                if stop.load(Relaxed) {
+                    for p in &progresses {
+                        p.stop.store(true, Relaxed);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let mut results = Vec::new();
+    let mut first_err = None;
+    for (name, t) in threads {
+        match t.join().map_err(|_| anyhow::anyhow!("client {name}: its thread panicked")).and_then(|r| r) {
+            Ok(r) => results.push((name, r)),
+            Err(e) => {
+                first_err.get_or_insert(e.context(format!("client {name}")));
+            }
+        }
+    }
+    done.store(true, Relaxed);
+    let probes = probe_thread.join().unwrap_or_default();
+    let _ = watcher.join();
+    let host_records = host_sched.map(|h| h.stop()).unwrap_or_default();
+    let links = net.show().unwrap_or_default();
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    if stop.load(Relaxed) {
+        bail!("interrupted");
+    }
+    let (faults, rules, mut notes) = match disk {
+        Some(d) => {
+            let listed = d.list()?;
+            let faults = crate::report::collect::injected_faults(0, d.block_size, &listed, &d.log_since(seq0)?);
+            let mut notes = Vec::new();
+            let dropped = d.stats()?.log_dropped;
+            if dropped > 0 {
+                notes.push(format!("target disk: the fault log dropped {dropped} entries (cap); counters are exact"));
+            }
+            (faults, crate::report::collect::rule_counts(&listed), notes)
+        }
+        None => (vec![], vec![], vec![]),
+    };
+    for h in host_records.iter().filter(|h| h.error.is_some()) {
+        notes.push(format!("host fault {}: {}", h.description, h.error.as_deref().unwrap_or_default()));
+    }
+    let mut study = Study {
+        hosts: net
+            .hosts()
+            .iter()
+            .map(|h| StudyHost {
+                name: h.name.clone(),
+                role: if h.name == hosts.target { "target".into() } else { "client".into() },
+                address: h.address.to_string(),
+                namespace: h.namespace.clone(),
+            })
+            .collect(),
+        interval_s: hosts.interval.as_secs_f64(),
+        cpu_source: CPU_SOURCE.into(),
+        clients: results.iter().map(|(n, r)| client_series(n, r)).collect(),
+        probes,
+        windows: windows(setup, hosts),
+        window_stats: vec![],
+        links,
+        start_lag_s: first_progress.and_then(|p| p.start.get().map(|s| s.saturating_duration_since(t0).as_secs_f64())).unwrap_or(0.0),
+    };
+    study.analyse();
+    // the repetition's own figures are the first client's (all clients are in `study`)
+    let (_, first) = results.into_iter().next().context("no client result")?;
+    let mut r = crate::report::collect::repetition(0, 0.0, Some(first), None, faults, rules, notes);
+    r.host_faults = host_records;
+    Ok((r, study, vec![]))
+}

@@ -1,0 +1,361 @@
+//! Networked experiments (docs/experiment.md, "Hosts"): `hosts:` (client hosts and a target
+//! host, each a network namespace) and `net_faults:` (network faults between them, in windows
+//! counted from the start of the workload). Plain settings and their parsing; `run::hosts`
+//! builds and drives them.
+
+use super::net::{Loss, NetFault, NetRule, Rate, parse_gilbert, parse_rate, parse_reorder};
+use super::rule::{DelayDist, Window};
+use super::units::{Dur, Ratio};
+use serde::Deserialize;
+use serde_saphyr::Spanned;
+use std::time::Duration;
+
+/// The NBD port the target listens on inside its host unless `port:` says otherwise.
+pub const DEFAULT_PORT: u16 = 10809;
+
+/// What serves the disk in the target host.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TargetKind {
+    /// `faultline serve --nbd tcp://ADDR:PORT --no-loop` with the setup's disk and `faults:`.
+    Faultline,
+    /// Any NBD server, started by `sh -c COMMAND` in the target host; it must listen on
+    /// `$FAULTLINE_PORT` (the `port:`) on any address of the host.
+    Command(String),
+}
+
+/// `hosts:` of an experiment, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StudyHosts {
+    /// Client host names, in address order (each runs the workload over NBD).
+    pub clients: Vec<String>,
+    /// The target host's name (`target`).
+    pub target: String,
+    pub kind: TargetKind,
+    pub port: u16,
+    /// The clients' NBD policy as URI query keys (`timeout=1s&retries=3`), or empty.
+    pub nbd_query: String,
+    /// How often the probers sample each host (and the workload's interval, unless it sets one).
+    pub interval: Duration,
+}
+
+impl StudyHosts {
+    /// Every host in address order: the target first (10.77.0.1), then the clients.
+    pub fn names(&self) -> Vec<String> {
+        std::iter::once(self.target.clone()).chain(self.clients.iter().cloned()).collect()
+    }
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(untagged)]
+pub(crate) enum RawTarget {
+    Word(String),
+    Command { command: String },
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNbd {
+    timeout: Option<Dur>,
+    retries: Option<u32>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawHosts {
+    clients: Option<Vec<String>>,
+    target: Option<RawTarget>,
+    port: Option<u16>,
+    nbd: Option<RawNbd>,
+    interval: Option<Dur>,
+}
+
+fn at<T>(s: &Spanned<T>, source: &str) -> String {
+    format!("{source}:{}:{}", s.referenced.line(), s.referenced.column())
+}
+
+pub(crate) fn hosts(raw: &Spanned<RawHosts>, source: &str) -> Result<StudyHosts, String> {
+    let l = at(raw, source);
+    let r = &raw.value;
+    let clients = r.clients.clone().unwrap_or_else(|| vec!["client".to_string()]);
+    if clients.is_empty() {
+        return Err(format!("{l}: hosts: `clients` is empty; give at least one client host (default: [client])"));
+    }
+    let kind = match &r.target {
+        None => TargetKind::Faultline,
+        Some(RawTarget::Word(w)) if w == "faultline" => TargetKind::Faultline,
+        Some(RawTarget::Word(w)) => {
+            return Err(format!("{l}: hosts: unknown `target: {w}`; allowed: faultline, or {{command: \"nbdkit -f -p $FAULTLINE_PORT memory 1G\"}}"));
+        }
+        Some(RawTarget::Command { command }) if command.trim().is_empty() => return Err(format!("{l}: hosts: target `command` is empty")),
+        Some(RawTarget::Command { command }) => TargetKind::Command(command.clone()),
+    };
+    let port = r.port.unwrap_or(DEFAULT_PORT);
+    if port == 0 {
+        return Err(format!("{l}: hosts: `port: 0` is not allowed; the clients need to know the port (default {DEFAULT_PORT})"));
+    }
+    let mut q = Vec::new();
+    if let Some(n) = &r.nbd {
+        if let Some(t) = n.timeout {
+            q.push(format!("timeout={}", super::units::format_duration(t.0)));
+        }
+        if let Some(n) = n.retries {
+            q.push(format!("retries={n}"));
+        }
+    }
+    let interval = r.interval.map_or(Duration::from_secs(1), |d| d.0);
+    if interval < Duration::from_millis(100) {
+        return Err(format!("{l}: hosts: `interval` must be at least 100ms"));
+    }
+    let h = StudyHosts { clients, target: "target".into(), kind, port, nbd_query: q.join("&"), interval };
+    let spec = super::net::HostsSpec { hosts: h.names().into_iter().map(|name| super::net::HostSpec { name, role: super::net::HostRole::Client }).collect() };
+    spec.validate().map_err(|e| format!("{l}: hosts: {e}"))?;
+    Ok(h)
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWindow {
+    from: Option<Dur>,
+    to: Option<Dur>,
+}
+
+/// One `net_faults:` entry: a NetRule with the faults as keys of their own.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNetFault {
+    name: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    both: Option<bool>,
+    window: Option<RawWindow>,
+    seed: Option<u64>,
+    delay: Option<Dur>,
+    jitter: Option<Dur>,
+    loss: Option<Ratio>,
+    /// Gilbert-Elliott loss "P[,R[,LOSS_BAD[,LOSS_GOOD]]]".
+    loss_bursts: Option<String>,
+    duplicate: Option<Ratio>,
+    /// "PROB" or "PROB:GAP".
+    reorder: Option<String>,
+    /// e.g. 100mbit.
+    rate: Option<String>,
+    partition: Option<bool>,
+    reset: Option<bool>,
+}
+
+/// A validated `net_faults:` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetFaultSpec {
+    pub name: Option<String>,
+    pub rule: NetRule,
+}
+
+impl NetFaultSpec {
+    /// A short description for results and the report, e.g. "client->target delay 1ms".
+    pub fn describe(&self) -> String {
+        let r = &self.rule;
+        let f = &r.fault;
+        let mut what = Vec::new();
+        if let Some(DelayDist::Fixed(d)) = f.delay {
+            what.push(format!("delay {}", super::units::format_duration(d)));
+        } else if f.delay.is_some() {
+            what.push("delay (distribution)".into());
+        }
+        if let Some(j) = f.jitter {
+            what.push(format!("jitter {}", super::units::format_duration(j)));
+        }
+        match f.loss {
+            Some(Loss::Random { probability }) => what.push(format!("loss {}%", probability * 100.0)),
+            Some(l @ Loss::GilbertElliott { .. }) => what.push(format!("bursty loss {:.3}%", l.mean() * 100.0)),
+            None => {}
+        }
+        if let Some(d) = f.duplicate {
+            what.push(format!("duplicate {}%", d * 100.0));
+        }
+        if let Some(r) = f.reorder {
+            what.push(format!("reorder {}%", r.probability * 100.0));
+        }
+        if let Some(r) = f.rate {
+            what.push(format!("rate {} kbit/s", r.bits_per_sec / 1000));
+        }
+        if f.partition {
+            what.push("partition".into());
+        }
+        if f.reset {
+            what.push("reset".into());
+        }
+        let arrow = if r.both { "<->" } else { "->" };
+        format!("{}{arrow}{} {}", r.from.as_deref().unwrap_or("*"), r.to.as_deref().unwrap_or("*"), what.join(", "))
+    }
+}
+
+pub(crate) fn net_faults(raw: Vec<Spanned<RawNetFault>>, hosts: Option<&StudyHosts>, source: &str) -> Result<Vec<NetFaultSpec>, String> {
+    let mut out = Vec::new();
+    for (i, s) in raw.into_iter().enumerate() {
+        let l = at(&s, source);
+        let Some(h) = hosts else {
+            return Err(format!("{l}: `net_faults` needs `hosts:` (the hosts whose links they hit)"));
+        };
+        let label = match &s.value.name {
+            Some(n) => format!("net fault #{} ({n})", i + 1),
+            None => format!("net fault #{}", i + 1),
+        };
+        out.push(net_fault(s.value, h).map_err(|e| format!("{l}: {label}: {e}"))?);
+    }
+    Ok(out)
+}
+
+fn net_fault(r: RawNetFault, h: &StudyHosts) -> Result<NetFaultSpec, String> {
+    let loss = match (r.loss, &r.loss_bursts) {
+        (Some(_), Some(_)) => return Err("give either `loss` or `loss_bursts`, not both".into()),
+        (Some(p), None) => Some(Loss::Random { probability: p.0 }),
+        (None, Some(g)) => Some(parse_gilbert(g).map_err(|e| format!("loss_bursts: {e}"))?),
+        (None, None) => None,
+    };
+    let rate = r
+        .rate
+        .as_deref()
+        .map(|t| parse_rate(t).map(|bits_per_sec| Rate { bits_per_sec, burst: 32 << 10, queue: Duration::from_millis(50) }))
+        .transpose()
+        .map_err(|e| format!("rate: {e}"))?;
+    let fault = NetFault {
+        delay: r.delay.map(|d| DelayDist::Fixed(d.0)),
+        jitter: r.jitter.map(|d| d.0),
+        loss,
+        duplicate: r.duplicate.map(|d| d.0),
+        reorder: r.reorder.as_deref().map(parse_reorder).transpose().map_err(|e| format!("reorder: {e}"))?,
+        rate,
+        partition: r.partition.unwrap_or(false),
+        reset: r.reset.unwrap_or(false),
+    };
+    let window = r.window.map(|w| Window { from: w.from.map_or(Duration::ZERO, |d| d.0), to: w.to.map(|d| d.0) });
+    let rule = NetRule { from: r.from, to: r.to, both: r.both.unwrap_or(false), window, seed: r.seed, fault };
+    rule.validate(&h.names())?;
+    Ok(NetFaultSpec { name: r.name, rule })
+}
+
+/// Host faults in a networked experiment act on the target host's processes: `host:` may be
+/// left out or say the target's name.
+pub(crate) fn check_host_faults(faults: &[super::host::HostFault], hosts: Option<&StudyHosts>, source: &str) -> Result<(), String> {
+    for f in faults {
+        match (&f.host, hosts) {
+            (None, _) => {}
+            (Some(n), Some(h)) if *n == h.target => {}
+            (Some(n), Some(h)) => {
+                return Err(format!("{source}: host fault on host `{n}`: host faults act on the target host's processes; allowed: host: {}", h.target));
+            }
+            (Some(n), None) => return Err(format!("{source}: host fault on host `{n}`: `host:` needs `hosts:` in the experiment")),
+        }
+    }
+    Ok(())
+}
+
+/// A setup of a networked experiment: the target host serves a plain disk (`stack: raw`, the
+/// default), host faults name the target.
+pub(crate) fn check_setup(s: &super::experiment::Setup, hosts: Option<&StudyHosts>, source: &str) -> Result<(), String> {
+    check_host_faults(&s.host_faults, hosts, source)?;
+    let Some(h) = hosts else { return Ok(()) };
+    if s.stack != super::stack::StackSpec::Raw {
+        return Err(format!(
+            "{source}: setup `{}`: with `hosts:` the target serves the disk itself over NBD; leave `stack` out (raw); got {}",
+            s.name,
+            s.stack.label()
+        ));
+    }
+    if let TargetKind::Command(_) = h.kind
+        && !s.faults.is_empty()
+    {
+        return Err(format!("{source}: setup `{}`: disk `faults:` need `target: faultline` (a command's server has its own disk)", s.name));
+    }
+    Ok(())
+}
+
+impl super::experiment::Experiment {
+    /// The workload a client host runs in `setup`: the experiment's block workload, sent
+    /// over NBD to `uri` (`interface: nbd`).
+    pub fn workload_for_client(&self, setup: &super::experiment::Setup, uri: &str) -> Result<super::workload::Workload, String> {
+        let Some(w) = setup.workload.as_ref().or(self.workload.as_ref()) else {
+            return Err(format!("{}: setup `{}` has no workload", self.source, setup.name));
+        };
+        let mut w = w.clone();
+        if let Some(i) = &w.value.interface
+            && i.value != "block"
+            && i.value != "nbd"
+        {
+            return Err(format!(
+                "{}:{}:{}: interface: `{}`: the clients of `hosts:` run block workloads over NBD; leave `interface` out",
+                self.source,
+                i.referenced.line(),
+                i.referenced.column(),
+                i.value
+            ));
+        }
+        let span = |v: String| Spanned { value: v, referenced: w.referenced, defined: w.defined };
+        w.value.interface = Some(span("nbd".into()));
+        w.value.target = Some(span(uri.to_string()));
+        w.value.device = None;
+        w.value.span = None;
+        if w.value.interval.is_none()
+            && let Some(h) = &self.hosts
+        {
+            w.value.interval = Some(Spanned { value: Dur(h.interval), referenced: w.referenced, defined: w.defined });
+        }
+        super::workload::resolve(&w.value, &self.source, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::experiment::parse_experiment;
+    use super::*;
+
+    const BASE: &str = "name: t\nhosts: {clients: [client, client-2], nbd: {timeout: 1s, retries: 2}}\nworkload: {block_size: 8KiB, duration: 5s}\n";
+
+    #[test]
+    fn hosts_and_net_faults_parse() {
+        let e = parse_experiment(
+            &format!("{BASE}net_faults:\n  - {{from: client, to: target, both: true, delay: 1ms, loss: 0.1%, window: {{from: 10s, to: 20s}}}}\n"),
+            "e.yaml",
+        )
+        .unwrap();
+        let h = e.hosts.as_ref().unwrap();
+        assert_eq!(h.names(), ["target", "client", "client-2"]);
+        assert_eq!(h.nbd_query, "timeout=1s&retries=2");
+        let r = &e.setups[0].net_faults[0].rule;
+        assert_eq!(r.fault.delay, Some(DelayDist::Fixed(Duration::from_millis(1))));
+        assert_eq!(r.fault.loss, Some(Loss::Random { probability: 0.001 }));
+        assert_eq!(r.window, Some(Window { from: Duration::from_secs(10), to: Some(Duration::from_secs(20)) }));
+        assert!(r.both && r.covers("target", "client"));
+        let w = e.workload_for_client(&e.setups[0], "nbd://10.77.0.1:10809/").unwrap();
+        assert!(matches!(w.interface, crate::spec::workload::Interface::Nbd { .. }));
+    }
+
+    #[test]
+    fn bad_input_names_the_place_and_what_is_allowed() {
+        let err = parse_experiment(&format!("{BASE}net_faults:\n  - {{from: clint, delay: 1ms}}\n"), "e.yaml").unwrap_err();
+        assert!(err.starts_with("e.yaml:5:") && err.contains("unknown host `clint`") && err.contains("target, client, client-2"), "{err}");
+        let err = parse_experiment("name: t\nworkload: {duration: 1s}\nnet_faults:\n  - {delay: 1ms}\n", "e.yaml").unwrap_err();
+        assert!(err.contains("needs `hosts:`"), "{err}");
+        let err = parse_experiment(&format!("{BASE}host_faults:\n  - {{type: cpu, share: 50%, host: client}}\n"), "e.yaml").unwrap_err();
+        assert!(err.contains("allowed: host: target"), "{err}");
+        let err = parse_experiment(&format!("{BASE}stack: ext4\n"), "e.yaml").unwrap_err();
+        assert!(err.contains("leave `stack` out"), "{err}");
+        let err = parse_experiment("name: t\nhosts: {target: nbdkit}\nworkload: {duration: 1s}\n", "e.yaml").unwrap_err();
+        assert!(err.starts_with("e.yaml:2:") && err.contains("allowed: faultline"), "{err}");
+    }
+
+    #[test]
+    fn the_published_disk_faults_are_one_line_each() {
+        let e = parse_experiment(
+            &format!(
+                "{BASE}faults:\n  - {{type: error, op: any, probability: 50%, window: {{from: 2m, to: 3m}}}}\n  - {{type: error, op: read, errno: EIO, target: {{offset: 0, length: 64MiB}}, window: {{from: 2m}}}}\n"
+            ),
+            "e.yaml",
+        )
+        .unwrap();
+        let f = &e.setups[0].faults;
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].rule.window, Some(Window { from: Duration::from_secs(120), to: Some(Duration::from_secs(180)) }));
+        assert_eq!(f[1].rule.window, Some(Window { from: Duration::from_secs(120), to: None }));
+    }
+}

@@ -1,0 +1,295 @@
+//! Networked experiments (`hosts:`, docs/experiment.md "Hosts") run end to end with real
+//! namespaces, the relay, faultline's NBD server in the target host and the NBD client in the
+//! client host. Asserts the mechanics: fault windows begin and end on time (relay drops only
+//! inside a partition window), the loss ratio realized on the link, a network delay shifting
+//! the NBD request latency, retries counted when the target's disk errs, per-window figures
+//! in windows.csv, and nothing left behind after the run and after kill -9 + `faultline cleanup`.
+
+mod common;
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn need_net() -> bool {
+    for (what, ok) in [("/dev/net/tun", Path::new("/dev/net/tun").exists()), ("ip (iproute2)", which("ip"))] {
+        if !ok {
+            common::skip("", &format!("needs {what}"));
+            return false;
+        }
+    }
+    true
+}
+
+fn which(p: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {p}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&format!("fl-{pid}-")))
+        .map(String::from)
+        .collect()
+}
+
+const EXPERIMENT: &str = r#"
+name: mechanics
+hosts: {clients: [client], target: faultline, nbd: {timeout: 1s, retries: 3}, interval: 250ms}
+disk: {size: 64MiB}
+monitor: off
+workload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 7s, on_error: continue}
+setups:
+  - name: partition
+    net_faults:
+      - {from: client, to: target, both: true, partition: true, window: {from: 2s, to: 4s}}
+  - name: delay
+    net_faults:
+      - {from: client, to: target, both: true, delay: 2ms, window: {from: 2s, to: 4s}}
+  - name: loss
+    net_faults:
+      - {from: client, to: target, loss: 5%, seed: 7}
+  - name: errors
+    faults:
+      - {type: error, op: read, probability: 50%, window: {from: 2s, to: 4s}}
+"#;
+
+fn setup<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["setups"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("setup {name}"))
+}
+
+fn study<'a>(r: &'a Value, name: &str) -> &'a Value {
+    &setup(r, name)["repetitions"][0]["study"]
+}
+
+fn probes<'a>(st: &'a Value, host: &str) -> Vec<&'a Value> {
+    st["probes"].as_array().unwrap().iter().filter(|p| p["host"] == host).collect()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+#[test]
+fn windows_loss_delay_and_retries_are_realized_and_nothing_is_left() {
+    if !need_net() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(&file, EXPERIMENT).unwrap();
+    let out = dir.path().join("out");
+    let child =
+        Command::new(common::bin()).arg("run").arg(&file).arg("--out").arg(&out).arg("-q").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "run failed:\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+
+    // partition 2s..4s: the relay drops packets only inside the window (one probe interval
+    // and a bit of tolerance on each side), and some inside it
+    let st = study(&r, "partition");
+    let tol = 0.3;
+    let mut inside = 0;
+    for p in probes(st, "target").into_iter().chain(probes(st, "client")) {
+        let t = f(&p["t_s"]);
+        let dropped = p["relay_dropped"].as_u64().unwrap();
+        if t < 2.0 - tol || t > 4.0 + 0.25 + tol {
+            assert_eq!(dropped, 0, "relay dropped packets at {t:.2} s, outside the window 2..4 s");
+        } else {
+            inside += dropped;
+        }
+    }
+    assert!(inside > 0, "no packet dropped inside the partition window");
+    // throughput: the intervals well inside the window carried nothing; well after, again
+    let pts = st["clients"][0]["points"].as_array().unwrap();
+    let at = |a: f64, b: f64| pts.iter().filter(|p| f(&p["t_s"]) > a && f(&p["t_s"]) <= b).map(|p| f(&p["mib_s"])).collect::<Vec<_>>();
+    assert!(at(2.5, 3.75).iter().all(|m| *m == 0.0), "data moved during the partition: {:?}", at(2.5, 3.75));
+    assert!(at(1.0, 2.0).iter().all(|m| *m > 0.0), "no data before the partition: {:?}", at(1.0, 2.0));
+    assert!(at(0.0, 7.5).iter().skip(24).any(|m| *m > 0.0), "no data after the partition");
+    let ws = &st["window_stats"][0];
+    assert!(f(&ws["ratio"]) < 0.2, "partition window ratio {}", ws["ratio"]);
+    assert!(ws["timeouts"].as_u64().unwrap() + ws["retries"].as_u64().unwrap() > 0, "the partition cost no timeout or retry: {ws}");
+
+    // delay 2 ms each way: every NBD request waits at least 4 ms inside the window
+    let st = study(&r, "delay");
+    let pts = st["clients"][0]["points"].as_array().unwrap();
+    let mean_in: Vec<f64> = pts.iter().filter(|p| f(&p["t_s"]) > 2.5 && f(&p["t_s"]) <= 3.75).map(|p| f(&p["mean_us"])).collect();
+    assert!(!mean_in.is_empty() && mean_in.iter().all(|m| *m >= 4000.0), "mean request latency inside the 2 ms window: {mean_in:?} µs");
+    let mean_before: Vec<f64> = pts.iter().filter(|p| f(&p["t_s"]) > 0.5 && f(&p["t_s"]) <= 2.0).map(|p| f(&p["mean_us"])).collect();
+    assert!(mean_before.iter().any(|m| *m < 4000.0), "latency before the window already had the delay: {mean_before:?}");
+
+    // loss 5% on client -> target: the realized ratio on that link within 5 sigma
+    let st = study(&r, "loss");
+    let link = st["links"]["links"].as_array().unwrap().iter().find(|l| l["from"] == "client" && l["to"] == "target").unwrap();
+    let (n, d) = (link["packets"].as_u64().unwrap() as f64, link["dropped"].as_u64().unwrap() as f64);
+    assert!(n > 1000.0, "too few packets: {n}");
+    let sigma = (n * 0.05 * 0.95).sqrt();
+    assert!((d - n * 0.05).abs() < 5.0 * sigma, "dropped {d} of {n}, expected about {}", n * 0.05);
+    let back = st["links"]["links"].as_array().unwrap().iter().find(|l| l["from"] == "target" && l["to"] == "client").unwrap();
+    assert_eq!(back["dropped"].as_u64().unwrap(), 0, "loss on the reverse link, which has no rule");
+
+    // disk errors 2s..4s: the NBD client retried, inside the window only
+    let st = study(&r, "errors");
+    let ws = &st["window_stats"][0];
+    assert!(ws["retries"].as_u64().unwrap() > 0, "no retry counted in the error window: {ws}");
+    for p in probes(st, "client") {
+        let t = f(&p["t_s"]);
+        if !(2.0 - tol..=4.0 + 0.25 + tol).contains(&t) {
+            assert_eq!(p["retries"].as_u64().unwrap(), 0, "retries at {t:.2} s, outside the window");
+        }
+    }
+    let nbd = &setup(&r, "errors")["repetitions"][0]["nbd_client"];
+    assert!(nbd["retries"].as_u64().unwrap() > 0 && nbd["remote_errors"].as_u64().unwrap() > 0, "{nbd}");
+
+    let csv = std::fs::read_to_string(out.join("windows.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 4, "{csv}");
+    assert!(std::fs::read_to_string(out.join("hosts_timeseries.csv")).unwrap().lines().any(|l| l.contains(",target,")));
+    assert!(std::fs::read_to_string(out.join("report.html")).unwrap().contains("class=\"fault-window\""));
+}
+
+#[test]
+fn kill9_of_the_run_then_cleanup_leaves_nothing() {
+    if !need_net() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        "name: k\nhosts: {}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(common::bin())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("-q")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // wait until both hosts exist and the target serves (a process in its namespace)
+    let t = Instant::now();
+    let target_ns = format!("fl-{pid}-target");
+    let mut server = Vec::new();
+    while t.elapsed() < Duration::from_secs(60) {
+        if namespaces_of(pid).len() == 2 {
+            let out = Command::new("ip").args(["netns", "pids", &target_ns]).output().unwrap();
+            server = String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok()).collect();
+            if !server.is_empty() {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!server.is_empty(), "the run never started its target");
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = Command::new(common::bin()).arg("cleanup").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    // the server may still be finishing its own teardown (its owner died): give it a moment
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) && (!namespaces_of(pid).is_empty() || server.iter().any(|p| Path::new(&format!("/proc/{p}")).exists())) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(namespaces_of(pid).is_empty(), "namespaces left after cleanup: {:?}\n{text}", namespaces_of(pid));
+    for p in &server {
+        assert!(!Path::new(&format!("/proc/{p}")).exists(), "target server {p} survived kill -9 + cleanup");
+    }
+}
+
+#[test]
+fn ctrl_c_tears_everything_down() {
+    if !need_net() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        "name: c\nhosts: {clients: [client, client-2]}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(common::bin())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("-q")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let t = Instant::now();
+    while namespaces_of(pid).len() < 3 && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(namespaces_of(pid).len(), 3, "the run never built its three hosts");
+    std::thread::sleep(Duration::from_secs(1));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(60), "the run did not end after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(namespaces_of(pid).is_empty(), "namespaces left after Ctrl-C: {:?}", namespaces_of(pid));
+}
+
+#[test]
+fn two_clients_against_an_nbdkit_target() {
+    if !need_net() {
+        return;
+    }
+    if !which("nbdkit") {
+        common::skip("", "needs nbdkit");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        r#"name: n
+hosts: {clients: [client, client-2], target: {command: "nbdkit -f -p $FAULTLINE_PORT memory 64M"}, interval: 500ms}
+monitor: off
+workload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 3s}
+net_faults:
+  - {from: client-2, to: target, both: true, delay: 2ms}
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let child =
+        Command::new(common::bin()).arg("run").arg(&file).arg("--out").arg(&out).arg("-q").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let st = study(&r, "n");
+    assert_eq!(st["hosts"].as_array().unwrap().len(), 3);
+    let clients = st["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 2);
+    let mean = |c: &Value| {
+        let p = c["points"].as_array().unwrap();
+        p.iter().map(|x| f(&x["mean_us"])).sum::<f64>() / p.len() as f64
+    };
+    for c in clients {
+        assert!(f(&c["mib_s"]) > 0.0, "client {} read nothing", c["host"]);
+    }
+    // only client-2's link is delayed (2 ms each way): its requests take at least 4 ms
+    let (c1, c2) = (clients.iter().find(|c| c["host"] == "client").unwrap(), clients.iter().find(|c| c["host"] == "client-2").unwrap());
+    assert!(mean(c2) >= 4000.0 && mean(c1) < mean(c2), "client {} µs, client-2 {} µs", mean(c1), mean(c2));
+}
