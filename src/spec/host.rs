@@ -2,7 +2,7 @@
 //! host's processes, sticky or in a time window. Parsed from `host_faults:` lists (a file given
 //! to `faultline host`, or inline YAML) with line/column errors.
 
-use super::units::{Dur, Ratio, Size};
+use super::units::{Ratio, Size};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::time::Duration;
@@ -76,13 +76,6 @@ pub struct HostFault {
 
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
-struct RawWindow {
-    from: Option<Dur>,
-    to: Option<Dur>,
-}
-
-#[derive(Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
 pub(crate) struct RawHostFault {
     name: Option<String>,
     host: Option<String>,
@@ -92,7 +85,7 @@ pub(crate) struct RawHostFault {
     method: Option<String>,
     limit: Option<Size>,
     hold: Option<Size>,
-    window: Option<RawWindow>,
+    window: Option<super::rules::RawWindow>,
     target: Option<String>,
 }
 
@@ -198,16 +191,9 @@ fn validate(r: RawHostFault) -> Result<HostFault, String> {
         }
         other => return Err(format!("unknown type `{other}`; allowed: {TYPES}")),
     };
-    let (from, to) = match r.window {
+    let (from, to) = match r.window.map(super::rules::parse_window).transpose()? {
         None => (Duration::ZERO, None),
-        Some(w) => {
-            let from = w.from.map(|d| d.0).unwrap_or_default();
-            let to = w.to.map(|d| d.0);
-            if to.is_some_and(|t| t <= from) {
-                return Err("window `to` must be later than `from`".into());
-            }
-            (from, to)
-        }
+        Some(w) => (w.from, w.to),
     };
     Ok(HostFault { name: r.name, host: r.host, action, from, to, target: r.target })
 }

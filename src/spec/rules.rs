@@ -125,11 +125,22 @@ struct RawInterval {
     every: Option<u64>,
 }
 
+/// `window: {from, to}` of rules, host faults and network faults.
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
-struct RawWindow {
+pub(crate) struct RawWindow {
     from: Option<Dur>,
     to: Option<Dur>,
+}
+
+/// A window from its YAML: `from` defaults to the start, `to` to never; `to` after `from`.
+pub(crate) fn parse_window(w: RawWindow) -> Result<Window, String> {
+    let from = w.from.map(|d| d.0).unwrap_or_default();
+    let to = w.to.map(|d| d.0);
+    if to.is_some_and(|t| t <= from) {
+        return Err("window `to` must be later than `from`".into());
+    }
+    Ok(Window { from, to })
 }
 
 #[derive(Deserialize, Clone)]
@@ -548,17 +559,7 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
     if r.times == Some(0) {
         return Err("`times: 0` would never fire; give a count >= 1, or leave `times` out for every match".into());
     }
-    let window = match r.window {
-        None => None,
-        Some(w) => {
-            let from = w.from.map(|d| d.0).unwrap_or_default();
-            let to = w.to.map(|d| d.0);
-            if to.is_some_and(|t| t <= from) {
-                return Err("window `to` must be later than `from`".into());
-            }
-            Some(Window { from, to })
-        }
-    };
+    let window = r.window.map(parse_window).transpose()?;
     let pattern = r.pattern.map(parse_pattern).transpose()?;
     if pattern.is_some() && r.probability.is_some() {
         return Err("`probability` and `pattern` both choose which matches fire; give one (`probability: 10%` is `pattern: {random: {ratio: 10%}}`)".into());

@@ -4,7 +4,7 @@
 //! builds and drives them.
 
 use super::net::{Loss, NetFault, NetRule, Rate, parse_gilbert, parse_rate, parse_reorder};
-use super::rule::{DelayDist, Window};
+use super::rule::DelayDist;
 use super::units::{Dur, Ratio};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
@@ -112,13 +112,6 @@ pub(crate) fn hosts(raw: &Spanned<RawHosts>, source: &str) -> Result<StudyHosts,
     Ok(h)
 }
 
-#[derive(Deserialize, Clone)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawWindow {
-    from: Option<Dur>,
-    to: Option<Dur>,
-}
-
 /// One `net_faults:` entry: a NetRule with the faults as keys of their own.
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
@@ -127,7 +120,7 @@ pub(crate) struct RawNetFault {
     from: Option<String>,
     to: Option<String>,
     both: Option<bool>,
-    window: Option<RawWindow>,
+    window: Option<super::rules::RawWindow>,
     seed: Option<u64>,
     delay: Option<Dur>,
     jitter: Option<Dur>,
@@ -228,7 +221,7 @@ fn net_fault(r: RawNetFault, h: &StudyHosts) -> Result<NetFaultSpec, String> {
         partition: r.partition.unwrap_or(false),
         reset: r.reset.unwrap_or(false),
     };
-    let window = r.window.map(|w| Window { from: w.from.map_or(Duration::ZERO, |d| d.0), to: w.to.map(|d| d.0) });
+    let window = r.window.map(super::rules::parse_window).transpose()?;
     let rule = NetRule { from: r.from, to: r.to, both: r.both.unwrap_or(false), window, seed: r.seed, fault };
     rule.validate(&h.names())?;
     Ok(NetFaultSpec { name: r.name, rule })
@@ -308,6 +301,7 @@ impl super::experiment::Experiment {
 mod tests {
     use super::super::experiment::parse_experiment;
     use super::*;
+    use crate::spec::rule::Window;
 
     const BASE: &str = "name: t\nhosts: {clients: [client, client-2], nbd: {timeout: 1s, retries: 2}}\nworkload: {block_size: 8KiB, duration: 5s}\n";
 
