@@ -64,14 +64,19 @@ fn auto_holds_while_requests_come_or_a_reply_is_due() {
         let s = Serve::start_args(&["--size", "64MiB", "--ring", ring], "rules: []\n");
         // start-up's own requests (udev probing the new device) end: released
         assert!(becomes(base, Duration::from_secs(2)), "--ring {ring}: still held 2 s after start-up");
-        let held: Vec<i32> = while_reading(&s, || {
-            (0..10)
+        // the reader's first requests may take a moment to come (a fresh device): once the
+        // hold is on, it must stay on for as long as the client reads
+        let (on, held): (bool, Vec<i32>) = while_reading(&s, || {
+            let on = becomes(0, Duration::from_secs(1));
+            let held = (0..10)
                 .map(|_| {
                     std::thread::sleep(Duration::from_millis(20));
                     limit()
                 })
-                .collect()
+                .collect();
+            (on, held)
         });
+        assert!(on, "--ring {ring}: not held within 1 s of a client's reads");
         assert!(held.iter().all(|&v| v == 0), "--ring {ring}: not held while a client reads: {held:?}");
         assert!(becomes(base, Duration::from_millis(500)), "--ring {ring}: still held 0.5 s after the last request");
 
