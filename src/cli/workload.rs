@@ -78,6 +78,19 @@ pub struct WorkloadArgs {
     /// Results directory: result.json, timeseries.csv, maps.json + map files.
     #[arg(long, default_value = "faultline-workload")]
     out: PathBuf,
+    /// NBD interface: the export's URI (nbd://HOST:PORT/[?timeout=..&retries=..], docs/nbd.md).
+    #[arg(long, conflicts_with_all = ["device", "dir"])]
+    nbd: Option<String>,
+    /// Start at this CLOCK_REALTIME instant (ns since the epoch): clients on several hosts
+    /// start together (the agents' controller picks it).
+    #[arg(long)]
+    start_at_ns: Option<u64>,
+    /// Machine-readable output on stdout instead of the table, one JSON object a line:
+    /// `{"start_ns"}` when the first I/O is issued, `{"t_s","ops","bytes","errors"}` every
+    /// interval (deltas), `{"result": ...}` at the end (result.json's content); nothing is
+    /// written to --out.
+    #[arg(long)]
+    jsonl: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -105,6 +118,10 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
             crate::spec::workload::parse_workload_file(p, target).map_err(anyhow::Error::msg)?
         }
         None => match (&a.device, &a.dir) {
+            _ if a.nbd.is_some() => {
+                let uri = a.nbd.as_deref().unwrap_or_default();
+                Workload::new(Interface::Nbd { target: uri.parse().map_err(|e: String| anyhow::anyhow!("--nbd {uri}: {e}"))? })
+            }
             (Some(d), _) => Workload::new(Interface::Block { device: d.clone() }),
             (None, Some(d)) => {
                 let (Some(count), Some(size)) = (a.files.or(Some(1)), a.file_size) else { bail!("--dir needs --file-size (and --files, default 1)") };
@@ -141,6 +158,13 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
 
 pub fn workload(a: WorkloadArgs) -> Result<()> {
     let w = build(&a)?;
+    if let Some(t) = a.start_at_ns {
+        let now = crate::cluster::proto::now_ns();
+        std::thread::sleep(Duration::from_nanos(t.saturating_sub(now)));
+    }
+    if a.jsonl {
+        return workload_jsonl(&w);
+    }
     let mut maps = Maps::new(&w)?;
     let progress = Progress::new();
     let total = w.size.map(|s| (s, "bytes")).or(w.ops.map(|o| (o, "ops"))).or(w.duration.map(|d| (d.as_millis() as u64, "ms")));
@@ -168,6 +192,47 @@ pub fn workload(a: WorkloadArgs) -> Result<()> {
     std::fs::write(a.out.join("timeseries.csv"), csv)?;
     print_table(&res);
     println!("results in {}", a.out.display());
+    Ok(())
+}
+
+/// `--jsonl`: the workload with live per-interval lines and the result as the last line.
+fn workload_jsonl(w: &Workload) -> Result<()> {
+    let maps = Maps::new(w)?;
+    let progress = Progress::new();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let line = |v: serde_json::Value| {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "{v}").and_then(|()| o.flush());
+    };
+    let res = std::thread::scope(|sc| {
+        let live = sc.spawn(|| {
+            while progress.start.get().is_none() && !done.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let Some(start) = progress.start.get() else { return };
+            // the first I/O's instant on this host's clock
+            let start_ns = crate::cluster::proto::now_ns().saturating_sub(start.elapsed().as_nanos() as u64);
+            line(serde_json::json!({"start_ns": start_ns}));
+            let (mut ops, mut bytes, mut errors) = (0, 0, 0);
+            for k in 1.. {
+                let due = w.interval * k;
+                while start.elapsed() < due && !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5).min(due.saturating_sub(start.elapsed())));
+                }
+                if done.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
+                }
+                let (o, b, e) = (progress.ops(), progress.bytes(), progress.errors());
+                line(serde_json::json!({"t_s": due.as_secs_f64(), "ops": o - ops, "bytes": b - bytes, "errors": e - errors}));
+                (ops, bytes, errors) = (o, b, e);
+            }
+        });
+        let r = run(w, &maps, None, Some(&progress));
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = live.join();
+        r
+    })?;
+    line(serde_json::json!({ "result": res }));
     Ok(())
 }
 

@@ -82,6 +82,10 @@ pub fn run_stdio() -> Result<()> {
                 let r = agent.spawn(&name, &argv).map(|pid| serde_json::json!({"pid": pid}));
                 reply(&out, req.id, r);
             }
+            Op::Control { socket, request } => {
+                let out = out.clone();
+                std::thread::spawn(move || reply(&out, req.id, control(&socket, &request)));
+            }
             Op::Kill { name, signal } => reply(&out, req.id, agent.kill(&name, signal.unwrap_or(libc::SIGTERM))),
             Op::Shutdown => {
                 agent.end_all();
@@ -115,6 +119,20 @@ fn exec(argv: &[String], input: Option<&str>) -> Result<serde_json::Value> {
         "stdout": String::from_utf8_lossy(&o.stdout),
         "stderr": String::from_utf8_lossy(&o.stderr),
     }))
+}
+
+/// Send one request to a disk server's control socket on this host and return its result.
+fn control(socket: &str, request: &serde_json::Value) -> Result<serde_json::Value> {
+    let s = std::os::unix::net::UnixStream::connect(socket).with_context(|| format!("cannot connect to the disk server at {socket}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut w = s.try_clone()?;
+    writeln!(w, "{request}").context("the disk server is gone")?;
+    let mut line = String::new();
+    if BufReader::new(s).read_line(&mut line)? == 0 {
+        anyhow::bail!("the disk server closed its control socket");
+    }
+    let v: serde_json::Value = serde_json::from_str(&line).context("bad reply from the disk server")?;
+    if v["ok"] == serde_json::json!(true) { Ok(v["result"].clone()) } else { anyhow::bail!("disk server: {}", v["error"].as_str().unwrap_or("unknown error")) }
 }
 
 impl Agent {

@@ -176,6 +176,16 @@ impl Agent {
         Ok(best.expect("at least one round"))
     }
 
+    /// False once the channel has closed (the agent exited, was killed, or ssh dropped).
+    pub fn alive(&self) -> bool {
+        self.pending.lock().unwrap().is_some()
+    }
+
+    /// Take the event stream (for a thread of its own); this agent's `events()` is then empty.
+    pub fn take_events(&mut self) -> Receiver<Event> {
+        std::mem::replace(&mut self.events, mpsc::channel().1)
+    }
+
     /// Events (spawned commands' output and exits) as they arrive.
     pub fn events(&self) -> &Receiver<Event> {
         &self.events

@@ -32,6 +32,9 @@ pub enum Op {
     Spawn { name: String, argv: Vec<String> },
     /// Signal a spawned command's process group (default SIGTERM).
     Kill { name: String, signal: Option<i32> },
+    /// One request to a `faultline serve` control socket on the host (docs/rules.md's
+    /// JSON-lines protocol: arm, list, log, stats, reset_epoch); answers its `result`.
+    Control { socket: String, request: serde_json::Value },
     /// End every spawned command and answer; the agent then exits.
     Shutdown,
 }

@@ -9,6 +9,7 @@
 //! on Ctrl-C, and with `faultline cleanup` after a crash.
 
 use super::disks::DiskServer;
+use super::probe::{link_counters, machine_cpu, mem_available_mib, proc_cpu, proc_rss_mib, tcp_retrans};
 use crate::net::{Network, RelayOptions};
 use crate::report::model as rm;
 use crate::report::study::{ClientPoint, ClientSeries, FaultWindow, Probe, Study, StudyHost};
@@ -113,58 +114,6 @@ struct Counters {
     timeouts: u64,
 }
 
-fn ticks_per_s() -> f64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as f64
-}
-
-/// (user, system) seconds of a process.
-fn proc_cpu(pid: u32) -> (f64, f64) {
-    let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return (0.0, 0.0) };
-    let Some(i) = s.rfind(')') else { return (0.0, 0.0) };
-    let f: Vec<&str> = s[i + 2..].split(' ').collect();
-    let g = |k: usize| f.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / ticks_per_s();
-    (g(11), g(12))
-}
-
-fn proc_rss_mib(pid: u32) -> f64 {
-    let pages: f64 = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok().and_then(|s| s.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0.0);
-    pages * 4096.0 / (1 << 20) as f64
-}
-
-/// /proc/stat's first line: (user+nice, system+irq+softirq, steal, total) in ticks.
-fn machine_cpu() -> (u64, u64, u64, u64) {
-    let s = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let v: Vec<u64> = s.lines().next().unwrap_or("").split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    let g = |i: usize| v.get(i).copied().unwrap_or(0);
-    (g(0) + g(1), g(2) + g(5) + g(6), g(7), v.iter().take(8).sum())
-}
-
-fn mem_available_mib() -> f64 {
-    let s = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    s.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
-}
-
-/// fl0's (rx packets, rx dropped, tx packets, tx dropped) from a net/dev file of the namespace.
-fn link_counters(proc_net: &str) -> (u64, u64, u64, u64) {
-    let s = std::fs::read_to_string(format!("{proc_net}/dev")).unwrap_or_default();
-    let Some(l) = s.lines().find(|l| l.trim_start().starts_with(&format!("{}:", crate::net::IFNAME))) else { return (0, 0, 0, 0) };
-    let v: Vec<u64> = l.split(':').nth(1).unwrap_or("").split_whitespace().filter_map(|x| x.parse().ok()).collect();
-    let g = |i: usize| v.get(i).copied().unwrap_or(0);
-    (g(1), g(3), g(9), g(11))
-}
-
-/// TCP RetransSegs from a net/snmp file of the namespace.
-fn tcp_retrans(proc_net: &str) -> u64 {
-    let s = std::fs::read_to_string(format!("{proc_net}/snmp")).unwrap_or_default();
-    let tcp: Vec<&str> = s.lines().filter(|l| l.starts_with("Tcp:")).collect();
-    if tcp.len() < 2 {
-        return 0;
-    }
-    let names: Vec<&str> = tcp[0].split_whitespace().collect();
-    let vals: Vec<&str> = tcp[1].split_whitespace().collect();
-    names.iter().position(|n| *n == "RetransSegs").and_then(|i| vals.get(i)?.parse().ok()).unwrap_or(0)
-}
-
 /// What the prober samples, per host.
 struct ProbeHost {
     name: String,
@@ -232,7 +181,7 @@ impl Prober {
                     c.cpu_sys += s;
                 }
                 if let Some(pn) = &proc_net {
-                    (c.rx_packets, c.rx_dropped, c.tx_packets, c.tx_dropped) = link_counters(pn);
+                    (c.rx_packets, c.rx_dropped, c.tx_packets, c.tx_dropped) = link_counters(pn, Some(crate::net::IFNAME));
                     c.tcp_retrans = tcp_retrans(pn);
                 }
                 c.relay_dropped = links["links"]
@@ -272,7 +221,7 @@ impl Prober {
 }
 
 /// The windows of every fault of the setup, in seconds from the workload's start.
-fn windows(setup: &Setup, hosts: &StudyHosts) -> Vec<FaultWindow> {
+pub(crate) fn windows(setup: &Setup, hosts: &StudyHosts) -> Vec<FaultWindow> {
     let secs = |d: Duration| d.as_secs_f64();
     let mut w = Vec::new();
     for n in &setup.net_faults {
@@ -294,7 +243,7 @@ fn windows(setup: &Setup, hosts: &StudyHosts) -> Vec<FaultWindow> {
     w
 }
 
-fn client_series(host: &str, r: &WorkloadResult) -> ClientSeries {
+pub(crate) fn client_series(host: &str, r: &WorkloadResult) -> ClientSeries {
     let points = r
         .timeseries
         .iter()

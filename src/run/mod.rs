@@ -7,8 +7,10 @@
 //! Setups run interleaved (repetition 1 of each, then 2, ...); with `baseline: true` each
 //! repetition is first run with no fault armed, then with the setup's faults.
 
+pub mod agents;
 pub mod disks;
 pub mod hosts;
+pub mod probe;
 pub mod schedule;
 
 use crate::report::collect;

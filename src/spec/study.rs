@@ -36,6 +36,45 @@ pub struct StudyHosts {
     pub nbd_query: String,
     /// How often the probers sample each host (and the workload's interval, unless it sets one).
     pub interval: Duration,
+    /// `agents:`: every host reached through its own channel (run::agents); empty: the hosts
+    /// are namespaces faultline builds (run::hosts).
+    pub agents: Vec<HostAgent>,
+    pub on_agent_loss: OnAgentLoss,
+}
+
+/// How the controller reaches one host of `agents:`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentChannel {
+    /// OpenSSH to `dest` ([user@]host) with extra ssh options.
+    Ssh { dest: String, options: Vec<String> },
+    /// A command prefix that runs a program on the host: `[ip, netns, exec, NS]`,
+    /// `[kubectl, exec, -i, POD, --]`.
+    Exec(Vec<String>),
+}
+
+/// One host's entry in `agents:`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostAgent {
+    pub host: String,
+    pub channel: AgentChannel,
+    /// The host's address as the other hosts reach it (the target's is the clients' NBD
+    /// server address; others are needed only by net faults naming them).
+    pub address: Option<String>,
+    /// The faultline program on the host (default `faultline` on its PATH).
+    pub faultline: String,
+    /// Copy this faultline there first (to `faultline`, which must then be a path).
+    pub install: bool,
+}
+
+/// What happens when an agent's channel closes or it stops answering mid-run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnAgentLoss {
+    /// Tear down every host and fail the run with the reason.
+    #[default]
+    Abort,
+    /// Finish the run without that host's later samples; the loss is in the results.
+    Continue,
 }
 
 impl StudyHosts {
@@ -67,6 +106,76 @@ pub(crate) struct RawHosts {
     port: Option<u16>,
     nbd: Option<RawNbd>,
     interval: Option<Dur>,
+    agents: Option<Spanned<std::collections::BTreeMap<String, Spanned<RawAgent>>>>,
+    on_agent_loss: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAgent {
+    ssh: Option<String>,
+    ssh_options: Option<Vec<String>>,
+    exec: Option<Vec<String>>,
+    address: Option<String>,
+    faultline: Option<String>,
+    install: Option<bool>,
+}
+
+fn agents(
+    raw: &Spanned<std::collections::BTreeMap<String, Spanned<RawAgent>>>,
+    names: &[String],
+    target: &str,
+    source: &str,
+) -> Result<Vec<HostAgent>, String> {
+    let l = at(raw, source);
+    let mut out = Vec::new();
+    for (host, a) in &raw.value {
+        let la = at(a, source);
+        if !names.contains(host) {
+            return Err(format!("{la}: hosts: agents: unknown host `{host}`; the hosts are: {}", names.join(", ")));
+        }
+        let r = &a.value;
+        let channel = match (&r.ssh, &r.exec) {
+            (Some(d), None) if !d.trim().is_empty() => AgentChannel::Ssh { dest: d.clone(), options: r.ssh_options.clone().unwrap_or_default() },
+            (None, Some(p)) if !p.is_empty() && !p[0].is_empty() => {
+                if r.ssh_options.is_some() {
+                    return Err(format!("{la}: hosts: agents: {host}: `ssh_options` needs `ssh`"));
+                }
+                AgentChannel::Exec(p.clone())
+            }
+            (Some(_), Some(_)) => return Err(format!("{la}: hosts: agents: {host}: give either `ssh` or `exec`, not both")),
+            _ => {
+                return Err(format!(
+                    "{la}: hosts: agents: {host}: needs a channel: `ssh: USER@HOST` or `exec: [COMMAND, ...]` (e.g. [ip, netns, exec, NS] or [kubectl, exec, -i, POD, --])"
+                ));
+            }
+        };
+        if let Some(ad) = &r.address
+            && ad.parse::<std::net::IpAddr>().is_err()
+        {
+            return Err(format!("{la}: hosts: agents: {host}: `address: {ad}` is not an IP address"));
+        }
+        if host == target && r.address.is_none() {
+            return Err(format!("{la}: hosts: agents: {target}: needs `address` (where the clients reach its NBD server)"));
+        }
+        let faultline = r.faultline.clone().unwrap_or_else(|| "faultline".into());
+        let install = r.install.unwrap_or(false);
+        if install && !faultline.starts_with('/') {
+            return Err(format!("{la}: hosts: agents: {host}: `install: true` needs `faultline: /PATH` (where the copy goes)"));
+        }
+        out.push(HostAgent { host: host.clone(), channel, address: r.address.clone(), faultline, install });
+    }
+    let missing: Vec<&String> = names.iter().filter(|n| !raw.value.contains_key(*n)).collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "{l}: hosts: agents: no channel for {}; with `agents:` every host needs one ({})",
+            missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+            names.join(", ")
+        ));
+    }
+    // in host order: the target first, then the clients
+    out.sort_by_key(|a| names.iter().position(|n| *n == a.host));
+    Ok(out)
 }
 
 fn at<T>(s: &Spanned<T>, source: &str) -> String {
@@ -106,7 +215,18 @@ pub(crate) fn hosts(raw: &Spanned<RawHosts>, source: &str) -> Result<StudyHosts,
     if interval < Duration::from_millis(100) {
         return Err(format!("{l}: hosts: `interval` must be at least 100ms"));
     }
-    let h = StudyHosts { clients, target: "target".into(), kind, port, nbd_query: q.join("&"), interval };
+    let names: Vec<String> = std::iter::once("target".to_string()).chain(clients.iter().cloned()).collect();
+    let agents = r.agents.as_ref().map(|a| agents(a, &names, "target", source)).transpose()?.unwrap_or_default();
+    let on_agent_loss = match &r.on_agent_loss {
+        None => OnAgentLoss::Abort,
+        Some(s) if r.agents.is_none() => return Err(format!("{}: hosts: `on_agent_loss` needs `agents:`", at(s, source))),
+        Some(s) => match s.value.as_str() {
+            "abort" => OnAgentLoss::Abort,
+            "continue" => OnAgentLoss::Continue,
+            w => return Err(format!("{}: hosts: unknown `on_agent_loss: {w}`; allowed: abort (default), continue", at(s, source))),
+        },
+    };
+    let h = StudyHosts { clients, target: "target".into(), kind, port, nbd_query: q.join("&"), interval, agents, on_agent_loss };
     let spec = super::net::HostsSpec { hosts: h.names().into_iter().map(|name| super::net::HostSpec { name, role: super::net::HostRole::Client }).collect() };
     spec.validate().map_err(|e| format!("{l}: hosts: {e}"))?;
     Ok(h)
@@ -336,6 +456,32 @@ mod tests {
         assert!(err.contains("leave `stack` out"), "{err}");
         let err = parse_experiment("name: t\nhosts: {target: nbdkit}\nworkload: {duration: 1s}\n", "e.yaml").unwrap_err();
         assert!(err.starts_with("e.yaml:2:") && err.contains("allowed: faultline"), "{err}");
+    }
+
+    #[test]
+    fn agents_give_every_host_a_channel() {
+        let base = "name: t\nhosts:\n  clients: [c1, c2]\n  on_agent_loss: continue\n  agents:\n";
+        let ok = format!(
+            "{base}    target: {{ssh: root@10.0.0.5, ssh_options: [-p, '2222'], address: 10.0.0.5}}\n    c1: {{exec: [ip, netns, exec, n1]}}\n    c2: {{exec: [kubectl, exec, -i, pod, --], faultline: /opt/fl, install: true}}\nworkload: {{duration: 1s}}\n"
+        );
+        let e = parse_experiment(&ok, "e.yaml").unwrap();
+        let h = e.hosts.unwrap();
+        assert_eq!(h.on_agent_loss, OnAgentLoss::Continue);
+        assert_eq!(h.agents.iter().map(|a| a.host.as_str()).collect::<Vec<_>>(), ["target", "c1", "c2"]);
+        assert_eq!(h.agents[0].channel, AgentChannel::Ssh { dest: "root@10.0.0.5".into(), options: vec!["-p".into(), "2222".into()] });
+        assert!(h.agents[2].install && h.agents[2].faultline == "/opt/fl");
+        let err =
+            parse_experiment(&format!("{base}    target: {{exec: [x], address: 1.2.3.4}}\n    c1: {{exec: [x]}}\nworkload: {{duration: 1s}}\n"), "e.yaml")
+                .unwrap_err();
+        assert!(err.starts_with("e.yaml:6:") && err.contains("no channel for c2"), "{err}");
+        let err = parse_experiment(&format!("{base}    target: {{exec: [x]}}\nworkload: {{duration: 1s}}\n"), "e.yaml").unwrap_err();
+        assert!(err.starts_with("e.yaml:6:") && err.contains("needs `address`"), "{err}");
+        let err = parse_experiment(&format!("{base}    c3: {{exec: [x]}}\nworkload: {{duration: 1s}}\n"), "e.yaml").unwrap_err();
+        assert!(err.contains("unknown host `c3`") && err.contains("target, c1, c2"), "{err}");
+        let err = parse_experiment(&format!("{base}    target: {{address: 1.2.3.4}}\nworkload: {{duration: 1s}}\n"), "e.yaml").unwrap_err();
+        assert!(err.contains("needs a channel"), "{err}");
+        let err = parse_experiment("name: t\nhosts: {on_agent_loss: stop}\nworkload: {duration: 1s}\n", "e.yaml").unwrap_err();
+        assert!(err.contains("needs `agents:`"), "{err}");
     }
 
     #[test]
