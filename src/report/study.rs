@@ -28,6 +28,34 @@ pub struct Study {
     /// How long after the faults' clock started (network rules set, disk clock reset, host
     /// faults scheduled) the first client's workload started; the series count from the latter.
     pub start_lag_s: f64,
+    /// Hosts reached through agents (run::agents; empty for namespaces faultline built): each
+    /// one's channel, clock offset and, if it was lost, when and doing what.
+    pub agents: Vec<StudyAgent>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StudyAgent {
+    pub host: String,
+    /// How the controller reached it: `ssh root@h`, `ip netns exec NS`, ...
+    pub channel: String,
+    pub version: String,
+    /// The agent's clock minus the controller's (its samples were moved by it), and the
+    /// estimate's error bound (half the best round trip), ms.
+    pub offset_ms: f64,
+    pub offset_error_ms: f64,
+    pub lost: Option<AgentLoss>,
+}
+
+/// An agent whose channel closed or that stopped answering during the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AgentLoss {
+    /// Seconds from the workload's start (the controller's clock).
+    pub t_s: f64,
+    /// What it was doing then (e.g. "running the workload").
+    pub doing: String,
+    pub reason: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -1,1 +1,928 @@
+//! Networked experiments across machines (`hosts: {agents: ...}`, docs/cluster.md): the same
+//! experiment as run::hosts, but every host is reached through its own channel (ssh, `ip
+//! netns exec`, `kubectl exec -i`) where an agent (`faultline agent --stdio`) runs; faultline
+//! builds no namespaces. One repetition:
+//!
+//! 1. starts the agents, estimates each one's clock offset, and checks before anything runs
+//!    that every host can apply its faults (nftables for loss/partition/reset; delay and rate
+//!    need tc netem, refused up front);
+//! 2. spawns the target (`faultline serve --nbd tcp://0.0.0.0:PORT --no-loop`, or the command)
+//!    and a prober on every host (`faultline agent --probe`), then each client's workload
+//!    (`faultline workload --nbd URI --jsonl --start-at-ns T`), all waiting for one instant T;
+//! 3. at T (every agent ready) arms the faults: the disk's clock restarts and its rules go in,
+//!    host faults start on the target's agent, network rules follow their windows;
+//! 4. collects every line on the controller's clock (agent time minus its offset) while a
+//!    heartbeat (`time`) watches each agent; a lost agent aborts the run or is marked
+//!    (`on_agent_loss`);
+//! 5. tears down on every host and returns the repetition with its `study`, the same
+//!    structures as the namespace run.
 
+use super::hosts::windows;
+use crate::cluster::proto::{Event, Op, now_ns};
+use crate::cluster::{Agent, Channel, ClockOffset, install};
+use crate::report::model as rm;
+use crate::report::study::{AgentLoss, ClientPoint, ClientSeries, Probe, Study, StudyAgent, StudyHost};
+use crate::run::probe::HostSample;
+use crate::spec::experiment::{Experiment, Setup};
+use crate::spec::study::{AgentChannel, HostAgent, OnAgentLoss, StudyHosts, TargetKind};
+use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, Pattern, Workload};
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Time each call to an agent gets (a heartbeat's answer, a spawn, a control request).
+const CALL_LIMIT: Duration = Duration::from_secs(10);
+/// How often the heartbeat asks each agent the time, and how long it waits for the answer.
+const HEARTBEAT: Duration = Duration::from_millis(500);
+const HEARTBEAT_LIMIT: Duration = Duration::from_secs(3);
+/// From the last spawn to the agreed start: time for every workload to connect and wait.
+const START_LEAD: Duration = Duration::from_millis(1500);
+/// How long the target gets to listen.
+const TARGET_START_LIMIT: Duration = Duration::from_secs(30);
+
+/// One host reached through its agent.
+struct Remote {
+    spec: HostAgent,
+    role: &'static str,
+    agent: Mutex<Agent>,
+    hello_host: String,
+    version: String,
+    agent_pid: u32,
+    offset: ClockOffset,
+    /// What the host is doing, for the loss report.
+    doing: Mutex<String>,
+    lost: Mutex<Option<AgentLoss>>,
+}
+
+impl Remote {
+    fn call(&self, op: Op, limit: Duration) -> Result<Value> {
+        self.agent.lock().unwrap().call(op, limit)
+    }
+    fn spawn(&self, name: &str, argv: Vec<String>) -> Result<u32> {
+        let r = self.call(Op::Spawn { name: name.into(), argv }, CALL_LIMIT).with_context(|| format!("host {}: cannot start {name}", self.spec.host))?;
+        r["pid"].as_u64().map(|p| p as u32).context("spawn: no pid in the answer")
+    }
+    fn exec(&self, argv: &[&str], stdin: Option<String>) -> Result<(bool, String)> {
+        let r = self.call(Op::Exec { argv: argv.iter().map(|s| s.to_string()).collect(), stdin }, Duration::from_secs(30))?;
+        let text = format!("{}{}", r["stdout"].as_str().unwrap_or(""), r["stderr"].as_str().unwrap_or(""));
+        Ok((r["code"] == json!(0), text))
+    }
+    fn control(&self, socket: &str, request: Value) -> Result<Value> {
+        self.call(Op::Control { socket: socket.into(), request }, Duration::from_secs(30))
+    }
+    fn set_doing(&self, what: &str) {
+        *self.doing.lock().unwrap() = what.to_string();
+    }
+    fn is_lost(&self) -> bool {
+        self.lost.lock().unwrap().is_some()
+    }
+    /// The agent's clock (ns) on the controller's clock.
+    fn to_local(&self, t_ns: u64) -> i128 {
+        t_ns as i128 - self.offset.offset_ns as i128
+    }
+}
+
+fn channel_of(a: &HostAgent) -> Channel {
+    match &a.channel {
+        AgentChannel::Ssh { dest, options } => Channel::Ssh { dest: dest.clone(), options: options.clone() },
+        AgentChannel::Exec(p) => Channel::Exec(p.clone()),
+    }
+}
+
+/// What the event threads gathered, per host.
+#[derive(Default)]
+struct Gathered {
+    /// (host, sample) from the probers.
+    probes: Vec<(String, HostSample)>,
+    /// client -> its workload's first I/O on the agent's clock, live lines, final result.
+    start_ns: HashMap<String, u64>,
+    live: HashMap<String, Vec<(f64, u64, u64, u64)>>,
+    results: HashMap<String, Value>,
+    /// (host, command) -> ended (exit code, signal).
+    exits: HashMap<(String, String), (Option<i32>, Option<i32>)>,
+    /// (host, command) -> stdout lines (the target's URI line, host faults' JSON).
+    stdout: HashMap<(String, String), Vec<String>>,
+    /// (host, command) -> its last stderr lines, for errors.
+    stderr: HashMap<(String, String), Vec<String>>,
+}
+
+type Shared = Arc<Mutex<Gathered>>;
+
+fn gather(r: Arc<Remote>, events: std::sync::mpsc::Receiver<Event>, g: Shared, t_ref: Arc<Mutex<Option<Instant>>>) {
+    let host = r.spec.host.clone();
+    for e in events {
+        let mut g = g.lock().unwrap();
+        match e {
+            Event::Output { name, stream, line, .. } if stream == "stderr" => {
+                let v = g.stderr.entry((host.clone(), name)).or_default();
+                v.push(line);
+                if v.len() > 20 {
+                    v.remove(0);
+                }
+            }
+            Event::Output { name, line, .. } if name == "probe" => {
+                if let Ok(s) = serde_json::from_str::<HostSample>(&line) {
+                    g.probes.push((host.clone(), s));
+                }
+            }
+            Event::Output { name, line, .. } if name == "workload" => {
+                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                if let Some(s) = v["start_ns"].as_u64() {
+                    g.start_ns.insert(host.clone(), s);
+                } else if let Some(t) = v["t_s"].as_f64() {
+                    let e = (t, v["ops"].as_u64().unwrap_or(0), v["bytes"].as_u64().unwrap_or(0), v["errors"].as_u64().unwrap_or(0));
+                    g.live.entry(host.clone()).or_default().push(e);
+                } else if !v["result"].is_null() {
+                    g.results.insert(host.clone(), v["result"].clone());
+                }
+            }
+            Event::Output { name, line, .. } => g.stdout.entry((host.clone(), name)).or_default().push(line),
+            Event::Exit { name, code, signal, .. } => {
+                g.exits.insert((host.clone(), name), (code, signal));
+            }
+        }
+    }
+    // the channel closed: unless the run already let it go, the agent is lost
+    lose(&r, "its channel closed", &t_ref);
+}
+
+fn lose(r: &Remote, reason: &str, t_ref: &Mutex<Option<Instant>>) {
+    let mut l = r.lost.lock().unwrap();
+    if l.is_some() {
+        return;
+    }
+    let doing = r.doing.lock().unwrap().clone();
+    if doing == "done" {
+        return;
+    }
+    let t_s = t_ref.lock().unwrap().map_or(0.0, |t| Instant::now().saturating_duration_since(t).as_secs_f64());
+    *l = Some(AgentLoss { t_s, doing, reason: reason.to_string() });
+}
+
+/// `faultline workload` flags for the experiment's block workload against `uri`.
+fn workload_argv(fl: &str, w: &Workload, uri: &str, start_ns: u64) -> Result<Vec<String>> {
+    if w.personality.is_some() {
+        bail!("clients through agents run block workloads; a personality cannot be sent");
+    }
+    if w.profile != crate::content::profile::Profile::none() {
+        bail!("clients through agents write unique content (no duplicate `profile`)");
+    }
+    let us = |d: Duration| format!("{}us", d.as_micros());
+    let mut a: Vec<String> = vec![fl.into(), "workload".into(), "--nbd".into(), uri.into(), "--jsonl".into(), format!("--start-at-ns={start_ns}")];
+    a.push(format!(
+        "--pattern={}",
+        match w.pattern {
+            Pattern::Sequential => "sequential".to_string(),
+            Pattern::Uniform => "uniform".into(),
+            Pattern::Hotspot => "hotspot".into(),
+            Pattern::Zipf(t) => format!("zipf:{t}"),
+        }
+    ));
+    a.push(format!("--write-pct={}", w.write_pct));
+    a.push(format!("--bs={}", w.block_size));
+    a.push(format!("--engine={}", if w.engine == Engine::IoUring { "io_uring" } else { "psync" }));
+    a.push(format!("--iodepth={}", w.iodepth));
+    a.push(format!("--threads={}", w.threads));
+    a.extend(w.size.map(|s| format!("--size={s}")));
+    a.extend(w.ops.map(|s| format!("--ops={s}")));
+    a.extend(w.duration.map(|d| format!("--duration={}", us(d))));
+    a.extend(w.rate_iops.map(|s| format!("--rate-iops={s}")));
+    a.extend(w.span.map(|s| format!("--span={s}")));
+    a.push(format!(
+        "--on-error={}",
+        match w.on_error {
+            ErrorPolicy::Stop => "stop".to_string(),
+            ErrorPolicy::Continue => "continue".into(),
+            ErrorPolicy::Retry(n) => format!("retry:{n}"),
+        }
+    ));
+    a.push(format!("--interval={}", us(w.interval)));
+    a.push(format!("--seed={}", w.seed));
+    Ok(a)
+}
+
+/// A host fault as the inline YAML `faultline host --fault` takes.
+fn host_fault_yaml(h: &crate::spec::host::HostFault) -> Result<String> {
+    use crate::spec::host::{CpuMethod, HostAction};
+    let what = match &h.action {
+        HostAction::Cpu { share, method } => {
+            format!("type: cpu, share: {}%, method: {}", share * 100.0, if *method == CpuMethod::Quota { "quota" } else { "spin" })
+        }
+        HostAction::Memory { limit, hold } => {
+            let mut s = "type: memory".to_string();
+            if let Some(l) = limit {
+                s += &format!(", limit: {l}B");
+            }
+            if let Some(x) = hold {
+                s += &format!(", hold: {x}B");
+            }
+            s
+        }
+        HostAction::Freeze => "type: freeze".into(),
+        HostAction::Kill => bail!("a `kill` host fault cannot restart a target through an agent; use freeze"),
+    };
+    let ms = |d: Duration| format!("{}ms", d.as_millis());
+    let window = match h.to {
+        Some(to) => format!("{{from: {}, to: {}}}", ms(h.from), ms(to)),
+        None => format!("{{from: {}}}", ms(h.from)),
+    };
+    Ok(format!("{{{what}, window: {window}}}"))
+}
+
+/// A network fault as nftables rules on the sending host: (host, nft chain body lines).
+struct NftFault {
+    index: usize,
+    host: String,
+    /// Rule statements of the fault's chain (`ip daddr A ... drop`).
+    rules: Vec<String>,
+    from: Duration,
+    to: Option<Duration>,
+}
+
+/// Plan the network faults on the hosts' own kernels, or say why a host cannot apply one
+/// (before anything runs).
+fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>]) -> Result<Vec<NftFault>> {
+    let addr = |h: &str| -> Result<String> {
+        remotes
+            .iter()
+            .find(|r| r.spec.host == h)
+            .and_then(|r| r.spec.address.clone())
+            .with_context(|| format!("host `{h}` has no `address` in `agents:`; net faults towards or from it need one"))
+    };
+    let names = hosts.names();
+    let mut out = Vec::new();
+    for (i, n) in setup.net_faults.iter().enumerate() {
+        let label = format!("net fault #{} ({})", i + 1, n.describe());
+        let f = &n.rule.fault;
+        let needs_netem: Vec<&str> = [
+            (f.delay.is_some(), "delay"),
+            (f.jitter.is_some(), "jitter"),
+            (f.rate.is_some(), "rate"),
+            (f.duplicate.is_some(), "duplicate"),
+            (f.reorder.is_some(), "reorder"),
+        ]
+        .into_iter()
+        .filter_map(|(on, k)| on.then_some(k))
+        .collect();
+        let pairs: Vec<(String, String)> = {
+            let froms: Vec<String> = n.rule.from.clone().map_or_else(|| names.clone(), |f| vec![f]);
+            let tos: Vec<String> = n.rule.to.clone().map_or_else(|| names.clone(), |t| vec![t]);
+            let mut p: Vec<(String, String)> = froms.iter().flat_map(|a| tos.iter().filter(move |b| *b != a).map(move |b| (a.clone(), b.clone()))).collect();
+            if n.rule.both {
+                let rev: Vec<(String, String)> = p.iter().map(|(a, b)| (b.clone(), a.clone())).collect();
+                p.extend(rev);
+            }
+            p.sort();
+            p.dedup();
+            p
+        };
+        if !needs_netem.is_empty() {
+            for (h, _) in &pairs {
+                let r = remotes.iter().find(|r| r.spec.host == *h).context("host")?;
+                let (has, _) = r.exec(&["sh", "-c", "test -d /sys/module/sch_netem || modprobe -q sch_netem"], None)?;
+                if !has {
+                    bail!("{label}: {} needs tc netem on host `{h}`, and its kernel has none (sch_netem); loss, partition and reset work there (nftables)", needs_netem.join(", "));
+                }
+                bail!("{label}: {} through tc netem on real hosts is not built yet; loss, partition and reset are (nftables)", needs_netem.join(", "));
+            }
+        }
+        let mut stmt = Vec::new();
+        match f.loss {
+            Some(crate::spec::net::Loss::Random { probability }) => {
+                stmt.push(format!("numgen random mod 1000000 < {} drop", (probability * 1e6).round() as u64));
+            }
+            Some(_) => bail!("{label}: bursty loss (`loss_bursts`) needs faultline's relay; on real hosts give `loss`"),
+            None => {}
+        }
+        if f.partition {
+            stmt.push("drop".into());
+        }
+        if f.reset {
+            stmt.push("meta l4proto tcp reject with tcp reset".into());
+        }
+        let window = n.rule.window;
+        let mut by_host: HashMap<String, Vec<String>> = HashMap::new();
+        for (a, b) in &pairs {
+            let ip = addr(b)?;
+            let fam = if ip.contains(':') { "ip6" } else { "ip" };
+            for s in &stmt {
+                by_host.entry(a.clone()).or_default().push(format!("{fam} daddr {ip} {s}"));
+            }
+        }
+        for (host, rules) in by_host {
+            out.push(NftFault { index: i, host, rules, from: window.map_or(Duration::ZERO, |w| w.from), to: window.and_then(|w| w.to) });
+        }
+    }
+    // every host that will apply one needs nftables
+    let mut checked: Vec<&str> = Vec::new();
+    for f in &out {
+        if checked.contains(&f.host.as_str()) {
+            continue;
+        }
+        checked.push(&f.host);
+        let r = remotes.iter().find(|r| r.spec.host == f.host).context("host")?;
+        let (ok, text) = r.exec(&["nft", "list", "tables"], None).unwrap_or((false, "cannot run nft".into()));
+        if !ok {
+            bail!("net faults need nftables (`nft`) on host `{}`: {}", f.host, text.trim());
+        }
+    }
+    Ok(out)
+}
+
+fn nft_table(tag: &str) -> String {
+    format!("faultline_{}", tag.replace('-', "_"))
+}
+
+/// Everything spawned and applied on the hosts, to undo at the end.
+struct Applied {
+    nft_hosts: Vec<String>,
+}
+
+/// One repetition of a networked setup whose hosts are reached through agents.
+pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
+    let hosts = exp.hosts.as_ref().context("a networked setup needs `hosts:`")?;
+    let t_rep = Instant::now();
+    let phase = |what: &str| {
+        if !quiet {
+            eprintln!("faultline: {label}: {what}");
+        }
+    };
+    let tag = format!("{}-{}", std::process::id(), rep);
+    // 1. agents, in parallel (an ssh handshake each)
+    let connected: Vec<Result<Remote>> = std::thread::scope(|sc| {
+        let hs: Vec<_> = hosts
+            .agents
+            .iter()
+            .map(|a| {
+                sc.spawn(move || -> Result<Remote> {
+                    let ch = channel_of(a);
+                    if a.install {
+                        install(&ch, &a.faultline).with_context(|| format!("host {}", a.host))?;
+                    }
+                    let mut ag = Agent::connect(&ch, &a.faultline).with_context(|| format!("host {}", a.host))?;
+                    let offset = ag.clock_offset(16).with_context(|| format!("host {}: clock offset", a.host))?;
+                    let role = if a.host == hosts.target { "target" } else { "client" };
+                    Ok(Remote {
+                        spec: a.clone(),
+                        role,
+                        hello_host: ag.hello.host.clone(),
+                        version: ag.hello.version.clone(),
+                        agent_pid: ag.hello.pid,
+                        agent: Mutex::new(ag),
+                        offset,
+                        doing: Mutex::new("starting".into()),
+                        lost: Mutex::new(None),
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("connecting panicked")))).collect()
+    });
+    let mut remotes = Vec::new();
+    for c in connected {
+        remotes.push(Arc::new(c?));
+    }
+    for r in &remotes {
+        phase(&format!(
+            "agent on {} ({}, via `{}`): clock offset {:+.3} ms ± {:.3} ms",
+            r.spec.host,
+            r.hello_host,
+            channel_of(&r.spec).describe(),
+            r.offset.offset_ns as f64 / 1e6,
+            r.offset.error_ns as f64 / 1e6
+        ));
+    }
+    let gathered: Shared = Arc::new(Mutex::new(Gathered::default()));
+    let t_ref: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let mut gatherers = Vec::new();
+    for r in &remotes {
+        let ev = r.agent.lock().unwrap().take_events();
+        let (r, g, t) = (r.clone(), gathered.clone(), t_ref.clone());
+        gatherers.push(std::thread::spawn(move || gather(r, ev, g, t)));
+    }
+    let mut applied = Applied { nft_hosts: vec![] };
+    let result = drive(exp, setup, hosts, &remotes, &gathered, &t_ref, &tag, &mut applied, stop, &phase);
+    // 5. teardown on every host still there; a lost host gets `faultline cleanup` through a
+    // fresh agent (what its lost agent left)
+    let mut notes = Vec::new();
+    let table = nft_table(&tag);
+    for r in &remotes {
+        r.set_doing("done");
+        if r.is_lost() {
+            match Agent::connect(&channel_of(&r.spec), &r.spec.faultline) {
+                Ok(mut a) => {
+                    let res = a.call(Op::Exec { argv: vec![r.spec.faultline.clone(), "cleanup".into()], stdin: None }, Duration::from_secs(60));
+                    if applied.nft_hosts.contains(&r.spec.host) {
+                        let _ = a.call(Op::Exec { argv: vec!["nft".into(), "delete".into(), "table".into(), "inet".into(), table.clone()], stdin: None }, CALL_LIMIT);
+                    }
+                    let _ = a.shutdown();
+                    if let Err(e) = res {
+                        notes.push(format!("host {}: cleanup after its lost agent failed: {e:#}", r.spec.host));
+                    }
+                }
+                Err(e) => notes.push(format!("host {}: cannot reach it to clean up after its lost agent (run `faultline cleanup` there): {e:#}", r.spec.host)),
+            }
+            continue;
+        }
+        if applied.nft_hosts.contains(&r.spec.host) {
+            let _ = r.exec(&["nft", "delete", "table", "inet", &table], None);
+        }
+    }
+    for r in remotes.iter().filter(|r| !r.is_lost()) {
+        // ends every spawned command (SIGTERM, then SIGKILL after 2 s) and the agent
+        let a = r.agent.lock().unwrap().call(Op::Shutdown, Duration::from_secs(30));
+        if let Err(e) = a {
+            notes.push(format!("host {}: shutdown: {e:#}", r.spec.host));
+        }
+    }
+    drop(remotes);
+    for g in gatherers {
+        let _ = g.join();
+    }
+    let (mut r, study) = result?;
+    r.index = rep + 1;
+    r.seconds = t_rep.elapsed().as_secs_f64();
+    r.notes.extend(notes);
+    r.study = Some(Box::new(study));
+    Ok(r)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    exp: &Experiment,
+    setup: &Setup,
+    hosts: &StudyHosts,
+    remotes: &[Arc<Remote>],
+    gathered: &Shared,
+    t_ref: &Arc<Mutex<Option<Instant>>>,
+    tag: &str,
+    applied: &mut Applied,
+    stop: &Arc<AtomicBool>,
+    phase: &dyn Fn(&str),
+) -> Result<(rm::Repetition, Study)> {
+    let target = remotes.iter().find(|r| r.role == "target").context("no agent for the target")?.clone();
+    let clients: Vec<Arc<Remote>> = remotes.iter().filter(|r| r.role == "client").cloned().collect();
+    let taddr = target.spec.address.clone().context("the target needs `address`")?;
+    let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
+    let host_part = if taddr.contains(':') { format!("[{taddr}]") } else { taddr.clone() };
+    let uri = format!("nbd://{host_part}:{}/{q}", hosts.port);
+    let w = exp.workload_for_client(setup, &uri).map_err(anyhow::Error::msg)?;
+    if !matches!(w.interface, Interface::Nbd { .. }) {
+        bail!("the clients' workload is not an NBD workload");
+    }
+    // checks before anything runs: faults every host can apply, flags the workload can travel as
+    workload_argv("faultline", &w, &uri, 0)?;
+    let host_yaml: Vec<String> = setup.host_faults.iter().map(host_fault_yaml).collect::<Result<_>>()?;
+    let (static_faults, scheduled) = super::schedule::split(&setup.faults);
+    if !scheduled.is_empty() {
+        bail!("faults placed by workload progress (`at:`/content targets) are not supported with `hosts:`; use windows");
+    }
+    let nft = plan_net_faults(setup, hosts, remotes)?;
+    let table = nft_table(tag);
+    for h in nft.iter().map(|f| f.host.clone()).collect::<std::collections::BTreeSet<_>>() {
+        let r = remotes.iter().find(|r| r.spec.host == h).context("host")?;
+        let (ok, text) = r.exec(&["nft", "add", "table", "inet", &table], None)?;
+        if !ok {
+            bail!("host {h}: cannot add the nftables table {table}: {}", text.trim());
+        }
+        applied.nft_hosts.push(h);
+    }
+    // 2. the target
+    let socket = format!("{}/agent-{tag}.sock", crate::sys::ledger::run_dir().display());
+    target.set_doing("starting the target");
+    let tpid = match &hosts.kind {
+        TargetKind::Faultline => {
+            let mut argv = vec![target.spec.faultline.clone(), "serve".into(), format!("--nbd=tcp://0.0.0.0:{}", hosts.port), "--no-loop".into()];
+            argv.extend(super::disks::serve_args(&setup.disk));
+            argv.extend(["--socket".into(), socket.clone(), format!("--owned-by={}", target.agent_pid)]);
+            target.spawn("target", argv)?
+        }
+        TargetKind::Command(cmd) => target.spawn("target", vec!["env".into(), format!("FAULTLINE_PORT={}", hosts.port), "sh".into(), "-c".into(), cmd.clone()])?,
+    };
+    wait_target(&target, &clients[0], hosts, &taddr, gathered)?;
+    target.set_doing("serving the disk");
+    // probers everywhere (the target's also samples its server's process group)
+    let interval = format!("{}us", hosts.interval.as_micros());
+    for r in remotes {
+        let mut argv = vec![r.spec.faultline.clone(), "agent".into(), "--probe".into(), interval.clone()];
+        if r.role == "target" {
+            argv.extend(["--probe-group".into(), tpid.to_string()]);
+        }
+        r.spawn("probe", argv)?;
+    }
+    // every client waits for the agreed instant T (its own clock: T plus its offset)
+    let max_err = remotes.iter().map(|r| r.offset.error_ns).max().unwrap_or(0);
+    let t_start = now_ns() + START_LEAD.as_nanos() as u64 + 2 * max_err;
+    for c in &clients {
+        let at = (t_start as i128 + c.offset.offset_ns as i128).max(0) as u64;
+        c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at)?)?;
+        c.set_doing("running the workload");
+    }
+    // the heartbeat watches every agent from here on
+    let done = Arc::new(AtomicBool::new(false));
+    let heart = {
+        let (rs, done, t_ref) = (remotes.to_vec(), done.clone(), t_ref.clone());
+        std::thread::spawn(move || {
+            while !done.load(Relaxed) {
+                for r in &rs {
+                    if r.is_lost() || done.load(Relaxed) {
+                        continue;
+                    }
+                    let alive = r.agent.lock().unwrap().alive();
+                    if !alive {
+                        lose(r, "its channel closed", &t_ref);
+                    } else if let Err(e) = r.call(Op::Time, HEARTBEAT_LIMIT) {
+                        lose(r, &format!("it stopped answering ({e:#})"), &t_ref);
+                    }
+                }
+                std::thread::sleep(HEARTBEAT);
+            }
+        })
+    };
+    let outcome = armed_phase(setup, hosts, remotes, &target, &clients, gathered, t_ref, t_start, &socket, &host_yaml, static_faults, &nft, &table, tpid, stop, phase);
+    done.store(true, Relaxed);
+    let _ = heart.join();
+    let (host_records, disk_faults, rules, mut notes) = outcome?;
+    // 4. everything on the controller's clock, from T
+    let g = gathered.lock().unwrap();
+    let rel = |r: &Remote, t_ns: u64| (r.to_local(t_ns) - t_start as i128) as f64 / 1e9;
+    let mut series = Vec::new();
+    let mut first_result = None;
+    let mut start_lag: Option<f64> = None;
+    for c in &clients {
+        let h = &c.spec.host;
+        let shift = g.start_ns.get(h).map(|s| rel(c, *s));
+        if let Some(s) = shift {
+            start_lag = Some(start_lag.map_or(s, |l: f64| l.min(s)));
+        }
+        let shift = shift.unwrap_or(0.0);
+        let s = match g.results.get(h) {
+            Some(res) => {
+                if first_result.is_none() {
+                    first_result = Some(res.clone());
+                }
+                client_series_json(h, res, shift)
+            }
+            // no result (its agent was lost): what its live lines said, up to the loss
+            None => live_series(h, g.live.get(h).map(|v| v.as_slice()).unwrap_or(&[]), shift, hosts.interval),
+        };
+        series.push(s);
+    }
+    let mut probes: Vec<Probe> = Vec::new();
+    for (host, s) in &g.probes {
+        let r = remotes.iter().find(|r| r.spec.host == *host).context("host")?;
+        let t_s = rel(r, s.t_ns);
+        if t_s <= 0.0 {
+            continue;
+        }
+        if let Some(l) = r.lost.lock().unwrap().as_ref()
+            && t_s > l.t_s
+        {
+            continue;
+        }
+        probes.push(Probe {
+            t_s,
+            host: host.clone(),
+            cpu_user_pct: s.cpu_user_pct,
+            cpu_system_pct: s.cpu_system_pct,
+            machine_user_pct: s.machine_user_pct,
+            machine_system_pct: s.machine_system_pct,
+            machine_steal_pct: s.machine_steal_pct,
+            rss_mib: s.rss_mib,
+            mem_available_mib: s.mem_available_mib,
+            rx_packets: s.rx_packets,
+            tx_packets: s.tx_packets,
+            rx_dropped: s.rx_dropped,
+            tx_dropped: s.tx_dropped,
+            tcp_retrans: s.tcp_retrans,
+            ..Default::default()
+        });
+    }
+    probes.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+    // a client's ops and errors per probe interval, from its workload's live lines
+    let mut last_t: HashMap<String, f64> = HashMap::new();
+    for p in probes.iter_mut() {
+        let Some(c) = clients.iter().find(|c| c.spec.host == p.host) else { continue };
+        let shift = g.start_ns.get(&p.host).map_or(0.0, |s| rel(c, *s));
+        let from = last_t.insert(p.host.clone(), p.t_s).unwrap_or(f64::MIN);
+        for (t, ops, _, errors) in g.live.get(&p.host).map(|v| v.as_slice()).unwrap_or(&[]) {
+            let t = t + shift;
+            if t > from && t <= p.t_s {
+                p.ops += ops;
+                p.errors += errors;
+            }
+        }
+    }
+    for r in remotes {
+        if let Some(l) = r.lost.lock().unwrap().as_ref() {
+            notes.push(format!("agent on host {} lost at {:+.1} s while {}: {}", r.spec.host, l.t_s, l.doing, l.reason));
+        }
+    }
+    let mut study = Study {
+        hosts: remotes
+            .iter()
+            .map(|r| StudyHost { name: r.spec.host.clone(), role: r.role.into(), address: r.spec.address.clone().unwrap_or_default(), namespace: String::new() })
+            .collect(),
+        interval_s: hosts.interval.as_secs_f64(),
+        cpu_source: CPU_SOURCE.into(),
+        clients: series,
+        probes,
+        windows: windows(setup, hosts),
+        window_stats: vec![],
+        links: Value::Null,
+        start_lag_s: start_lag.unwrap_or(0.0).max(0.0),
+        agents: remotes
+            .iter()
+            .map(|r| StudyAgent {
+                host: r.spec.host.clone(),
+                channel: channel_of(&r.spec).describe(),
+                version: r.version.clone(),
+                offset_ms: r.offset.offset_ns as f64 / 1e6,
+                offset_error_ms: r.offset.error_ns as f64 / 1e6,
+                lost: r.lost.lock().unwrap().clone(),
+            })
+            .collect(),
+    };
+    study.analyse();
+    drop(g);
+    let mut r = crate::report::collect::repetition(0, 0.0, None, None, disk_faults, rules, notes);
+    // the repetition's own figures are the first client's (all clients are in `study`)
+    if let Some(res) = first_result {
+        r.read = serde_json::from_value(res["read"].clone()).unwrap_or_default();
+        r.write = serde_json::from_value(res["write"].clone()).unwrap_or_default();
+        r.io_errors = serde_json::from_value(res["errors"].clone()).unwrap_or_default();
+        r.failed_ios = res["failed_ios"].as_array().map_or(0, |a| a.len() as u64);
+        r.retries = res["retries"].as_u64().unwrap_or(0);
+        r.timeseries = res["timeseries"].as_array().map(|a| a.iter().map(rm_sample).collect()).unwrap_or_default();
+    }
+    r.host_faults = host_records;
+    Ok((r, study))
+}
+
+pub const CPU_SOURCE: &str = "every host's own /proc: target: its server's process group (/proc/PID/stat); clients: none per process (the workload's CPU is in its result); machine_*: the host's /proc/stat";
+
+type Armed = (Vec<crate::host::HostFaultRecord>, Vec<rm::InjectedFault>, Vec<rm::RuleCount>, Vec<String>);
+
+/// 3. Arm at T, wait for the clients, collect the target's figures.
+#[allow(clippy::too_many_arguments)]
+fn armed_phase(
+    setup: &Setup,
+    hosts: &StudyHosts,
+    remotes: &[Arc<Remote>],
+    target: &Arc<Remote>,
+    clients: &[Arc<Remote>],
+    gathered: &Shared,
+    t_ref: &Arc<Mutex<Option<Instant>>>,
+    t_start: u64,
+    socket: &str,
+    host_yaml: &[String],
+    static_faults: Vec<crate::spec::rules::FaultSpec>,
+    nft: &[NftFault],
+    table: &str,
+    tpid: u32,
+    stop: &Arc<AtomicBool>,
+    phase: &dyn Fn(&str),
+) -> Result<Armed> {
+    // every agent reported ready (its spawns answered); a loss before T aborts whatever the policy
+    if let Some(r) = remotes.iter().find(|r| r.is_lost()) {
+        bail!("agent on host {} was lost before the start", r.spec.host);
+    }
+    let t0 = Instant::now() + Duration::from_nanos(t_start.saturating_sub(now_ns()));
+    *t_ref.lock().unwrap() = Some(t0);
+    std::thread::sleep(t0.saturating_duration_since(Instant::now()));
+    let is_fl = hosts.kind == TargetKind::Faultline;
+    let mut seq0 = 0;
+    if is_fl {
+        seq0 = target.control(socket, json!({"cmd": "reset_epoch"}))?["log_total"].as_u64().unwrap_or(0);
+        for f in &static_faults {
+            target.control(socket, json!({"cmd": "arm", "rules": [f.rule]}))?;
+        }
+    }
+    if !host_yaml.is_empty() {
+        let mut argv = vec![target.spec.faultline.clone(), "host".into(), "--pid".into(), tpid.to_string(), "--json".into()];
+        for y in host_yaml {
+            argv.extend(["--fault".into(), y.clone()]);
+        }
+        target.spawn("host-faults", argv)?;
+    }
+    phase(&format!("{} client(s) started together against {}", clients.len(), target.spec.address.as_deref().unwrap_or("")));
+    // network rules follow their windows, each fault its own chain
+    let nft_done = Arc::new(AtomicBool::new(false));
+    let nft_thread = {
+        let mut steps: Vec<(Duration, bool, usize)> = Vec::new();
+        for (k, f) in nft.iter().enumerate() {
+            steps.push((f.from, true, k));
+            if let Some(to) = f.to {
+                steps.push((to, false, k));
+            }
+        }
+        steps.sort_by_key(|s| s.0);
+        let plan: Vec<(Arc<Remote>, String, Vec<String>)> = nft
+            .iter()
+            .map(|f| (remotes.iter().find(|r| r.spec.host == f.host).cloned().expect("planned host"), format!("f{}_{}", f.index, f.host.replace('-', "_")), f.rules.clone()))
+            .collect();
+        let (done, table) = (nft_done.clone(), table.to_string());
+        std::thread::spawn(move || -> Vec<String> {
+            let mut errs = Vec::new();
+            for (at, on, k) in steps {
+                while Instant::now() < t0 + at {
+                    if done.load(Relaxed) {
+                        return errs;
+                    }
+                    std::thread::sleep(Duration::from_millis(5).min((t0 + at).saturating_duration_since(Instant::now())));
+                }
+                let (r, chain, rules) = &plan[k];
+                let script = if on {
+                    let mut s = format!("add chain inet {table} {chain} {{ type filter hook output priority 0; policy accept; }}\n");
+                    for x in rules {
+                        s += &format!("add rule inet {table} {chain} {x}\n");
+                    }
+                    s
+                } else {
+                    format!("delete chain inet {table} {chain}\n")
+                };
+                match r.exec(&["nft", "-f", "-"], Some(script)) {
+                    Ok((true, _)) => {}
+                    Ok((false, t)) => errs.push(format!("host {}: nft: {}", r.spec.host, t.trim())),
+                    Err(e) => errs.push(format!("host {}: nft: {e:#}", r.spec.host)),
+                }
+            }
+            errs
+        })
+    };
+    // wait: every client's workload ends, or its agent is lost
+    let limit = Duration::from_secs(3600);
+    let waited = Instant::now();
+    let abort = loop {
+        if stop.load(Relaxed) {
+            break Some("interrupted".to_string());
+        }
+        if hosts.on_agent_loss == OnAgentLoss::Abort
+            && let Some(r) = remotes.iter().find(|r| r.is_lost())
+        {
+            let l = r.lost.lock().unwrap().clone().unwrap_or_default();
+            break Some(format!("agent on host {} lost at {:+.1} s while {}: {} (on_agent_loss: abort)", r.spec.host, l.t_s, l.doing, l.reason));
+        }
+        if target.is_lost() {
+            break Some(format!("agent on the target host {} lost: nothing left to measure", target.spec.host));
+        }
+        let g = gathered.lock().unwrap();
+        if let Some(((h, _), (code, sig))) = g.exits.iter().find(|((h, n), _)| h == &target.spec.host && n == "target") {
+            let why = g.stderr.get(&(h.clone(), "target".into())).map(|v| v.join(" | ")).unwrap_or_default();
+            break Some(format!("the target on {h} ended during the run (code {code:?}, signal {sig:?}): {why}"));
+        }
+        let ended = clients.iter().all(|c| c.is_lost() || g.results.contains_key(&c.spec.host) || g.exits.contains_key(&(c.spec.host.clone(), "workload".into())));
+        drop(g);
+        if ended {
+            break None;
+        }
+        if waited.elapsed() > limit {
+            break Some("the clients did not finish within an hour".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    nft_done.store(true, Relaxed);
+    let mut notes = nft_thread.join().unwrap_or_default();
+    if let Some(why) = abort {
+        // the other clients stop now; teardown ends the rest
+        for c in clients.iter().filter(|c| !c.is_lost()) {
+            let _ = c.call(Op::Kill { name: "workload".into(), signal: Some(libc::SIGTERM) }, CALL_LIMIT);
+        }
+        bail!("{why}");
+    }
+    // a client's workload that failed (not lost) fails the run, as in the namespace run
+    {
+        let g = gathered.lock().unwrap();
+        for c in clients.iter().filter(|c| !c.is_lost()) {
+            if !g.results.contains_key(&c.spec.host) {
+                let why = g.stderr.get(&(c.spec.host.clone(), "workload".into())).map(|v| v.join(" | ")).unwrap_or_default();
+                bail!("client {}: its workload failed: {why}", c.spec.host);
+            }
+        }
+    }
+    // host faults end now and print what they did
+    let mut records = Vec::new();
+    if !host_yaml.is_empty() {
+        let _ = target.call(Op::Kill { name: "host-faults".into(), signal: Some(libc::SIGINT) }, CALL_LIMIT);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) && !gathered.lock().unwrap().exits.contains_key(&(target.spec.host.clone(), "host-faults".into())) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let text = gathered.lock().unwrap().stdout.get(&(target.spec.host.clone(), "host-faults".into())).map(|v| v.join("\n")).unwrap_or_default();
+        match serde_json::from_str::<Vec<crate::host::HostFaultRecord>>(&text) {
+            Ok(r) => records = r,
+            Err(e) => notes.push(format!("host faults on {}: no records ({e})", target.spec.host)),
+        }
+    }
+    let (mut faults, mut rules) = (vec![], vec![]);
+    if is_fl {
+        let listed: Vec<crate::fault::engine::RuleStatus> = serde_json::from_value(target.control(socket, json!({"cmd": "list"}))?)?;
+        let mut log = Vec::new();
+        let mut since = seq0;
+        loop {
+            let page: Vec<crate::fault::log::LogEntry> = serde_json::from_value(target.control(socket, json!({"cmd": "log", "since": since, "max": 10_000}))?)?;
+            let Some(last) = page.last() else { break };
+            since = last.seq + 1;
+            log.extend(page);
+        }
+        faults = crate::report::collect::injected_faults(0, setup.disk.disk.block_size as u64, &listed, &log);
+        rules = crate::report::collect::rule_counts(&listed);
+    }
+    Ok((records, faults, rules, notes))
+}
+
+/// Wait until the target listens: its URI line (faultline), or a TCP connect from the first
+/// client host (a command).
+fn wait_target(target: &Remote, client: &Remote, hosts: &StudyHosts, addr: &str, g: &Shared) -> Result<()> {
+    let t = Instant::now();
+    let key = (target.spec.host.clone(), "target".to_string());
+    while t.elapsed() < TARGET_START_LIMIT {
+        {
+            let g = g.lock().unwrap();
+            if let Some((code, sig)) = g.exits.get(&key) {
+                let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
+                bail!("host {}: the target ended at start (code {code:?}, signal {sig:?}): {why}", target.spec.host);
+            }
+            if hosts.kind == TargetKind::Faultline && g.stdout.get(&key).is_some_and(|v| v.iter().any(|l| l.starts_with("nbd://"))) {
+                return Ok(());
+            }
+        }
+        if let TargetKind::Command(_) = hosts.kind {
+            let probe = format!("exec 3<>/dev/tcp/{addr}/{}", hosts.port);
+            if client.exec(&["timeout", "1", "bash", "-c", &probe], None)?.0 {
+                return Ok(());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    bail!("host {}: the target did not listen on port {} within {} s", target.spec.host, hosts.port, TARGET_START_LIMIT.as_secs())
+}
+
+fn rm_sample(s: &Value) -> rm::Sample {
+    let f = |a: &str, b: &str| s[a][b].as_f64().unwrap_or(0.0);
+    rm::Sample {
+        t_s: s["t"].as_f64().unwrap_or(0.0),
+        read_iops: f("read", "iops"),
+        read_mib_s: f("read", "mib_s"),
+        read_mean_us: f("read", "mean_us"),
+        read_p99_us: f("read", "p99_us"),
+        write_iops: f("write", "iops"),
+        write_mib_s: f("write", "mib_s"),
+        write_mean_us: f("write", "mean_us"),
+        write_p99_us: f("write", "p99_us"),
+        cpu_pct: s["cpu_pct"].as_f64().unwrap_or(0.0),
+        rss_mib: s["rss_mib"].as_f64().unwrap_or(0.0),
+    }
+}
+
+/// A client's series from its workload's result (result.json's form), its times moved by
+/// `shift` s (its first I/O on the controller's clock, from T).
+fn client_series_json(host: &str, r: &Value, shift: f64) -> ClientSeries {
+    let points = r["timeseries"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(rm_sample)
+                .map(|s| {
+                    let ops = s.read_iops + s.write_iops;
+                    let wmean = if ops > 0.0 { (s.read_mean_us * s.read_iops + s.write_mean_us * s.write_iops) / ops } else { 0.0 };
+                    ClientPoint { t_s: s.t_s + shift, iops: ops, mib_s: s.read_mib_s + s.write_mib_s, mean_us: wmean, p99_us: s.read_p99_us.max(s.write_p99_us) }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let g = |op: &str, k: &str| r[op][k].as_f64().unwrap_or(0.0);
+    let io_errors: std::collections::BTreeMap<String, u64> = serde_json::from_value(r["errors"].clone()).unwrap_or_default();
+    ClientSeries {
+        host: host.into(),
+        seconds: r["seconds"].as_f64().unwrap_or(0.0),
+        mib_s: g("read", "mib_s") + g("write", "mib_s"),
+        ops: (g("read", "ops") + g("write", "ops")) as u64,
+        failed_ios: io_errors.values().sum(),
+        io_errors,
+        nbd_client: serde_json::from_value(r["nbd_client"].clone()).ok(),
+        points,
+    }
+}
+
+/// A lost client's series from its live lines (ops per interval; no latency).
+fn live_series(host: &str, live: &[(f64, u64, u64, u64)], shift: f64, interval: Duration) -> ClientSeries {
+    let secs = interval.as_secs_f64().max(1e-3);
+    let seconds = live.last().map_or(0.0, |l| l.0);
+    let bytes: u64 = live.iter().map(|l| l.2).sum();
+    ClientSeries {
+        host: host.into(),
+        seconds,
+        mib_s: if seconds > 0.0 { bytes as f64 / seconds / 1048576.0 } else { 0.0 },
+        ops: live.iter().map(|l| l.1).sum(),
+        failed_ios: live.iter().map(|l| l.3).sum(),
+        points: live
+            .iter()
+            .map(|(t, o, b, _)| ClientPoint { t_s: t + shift, iops: *o as f64 / secs, mib_s: *b as f64 / secs / 1048576.0, ..Default::default() })
+            .collect(),
+        ..Default::default()
+    }
+}

@@ -34,6 +34,24 @@ pub struct DiskServer {
     socket: PathBuf,
 }
 
+/// `faultline serve` arguments for the disk `d` (size, store, front end, latency model); the
+/// caller adds where it serves and its control socket (also run::agents on remote hosts).
+pub(crate) fn serve_args(d: &DiskSpec) -> Vec<String> {
+    let mut a = vec![
+        format!("--size={}", d.size()),
+        format!("--block-size={}", d.disk.block_size),
+        format!("--store={}", d.disk.store),
+        format!("--busy-poll={}us", d.front.busy_poll.as_micros()),
+        format!("--ring={}", d.front.ring),
+        format!("--rq-affinity={}", d.front.rq_affinity),
+        format!("--cpu-latency={}", d.front.cpu_latency),
+    ];
+    a.extend(d.disk.latency.as_ref().map(|m| format!("--latency-yaml={}", m.to_yaml())));
+    a.extend(d.disk.populate.map(|p| format!("--populate={p}")));
+    a.push(format!("--ring-threads={}", d.front.ring_threads));
+    a
+}
+
 impl DiskServer {
     /// The server's process (host faults act on it), while it runs.
     pub fn pid(&self) -> Option<u32> {
@@ -63,16 +81,7 @@ impl DiskServer {
         if let Some((_, addr)) = place {
             c.arg(format!("--nbd={addr}")).arg("--no-loop");
         }
-        c.arg(format!("--size={}", d.size()))
-            .arg(format!("--block-size={}", d.disk.block_size))
-            .arg(format!("--store={}", d.disk.store))
-            .arg(format!("--busy-poll={}us", d.front.busy_poll.as_micros()))
-            .arg(format!("--ring={}", d.front.ring))
-            .arg(format!("--rq-affinity={}", d.front.rq_affinity))
-            .arg(format!("--cpu-latency={}", d.front.cpu_latency))
-            .args(d.disk.latency.as_ref().map(|m| format!("--latency-yaml={}", m.to_yaml())))
-            .args(d.disk.populate.map(|p| format!("--populate={p}")))
-            .arg(format!("--ring-threads={}", d.front.ring_threads))
+        c.args(serve_args(d))
             .arg("--socket")
             .arg(&socket)
             .arg(format!("--owned-by={}", std::process::id()))

@@ -436,6 +436,7 @@ fn drive(
         window_stats: vec![],
         links,
         start_lag_s: first_progress.and_then(|p| p.start.get().map(|s| s.saturating_duration_since(t0).as_secs_f64())).unwrap_or(0.0),
+        agents: vec![],
     };
     study.analyse();
     // the repetition's own figures are the first client's (all clients are in `study`)

@@ -86,7 +86,9 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                     eprintln!("faultline: {label}: {} stack, {} fault(s)", s.stack.label(), s.faults.len());
                 }
                 let t = Instant::now();
-                let r = if exp.hosts.is_some() {
+                let r = if exp.hosts.as_ref().is_some_and(|h| !h.agents.is_empty()) {
+                    agents::run_one(exp, s, rep, &label, &stop, opts.quiet)
+                } else if exp.hosts.is_some() {
                     hosts::run_one(exp, s, rep, &label, &stop, opts.quiet)
                 } else {
                     run_one(exp, s, rep, baseline, &out, &label, &stop, opts.quiet)

@@ -211,3 +211,27 @@ pub fn errno(r: std::io::Result<Vec<u8>>) -> Option<i32> {
 pub fn count(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap()
 }
+
+pub mod lab;
+
+/// True if the program is on PATH.
+pub fn which(p: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {p}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// For a test that builds hosts as network namespaces: true if it can, else reports it skipped.
+pub fn need_net() -> bool {
+    for (what, ok) in [("/dev/net/tun", Path::new("/dev/net/tun").exists()), ("ip (iproute2)", which("ip"))] {
+        if !ok {
+            skip("", &format!("needs {what}"));
+            return false;
+        }
+    }
+    true
+}
+
+/// Network namespaces whose name starts with `prefix`.
+pub fn namespaces_with(prefix: &str) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with(prefix)).map(String::from).collect()
+}
