@@ -504,22 +504,21 @@ fn drive(
     };
     wait_target(&target, &clients[0], hosts, &taddr, gathered)?;
     target.set_doing("serving the disk");
-    // probers everywhere (the target's also samples its server's process group)
-    let interval = format!("{}us", hosts.interval.as_micros());
-    for r in remotes {
-        let mut argv = vec![r.spec.faultline.clone(), "agent".into(), "--probe".into(), interval.clone()];
-        if r.role == "target" {
-            argv.extend(["--probe-group".into(), tpid.to_string()]);
-        }
-        r.spawn("probe", argv)?;
-    }
     // every client waits for the agreed instant T (its own clock: T plus its offset)
     let max_err = remotes.iter().map(|r| r.offset.error_ns).max().unwrap_or(0);
     let t_start = now_ns() + START_LEAD.as_nanos() as u64 + 2 * max_err;
+    let mut groups: HashMap<String, u32> = HashMap::from([(target.spec.host.clone(), tpid)]);
     for c in &clients {
         let at = (t_start as i128 + c.offset.offset_ns as i128).max(0) as u64;
-        c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at)?)?;
+        groups.insert(c.spec.host.clone(), c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at)?)?);
         c.set_doing("running the workload");
+    }
+    // probers everywhere, each also sampling its host's server or workload process group
+    let interval = format!("{}us", hosts.interval.as_micros());
+    for r in remotes {
+        let mut argv = vec![r.spec.faultline.clone(), "agent".into(), "--probe".into(), interval.clone()];
+        argv.extend(groups.get(&r.spec.host).map(|g| format!("--probe-group={g}")));
+        r.spawn("probe", argv)?;
     }
     // the heartbeat watches every agent from here on
     let done = Arc::new(AtomicBool::new(false));
@@ -662,7 +661,7 @@ fn drive(
     Ok((r, study))
 }
 
-pub const CPU_SOURCE: &str = "every host's own /proc: target: its server's process group (/proc/PID/stat); clients: none per process (the workload's CPU is in its result); machine_*: the host's /proc/stat";
+pub const CPU_SOURCE: &str = "every host's own /proc: target: its server's process group, clients: their workload's (/proc/PID/stat); machine_*: the host's /proc/stat";
 
 type Armed = (Vec<crate::host::HostFaultRecord>, Vec<rm::InjectedFault>, Vec<rm::RuleCount>, Vec<String>);
 

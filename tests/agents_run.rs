@@ -1,0 +1,294 @@
+//! Experiments through agents (docs/cluster.md, run::agents): one target and four client hosts
+//! built here as network namespaces on a bridge (tests/common/lab.rs, as a user would build a
+//! lab: faultline builds no namespaces), reached by `ip netns exec` and by real OpenSSH (an
+//! sshd per namespace, keys in a temp dir, host keys checked). Checks that the run works,
+//! that the hosts' series line up on the controller's clock (offsets within their bounds on
+//! one machine), that throughput equals the namespace run of the same workload, that killing a
+//! client's agent mid-run aborts or continues as documented, and that nothing is left.
+
+mod common;
+
+use common::lab::Lab;
+use common::{bin, need_net, skip, which};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const CLIENTS: [&str; 4] = ["c1", "c2", "c3", "c4"];
+/// Each client asks for this rate; both runs must deliver it (rate-limited, so the comparison
+/// does not depend on the relay's or the bridge's speed).
+const RATE: u64 = 200;
+const SECONDS: u64 = 3;
+/// Throughput through agents vs the namespace run: equal within this fraction.
+const TOLERANCE: f64 = 0.10;
+
+fn workload() -> String {
+    format!("workload: {{pattern: uniform, block_size: 4KiB, mix: {{read: 100}}, duration: {SECONDS}s, rate_iops: {RATE}}}\n")
+}
+
+fn agents_yaml(lab: &Lab, channel: impl Fn(&str) -> String) -> String {
+    let mut s = "  agents:\n".to_string();
+    for h in std::iter::once("target").chain(CLIENTS) {
+        s += &format!("    {h}: {{{}, address: {}, faultline: {}}}\n", channel(h), lab.addr(h), bin());
+    }
+    s
+}
+
+fn experiment(dir: &Path, hosts: &str) -> std::path::PathBuf {
+    let f = dir.join("e.yaml");
+    let text = format!("name: a\nhosts:\n  clients: [{}]\n  interval: 500ms\n{hosts}disk: {{size: 64MiB}}\nmonitor: off\n{}", CLIENTS.join(", "), workload());
+    std::fs::write(&f, text).unwrap();
+    f
+}
+
+/// `faultline run` with its own run directory (its ledgers and the agents' are there).
+fn run(file: &Path, out: &Path, run_dir: &Path, netns: Option<&str>) -> Output {
+    let mut c = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, bin()]);
+            c
+        }
+        None => Command::new(bin()),
+    };
+    c.arg("run").arg(file).arg("--out").arg(out).arg("-q").env("FAULTLINE_RUN_DIR", run_dir).output().unwrap()
+}
+
+fn study(out: &Path) -> Value {
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    r["setups"][0]["repetitions"][0]["study"].clone()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn total_ops(st: &Value) -> f64 {
+    st["clients"].as_array().unwrap().iter().map(|c| c["ops"].as_u64().unwrap() as f64).sum()
+}
+
+/// Nothing left: no process in any lab host, no ledger, no nftables table of ours.
+fn assert_nothing_left(lab: &Lab, run_dir: &Path) {
+    let t = Instant::now();
+    loop {
+        let left: Vec<(String, Vec<i32>)> = lab.hosts.iter().map(|h| (h.0.clone(), lab.pids(&h.0))).filter(|(_, p)| !p.is_empty()).collect();
+        let ledgers: Vec<_> = std::fs::read_dir(run_dir.join("runs")).map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect()).unwrap_or_default();
+        if left.is_empty() && ledgers.is_empty() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(15), "left behind: processes {left:?}, ledgers {ledgers:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for h in &lab.hosts {
+        let o = Command::new("ip").args(["netns", "exec", &h.1, "nft", "list", "tables"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("faultline_"), "nftables table left on {}", h.0);
+    }
+}
+
+/// The checks every successful run through agents passes.
+fn check_aligned(st: &Value) {
+    let agents = st["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 5, "{st}");
+    for a in agents {
+        // one machine, one clock: the offset is 0 within its error bound
+        assert!(f(&a["offset_ms"]).abs() <= f(&a["offset_error_ms"]) + 1.0, "{a}");
+        assert!(a["lost"].is_null(), "{a}");
+    }
+    // the clients started together at the agreed instant: every series' first interval ends
+    // about one interval after it, and their first I/Os were within the lag recorded
+    assert!(f(&st["start_lag_s"]) >= 0.0 && f(&st["start_lag_s"]) < 0.5, "start lag {}", st["start_lag_s"]);
+    let clients = st["clients"].as_array().unwrap();
+    assert_eq!(clients.len(), 4);
+    for c in clients {
+        let p = c["points"].as_array().unwrap();
+        assert!(p.len() >= (SECONDS * 2) as usize, "{c}");
+        let first = f(&p[0]["t_s"]);
+        assert!((0.4..0.9).contains(&first), "{}: first interval ends at {first} s (interval 0.5 s)", c["host"]);
+        let last = f(&p[p.len() - 1]["t_s"]);
+        assert!((SECONDS as f64 - 0.2..SECONDS as f64 + 1.0).contains(&last), "{}: last point at {last} s", c["host"]);
+        assert_eq!(c["failed_ios"], 0);
+    }
+    // every host sampled, on the controller's clock, inside the run
+    for h in std::iter::once("target").chain(CLIENTS) {
+        let ts: Vec<f64> = st["probes"].as_array().unwrap().iter().filter(|p| p["host"] == h).map(|p| f(&p["t_s"])).collect();
+        assert!(ts.len() >= SECONDS as usize, "host {h}: {ts:?}");
+        assert!(ts.iter().all(|t| *t > 0.0 && *t < SECONDS as f64 + 3.0), "host {h}: {ts:?}");
+    }
+    // the target's prober saw its server's CPU and the clients' their workload's traffic
+    let busy = st["probes"].as_array().unwrap().iter().filter(|p| p["host"] == "target").any(|p| f(&p["cpu_user_pct"]) + f(&p["cpu_system_pct"]) > 0.0);
+    assert!(busy, "the target's server used no CPU?");
+    let c1_ops: u64 = st["probes"].as_array().unwrap().iter().filter(|p| p["host"] == "c1").map(|p| p["ops"].as_u64().unwrap()).sum();
+    assert!(c1_ops > 0, "c1's probes counted no ops");
+}
+
+#[test]
+fn four_clients_through_exec_line_up_and_match_the_namespace_run() {
+    if !need_net() {
+        return;
+    }
+    let lab = Lab::new("x", &["target", "c1", "c2", "c3", "c4"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let file = experiment(dir.path(), &agents_yaml(&lab, |h| format!("exec: [ip, netns, exec, {}]", lab.ns(h))));
+    let o = run(&file, &dir.path().join("out"), &run_dir, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = study(&dir.path().join("out"));
+    check_aligned(&st);
+    assert_nothing_left(&lab, &run_dir);
+    // the same file with hosts as faultline's namespaces (no `agents:`)
+    let file = experiment(dir.path(), "");
+    let o = run(&file, &dir.path().join("out-ns"), &run_dir, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ns = study(&dir.path().join("out-ns"));
+    let (a, b) = (total_ops(&st), total_ops(&ns));
+    let want = (RATE * SECONDS * 4) as f64;
+    assert!((a / b - 1.0).abs() <= TOLERANCE, "through agents {a} ops, namespace run {b} ops (tolerance {TOLERANCE})");
+    assert!((a / want - 1.0).abs() <= TOLERANCE, "through agents {a} ops, asked for {want}");
+}
+
+/// The pid of the agent (`faultline agent --stdio`) running in a lab host.
+fn agent_pid(lab: &Lab, host: &str) -> Option<i32> {
+    lab.pids(host).into_iter().find(|p| {
+        let c = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        String::from_utf8_lossy(&c).replace('\0', " ").contains("agent --stdio")
+    })
+}
+
+/// A run whose c1 agent is killed with SIGKILL a second into the workload.
+fn run_and_kill_c1(policy: &str) -> (Output, Lab, tempfile::TempDir) {
+    let lab = Lab::new(&policy[..1], &["target", "c1", "c2", "c3", "c4"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let hosts = format!("  on_agent_loss: {policy}\n{}", agents_yaml(&lab, |h| format!("exec: [ip, netns, exec, {}]", lab.ns(h))));
+    let file = experiment(dir.path(), &hosts);
+    let child = Command::new(bin())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("-q")
+        .env("FAULTLINE_RUN_DIR", &run_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // the workload runs once c1 has a process besides its agent and prober... wait for it
+    let t = Instant::now();
+    let mut pid = None;
+    while t.elapsed() < Duration::from_secs(30) {
+        let procs = lab.pids("c1");
+        let workload = procs.iter().any(|p| String::from_utf8_lossy(&std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default()).contains("workload"));
+        if workload {
+            pid = agent_pid(&lab, "c1");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = pid.expect("c1's workload never started");
+    // into the workload (it waits for the agreed start, at most ~1.5 s)
+    std::thread::sleep(Duration::from_millis(2500));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_nothing_left(&lab, &run_dir);
+    (o, lab, dir)
+}
+
+#[test]
+fn killing_a_client_agent_aborts_the_run() {
+    if !need_net() {
+        return;
+    }
+    let (o, _lab, _dir) = run_and_kill_c1("abort");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "the run went on after losing an agent with on_agent_loss: abort");
+    assert!(err.contains("agent on host c1 lost") && err.contains("running the workload") && err.contains("on_agent_loss: abort"), "{err}");
+}
+
+#[test]
+fn killing_a_client_agent_with_continue_finishes_without_it() {
+    if !need_net() {
+        return;
+    }
+    let (o, _lab, dir) = run_and_kill_c1("continue");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = study(&dir.path().join("out"));
+    let c1 = st["agents"].as_array().unwrap().iter().find(|a| a["host"] == "c1").unwrap().clone();
+    let lost = &c1["lost"];
+    assert!(!lost.is_null(), "c1's loss is not in the results: {c1}");
+    let t_lost = f(&lost["t_s"]);
+    assert!(t_lost > 0.0 && t_lost < SECONDS as f64, "{lost}");
+    assert_eq!(lost["doing"], "running the workload");
+    // no samples of c1 after its loss; the others ran to the end
+    assert!(st["probes"].as_array().unwrap().iter().filter(|p| p["host"] == "c1").all(|p| f(&p["t_s"]) <= t_lost), "c1 sampled after its loss");
+    for c in st["clients"].as_array().unwrap() {
+        let last = c["points"].as_array().unwrap().last().map_or(0.0, |p| f(&p["t_s"]));
+        if c["host"] == "c1" {
+            assert!(last <= t_lost + 0.6, "c1's series goes past its loss: {last} > {t_lost}");
+        } else {
+            assert!(last >= SECONDS as f64 - 0.2, "{} stopped early at {last}", c["host"]);
+        }
+    }
+}
+
+/// An sshd inside each lab host (keys made here, host keys checked by the client), and a
+/// controller namespace on the same bridge from which `faultline run` reaches them.
+#[test]
+fn four_clients_over_openssh() {
+    if !need_net() {
+        return;
+    }
+    if !Path::new("/usr/sbin/sshd").exists() || !which("ssh") {
+        skip("", "needs OpenSSH (apt-get install openssh-server openssh-client)");
+        return;
+    }
+    let lab = Lab::new("s", &["target", "c1", "c2", "c3", "c4", "ctl"]);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let run_dir = d.join("run");
+    for k in ["host", "client"] {
+        assert!(Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(d.join(k)).status().unwrap().success());
+    }
+    std::fs::copy(d.join("client.pub"), d.join("authorized_keys")).unwrap();
+    std::fs::create_dir_all("/run/sshd").unwrap();
+    let host_pub = std::fs::read_to_string(d.join("host.pub")).unwrap();
+    let mut known = String::new();
+    let mut sshds = Vec::new();
+    for h in std::iter::once("target").chain(CLIENTS) {
+        let cfg = d.join(format!("sshd-{h}"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "Port 22\nListenAddress {}\nHostKey {}\nAuthorizedKeysFile {}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\nAcceptEnv FAULTLINE_RUN_DIR\n",
+                lab.addr(h),
+                d.join("host").display(),
+                d.join("authorized_keys").display()
+            ),
+        )
+        .unwrap();
+        known += &format!("{} {host_pub}", lab.addr(h));
+        sshds.push(Command::new("ip").args(["netns", "exec", lab.ns(h), "/usr/sbin/sshd", "-D", "-e", "-f"]).arg(&cfg).stderr(Stdio::null()).spawn().unwrap());
+    }
+    std::fs::write(d.join("known_hosts"), known).unwrap();
+    let opts = format!(
+        "[-i, {}, -o, UserKnownHostsFile={}, -o, StrictHostKeyChecking=yes, -o, SetEnv=FAULTLINE_RUN_DIR={}]",
+        d.join("client").display(),
+        d.join("known_hosts").display(),
+        run_dir.display()
+    );
+    let file = experiment(d, &agents_yaml(&lab, |h| format!("ssh: root@{}, ssh_options: {opts}", lab.addr(h))));
+    // sshd needs a moment to listen
+    std::thread::sleep(Duration::from_millis(500));
+    let o = run(&file, &d.join("out"), &run_dir, Some(lab.ns("ctl")));
+    for mut s in sshds {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = study(&d.join("out"));
+    check_aligned(&st);
+    assert!(st["agents"].as_array().unwrap().iter().all(|a| a["channel"].as_str().unwrap().starts_with("ssh root@10.99.0.")), "{}", st["agents"]);
+    let want = (RATE * SECONDS * 4) as f64;
+    assert!((total_ops(&st) / want - 1.0).abs() <= TOLERANCE, "over ssh {} ops, asked for {want}", total_ops(&st));
+    assert_nothing_left(&lab, &run_dir);
+}
