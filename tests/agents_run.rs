@@ -292,3 +292,49 @@ fn four_clients_over_openssh() {
     assert!((total_ops(&st) / want - 1.0).abs() <= TOLERANCE, "over ssh {} ops, asked for {want}", total_ops(&st));
     assert_nothing_left(&lab, &run_dir);
 }
+
+/// Network faults with the hosts' own kernels: a partition through nftables is realized in its
+/// window and only on its link; delay needs tc netem, which this kernel lacks: refused before
+/// anything runs.
+#[test]
+fn net_faults_use_the_hosts_kernels_and_missing_netem_is_refused_up_front() {
+    if !need_net() {
+        return;
+    }
+    if !which("nft") {
+        skip("", "needs nftables (apt-get install nftables)");
+        return;
+    }
+    let lab = Lab::new("n", &["target", "c1", "c2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let mut agents = "  agents:\n".to_string();
+    for h in ["target", "c1", "c2"] {
+        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
+    }
+    let base = format!("name: n\nhosts:\n  clients: [c1, c2]\n  interval: 250ms\n{agents}disk: {{size: 64MiB}}\nmonitor: off\n{}", workload());
+    let file = dir.path().join("e.yaml");
+    std::fs::write(&file, format!("{base}net_faults:\n  - {{from: c1, to: target, both: true, partition: true, window: {{from: 1s, to: 2s}}}}\n")).unwrap();
+    let o = run(&file, &dir.path().join("out"), &run_dir, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = study(&dir.path().join("out"));
+    let ws: Vec<&Value> = st["window_stats"].as_array().unwrap().iter().collect();
+    let ratio = |c: &str| ws.iter().find(|w| w["client"] == c).map(|w| f(&w["ratio"])).unwrap();
+    assert!(ratio("c1") < 0.3, "c1 went on through its partition: {ws:?}");
+    assert!(ratio("c2") > 0.8, "c2 was hit by c1's partition: {ws:?}");
+    assert_nothing_left(&lab, &run_dir);
+    // delay needs tc netem: this kernel has none, and the run says so before starting
+    std::fs::write(&file, format!("{base}net_faults:\n  - {{from: c1, to: target, delay: 1ms}}\n")).unwrap();
+    let has_netem = Path::new("/sys/module/sch_netem").exists() || Command::new("modprobe").args(["-q", "sch_netem"]).status().is_ok_and(|s| s.success());
+    let o = run(&file, &dir.path().join("out2"), &run_dir, None);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a delay through agents must be refused here");
+    if has_netem {
+        assert!(err.contains("not built yet"), "{err}");
+    } else {
+        assert!(err.contains("needs tc netem on host `c1`") && err.contains("sch_netem"), "{err}");
+    }
+    // refused before any setup ran: no results at all
+    assert!(!dir.path().join("out2").join("results.json").exists(), "{err}");
+    assert_nothing_left(&lab, &run_dir);
+}

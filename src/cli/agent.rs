@@ -120,10 +120,10 @@ fn bench(a: &AgentArgs) -> Result<()> {
                 let mut n = 0u64;
                 while let Ok(e) = rx.recv_timeout(Duration::from_secs(30)) {
                     match e {
-                        crate::cluster::proto::Event::Output { stream, line, .. } if stream == "stdout" => {
-                            if serde_json::from_str::<crate::run::probe::HostSample>(&line).is_ok() {
-                                n += 1;
-                            }
+                        crate::cluster::proto::Event::Output { stream, line, .. }
+                            if stream == "stdout" && serde_json::from_str::<crate::run::probe::HostSample>(&line).is_ok() =>
+                        {
+                            n += 1;
                         }
                         crate::cluster::proto::Event::Exit { .. } => break,
                         _ => {}

@@ -280,14 +280,21 @@ fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>]) -
             p
         };
         if !needs_netem.is_empty() {
-            for (h, _) in &pairs {
-                let r = remotes.iter().find(|r| r.spec.host == *h).context("host")?;
-                let (has, _) = r.exec(&["sh", "-c", "test -d /sys/module/sch_netem || modprobe -q sch_netem"], None)?;
-                if !has {
-                    bail!("{label}: {} needs tc netem on host `{h}`, and its kernel has none (sch_netem); loss, partition and reset work there (nftables)", needs_netem.join(", "));
+            let mut without = Vec::new();
+            for h in pairs.iter().map(|p| p.0.as_str()).collect::<std::collections::BTreeSet<_>>() {
+                let r = remotes.iter().find(|r| r.spec.host == h).context("host")?;
+                if !r.exec(&["sh", "-c", "test -d /sys/module/sch_netem || modprobe -q sch_netem"], None)?.0 {
+                    without.push(format!("`{h}`"));
                 }
-                bail!("{label}: {} through tc netem on real hosts is not built yet; loss, partition and reset are (nftables)", needs_netem.join(", "));
             }
+            if !without.is_empty() {
+                bail!(
+                    "{label}: {} needs tc netem on host {}, and its kernel has none (sch_netem); loss, partition and reset work there (nftables)",
+                    needs_netem.join(", "),
+                    without.join(", ")
+                );
+            }
+            bail!("{label}: {} through tc netem on real hosts is not built yet; loss, partition and reset are (nftables)", needs_netem.join(", "));
         }
         let mut stmt = Vec::new();
         match f.loss {
@@ -341,17 +348,7 @@ struct Applied {
     nft_hosts: Vec<String>,
 }
 
-/// One repetition of a networked setup whose hosts are reached through agents.
-pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
-    let hosts = exp.hosts.as_ref().context("a networked setup needs `hosts:`")?;
-    let t_rep = Instant::now();
-    let phase = |what: &str| {
-        if !quiet {
-            eprintln!("faultline: {label}: {what}");
-        }
-    };
-    let tag = format!("{}-{}", std::process::id(), rep);
-    // 1. agents, in parallel (an ssh handshake each)
+fn connect_all(hosts: &StudyHosts) -> Result<Vec<Arc<Remote>>> {
     let connected: Vec<Result<Remote>> = std::thread::scope(|sc| {
         let hs: Vec<_> = hosts
             .agents
@@ -385,6 +382,51 @@ pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Ar
     for c in connected {
         remotes.push(Arc::new(c?));
     }
+    Ok(remotes)
+}
+
+/// Before any setup runs: start every agent once and check that each setup's faults can be
+/// applied on its hosts and its workload can be sent (flags), then let the agents go.
+pub fn preflight(exp: &Experiment) -> Result<()> {
+    let hosts = exp.hosts.as_ref().context("`agents:` needs `hosts:`")?;
+    let remotes = connect_all(hosts)?;
+    let uri = format!("nbd://{}:{}/", remotes.iter().find(|r| r.role == "target").and_then(|r| r.spec.address.clone()).unwrap_or_default(), hosts.port);
+    let mut res = Ok(());
+    for s in &exp.setups {
+        let r = (|| -> Result<()> {
+            let w = exp.workload_for_client(s, &uri).map_err(anyhow::Error::msg)?;
+            workload_argv("faultline", &w, &uri, 0)?;
+            for h in &s.host_faults {
+                host_fault_yaml(h)?;
+            }
+            plan_net_faults(s, hosts, &remotes)?;
+            Ok(())
+        })();
+        if let Err(e) = r {
+            res = Err(e.context(format!("setup `{}`", s.name)));
+            break;
+        }
+    }
+    for r in remotes {
+        if let Ok(r) = Arc::try_unwrap(r) {
+            let _ = r.agent.into_inner().unwrap_or_else(|e| e.into_inner()).shutdown();
+        }
+    }
+    res
+}
+
+/// One repetition of a networked setup whose hosts are reached through agents.
+pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
+    let hosts = exp.hosts.as_ref().context("a networked setup needs `hosts:`")?;
+    let t_rep = Instant::now();
+    let phase = |what: &str| {
+        if !quiet {
+            eprintln!("faultline: {label}: {what}");
+        }
+    };
+    let tag = format!("{}-{}", std::process::id(), rep);
+    // 1. agents, in parallel (an ssh handshake each)
+    let remotes = connect_all(hosts)?;
     for r in &remotes {
         phase(&format!(
             "agent on {} ({}, via `{}`): clock offset {:+.3} ms ± {:.3} ms",
@@ -416,7 +458,10 @@ pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Ar
                 Ok(mut a) => {
                     let res = a.call(Op::Exec { argv: vec![r.spec.faultline.clone(), "cleanup".into()], stdin: None }, Duration::from_secs(60));
                     if applied.nft_hosts.contains(&r.spec.host) {
-                        let _ = a.call(Op::Exec { argv: vec!["nft".into(), "delete".into(), "table".into(), "inet".into(), table.clone()], stdin: None }, CALL_LIMIT);
+                        let _ = a.call(
+                            Op::Exec { argv: vec!["nft".into(), "delete".into(), "table".into(), "inet".into(), table.clone()], stdin: None },
+                            CALL_LIMIT,
+                        );
                     }
                     let _ = a.shutdown();
                     if let Err(e) = res {
@@ -500,7 +545,9 @@ fn drive(
             argv.extend(["--socket".into(), socket.clone(), format!("--owned-by={}", target.agent_pid)]);
             target.spawn("target", argv)?
         }
-        TargetKind::Command(cmd) => target.spawn("target", vec!["env".into(), format!("FAULTLINE_PORT={}", hosts.port), "sh".into(), "-c".into(), cmd.clone()])?,
+        TargetKind::Command(cmd) => {
+            target.spawn("target", vec!["env".into(), format!("FAULTLINE_PORT={}", hosts.port), "sh".into(), "-c".into(), cmd.clone()])?
+        }
     };
     wait_target(&target, &clients[0], hosts, &taddr, gathered)?;
     target.set_doing("serving the disk");
@@ -541,7 +588,8 @@ fn drive(
             }
         })
     };
-    let outcome = armed_phase(setup, hosts, remotes, &target, &clients, gathered, t_ref, t_start, &socket, &host_yaml, static_faults, &nft, &table, tpid, stop, phase);
+    let outcome =
+        armed_phase(setup, hosts, remotes, &target, &clients, gathered, t_ref, t_start, &socket, &host_yaml, static_faults, &nft, &table, tpid, stop, phase);
     done.store(true, Relaxed);
     let _ = heart.join();
     let (host_records, disk_faults, rules, mut notes) = outcome?;
@@ -623,7 +671,12 @@ fn drive(
     let mut study = Study {
         hosts: remotes
             .iter()
-            .map(|r| StudyHost { name: r.spec.host.clone(), role: r.role.into(), address: r.spec.address.clone().unwrap_or_default(), namespace: String::new() })
+            .map(|r| StudyHost {
+                name: r.spec.host.clone(),
+                role: r.role.into(),
+                address: r.spec.address.clone().unwrap_or_default(),
+                namespace: String::new(),
+            })
             .collect(),
         interval_s: hosts.interval.as_secs_f64(),
         cpu_source: CPU_SOURCE.into(),
@@ -661,7 +714,8 @@ fn drive(
     Ok((r, study))
 }
 
-pub const CPU_SOURCE: &str = "every host's own /proc: target: its server's process group, clients: their workload's (/proc/PID/stat); machine_*: the host's /proc/stat";
+pub const CPU_SOURCE: &str =
+    "every host's own /proc: target: its server's process group, clients: their workload's (/proc/PID/stat); machine_*: the host's /proc/stat";
 
 type Armed = (Vec<crate::host::HostFaultRecord>, Vec<rm::InjectedFault>, Vec<rm::RuleCount>, Vec<String>);
 
@@ -721,7 +775,13 @@ fn armed_phase(
         steps.sort_by_key(|s| s.0);
         let plan: Vec<(Arc<Remote>, String, Vec<String>)> = nft
             .iter()
-            .map(|f| (remotes.iter().find(|r| r.spec.host == f.host).cloned().expect("planned host"), format!("f{}_{}", f.index, f.host.replace('-', "_")), f.rules.clone()))
+            .map(|f| {
+                (
+                    remotes.iter().find(|r| r.spec.host == f.host).cloned().expect("planned host"),
+                    format!("f{}_{}", f.index, f.host.replace('-', "_")),
+                    f.rules.clone(),
+                )
+            })
             .collect();
         let (done, table) = (nft_done.clone(), table.to_string());
         std::thread::spawn(move || -> Vec<String> {
@@ -773,7 +833,8 @@ fn armed_phase(
             let why = g.stderr.get(&(h.clone(), "target".into())).map(|v| v.join(" | ")).unwrap_or_default();
             break Some(format!("the target on {h} ended during the run (code {code:?}, signal {sig:?}): {why}"));
         }
-        let ended = clients.iter().all(|c| c.is_lost() || g.results.contains_key(&c.spec.host) || g.exits.contains_key(&(c.spec.host.clone(), "workload".into())));
+        let ended =
+            clients.iter().all(|c| c.is_lost() || g.results.contains_key(&c.spec.host) || g.exits.contains_key(&(c.spec.host.clone(), "workload".into())));
         drop(g);
         if ended {
             break None;
@@ -888,7 +949,13 @@ fn client_series_json(host: &str, r: &Value, shift: f64) -> ClientSeries {
                 .map(|s| {
                     let ops = s.read_iops + s.write_iops;
                     let wmean = if ops > 0.0 { (s.read_mean_us * s.read_iops + s.write_mean_us * s.write_iops) / ops } else { 0.0 };
-                    ClientPoint { t_s: s.t_s + shift, iops: ops, mib_s: s.read_mib_s + s.write_mib_s, mean_us: wmean, p99_us: s.read_p99_us.max(s.write_p99_us) }
+                    ClientPoint {
+                        t_s: s.t_s + shift,
+                        iops: ops,
+                        mib_s: s.read_mib_s + s.write_mib_s,
+                        mean_us: wmean,
+                        p99_us: s.read_p99_us.max(s.write_p99_us),
+                    }
                 })
                 .collect()
         })

@@ -62,6 +62,11 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let max_repeat = exp.setups.iter().map(|s| s.repeat).max().unwrap_or(0);
     let mut done: Vec<(Vec<rm::Repetition>, Vec<rm::Repetition>)> = vec![Default::default(); exp.setups.len()];
     let mut n = 0;
+    // through agents: every setup's faults and workload are checked on the hosts before any
+    // setup runs (a host that cannot apply a fault says so now, not halfway through)
+    if exp.hosts.as_ref().is_some_and(|h| !h.agents.is_empty()) {
+        agents::preflight(exp)?;
+    }
     // interleaved: repetition 1 of every setup, then repetition 2, ..., so slow drift of the
     // machine spreads over all setups instead of hitting the last ones
     for rep in 0..max_repeat {
