@@ -394,6 +394,23 @@ pub fn html(reps: &[super::model::Repetition]) -> String {
             );
         }
         h.push_str("</table>\n");
+        if !st.agents.is_empty() {
+            h.push_str("<h3>Agents</h3><p>Every sample is on the controller's clock: the agent's time minus its offset (estimated from round trips; the error bound is half the best round trip).</p><table><tr><th>Rep</th><th class=\"l\">Host</th><th class=\"l\">Channel</th><th>Offset ms</th><th>± ms</th><th class=\"l\">Lost</th></tr>\n");
+            for a in &st.agents {
+                let lost = a.lost.as_ref().map_or("-".to_string(), |l| format!("at {:.1} s while {}: {}", l.t_s, l.doing, l.reason));
+                let _ = writeln!(
+                    h,
+                    "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:+.3}</td><td>{:.3}</td><td class=\"l\">{}</td></tr>",
+                    r.index,
+                    esc(&a.host),
+                    esc(&a.channel),
+                    a.offset_ms,
+                    a.offset_error_ms,
+                    esc(&lost)
+                );
+            }
+            h.push_str("</table>\n");
+        }
     }
     h
 }

@@ -871,10 +871,14 @@ fn armed_phase(
         while t.elapsed() < Duration::from_secs(10) && !gathered.lock().unwrap().exits.contains_key(&(target.spec.host.clone(), "host-faults".into())) {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let text = gathered.lock().unwrap().stdout.get(&(target.spec.host.clone(), "host-faults".into())).map(|v| v.join("\n")).unwrap_or_default();
+        let key = (target.spec.host.clone(), "host-faults".to_string());
+        let g = gathered.lock().unwrap();
+        let text = g.stdout.get(&key).map(|v| v.join("\n")).unwrap_or_default();
         match serde_json::from_str::<Vec<crate::host::HostFaultRecord>>(&text) {
             Ok(r) => records = r,
-            Err(e) => notes.push(format!("host faults on {}: no records ({e})", target.spec.host)),
+            Err(e) => {
+                notes.push(format!("host faults on {}: no records ({e}): {}", target.spec.host, g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default()))
+            }
         }
     }
     let (mut faults, mut rules) = (vec![], vec![]);
