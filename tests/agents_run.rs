@@ -126,7 +126,7 @@ fn check_aligned(st: &Value) {
 
 #[test]
 fn four_clients_through_exec_line_up_and_match_the_namespace_run() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     let lab = Lab::new("x", &["target", "c1", "c2", "c3", "c4"]);
@@ -198,7 +198,7 @@ fn run_and_kill_c1(policy: &str) -> (Output, Lab, tempfile::TempDir) {
 
 #[test]
 fn killing_a_client_agent_aborts_the_run() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     let (o, _lab, _dir) = run_and_kill_c1("abort");
@@ -209,7 +209,7 @@ fn killing_a_client_agent_aborts_the_run() {
 
 #[test]
 fn killing_a_client_agent_with_continue_finishes_without_it() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     let (o, _lab, dir) = run_and_kill_c1("continue");
@@ -239,7 +239,7 @@ fn killing_a_client_agent_with_continue_finishes_without_it() {
 /// controller namespace on the same bridge from which `faultline run` reaches them.
 #[test]
 fn four_clients_over_openssh() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     if !Path::new("/usr/sbin/sshd").exists() || !which("ssh") {
@@ -302,7 +302,7 @@ fn four_clients_over_openssh() {
 /// anything runs.
 #[test]
 fn net_faults_use_the_hosts_kernels_and_missing_netem_is_refused_up_front() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     if !which("nft") {
@@ -348,7 +348,7 @@ fn net_faults_use_the_hosts_kernels_and_missing_netem_is_refused_up_front() {
 /// a command target (nbdkit) instead of faultline's server.
 #[test]
 fn disk_and_host_faults_in_their_windows_and_a_command_target() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     let lab = Lab::new("d", &["target", "c1"]);

@@ -6,25 +6,13 @@
 
 mod common;
 
+use common::{need_net, which};
+
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-fn need_net() -> bool {
-    for (what, ok) in [("/dev/net/tun", Path::new("/dev/net/tun").exists()), ("ip (iproute2)", which("ip")), ("ping", which("ping"))] {
-        if !ok {
-            common::skip("", &format!("needs {what}"));
-            return false;
-        }
-    }
-    true
-}
-
-fn which(p: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {p}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
-}
 
 /// A `faultline net up` child.
 struct NetUp {
@@ -136,7 +124,7 @@ fn target_addr(net: &NetUp) -> String {
 
 #[test]
 fn delay_is_realized_per_packet() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     let net = NetUp::start("client,target");
@@ -184,7 +172,7 @@ fn loss_runs(got: &[(u32, f64, f64)], n: u32) -> Vec<u32> {
 
 #[test]
 fn loss_ratio_is_within_binomial_bounds_and_gilbert_elliott_loses_in_bursts() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     let net = NetUp::start("client,target");
@@ -252,7 +240,7 @@ fn nbdinfo_size(net: &NetUp, uri: &str) -> Option<String> {
 
 #[test]
 fn nbd_over_the_relay_partition_blocks_and_clearing_restores() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     if !which("nbdinfo") || !which("nbdcopy") {
@@ -295,7 +283,7 @@ fn now_unix() -> f64 {
 
 #[test]
 fn window_begins_and_ends_on_time() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     let net = NetUp::start("client,target");
@@ -324,7 +312,7 @@ fn window_begins_and_ends_on_time() {
 
 #[test]
 fn rate_caps_bandwidth() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     if !which("iperf3") {
@@ -346,7 +334,7 @@ fn rate_caps_bandwidth() {
 
 #[test]
 fn reset_breaks_a_connection_in_use() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     if !which("nbdcopy") {
@@ -389,7 +377,7 @@ fn ledgers_of(pid: u32) -> usize {
 
 #[test]
 fn ctrl_c_leaves_nothing() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     let net = NetUp::start("client,target,client-2");
@@ -411,7 +399,7 @@ fn ctrl_c_leaves_nothing() {
 
 #[test]
 fn kill9_then_cleanup_leaves_nothing() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     let mut net = NetUp::start("client,target");
@@ -448,7 +436,7 @@ fn bad_input_says_what_is_allowed() {
     assert!(run(&["net", "set", "--socket", "/nonexistent", "--rate", "100"]).contains("mbit"));
     assert!(run(&["net", "set", "--socket", "/nonexistent", "--jitter", "1ms"]).contains("jitter needs a delay"));
     assert!(run(&["net", "set", "--socket", "/nonexistent", "--window", "5s..2s", "--partition"]).contains("after its start"));
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     let net = NetUp::start("client,target");

@@ -7,34 +7,12 @@
 
 mod common;
 
+use common::{namespaces_of, need_net, which};
+
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn need_net() -> bool {
-    for (what, ok) in [("/dev/net/tun", Path::new("/dev/net/tun").exists()), ("ip (iproute2)", which("ip"))] {
-        if !ok {
-            common::skip("", &format!("needs {what}"));
-            return false;
-        }
-    }
-    true
-}
-
-fn which(p: &str) -> bool {
-    Command::new("sh").args(["-c", &format!("command -v {p}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
-}
-
-fn namespaces_of(pid: u32) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with(&format!("fl-{pid}-")))
-        .map(String::from)
-        .collect()
-}
 
 const EXPERIMENT: &str = r#"
 name: mechanics
@@ -75,7 +53,7 @@ fn f(v: &Value) -> f64 {
 
 #[test]
 fn windows_loss_delay_and_retries_are_realized_and_nothing_is_left() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -154,7 +132,7 @@ fn windows_loss_delay_and_retries_are_realized_and_nothing_is_left() {
 
 #[test]
 fn kill9_of_the_run_then_cleanup_leaves_nothing() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -209,7 +187,7 @@ fn kill9_of_the_run_then_cleanup_leaves_nothing() {
 
 #[test]
 fn ctrl_c_tears_everything_down() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -250,7 +228,7 @@ fn ctrl_c_tears_everything_down() {
 
 #[test]
 fn two_clients_against_an_nbdkit_target() {
-    if !need_net() {
+    if !need_net(&[]) {
         return;
     }
     if !which("nbdkit") {

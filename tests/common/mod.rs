@@ -219,15 +219,23 @@ pub fn which(p: &str) -> bool {
     Command::new("sh").args(["-c", &format!("command -v {p}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
-/// For a test that builds hosts as network namespaces: true if it can, else reports it skipped.
-pub fn need_net() -> bool {
-    for (what, ok) in [("/dev/net/tun", Path::new("/dev/net/tun").exists()), ("ip (iproute2)", which("ip"))] {
+/// For a test that builds hosts as network namespaces (faultline's, with a TUN device each, or
+/// a lab's) and runs `tools` in them: true if it can, else reports it skipped.
+pub fn need_net(tools: &[&str]) -> bool {
+    let mut needs = vec![("/dev/net/tun".to_string(), Path::new("/dev/net/tun").exists()), ("ip (iproute2)".to_string(), which("ip"))];
+    needs.extend(tools.iter().map(|t| (t.to_string(), which(t))));
+    for (what, ok) in needs {
         if !ok {
             skip("", &format!("needs {what}"));
             return false;
         }
     }
     true
+}
+
+/// The namespaces `faultline net`/`run` made for process `pid` (`fl-PID-NAME`).
+pub fn namespaces_of(pid: u32) -> Vec<String> {
+    namespaces_with(&format!("fl-{pid}-"))
 }
 
 /// Network namespaces whose name starts with `prefix`.
