@@ -413,3 +413,64 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
     assert!((ops / 400.0 - 1.0).abs() <= TOLERANCE, "{ops} ops from nbdkit, asked for 400");
     assert_nothing_left(&lab, &run_dir);
 }
+
+/// Ctrl-C on the controller tears down through the agents; kill -9 of the controller closes
+/// the agents' channels and they end everything themselves (the nftables table too).
+#[test]
+fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
+    if !need_net(&[]) {
+        return;
+    }
+    if !which("nft") {
+        skip("", "needs nftables (apt-get install nftables)");
+        return;
+    }
+    let lab = Lab::new("k", &["target", "c1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let mut agents = "  agents:\n".to_string();
+    for h in ["target", "c1"] {
+        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
+    }
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: k\nhosts:\n  clients: [c1]\n{agents}disk: {{size: 64MiB}}\nmonitor: off\nworkload: {{pattern: uniform, block_size: 4KiB, mix: {{read: 100}}, duration: 60s, rate_iops: 100}}\nnet_faults:\n  - {{from: c1, to: target, loss: 1%}}\n"
+        ),
+    )
+    .unwrap();
+    for (k, sig) in [("int", nix::sys::signal::Signal::SIGINT), ("kill", nix::sys::signal::Signal::SIGKILL)] {
+        let child = Command::new(bin())
+            .arg("run")
+            .arg(&file)
+            .arg("--out")
+            .arg(dir.path().join(k))
+            .arg("-q")
+            .env("FAULTLINE_RUN_DIR", &run_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // running: the workload on c1 and the loss rule's table there
+        let t = Instant::now();
+        loop {
+            let o = Command::new("ip").args(["netns", "exec", lab.ns("c1"), "nft", "list", "tables"]).output().unwrap();
+            let workload =
+                lab.pids("c1").iter().any(|p| String::from_utf8_lossy(&std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default()).contains("workload"));
+            if workload && String::from_utf8_lossy(&o.stdout).contains("faultline_") {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "the run never got going");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(!o.status.success());
+        if k == "int" {
+            assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"), "{}", String::from_utf8_lossy(&o.stderr));
+        }
+        assert_nothing_left(&lab, &run_dir);
+    }
+}

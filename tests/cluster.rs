@@ -88,7 +88,11 @@ fn agents_in_namespaces_answer_and_end_their_commands_with_the_channel() {
 
 #[test]
 fn cleanup_ends_the_commands_of_a_killed_agent() {
-    let mut a = Agent::connect(&Channel::Exec(vec!["env".into()]), bin()).unwrap();
+    // a run directory of the test's own: the cleanup below acts on it only (not on other
+    // runs of the machine)
+    let run_dir = tempfile::tempdir().unwrap();
+    let env = format!("FAULTLINE_RUN_DIR={}", run_dir.path().display());
+    let mut a = Agent::connect(&Channel::Exec(vec!["env".into(), env]), bin()).unwrap();
     // a command in its own group whose child would not die with the leader's parent
     let r = a.call(Op::Spawn { name: "tree".into(), argv: vec!["sh".into(), "-c".into(), "sleep 300 & wait".into()] }, Duration::from_secs(10)).unwrap();
     let leader = r["pid"].as_u64().unwrap() as i32;
@@ -99,7 +103,7 @@ fn cleanup_ends_the_commands_of_a_killed_agent() {
     // the group's `sleep` survives the agent (the leader dies with it, its child does not)
     std::thread::sleep(Duration::from_millis(200));
     assert!(faultline::sys::process::group_exists(leader), "nothing left to clean up: the test proves nothing");
-    let out = Command::new(bin()).arg("cleanup").output().unwrap();
+    let out = Command::new(bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", run_dir.path()).output().unwrap();
     assert!(out.status.success());
     let t = Instant::now();
     while faultline::sys::process::group_exists(leader) {

@@ -56,7 +56,16 @@ pub fn run_stdio() -> Result<()> {
     let out: Out = Arc::new(Mutex::new(std::io::stdout()));
     let agent = Arc::new(Agent { out: out.clone(), ledger: Mutex::new(LedgerFile::create()?), spawned: Mutex::new(HashMap::new()) });
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
-    send(&out, &Hello { protocol: PROTOCOL, version: env!("CARGO_PKG_VERSION").into(), host, pid: std::process::id() });
+    send(
+        &out,
+        &Hello {
+            protocol: PROTOCOL,
+            version: env!("CARGO_PKG_VERSION").into(),
+            host,
+            pid: std::process::id(),
+            run_dir: crate::sys::ledger::run_dir().display().to_string(),
+        },
+    );
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };

@@ -9,6 +9,7 @@ use super::proto::{Event, FromAgent, Hello, Op, PROTOCOL, Request, Response, now
 use anyhow::{Context, Result, bail};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -89,7 +90,9 @@ impl Agent {
     /// name found on its PATH) through `channel` and check its hello.
     pub fn connect(channel: &Channel, faultline: &str) -> Result<Agent> {
         let mut c = channel.command(&[faultline.to_string(), "agent".into(), "--stdio".into()]);
-        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // its own process group: a Ctrl-C on the terminal reaches the controller only, which
+        // then tears down through the agents in order
+        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
         let mut child = c.spawn().with_context(|| format!("cannot start the channel `{}`", channel.describe()))?;
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");

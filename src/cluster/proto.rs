@@ -18,6 +18,10 @@ pub struct Hello {
     pub version: String,
     pub host: String,
     pub pid: u32,
+    /// The agent's run directory (its ledger, sockets): `/run/faultline` unless
+    /// FAULTLINE_RUN_DIR says otherwise there.
+    #[serde(default)]
+    pub run_dir: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

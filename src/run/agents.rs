@@ -51,6 +51,7 @@ struct Remote {
     hello_host: String,
     version: String,
     agent_pid: u32,
+    run_dir: String,
     offset: ClockOffset,
     /// What the host is doing, for the loss report.
     doing: Mutex<String>,
@@ -368,6 +369,7 @@ fn connect_all(hosts: &StudyHosts) -> Result<Vec<Arc<Remote>>> {
                         hello_host: ag.hello.host.clone(),
                         version: ag.hello.version.clone(),
                         agent_pid: ag.hello.pid,
+                        run_dir: ag.hello.run_dir.clone(),
                         agent: Mutex::new(ag),
                         offset,
                         doing: Mutex::new("starting".into()),
@@ -533,10 +535,16 @@ fn drive(
         if !ok {
             bail!("host {h}: cannot add the nftables table {table}: {}", text.trim());
         }
-        applied.nft_hosts.push(h);
+        applied.nft_hosts.push(h.clone());
+        // the table goes with the agent's commands: if the controller dies, the agent ends
+        // this guard (SIGTERM) and its trap deletes the table
+        let guard = format!("trap 'nft delete table inet {table}; exit 0' TERM INT HUP; while :; do sleep 1; done");
+        r.spawn("nft-guard", vec!["sh".into(), "-c".into(), guard])?;
     }
     // 2. the target
-    let socket = format!("{}/agent-{tag}.sock", crate::sys::ledger::run_dir().display());
+    // in the target's own run directory (it tells in its hello)
+    let run_dir = if target.run_dir.is_empty() { "/run/faultline".to_string() } else { target.run_dir.clone() };
+    let socket = format!("{run_dir}/agent-{tag}.sock");
     target.set_doing("starting the target");
     let tpid = match &hosts.kind {
         TargetKind::Faultline => {
