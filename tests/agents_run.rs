@@ -157,9 +157,10 @@ fn agent_pid(lab: &Lab, host: &str) -> Option<i32> {
     })
 }
 
-/// A run whose c1 agent is killed with SIGKILL a second into the workload.
-fn run_and_kill_c1(policy: &str) -> (Output, Lab, tempfile::TempDir) {
-    let lab = Lab::new(&policy[..1], &["target", "c1", "c2", "c3", "c4"]);
+/// A run whose c1 agent gets `sig` (SIGKILL: its channel closes; SIGSTOP: it stops answering)
+/// a second into the workload.
+fn run_and_kill_c1(policy: &str, sig: nix::sys::signal::Signal) -> (Output, Lab, tempfile::TempDir) {
+    let lab = Lab::new(&format!("{}{}", &policy[..1], sig as i32), &["target", "c1", "c2", "c3", "c4"]);
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
     let hosts = format!("  on_agent_loss: {policy}\n{}", agents_yaml(&lab, |h| format!("exec: [ip, netns, exec, {}]", lab.ns(h))));
@@ -190,7 +191,7 @@ fn run_and_kill_c1(policy: &str) -> (Output, Lab, tempfile::TempDir) {
     let pid = pid.expect("c1's workload never started");
     // into the workload (it waits for the agreed start, at most ~1.5 s)
     std::thread::sleep(Duration::from_millis(2500));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).unwrap();
     let o = child.wait_with_output().unwrap();
     assert_nothing_left(&lab, &run_dir);
     (o, lab, dir)
@@ -201,7 +202,7 @@ fn killing_a_client_agent_aborts_the_run() {
     if !need_net(&[]) {
         return;
     }
-    let (o, _lab, _dir) = run_and_kill_c1("abort");
+    let (o, _lab, _dir) = run_and_kill_c1("abort", nix::sys::signal::Signal::SIGKILL);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "the run went on after losing an agent with on_agent_loss: abort");
     assert!(err.contains("agent on host c1 lost") && err.contains("running the workload") && err.contains("on_agent_loss: abort"), "{err}");
@@ -212,7 +213,7 @@ fn killing_a_client_agent_with_continue_finishes_without_it() {
     if !need_net(&[]) {
         return;
     }
-    let (o, _lab, dir) = run_and_kill_c1("continue");
+    let (o, _lab, dir) = run_and_kill_c1("continue", nix::sys::signal::Signal::SIGKILL);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let st = study(&dir.path().join("out"));
     let c1 = st["agents"].as_array().unwrap().iter().find(|a| a["host"] == "c1").unwrap().clone();
@@ -233,6 +234,20 @@ fn killing_a_client_agent_with_continue_finishes_without_it() {
             assert!(last >= SECONDS as f64 - 0.2, "{} stopped early at {last}", c["host"]);
         }
     }
+}
+
+#[test]
+fn a_client_agent_that_stops_answering_is_lost_by_the_heartbeat() {
+    if !need_net(&[]) {
+        return;
+    }
+    let (o, _lab, dir) = run_and_kill_c1("continue", nix::sys::signal::Signal::SIGSTOP);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = study(&dir.path().join("out"));
+    let c1 = st["agents"].as_array().unwrap().iter().find(|a| a["host"] == "c1").unwrap().clone();
+    assert!(c1["lost"]["reason"].as_str().is_some_and(|r| r.contains("stopped answering")), "{c1}");
+    let others: Vec<&Value> = st["agents"].as_array().unwrap().iter().filter(|a| a["host"] != "c1").collect();
+    assert!(others.iter().all(|a| a["lost"].is_null()), "{others:?}");
 }
 
 /// An sshd inside each lab host (keys made here, host keys checked by the client), and a

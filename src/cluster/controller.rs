@@ -179,6 +179,13 @@ impl Agent {
         Ok(best.expect("at least one round"))
     }
 
+    /// End the channel's process (an agent that stopped answering: its ssh client, or the
+    /// agent itself for `ip netns exec`); the agent host's commands die with it or go with
+    /// `faultline cleanup` there.
+    pub fn kill_channel(&mut self) {
+        let _ = self.child.kill();
+    }
+
     /// False once the channel has closed (the agent exited, was killed, or ssh dropped).
     pub fn alive(&self) -> bool {
         self.pending.lock().unwrap().is_some()

@@ -590,6 +590,8 @@ fn drive(
                         lose(r, "its channel closed", &t_ref);
                     } else if let Err(e) = r.call(Op::Time, HEARTBEAT_LIMIT) {
                         lose(r, &format!("it stopped answering ({e:#})"), &t_ref);
+                        // a hung agent is let go: its channel ends, and with it what it ran
+                        r.agent.lock().unwrap().kill_channel();
                     }
                 }
                 std::thread::sleep(HEARTBEAT);
