@@ -120,6 +120,9 @@ fn check_aligned(st: &Value) {
     // the target's prober saw its server's CPU and the clients' their workload's traffic
     let busy = st["probes"].as_array().unwrap().iter().filter(|p| p["host"] == "target").any(|p| f(&p["cpu_user_pct"]) + f(&p["cpu_system_pct"]) > 0.0);
     assert!(busy, "the target's server used no CPU?");
+    let requests: u64 = st["probes"].as_array().unwrap().iter().filter(|p| p["host"] == "target").map(|p| p["requests"].as_u64().unwrap()).sum();
+    let ops: u64 = st["clients"].as_array().unwrap().iter().map(|c| c["ops"].as_u64().unwrap()).sum();
+    assert!(requests > ops / 2, "the target's prober counted {requests} requests for {ops} client ops");
     let c1_ops: u64 = st["probes"].as_array().unwrap().iter().filter(|p| p["host"] == "c1").map(|p| p["ops"].as_u64().unwrap()).sum();
     assert!(c1_ops > 0, "c1's probes counted no ops");
 }

@@ -37,6 +37,9 @@ pub struct AgentArgs {
     /// (repeatable).
     #[arg(long, requires = "probe")]
     pub probe_group: Vec<i32>,
+    /// With --probe: also the requests a `faultline serve` answered, from its control socket.
+    #[arg(long, requires = "probe")]
+    pub probe_socket: Option<String>,
     /// With --probe: stop after this many samples.
     #[arg(long, requires = "probe")]
     pub probe_count: Option<u64>,
@@ -56,7 +59,7 @@ pub fn run(a: AgentArgs) -> Result<()> {
         return crate::cluster::agent::run_stdio();
     }
     if let Some(interval) = a.probe {
-        crate::run::probe::stream(interval, &a.probe_group, a.probe_count, |s| {
+        crate::run::probe::stream(interval, &a.probe_group, a.probe_socket.as_deref(), a.probe_count, |s| {
             let mut o = std::io::stdout().lock();
             writeln!(o, "{}", serde_json::to_string(s).unwrap_or_default()).and_then(|()| o.flush()).is_ok()
         });

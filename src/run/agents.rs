@@ -573,6 +573,9 @@ fn drive(
     for r in remotes {
         let mut argv = vec![r.spec.faultline.clone(), "agent".into(), "--probe".into(), interval.clone()];
         argv.extend(groups.get(&r.spec.host).map(|g| format!("--probe-group={g}")));
+        if r.role == "target" && hosts.kind == TargetKind::Faultline {
+            argv.push(format!("--probe-socket={socket}"));
+        }
         r.spawn("probe", argv)?;
     }
     // the heartbeat watches every agent from here on
@@ -655,6 +658,7 @@ fn drive(
             rx_dropped: s.rx_dropped,
             tx_dropped: s.tx_dropped,
             tcp_retrans: s.tcp_retrans,
+            requests: s.requests,
             ..Default::default()
         });
     }

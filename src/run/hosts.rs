@@ -243,7 +243,7 @@ pub(crate) fn windows(setup: &Setup, hosts: &StudyHosts) -> Vec<FaultWindow> {
     w
 }
 
-pub(crate) fn client_series(host: &str, r: &WorkloadResult) -> ClientSeries {
+fn client_series(host: &str, r: &WorkloadResult) -> ClientSeries {
     let points = r
         .timeseries
         .iter()

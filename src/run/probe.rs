@@ -94,12 +94,18 @@ pub struct HostSample {
     pub rx_dropped: u64,
     pub tx_dropped: u64,
     pub tcp_retrans: u64,
+    /// Requests the disk server at `--probe-socket` answered (its `stats`).
+    pub requests: u64,
 }
 
 /// Sample this host every `interval` (on multiples of it from the first sample), `count`
-/// times (None: until stdout closes), CPU and memory of the processes in `groups`; each
-/// sample goes to `emit`, which returns false to stop.
-pub fn stream(interval: Duration, groups: &[i32], count: Option<u64>, mut emit: impl FnMut(&HostSample) -> bool) {
+/// times (None: until stdout closes), CPU and memory of the processes in `groups`, requests
+/// of the disk server at `socket`; each sample goes to `emit`, which returns false to stop.
+pub fn stream(interval: Duration, groups: &[i32], socket: Option<&str>, count: Option<u64>, mut emit: impl FnMut(&HostSample) -> bool) {
+    // the server's request counter (0 without a socket or while it cannot be asked)
+    let requests =
+        || socket.and_then(|s| crate::cluster::agent::control(s, &serde_json::json!({"cmd": "stats"})).ok()).and_then(|v| v["requests"].as_u64()).unwrap_or(0);
+    let mut last_req = requests();
     let t0 = std::time::Instant::now();
     let mut last_m = machine_cpu();
     let pids = || groups.iter().flat_map(|g| group_pids(*g)).collect::<Vec<u32>>();
@@ -125,6 +131,7 @@ pub fn stream(interval: Duration, groups: &[i32], count: Option<u64>, mut emit: 
         let p = pids();
         let c = cpu(&p);
         let l = links();
+        let req = requests();
         let d = |a: u64, b: u64| a.saturating_sub(b);
         let s = HostSample {
             t_ns: crate::cluster::proto::now_ns(),
@@ -140,7 +147,9 @@ pub fn stream(interval: Duration, groups: &[i32], count: Option<u64>, mut emit: 
             tx_packets: d(l.0.2, last_l.0.2),
             tx_dropped: d(l.0.3, last_l.0.3),
             tcp_retrans: d(l.1, last_l.1),
+            requests: d(req, last_req),
         };
+        last_req = req;
         (last_m, last_cpu, last_l, last_t) = (m, c, l, t);
         if !emit(&s) {
             return;
