@@ -3,12 +3,13 @@
 //! netns exec`, `kubectl exec -i`) where an agent (`faultline agent --stdio`) runs; faultline
 //! builds no namespaces. One repetition:
 //!
-//! 1. starts the agents, estimates each one's clock offset, and checks before anything runs
-//!    that every host can apply its faults (nftables for loss/partition/reset; delay and rate
-//!    need tc netem, refused up front);
-//! 2. spawns the target (`faultline serve --nbd tcp://0.0.0.0:PORT --no-loop`, or the command)
-//!    and a prober on every host (`faultline agent --probe`), then each client's workload
-//!    (`faultline workload --nbd URI --jsonl --start-at-ns T`), all waiting for one instant T;
+//! 1. starts the agents and estimates each one's clock offset (`preflight`, once before any
+//!    setup, has checked that every host can apply its faults: nftables for
+//!    loss/partition/reset; delay and rate need tc netem and are refused up front);
+//! 2. spawns the target (`faultline serve --nbd tcp://0.0.0.0:PORT --no-loop`, or the
+//!    command), then each client's workload (`faultline workload --nbd URI --jsonl
+//!    --start-at-ns T`), all waiting for one instant T, and a prober on every host
+//!    (`faultline agent --probe`);
 //! 3. at T (every agent ready) arms the faults: the disk's clock restarts and its rules go in,
 //!    host faults start on the target's agent, network rules follow their windows;
 //! 4. collects every line on the controller's clock (agent time minus its offset) while a
@@ -38,8 +39,10 @@ const CALL_LIMIT: Duration = Duration::from_secs(10);
 /// How often the heartbeat asks each agent the time, and how long it waits for the answer.
 const HEARTBEAT: Duration = Duration::from_millis(500);
 const HEARTBEAT_LIMIT: Duration = Duration::from_secs(3);
-/// From the last spawn to the agreed start: time for every workload to connect and wait.
+/// From choosing the start instant to it: time to spawn every workload and prober and for
+/// the workloads to connect and wait (plus `START_LEAD_PER_HOST` per host: spawns go one by one).
 const START_LEAD: Duration = Duration::from_millis(1500);
+const START_LEAD_PER_HOST: Duration = Duration::from_millis(20);
 /// How long the target gets to listen.
 const TARGET_START_LIMIT: Duration = Duration::from_secs(30);
 
@@ -247,11 +250,7 @@ struct NftFault {
 /// (before anything runs).
 fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>]) -> Result<Vec<NftFault>> {
     let addr = |h: &str| -> Result<String> {
-        remotes
-            .iter()
-            .find(|r| r.spec.host == h)
-            .and_then(|r| r.spec.address.clone())
-            .with_context(|| format!("host `{h}` has no `address` in `agents:`; net faults towards or from it need one"))
+        remotes.iter().find(|r| r.spec.host == h).and_then(|r| r.spec.address.clone()).with_context(|| format!("host `{h}` has no `address` in `agents:`"))
     };
     let names = hosts.names();
     let mut out = Vec::new();
@@ -561,7 +560,8 @@ fn drive(
     target.set_doing("serving the disk");
     // every client waits for the agreed instant T (its own clock: T plus its offset)
     let max_err = remotes.iter().map(|r| r.offset.error_ns).max().unwrap_or(0);
-    let t_start = now_ns() + START_LEAD.as_nanos() as u64 + 2 * max_err;
+    let lead = START_LEAD + START_LEAD_PER_HOST * remotes.len() as u32;
+    let t_start = now_ns() + lead.as_nanos() as u64 + 2 * max_err;
     let mut groups: HashMap<String, u32> = HashMap::from([(target.spec.host.clone(), tpid)]);
     for c in &clients {
         let at = (t_start as i128 + c.offset.offset_ns as i128).max(0) as u64;

@@ -344,6 +344,16 @@ fn net_fault(r: RawNetFault, h: &StudyHosts) -> Result<NetFaultSpec, String> {
     let window = r.window.map(super::rules::parse_window).transpose()?;
     let rule = NetRule { from: r.from, to: r.to, both: r.both.unwrap_or(false), window, seed: r.seed, fault };
     rule.validate(&h.names())?;
+    // through agents the hosts' own kernels match packets by address: every host the rule
+    // reaches needs one
+    if !h.agents.is_empty() {
+        let names = h.names();
+        let involved: Vec<&String> = names.iter().filter(|n| rule.from.as_ref().is_none_or(|f| f == *n) || rule.to.as_ref().is_none_or(|t| t == *n)).collect();
+        let without: Vec<&str> = involved.iter().filter(|n| h.agents.iter().any(|a| a.host == ***n && a.address.is_none())).map(|n| n.as_str()).collect();
+        if !without.is_empty() {
+            return Err(format!("through agents, net faults match the hosts' addresses: give `address` to {} under `hosts: agents:`", without.join(", ")));
+        }
+    }
     Ok(NetFaultSpec { name: r.name, rule })
 }
 
@@ -480,6 +490,10 @@ mod tests {
         assert!(err.contains("unknown host `c3`") && err.contains("target, c1, c2"), "{err}");
         let err = parse_experiment(&format!("{base}    target: {{address: 1.2.3.4}}\nworkload: {{duration: 1s}}\n"), "e.yaml").unwrap_err();
         assert!(err.contains("needs a channel"), "{err}");
+        let nf = format!("{ok}net_faults:\n  - {{from: c1, to: target, loss: 1%}}\n");
+        let err = parse_experiment(&nf, "e.yaml").unwrap_err();
+        assert!(err.starts_with("e.yaml:11:") && err.contains("give `address` to c1"), "{err}");
+        assert!(parse_experiment(&nf.replace("c1: {exec: [ip, netns, exec, n1]}", "c1: {exec: [ip, netns, exec, n1], address: 10.0.0.6}"), "e.yaml").is_ok());
         let err = parse_experiment("name: t\nhosts: {on_agent_loss: stop}\nworkload: {duration: 1s}\n", "e.yaml").unwrap_err();
         assert!(err.contains("needs `agents:`"), "{err}");
     }
