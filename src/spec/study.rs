@@ -503,7 +503,7 @@ mod tests {
         let text = include_str!("../../examples/performability.yaml");
         let ns = parse_experiment(text, "performability.yaml").unwrap();
         let (a, b) = (text.find("hosts:\n").unwrap(), text.find("disk:").unwrap());
-        let hosts = "hosts:\n  clients: [client]\n  target: faultline\n  nbd: {timeout: 2s, retries: 3}\n  interval: 1s\n  agents:\n    target: {ssh: root@storage1, address: 192.168.10.5}\n    client: {ssh: root@load1}\n";
+        let hosts = "hosts:\n  clients: [client]\n  target: faultline\n  nbd: {timeout: 2s, retries: 3}\n  interval: 1s\n  agents:\n    target: {ssh: root@storage1, address: 192.168.10.5}\n    client: {ssh: root@load1, address: 192.168.10.6}\n";
         let ag = parse_experiment(&format!("{}{hosts}{}", &text[..a], &text[b..]), "performability.yaml").unwrap();
         let (h1, h2) = (ns.hosts.clone().unwrap(), ag.hosts.clone().unwrap());
         assert!(h1.agents.is_empty() && h2.agents.len() == 2);
