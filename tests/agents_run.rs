@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 const CLIENTS: [&str; 4] = ["c1", "c2", "c3", "c4"];
 /// Each client asks for this rate; both runs must deliver it (rate-limited, so the comparison
 /// does not depend on the relay's or the bridge's speed).
-const RATE: u64 = 200;
+const RATE: u64 = 100;
 const SECONDS: u64 = 3;
 /// Throughput through agents vs the namespace run: equal within this fraction.
-const TOLERANCE: f64 = 0.10;
+const TOLERANCE: f64 = 0.15;
 
 fn workload() -> String {
     format!("workload: {{pattern: uniform, block_size: 4KiB, mix: {{read: 100}}, duration: {SECONDS}s, rate_iops: {RATE}}}\n")
@@ -77,7 +77,8 @@ fn assert_nothing_left(lab: &Lab, run_dir: &Path) {
         if left.is_empty() && ledgers.is_empty() {
             break;
         }
-        assert!(t.elapsed() < Duration::from_secs(15), "left behind: processes {left:?}, ledgers {ledgers:?}");
+        let texts: Vec<String> = ledgers.iter().map(|l| std::fs::read_to_string(l).unwrap_or_default()).collect();
+        assert!(t.elapsed() < Duration::from_secs(15), "left behind: processes {left:?}, ledgers {ledgers:?} {texts:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
     for h in &lab.hosts {

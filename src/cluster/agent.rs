@@ -41,7 +41,8 @@ struct Spawned {
 
 struct Agent {
     out: Out,
-    ledger: Mutex<LedgerFile>,
+    /// None once removed at exit (a spawned command's wait thread may still hold the agent).
+    ledger: Mutex<Option<LedgerFile>>,
     spawned: Mutex<HashMap<String, Spawned>>,
 }
 
@@ -54,7 +55,7 @@ pub fn run_stdio() -> Result<()> {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     }
     let out: Out = Arc::new(Mutex::new(std::io::stdout()));
-    let agent = Arc::new(Agent { out: out.clone(), ledger: Mutex::new(LedgerFile::create()?), spawned: Mutex::new(HashMap::new()) });
+    let agent = Arc::new(Agent { out: out.clone(), ledger: Mutex::new(Some(LedgerFile::create()?)), spawned: Mutex::new(HashMap::new()) });
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
     send(
         &out,
@@ -104,7 +105,7 @@ pub fn run_stdio() -> Result<()> {
         }
     }
     agent.end_all();
-    if let Ok(l) = Arc::try_unwrap(agent).map(|a| a.ledger.into_inner().unwrap_or_else(|e| e.into_inner())) {
+    if let Some(l) = agent.ledger.lock().unwrap_or_else(|e| e.into_inner()).take() {
         l.remove();
     }
     Ok(())
@@ -160,7 +161,9 @@ impl Agent {
         let mut child = c.spawn().with_context(|| format!("cannot start {prog}"))?;
         let pid = child.id();
         let start = crate::sys::process::start_time(pid).unwrap_or(0);
-        self.ledger.lock().unwrap().update(|l| l.procs.push((pid as i32, start)))?;
+        if let Some(l) = self.ledger.lock().unwrap().as_mut() {
+            l.update(|l| l.procs.push((pid as i32, start)))?;
+        }
         self.spawned.lock().unwrap().insert(name.to_string(), Spawned { pgid: pid as i32, start });
         let mut readers = Vec::new();
         for (stream, r) in [
@@ -203,7 +206,7 @@ impl Agent {
 
     /// SIGTERM every spawned group, SIGKILL what is left after 2 s.
     fn end_all(&self) {
-        let groups: Vec<(i32, u64)> = self.ledger.lock().unwrap().data.procs.clone();
+        let groups: Vec<(i32, u64)> = self.ledger.lock().unwrap().as_ref().map(|l| l.data.procs.clone()).unwrap_or_default();
         for &(pgid, _) in &groups {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGTERM);
         }
@@ -214,7 +217,9 @@ impl Agent {
         for &(pgid, start) in &groups {
             crate::sys::process::kill_group(pgid, start);
         }
-        let _ = self.ledger.lock().unwrap().update(|l| l.procs.clear());
+        if let Some(l) = self.ledger.lock().unwrap().as_mut() {
+            let _ = l.update(|l| l.procs.clear());
+        }
         self.spawned.lock().unwrap().clear();
     }
 }
