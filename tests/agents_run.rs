@@ -23,6 +23,14 @@ const SECONDS: u64 = 3;
 /// Throughput through agents vs the namespace run: equal within this fraction.
 const TOLERANCE: f64 = 0.15;
 
+/// One experiment at a time: the tests' hosts share this machine's 2 CPUs, and the rates and
+/// windows they check need the CPU time they ask for.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn workload() -> String {
     format!("workload: {{pattern: uniform, block_size: 4KiB, mix: {{read: 100}}, duration: {SECONDS}s, rate_iops: {RATE}}}\n")
 }
@@ -130,6 +138,7 @@ fn check_aligned(st: &Value) {
 
 #[test]
 fn four_clients_through_exec_line_up_and_match_the_namespace_run() {
+    let _one = serial();
     if !need_net(&[]) {
         return;
     }
@@ -203,6 +212,7 @@ fn run_and_kill_c1(policy: &str, sig: nix::sys::signal::Signal) -> (Output, Lab,
 
 #[test]
 fn killing_a_client_agent_aborts_the_run() {
+    let _one = serial();
     if !need_net(&[]) {
         return;
     }
@@ -214,6 +224,7 @@ fn killing_a_client_agent_aborts_the_run() {
 
 #[test]
 fn killing_a_client_agent_with_continue_finishes_without_it() {
+    let _one = serial();
     if !need_net(&[]) {
         return;
     }
@@ -242,6 +253,7 @@ fn killing_a_client_agent_with_continue_finishes_without_it() {
 
 #[test]
 fn a_client_agent_that_stops_answering_is_lost_by_the_heartbeat() {
+    let _one = serial();
     if !need_net(&[]) {
         return;
     }
@@ -258,6 +270,7 @@ fn a_client_agent_that_stops_answering_is_lost_by_the_heartbeat() {
 /// controller namespace on the same bridge from which `faultline run` reaches them.
 #[test]
 fn four_clients_over_openssh() {
+    let _one = serial();
     if !need_net(&[]) {
         return;
     }
@@ -321,6 +334,7 @@ fn four_clients_over_openssh() {
 /// anything runs.
 #[test]
 fn net_faults_use_the_hosts_kernels_and_missing_netem_is_refused_up_front() {
+    let _one = serial();
     if !need_net(&[]) {
         return;
     }
@@ -367,6 +381,7 @@ fn net_faults_use_the_hosts_kernels_and_missing_netem_is_refused_up_front() {
 /// a command target (nbdkit) instead of faultline's server.
 #[test]
 fn disk_and_host_faults_in_their_windows_and_a_command_target() {
+    let _one = serial();
     if !need_net(&[]) {
         return;
     }
@@ -437,6 +452,7 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
 /// the agents' channels and they end everything themselves (the nftables table too).
 #[test]
 fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
+    let _one = serial();
     if !need_net(&[]) {
         return;
     }
