@@ -312,7 +312,15 @@ fn four_clients_over_openssh() {
         d.join("known_hosts").display(),
         run_dir.display()
     );
-    let file = experiment(d, &agents_yaml(&lab, |h| format!("ssh: root@{}, ssh_options: {opts}", lab.addr(h))));
+    // the target gets its faultline copied over ssh first (`install: true`), and serves from the copy
+    let copy = d.join("bin").join("faultline");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    let hosts = agents_yaml(&lab, |h| format!("ssh: root@{}, ssh_options: {opts}", lab.addr(h))).replacen(
+        &format!("faultline: {}}}", bin()),
+        &format!("faultline: {}, install: true}}", copy.display()),
+        1,
+    );
+    let file = experiment(d, &hosts);
     // sshd needs a moment to listen
     std::thread::sleep(Duration::from_millis(500));
     let o = run(&file, &d.join("out"), &run_dir, Some(lab.ns("ctl")));
@@ -324,6 +332,7 @@ fn four_clients_over_openssh() {
     let st = study(&d.join("out"));
     check_aligned(&st);
     assert!(st["agents"].as_array().unwrap().iter().all(|a| a["channel"].as_str().unwrap().starts_with("ssh root@10.99.0.")), "{}", st["agents"]);
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(bin()).unwrap(), "the target's copy differs");
     let want = (RATE * SECONDS * 4) as f64;
     assert!((total_ops(&st) / want - 1.0).abs() <= TOLERANCE, "over ssh {} ops, asked for {want}", total_ops(&st));
     assert_nothing_left(&lab, &run_dir);
