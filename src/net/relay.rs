@@ -338,7 +338,7 @@ impl Relay {
         // one `ip` per host: its devices' counters (fl0's drops, the veths' packets)
         let stats: Vec<std::collections::HashMap<String, Value>> = s.ports.iter().map(|p| dev_stats(&p.namespace)).collect();
         let mut links = Vec::new();
-        for a in 0..n {
+        for (a, st) in stats.iter().enumerate() {
             for b in (0..n).filter(|&b| b != a) {
                 let l = &s.links[a * n + b];
                 let c = &l.c;
@@ -353,7 +353,7 @@ impl Relay {
                     "lateness_us": {"p50": q(0.5), "p99": q(0.99), "max": if h.is_empty() { Value::Null } else { json!(h.max() as f64 / 1000.0) }},
                     "rules": l.rules.load().iter().map(|r| r.id).collect::<Vec<_>>(),
                     "path": if l.via_relay.load(Relaxed) { "relay" } else { "veth" },
-                    "bypass_packets": s.ports[a].bypass[b].as_ref().and_then(|d| stats[a].get(d.as_str())).map(|v| v["tx"]["packets"].clone()),
+                    "bypass_packets": s.ports[a].bypass[b].as_ref().and_then(|d| st.get(d.as_str())).map(|v| v["tx"]["packets"].clone()),
                 }));
             }
         }
