@@ -425,6 +425,7 @@ fn bypass_follows_the_window_and_the_delay_is_exact() {
     assert!(inside >= 50 && outside >= 100, "{inside} pings in the window, {outside} outside");
     let l = net.link("client", "target");
     assert!(l["delayed"].as_u64().unwrap() >= inside, "{l}");
+    assert_eq!(l["late_switches"], 0, "the route reached the relay before the window opened: {l}");
     assert_eq!(l["path"], "veth", "after the window: back on the veth: {l}");
     net.stop();
 }

@@ -113,6 +113,9 @@ struct Link {
     pending: AtomicU64,
     /// The sender's route to the receiver points at the relay (always, without a bypass).
     via_relay: AtomicBool,
+    /// Switches to the relay that came after a rule's window had opened (`BYPASS_LEAD` was
+    /// not enough: a stalled machine), so the window's first packets missed the rule.
+    late_switches: AtomicU64,
 }
 
 struct Pending {
@@ -201,6 +204,7 @@ impl Relay {
                 c: Counters::default(),
                 late: Mutex::new(hdrhistogram::Histogram::new_with_bounds(1, 120_000_000_000, 2).unwrap()),
                 pending: AtomicU64::new(0),
+                late_switches: AtomicU64::new(0),
                 via_relay: AtomicBool::new(ports[li / n].bypass.get(li % n).is_none_or(|b| b.is_none())),
             })
             .collect();
@@ -353,6 +357,7 @@ impl Relay {
                     "lateness_us": {"p50": q(0.5), "p99": q(0.99), "max": if h.is_empty() { Value::Null } else { json!(h.max() as f64 / 1000.0) }},
                     "rules": l.rules.load().iter().map(|r| r.id).collect::<Vec<_>>(),
                     "path": if l.via_relay.load(Relaxed) { "relay" } else { "veth" },
+                    "late_switches": l.late_switches.load(Relaxed),
                     "bypass_packets": s.ports[a].bypass[b].as_ref().and_then(|d| st.get(d.as_str())).map(|v| v["tx"]["packets"].clone()),
                 }));
             }
@@ -456,7 +461,15 @@ fn reconcile(s: &Shared) -> Result<Option<Instant>> {
                 let via = if want { super::IFNAME } else { dev.as_str() };
                 let dst = format!("{}/32", s.ports[b].addr);
                 match crate::sys::netns::ip(&["-n", &s.ports[a].namespace, "route", "replace", &dst, "dev", via]) {
-                    Ok(()) => l.via_relay.store(want, Relaxed),
+                    Ok(()) => {
+                        l.via_relay.store(want, Relaxed);
+                        // a window that opened (later than when its rule was set) before the
+                        // route was in place
+                        let done = Instant::now();
+                        if want && l.rules.load().iter().any(|r| r.window.is_some_and(|w| !w.from.is_zero() && r.set_at + w.from < done && r.active(done))) {
+                            l.late_switches.fetch_add(1, Relaxed);
+                        }
+                    }
                     Err(e) => err = Some(e.context(format!("cannot route {} -> {} via {via}", s.ports[a].name, s.ports[b].name))),
                 }
             }
