@@ -36,6 +36,8 @@ PY
 run relay
 echo "client TUN: $(ip -n "$c" -s link show fl0 | awk '/TX:/{getline; print "tx packets " $2 ", dropped at the device " $4}')"
 "$fl" net show --socket "$work/net.sock" | python3 -c "import json,sys; l=[l for l in json.load(sys.stdin)['links'] if l['from']=='client'][0]; print(f\"relay dropped {l['dropped']} of {l['packets']} packets\")"
+# without the relay's rule the link goes back to its veth fast path: nftables then drops in a
+# purely kernel path, as it would between hosts joined by a wire
 "$fl" net clear --socket "$work/net.sock" >/dev/null
 n=$(python3 -c "print(round($frac*100000))")
 ip netns exec "$t" nft add table inet fl

@@ -3,15 +3,18 @@
 # a plain veth pair between two namespaces (faultline net up --veth, no relay), side by side.
 #
 # Three networks of two hosts (client, target) exist for the whole run: `veth`, `relay` (the
-# default relay) and `relay-poll` (the relay with --busy-poll 50us). Points, the same commands
-# on every network:
+# default: links without rules take the veth fast path, so this is what an experiment's
+# fault-free links cost) and `relay-always` (--always-relay: every packet through the user-space
+# relay, its own cost, what a link under a rule pays before the rule's own effect). Points, the
+# same commands on every network:
 #   tcp        iperf3 -c TARGET -t SECONDS, one TCP stream client -> target (Gbit/s, receiver)
 #   rtt        ping -i 0.005 -c 400 TARGET from the client: round-trip time p50 (us)
 # Each round measures every network back to back, in an order rotated per round, so the
 # machine's drift (other tenants) lands on all alike. Ratios are medians over rounds of the
 # per-round figures. Last line: relay_throughput_ratio=T added_latency_us_p50=L, where T is
 # relay tcp / veth tcp and L is relay rtt p50 - veth rtt p50 (a round trip crosses the relay
-# twice, so this is the added latency of a round trip, not of one way).
+# twice, so this is the added latency of a round trip, not of one way); the line before it
+# gives the same for relay-always.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -43,8 +46,8 @@ start() { # name, extra args
 }
 start veth --veth
 start relay
-start relay-poll --busy-poll 50us
-names=(veth relay relay-poll)
+start relay-always --always-relay
+names=(veth relay relay-always)
 sleep 0.5
 
 tcp() { ip netns exec "${ns_client[$1]}" iperf3 -c 10.77.0.2 -t "$secs" -J | python3 -c "import json,sys; print(json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9)"; }
@@ -65,13 +68,13 @@ for r in $(seq "$rounds"); do
 done
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-printf '%-11s %12s %14s\n' network "tcp Gbit/s" "rtt p50 us"
+printf '%-12s %12s %14s\n' network "tcp Gbit/s" "rtt p50 us"
 for name in "${names[@]}"; do
   t=$(for r in $(seq "$rounds"); do echo "${res[$name,tcp,$r]}"; done | median)
   l=$(for r in $(seq "$rounds"); do echo "${res[$name,rtt,$r]}"; done | median)
-  printf '%-11s %12.2f %14s\n' "$name" "$t" "$l"
+  printf '%-12s %12.2f %14s\n' "$name" "$t" "$l"
 done
-for cand in relay-poll relay; do
+for cand in relay-always relay; do
   ratio=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$cand,tcp,$r]}/${res[veth,tcp,$r]})"; done | median)
   added=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$cand,rtt,$r]}-${res[veth,rtt,$r]})"; done | median)
   [ "$cand" = relay ] || echo "$cand: throughput_ratio=$(printf %.2f "$ratio") added_latency_us_p50=$(printf %.1f "$added")"

@@ -25,11 +25,16 @@ struct NetUp {
 
 impl NetUp {
     fn start(hosts: &str) -> NetUp {
+        NetUp::start_with(hosts, &[])
+    }
+
+    fn start_with(hosts: &str, extra: &[&str]) -> NetUp {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("net.sock");
         let mut child = Command::new(common::bin())
             .args(["net", "up", "--hosts", hosts, "--socket"])
             .arg(&socket)
+            .args(extra)
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn faultline net up");
@@ -365,6 +370,69 @@ fn reset_breaks_a_connection_in_use() {
     net.stop();
 }
 
+/// Without rules a link takes its veth (the relay sees nothing); a windowed delay moves it to
+/// the relay before the window opens, the delay is realized exactly inside the window and not
+/// outside it, and the link goes back to the veth after the window.
+#[test]
+fn bypass_follows_the_window_and_the_delay_is_exact() {
+    if !need_net() {
+        return;
+    }
+    let net = NetUp::start("client,target");
+    let t = target_addr(&net);
+    assert_eq!(ping(&net, "client", &t, 5, "0.01").len(), 5);
+    let l = net.link("client", "target");
+    assert_eq!((l["path"].as_str(), l["packets"].as_u64()), (Some("veth"), Some(0)), "no rule: the veth carries the link: {l}");
+    assert!(l["bypass_packets"].as_u64().unwrap() >= 5, "{l}");
+    let p = net.exec("client", "ping").args(["-D", "-n", "-W", "1", "-i", "0.01", "-c", "300", &t]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = now_unix();
+    net.set(&["--from", "client", "--to", "target", "--delay", "5ms", "--window", "1s..2s"]);
+    let after = now_unix();
+    assert_eq!(net.link("client", "target")["path"], "veth", "the window opens in 1 s: still on the veth");
+    std::thread::sleep(Duration::from_millis(1500) - Duration::from_secs_f64(now_unix() - before));
+    let mid = net.link("client", "target");
+    assert_eq!(mid["path"], "relay", "inside the window: {mid}");
+    assert_eq!(net.link("target", "client")["path"], "veth", "the other direction has no rule");
+    let out = p.wait_with_output().unwrap();
+    let got = parse_ping(&String::from_utf8_lossy(&out.stdout));
+    assert!(got.len() >= 290, "{} of 300 replies", got.len());
+    // the request left at reply time - rtt; inside the window it waits 5 ms in the relay
+    let tol = 0.02;
+    let (mut inside, mut outside) = (0, 0);
+    for (seq, rtt, ts) in &got {
+        let sent = ts - rtt / 1000.0;
+        if sent > after + 1.0 + tol && sent < before + 2.0 - tol {
+            assert!(*rtt >= 5.0, "ping {seq} sent {:.3} s after set, in the window: rtt {rtt} ms", sent - before);
+            inside += 1;
+        } else if sent < before + 1.0 - tol || sent > after + 2.0 + tol {
+            assert!(*rtt < 5.0, "ping {seq} sent {:.3} s after set, outside the window: rtt {rtt} ms", sent - before);
+            outside += 1;
+        }
+    }
+    assert!(inside >= 50 && outside >= 100, "{inside} pings in the window, {outside} outside");
+    let l = net.link("client", "target");
+    assert!(l["delayed"].as_u64().unwrap() >= inside, "{l}");
+    assert_eq!(l["late_switches"], 0, "the route reached the relay before the window opened: {l}");
+    assert_eq!(l["path"], "veth", "after the window: back on the veth: {l}");
+    net.stop();
+}
+
+/// `--always-relay`: no veths; links without rules go through the relay too.
+#[test]
+fn always_relay_carries_rule_free_links() {
+    if !need_net() {
+        return;
+    }
+    let net = NetUp::start_with("client,target", &["--always-relay"]);
+    assert_eq!(ping(&net, "client", &target_addr(&net), 3, "0.05").len(), 3);
+    let l = net.link("client", "target");
+    assert_eq!(l["path"], "relay", "{l}");
+    assert!(l["delivered"].as_u64().unwrap() >= 3, "{l}");
+    assert!(l["bypass_packets"].is_null(), "{l}");
+    net.stop();
+}
+
 fn ns_exists(ns: &str) -> bool {
     Path::new("/run/netns").join(ns).exists()
 }
@@ -382,9 +450,11 @@ fn ctrl_c_leaves_nothing() {
     }
     let net = NetUp::start("client,target,client-2");
     let pid = net.child.id();
-    // a second client reaches the target through the relay too
+    // a second client reaches the target too (no rule: over its veth fast path)
     assert_eq!(ping(&net, "client-2", &target_addr(&net), 3, "0.05").len(), 3);
-    assert!(net.link("client-2", "target")["delivered"].as_u64().unwrap() >= 3);
+    let l = net.link("client-2", "target");
+    assert_eq!(l["path"], "veth", "{l}");
+    assert!(l["bypass_packets"].as_u64().unwrap() >= 3, "{l}");
     let mut sleeper = net.exec("target", "sleep").arg("1000").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let ns = net.stop();

@@ -38,6 +38,10 @@ enum NetCmd {
         /// baseline to compare the relay with).
         #[arg(long)]
         veth: bool,
+        /// Send every packet through the relay, also on links without rules (no veth fast
+        /// path): the relay's own cost, as `bench/net.sh` measures it.
+        #[arg(long)]
+        always_relay: bool,
     },
     /// Add a fault rule on the packets from one host to another (all given faults together).
     Set(Box<SetArgs>),
@@ -126,7 +130,9 @@ impl SetArgs {
 
 pub fn net(a: NetArgs) -> Result<()> {
     match a.cmd {
-        NetCmd::Up { hosts, busy_poll, veth } => up(&parse_host_list(&hosts).map_err(anyhow::Error::msg)?, busy_poll, veth, a.socket),
+        NetCmd::Up { hosts, busy_poll, veth, always_relay } => {
+            up(&parse_host_list(&hosts).map_err(anyhow::Error::msg)?, RelayOptions { busy_poll, always_relay }, veth, a.socket)
+        }
         NetCmd::Set(s) => {
             let rule = (*s).rule()?;
             let r = control::call(&socket(a.socket)?, &json!({"cmd": "set", "rule": rule}))?;
@@ -160,10 +166,10 @@ fn socket(given: Option<PathBuf>) -> Result<PathBuf> {
     }
 }
 
-fn up(hosts: &[String], busy_poll: Duration, veth: bool, socket: Option<PathBuf>) -> Result<()> {
+fn up(hosts: &[String], opts: RelayOptions, veth: bool, socket: Option<PathBuf>) -> Result<()> {
     // catch signals from the start so a Ctrl-C during set-up still tears down
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    let mut net = if veth { Network::up_veth(hosts)? } else { Network::up(hosts, RelayOptions { busy_poll })? };
+    let mut net = if veth { Network::up_veth(hosts)? } else { Network::up(hosts, opts)? };
     let path = socket.unwrap_or_else(|| ledger::run_dir().join(format!("net-{}.sock", std::process::id())));
     if !veth {
         std::fs::create_dir_all(ledger::run_dir())?;

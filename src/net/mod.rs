@@ -5,6 +5,10 @@
 //! Namespaces are created with iproute2 (`sys::netns`) and recorded in the ledger first, so
 //! `faultline cleanup` deletes them (with their devices and processes) after a crash.
 //!
+//! Unless told otherwise (`RelayOptions::always_relay`), each pair of hosts (up to
+//! `MAX_BYPASS_HOSTS` hosts) is also joined by a veth pair, the kernel fast path a link takes
+//! while no rule applies to it (`relay`, docs/net.md).
+//!
 //! `Network::up_veth` builds the same two hosts joined by a plain veth pair instead, no relay:
 //! the baseline the relay is measured against (bench/net.sh).
 
@@ -26,6 +30,14 @@ pub use relay::RelayOptions;
 
 /// The interface each host reaches the others through.
 pub const IFNAME: &str = "fl0";
+
+/// Up to this many hosts get the veth fast path (a veth pair per pair of hosts: 120 at 16).
+pub const MAX_BYPASS_HOSTS: usize = 16;
+
+/// The veth device in a host that reaches the host at `peer` (index) directly.
+pub fn bypass_ifname(peer: usize) -> String {
+    format!("flp{peer}")
+}
 
 /// The address of the host at `index` (in declaration order).
 pub fn address(index: usize) -> Ipv4Addr {
@@ -77,10 +89,44 @@ impl Network {
             // while its links have per-packet rules) queues here, and beyond it drops, as a
             // router's queue would
             netns::ip(&["-n", n, "link", "set", IFNAME, "txqueuelen", "1000", "up"])?;
-            ports.push(relay::Port { name: h.name.clone(), addr: address(i), fd, namespace: h.namespace.clone() });
+            ports.push(relay::Port { name: h.name.clone(), addr: address(i), fd, namespace: h.namespace.clone(), bypass: vec![None; names.len()] });
+        }
+        if !opts.always_relay && names.len() <= MAX_BYPASS_HOSTS {
+            net.bypass_links(&mut ports)?;
         }
         net.relay = Some(Arc::new(Relay::start(ports, opts)?));
         Ok(net)
+    }
+
+    /// The fast path: a veth pair per pair of hosts, each host's route to the peer (a /32,
+    /// more specific than fl0's subnet) on it; the relay moves a route to fl0 while a rule
+    /// applies. Reverse-path filtering is off in the hosts: a direction may take the relay
+    /// while the other takes the veth.
+    fn bypass_links(&self, ports: &mut [relay::Port]) -> Result<()> {
+        let n = self.hosts.len();
+        for h in &self.hosts {
+            let out = std::process::Command::new("ip")
+                .args(["netns", "exec", &h.namespace, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"])
+                .output()
+                .context("cannot run sysctl in a host")?;
+            if !out.status.success() {
+                bail!("host {}: sysctl rp_filter=0 failed: {}", h.name, String::from_utf8_lossy(&out.stderr).trim());
+            }
+        }
+        for a in 0..n {
+            for b in a + 1..n {
+                let (ha, hb) = (&self.hosts[a], &self.hosts[b]);
+                let (da, db) = (bypass_ifname(b), bypass_ifname(a));
+                netns::ip(&["-n", &ha.namespace, "link", "add", &da, "type", "veth", "peer", "name", &db, "netns", &hb.namespace])?;
+                for (h, dev, peer) in [(ha, &da, hb), (hb, &db, ha)] {
+                    netns::ip(&["-n", &h.namespace, "link", "set", dev, "up"])?;
+                    netns::ip(&["-n", &h.namespace, "route", "replace", &format!("{}/32", peer.address), "dev", dev])?;
+                }
+                ports[a].bypass[b] = Some(da);
+                ports[b].bypass[a] = Some(db);
+            }
+        }
+        Ok(())
     }
 
     /// Two hosts joined by a veth pair, no relay and no faults (the benchmark's baseline).

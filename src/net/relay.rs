@@ -4,6 +4,13 @@
 //! by the reading thread; delayed packets go to one timer thread (condvar until `SPIN` before
 //! the earliest deadline, then a short spin, 1 ns timer slack, as the disk's late replies).
 //! Buffers of delayed packets are recycled, so the steady state allocates nothing.
+//!
+//! Kernel fast path (`bypass`): when the hosts are also joined by veth pairs, a host's route
+//! to a peer points at the veth while no rule on that link (direction) is active or about to
+//! be, and at its TUN device (the relay) otherwise. The switch to the relay is made
+//! `BYPASS_LEAD` before a rule's window opens (at once for a rule active now, before `set`
+//! returns), so the relay sees every packet the rule applies to; the switch back waits until
+//! the rule is over and the link has no packet left in the timer queue.
 
 use super::packet;
 use super::tun;
@@ -36,6 +43,11 @@ const OVERDUE: Duration = Duration::from_millis(10);
 const POOL_MAX: usize = 8192;
 const POOL_BUF: usize = 2048;
 const POOL_BIG_MAX: usize = 512;
+/// How long before a rule's window opens its link is routed through the relay: the route
+/// change (an `ip` run) must be done before the first packet the rule applies to.
+pub const BYPASS_LEAD: Duration = Duration::from_millis(250);
+/// The route controller looks again at least this often (windows ending, queues draining).
+const BYPASS_TICK: Duration = Duration::from_millis(20);
 
 /// One emulated host as the relay sees it.
 pub struct Port {
@@ -44,6 +56,9 @@ pub struct Port {
     pub fd: OwnedFd,
     /// The host's namespace, where `show` reads the TUN device's own drop counter.
     pub namespace: String,
+    /// Per peer host (by index): the veth device in this host that reaches it directly (the
+    /// kernel fast path), or None (always through the relay).
+    pub bypass: Vec<Option<String>>,
 }
 
 #[derive(Default)]
@@ -94,6 +109,13 @@ struct Link {
     c: Counters,
     /// Lateness of delayed packets (ns past their due time when written).
     late: Mutex<hdrhistogram::Histogram<u64>>,
+    /// Packets of this link waiting in a timer queue.
+    pending: AtomicU64,
+    /// The sender's route to the receiver points at the relay (always, without a bypass).
+    via_relay: AtomicBool,
+    /// Switches to the relay that came after a rule's window had opened (`BYPASS_LEAD` was
+    /// not enough: a stalled machine), so the window's first packets missed the rule.
+    late_switches: AtomicU64,
 }
 
 struct Pending {
@@ -152,6 +174,9 @@ struct Shared {
     rules: Mutex<(u64, Vec<SetRule>)>,
     busy_poll: Duration,
     epoch: Instant,
+    /// Serializes route switches; the controller thread waits on `ctl_cv` with it.
+    ctl: Mutex<()>,
+    ctl_cv: Condvar,
 }
 
 pub struct Relay {
@@ -165,18 +190,25 @@ pub struct RelayOptions {
     /// After a packet, keep reading without sleeping this long: a sleeping reader costs a
     /// wake-up per packet when packets come one at a time, at the price of a busy CPU.
     pub busy_poll: Duration,
+    /// Route every packet through the relay, even on links without rules (no veth pairs,
+    /// no kernel fast path): what `bench/net.sh` measures as the relay's own cost.
+    pub always_relay: bool,
 }
 
 impl Relay {
     pub fn start(ports: Vec<Port>, opts: RelayOptions) -> Result<Relay> {
         let n = ports.len();
         let links = (0..n * n)
-            .map(|_| Link {
+            .map(|li| Link {
                 rules: ArcSwap::from_pointee(Vec::new()),
                 c: Counters::default(),
                 late: Mutex::new(hdrhistogram::Histogram::new_with_bounds(1, 120_000_000_000, 2).unwrap()),
+                pending: AtomicU64::new(0),
+                late_switches: AtomicU64::new(0),
+                via_relay: AtomicBool::new(ports[li / n].bypass.get(li % n).is_none_or(|b| b.is_none())),
             })
             .collect();
+        let bypass = ports.iter().any(|p| p.bypass.iter().any(|b| b.is_some()));
         for p in &ports {
             tun::set_offloads(&p.fd, true)?;
         }
@@ -193,6 +225,8 @@ impl Relay {
             rules: Mutex::new((1, Vec::new())),
             busy_poll: opts.busy_poll,
             epoch: Instant::now(),
+            ctl: Mutex::new(()),
+            ctl_cv: Condvar::new(),
         });
         let mut threads = Vec::new();
         for i in 0..n {
@@ -202,6 +236,10 @@ impl Relay {
         for i in 0..n {
             let s2 = s.clone();
             threads.push(std::thread::Builder::new().name(format!("fl-net-to-{}", s.ports[i].name)).spawn(move || timer(&s2, i))?);
+        }
+        if bypass {
+            let s2 = s.clone();
+            threads.push(std::thread::Builder::new().name("fl-net-routes".into()).spawn(move || controller(&s2))?);
         }
         Ok(Relay { s, threads: Mutex::new(threads) })
     }
@@ -216,6 +254,10 @@ impl Relay {
         g.0 += 1;
         g.1.push((id, rule, now));
         self.rebuild(&g.1)?;
+        drop(g);
+        // the rule's link goes through the relay before `set` returns if it applies now
+        reconcile(&self.s)?;
+        self.s.ctl_cv.notify_all();
         Ok(id)
     }
 
@@ -234,6 +276,8 @@ impl Relay {
         }
         let n = before - g.1.len();
         self.rebuild(&g.1)?;
+        drop(g);
+        reconcile(&self.s)?;
         Ok(n)
     }
 
@@ -295,8 +339,10 @@ impl Relay {
                 json!({"id": id, "rule": r, "active": active, "age_s": e.as_secs_f64()})
             })
             .collect();
+        // one `ip` per host: its devices' counters (fl0's drops, the veths' packets)
+        let stats: Vec<std::collections::HashMap<String, Value>> = s.ports.iter().map(|p| dev_stats(&p.namespace)).collect();
         let mut links = Vec::new();
-        for a in 0..n {
+        for (a, st) in stats.iter().enumerate() {
             for b in (0..n).filter(|&b| b != a) {
                 let l = &s.links[a * n + b];
                 let c = &l.c;
@@ -310,6 +356,9 @@ impl Relay {
                     "reordered": c.reordered.load(Relaxed), "reset": c.reset.load(Relaxed), "overdue": c.overdue.load(Relaxed),
                     "lateness_us": {"p50": q(0.5), "p99": q(0.99), "max": if h.is_empty() { Value::Null } else { json!(h.max() as f64 / 1000.0) }},
                     "rules": l.rules.load().iter().map(|r| r.id).collect::<Vec<_>>(),
+                    "path": if l.via_relay.load(Relaxed) { "relay" } else { "veth" },
+                    "late_switches": l.late_switches.load(Relaxed),
+                    "bypass_packets": s.ports[a].bypass[b].as_ref().and_then(|d| st.get(d.as_str())).map(|v| v["tx"]["packets"].clone()),
                 }));
             }
         }
@@ -319,7 +368,7 @@ impl Relay {
             .enumerate()
             .map(|(i, p)| {
                 json!({"name": p.name, "address": p.addr.to_string(), "unroutable": s.unroutable[i].load(Relaxed), "offloads": s.offloads[i].load(Relaxed),
-                       "device_tx_dropped": tx_dropped(&p.namespace)})
+                       "device_tx_dropped": stats[i].get(super::IFNAME).and_then(|v| v["tx"]["dropped"].as_u64())})
             })
             .collect();
         json!({"uptime_s": s.epoch.elapsed().as_secs_f64(), "hosts": hosts, "rules": rules, "links": links})
@@ -339,6 +388,10 @@ impl Relay {
             let _g = q.heap.lock().unwrap();
             q.cv.notify_all();
         }
+        {
+            let _g = self.s.ctl.lock().unwrap();
+            self.s.ctl_cv.notify_all();
+        }
         for t in self.threads.lock().unwrap().drain(..) {
             let _ = t.join();
         }
@@ -351,12 +404,102 @@ impl Drop for Relay {
     }
 }
 
-/// Packets the host's TUN device dropped because its queue was full (the relay fell behind),
-/// from `ip -s -j link` in the host; None if it cannot be read.
-fn tx_dropped(ns: &str) -> Option<u64> {
-    let out = std::process::Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", super::IFNAME]).output().ok()?;
-    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
-    v[0]["stats64"]["tx"]["dropped"].as_u64()
+/// The counters (`stats64`) of each device in the host, by name, from `ip -s -j link`: fl0's
+/// tx dropped are packets the TUN device dropped because its queue was full (the relay fell
+/// behind); a veth's tx packets are those that bypassed the relay. Empty if unreadable.
+fn dev_stats(ns: &str) -> std::collections::HashMap<String, Value> {
+    let Ok(out) = std::process::Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show"]).output() else { return Default::default() };
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v.as_array().into_iter().flatten().filter_map(|d| Some((d["ifname"].as_str()?.to_string(), d["stats64"].clone()))).collect()
+}
+
+/// Whether link `a -> b` must go through the relay now: a rule on it is active, or opens
+/// within `BYPASS_LEAD`, or packets of it still wait in a timer queue. Also returns the next
+/// moment this may change by the clock alone (a window opening or closing).
+fn wants_relay(l: &Link, now: Instant) -> (bool, Option<Instant>) {
+    let mut want = l.pending.load(Relaxed) > 0;
+    let mut next: Option<Instant> = None;
+    let mut at = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+    for r in l.rules.load().iter() {
+        let Some(w) = r.window else {
+            want = true;
+            continue;
+        };
+        let open = (r.set_at + w.from).checked_sub(BYPASS_LEAD).unwrap_or(r.set_at).max(r.set_at);
+        let close = w.to.map(|t| r.set_at + t);
+        if now >= open && close.is_none_or(|c| now < c) {
+            want = true;
+        }
+        if now < open {
+            at(open);
+        }
+        if let Some(c) = close.filter(|&c| now < c) {
+            at(c);
+        }
+    }
+    (want, next)
+}
+
+/// Point each bypassed link's route where `wants_relay` says (`ip route replace`: atomic, a
+/// packet takes one path or the other). Returns the next moment to look again.
+fn reconcile(s: &Shared) -> Result<Option<Instant>> {
+    let _g = s.ctl.lock().unwrap();
+    let n = s.ports.len();
+    let now = Instant::now();
+    let mut next = None;
+    let mut err = None;
+    for a in 0..n {
+        for b in (0..n).filter(|&b| b != a) {
+            let Some(dev) = &s.ports[a].bypass[b] else { continue };
+            let l = &s.links[a * n + b];
+            let (want, at) = wants_relay(l, now);
+            next = match (next, at) {
+                (Some(x), Some(y)) => Some(std::cmp::min(x, y)),
+                (x, y) => x.or(y),
+            };
+            if want != l.via_relay.load(Relaxed) {
+                let via = if want { super::IFNAME } else { dev.as_str() };
+                let dst = format!("{}/32", s.ports[b].addr);
+                match crate::sys::netns::ip(&["-n", &s.ports[a].namespace, "route", "replace", &dst, "dev", via]) {
+                    Ok(()) => {
+                        l.via_relay.store(want, Relaxed);
+                        // a window that opened (later than when its rule was set) before the
+                        // route was in place
+                        let done = Instant::now();
+                        if want && l.rules.load().iter().any(|r| r.window.is_some_and(|w| !w.from.is_zero() && r.set_at + w.from < done && r.active(done))) {
+                            l.late_switches.fetch_add(1, Relaxed);
+                        }
+                    }
+                    Err(e) => err = Some(e.context(format!("cannot route {} -> {} via {via}", s.ports[a].name, s.ports[b].name))),
+                }
+            }
+        }
+    }
+    match err {
+        Some(e) => Err(e),
+        None => Ok(next),
+    }
+}
+
+/// Switches the bypassed links' routes as windows open and close and timer queues drain.
+fn controller(s: &Shared) {
+    while !s.stop.load(Relaxed) {
+        let next = match reconcile(s) {
+            Ok(n) => n,
+            Err(e) => {
+                if !s.stop.load(Relaxed) {
+                    eprintln!("faultline: relay: {e:#}");
+                }
+                None
+            }
+        };
+        let wait = next.map_or(BYPASS_TICK, |t| t.saturating_duration_since(Instant::now()).min(BYPASS_TICK));
+        let g = s.ctl.lock().unwrap();
+        if s.stop.load(Relaxed) {
+            break;
+        }
+        let _ = s.ctl_cv.wait_timeout(g, wait).unwrap();
+    }
 }
 
 fn write_pkt(fd: &OwnedFd, buf: &[u8]) -> bool {
@@ -544,6 +687,7 @@ fn forward(s: &Shared, i: usize, pkt: &[u8], scratch: &mut Vec<u8>) {
         buf.clear();
         buf.extend_from_slice(pkt);
         let seq = q.pushes.fetch_add(1, Relaxed);
+        link.pending.fetch_add(1, Relaxed);
         heap.push(Reverse(Timed { at: due, seq, p: Pending { dst: j, link: li, due, buf } }));
     }
     drop(heap);
@@ -569,6 +713,7 @@ fn timer(s: &Shared, dst: usize) {
             drop(g);
             for p in due.drain(..) {
                 let link = &s.links[p.link];
+                link.pending.fetch_sub(1, Relaxed);
                 let late = Instant::now().saturating_duration_since(p.due);
                 if late > OVERDUE {
                     link.c.overdue.fetch_add(1, Relaxed);
