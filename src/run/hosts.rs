@@ -181,7 +181,7 @@ impl Prober {
                     c.cpu_sys += s;
                 }
                 if let Some(pn) = &proc_net {
-                    (c.rx_packets, c.rx_dropped, c.tx_packets, c.tx_dropped) = link_counters(pn, Some(crate::net::IFNAME));
+                    (c.rx_packets, c.rx_dropped, c.tx_packets, c.tx_dropped) = link_counters(pn, None);
                     c.tcp_retrans = tcp_retrans(pn);
                 }
                 c.relay_dropped = links["links"]
