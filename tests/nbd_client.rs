@@ -404,3 +404,53 @@ fn experiment_on_a_client_store_reports_nbd_client_counters() {
     assert!(rep["integrity"]["corrupted"] == 0 && rep["failed_ios"] == 0, "{rep}");
     t.stop();
 }
+
+/// An experiment whose disk is a client disk over `t` (store: the target) with ext4 on its
+/// loop device: the file workload writes and verifies through the file system, the client's
+/// requests reach the target, and the target holds the ext4 file system afterwards.
+fn ext4_experiment_over(t: &Target) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("e.yaml");
+    std::fs::write(
+        &f,
+        format!(
+            "name: nbd-ext4\ndisk: {{store: '{}', size: 64MiB, nbd: {{timeout: 10s, retries: 3}}}}\nstack: ext4\n\
+workload: {{pattern: uniform, mix: {{write: 70}}, size: 8MiB, files: 2, file_size: 4MiB, block_size: 16KiB}}\n",
+            t.uri
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("r");
+    let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    assert!(o.status.success(), "faultline run failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rep = &j["setups"][0]["repetitions"][0];
+    let i = &rep["integrity"];
+    assert!(i["ok"].as_u64().unwrap() > 0 && i["corrupted"] == 0 && i["unreadable"] == 0 && i["missing"] == 0, "{i}");
+    assert!(rep["write"]["ops"].as_u64().unwrap() > 0 && rep["failed_ios"] == 0, "{rep}");
+    let c = &rep["nbd_client"];
+    assert!(c["requests"].as_u64().unwrap() > 100, "the client disk's requests went to the target: {c}");
+    assert_eq!(c["failed"], 0, "{c}");
+    // the file system is on the target: ext4's superblock magic at 1024 + 56
+    let direct = Client::connect(&t.uri.parse().unwrap()).unwrap();
+    let mut sb = vec![0u8; 2];
+    direct.read(1024 + 56, &mut sb).unwrap();
+    assert_eq!(sb, [0x53, 0xef], "ext4 superblock magic on the target");
+}
+
+#[test]
+fn experiment_with_ext4_on_a_client_disk_over_our_server() {
+    let t = Target::ours("rules: []\n");
+    ext4_experiment_over(&t);
+    let st = t.call(json!({"cmd": "stats"}));
+    assert!(st["requests"].as_u64().unwrap() > 100, "{st}");
+    assert_eq!(st["nbd_server"]["in_flight"], 0, "{st}");
+    t.stop();
+}
+
+#[test]
+fn experiment_with_ext4_on_a_client_disk_over_nbdkit() {
+    let Some(t) = Target::nbdkit_memory() else { return };
+    ext4_experiment_over(&t);
+    t.stop();
+}

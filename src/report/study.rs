@@ -97,6 +97,10 @@ pub struct Probe {
     pub errors: u64,
     pub retries: u64,
     pub timeouts: u64,
+    /// Target (our NBD server): requests in flight at the sample, and their mean over the
+    /// interval (the server's queue depth; 0 for other servers).
+    pub target_in_flight: u64,
+    pub target_queue_depth: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
