@@ -491,7 +491,9 @@ impl Conn<'_> {
         if self.end - self.start >= n {
             return Ok(true);
         }
-        if self.start + n > self.inb.len() {
+        // everything consumed: start over at the front, where the cache lines are warm and a
+        // whole large write fits (at queue depth 1 the buffer's first bytes are all it uses)
+        if self.start + n > self.inb.len() || self.start == self.end {
             self.inb.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
@@ -734,9 +736,10 @@ impl Conn<'_> {
     /// A write: the payload is consumed whatever the verdict, so the stream stays in step.
     fn write(&mut self, req: &Request, payload: u64, bad_flags: bool, beyond: bool) -> Res<()> {
         let len = payload as usize;
-        // a large payload not yet received goes straight to its own buffer: moving it to the
-        // front of the input buffer would cost another copy
-        let in_buf = len <= self.end - self.start || len < 64 << 10;
+        // a payload that fits where it starts (always so at queue depth 1: the buffer starts
+        // over when empty) is received in place; a large one that does not goes straight to
+        // its own buffer: moving it to the front of the input buffer would cost another copy
+        let in_buf = len <= self.end - self.start || len < 64 << 10 || self.start + len <= self.inb.len();
         if in_buf {
             self.fill(len)?;
         } else {
