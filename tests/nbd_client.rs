@@ -454,3 +454,35 @@ fn experiment_with_ext4_on_a_client_disk_over_nbdkit() {
     ext4_experiment_over(&t);
     t.stop();
 }
+
+/// A networked experiment whose target disk delays reads in a window: the target's probes
+/// show the requests piling up in our server (its queue depth) inside the window.
+#[test]
+fn target_queue_depth_is_probed_in_networked_experiments() {
+    if !Path::new("/dev/net/tun").exists() {
+        skip("target_queue_depth_is_probed_in_networked_experiments", "needs /dev/net/tun");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("e.yaml");
+    std::fs::write(
+        &f,
+        "name: queue\nhosts: {clients: [client], target: faultline, interval: 250ms}\ndisk: {size: 64MiB}\nmonitor: off\n\
+workload: {pattern: uniform, block_size: 8KiB, mix: {read: 100}, threads: 4, duration: 4s}\n\
+faults:\n  - {type: delay, op: read, delay: 20ms, window: {from: 1500ms, to: 3s}}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("r");
+    let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    assert!(o.status.success(), "faultline run failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let probes = j["setups"][0]["repetitions"][0]["study"]["probes"].as_array().unwrap().clone();
+    let target: Vec<&Value> = probes.iter().filter(|p| p["host"] == "target").collect();
+    let inside: Vec<f64> =
+        target.iter().filter(|p| (1.9..=2.9).contains(&p["t_s"].as_f64().unwrap())).map(|p| p["target_queue_depth"].as_f64().unwrap()).collect();
+    // four client threads, each with a read held 20 ms by the target: about 4 in flight
+    assert!(!inside.is_empty() && inside.iter().all(|q| *q >= 2.0), "queue depth inside the delay window: {inside:?}");
+    assert!(target.iter().any(|p| p["target_in_flight"].as_u64().unwrap() >= 1), "no request in flight at any sample: {target:?}");
+    // client hosts have no target queue
+    assert!(probes.iter().filter(|p| p["host"] == "client").all(|p| p["target_queue_depth"] == 0.0));
+}
