@@ -485,4 +485,9 @@ faults:\n  - {type: delay, op: read, delay: 20ms, window: {from: 1500ms, to: 3s}
     assert!(target.iter().any(|p| p["target_in_flight"].as_u64().unwrap() >= 1), "no request in flight at any sample: {target:?}");
     // client hosts have no target queue
     assert!(probes.iter().filter(|p| p["host"] == "client").all(|p| p["target_queue_depth"] == 0.0));
+    let csv = std::fs::read_to_string(out.join("hosts_timeseries.csv")).unwrap();
+    let head: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = head.iter().position(|c| *c == "target_queue_depth").expect("a target_queue_depth column");
+    let deepest = csv.lines().skip(1).filter_map(|l| l.split(',').nth(col)?.parse::<f64>().ok()).fold(0.0, f64::max);
+    assert!(deepest >= 2.0, "hosts_timeseries.csv's deepest target queue: {deepest}");
 }
