@@ -18,7 +18,9 @@
 # the machine's drift (other tenants) lands on all servers alike. Ratios are the median over
 # rounds of the per-round ratio (paired); tables are medians. The machine is left as it is for
 # every candidate; HOLD_CPU_LATENCY=1 holds a 0 us CPU wake-up latency for the whole run
-# (every candidate measured with polling CPUs). Last line: min_ratio_vs_nbdkit=R
+# (every candidate measured with polling CPUs). POINTS="rr4k-qd1 rw4k-qd1" runs only those
+# points; BASE=PATH adds another faultline binary (e.g. the previous commit's) as candidate
+# `base`, served the same way, for a paired A/B of a change. Last line: min_ratio_vs_nbdkit=R
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -58,6 +60,13 @@ pids+=($!)
 wait_sock "$work/kit.nbd"
 uri[nbdkit]="nbd+unix:///?socket=$work/kit.nbd"
 names=(faultline nbdkit)
+if [ -n "${BASE:-}" ]; then
+  "$BASE" serve --size "$size" --no-loop --nbd "unix:$work/base.nbd" --socket "$work/base.ctl" > "$work/base.out" 2> "$work/base.err" &
+  pids+=($!)
+  wait_sock "$work/base.nbd"
+  uri[base]="nbd+unix:///?socket=$work/base.nbd"
+  names+=(base)
+fi
 if command -v qemu-nbd >/dev/null; then
   truncate -s "$bytes" "$work/qemu.img"
   # -t: keep serving after a client leaves; -e: nbdcopy may open several connections
@@ -117,6 +126,7 @@ measure() { # point uri name
   esac
 }
 points=(copy-in copy-out rr4k-qd1 rw4k-qd1 rr4k-qd32 rw4k-qd32 w128k-qd1 cs-rr4k-qd1 cs-rw4k-qd1 cs-rr4k-qd32 cs-w128k-qd1)
+if [ -n "${POINTS:-}" ]; then read -r -a points <<< "$POINTS"; fi
 for r in $(seq "$rounds"); do
   echo "== round $r/$rounds" >&2
   for p in "${points[@]}"; do
@@ -139,7 +149,7 @@ for line in open(sys.argv[1]):
     for x in kv:
         k, v = x.split("=")
         vals[point][r][k] = int(v)
-points = ["copy-in", "copy-out", "rr4k-qd1", "rw4k-qd1", "rr4k-qd32", "rw4k-qd32", "w128k-qd1", "cs-rr4k-qd1", "cs-rw4k-qd1", "cs-rr4k-qd32", "cs-w128k-qd1"]
+points = [p for p in ["copy-in", "copy-out", "rr4k-qd1", "rw4k-qd1", "rr4k-qd32", "rw4k-qd32", "w128k-qd1", "cs-rr4k-qd1", "cs-rw4k-qd1", "cs-rr4k-qd32", "cs-w128k-qd1"] if p in vals]
 med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
 paired = lambda p, a, b: statistics.median(v[a] / v[b] for v in vals[p].values())
 print("median (copy: MB/s, fio: IOPS)")
@@ -153,5 +163,7 @@ for peer in names[1:]:
 print("(ratio: faultline / peer, median over rounds of the per-round ratio; cs-*: the same faultline client store over each server)")
 if "qemu-nbd" in ratios:
     print(f"min_ratio_vs_qemu_nbd={min(ratios['qemu-nbd'].values()):.2f}")
+if "base" in ratios:
+    print(f"min_ratio_vs_base={min(ratios['base'].values()):.2f}")
 print(f"min_ratio_vs_nbdkit={min(ratios['nbdkit'].values()):.2f}")
 PY

@@ -516,3 +516,54 @@ fn hostile_clients_get_errors_or_closed_connections_never_a_crash() {
     let err = s.stop();
     assert!(err.contains("refused a connection"), "refusals are reported: {err}");
 }
+
+/// The control socket's `stats` counts the server's connections and requests in flight (the
+/// target queue-depth prober reads them): three reads held by a delay rule are in flight
+/// together, and their time in flight adds up once they are answered.
+#[test]
+fn stats_count_connections_and_requests_in_flight() {
+    let rules = "rules:\n  - {type: delay, op: read, delay: 800ms, target: {offset: 2MiB, length: 64KiB}}\n";
+    let s = Server::start("unix:DIR/nbd.sock", &["--no-loop"], rules);
+    let q0 = s.call(json!({"cmd": "stats"}))["nbd_server"].clone();
+    assert_eq!(q0["in_flight"], 0, "{q0}");
+    assert_eq!(q0["connections"], 0, "{q0}");
+    let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let script = r#"
+bufs = [nbd.Buffer(4096) for _ in range(3)]
+cs = [h.aio_pread(b, (2<<20) + i * 8192) for i, b in enumerate(bufs)]
+# a completed command is retired: ask about each once
+while cs:
+    h.poll(-1)
+    cs = [c for c in cs if not h.aio_command_completed(c)]
+print("done")
+"#;
+    let client = Command::new("nbdsh").env("PATH", path).args(["-u", s.uri(), "-c", script]).stdout(Stdio::piped()).spawn().unwrap();
+    let t = Instant::now();
+    let mut seen = Value::Null;
+    while t.elapsed() < Duration::from_secs(5) {
+        seen = s.call(json!({"cmd": "stats"}))["nbd_server"].clone();
+        if seen["in_flight"] == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(seen["in_flight"], 3, "three delayed reads should be in flight: {seen}");
+    assert_eq!(seen["connections"], 1, "{seen}");
+    let o = client.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("done"));
+    let t = Instant::now();
+    let mut q = Value::Null;
+    while t.elapsed() < Duration::from_secs(5) {
+        q = s.call(json!({"cmd": "stats"}))["nbd_server"].clone();
+        if q["connections"] == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(q["in_flight"], 0, "{q}");
+    assert_eq!(q["connections"], 0, "{q}");
+    let ns = q["in_flight_ns"].as_u64().unwrap();
+    assert!(ns >= 3 * 800_000_000, "three reads delayed 800 ms each spent {ns} ns in flight");
+    assert!(q["requests"].as_u64().unwrap() >= 3, "{q}");
+    s.stop();
+}

@@ -404,3 +404,90 @@ fn experiment_on_a_client_store_reports_nbd_client_counters() {
     assert!(rep["integrity"]["corrupted"] == 0 && rep["failed_ios"] == 0, "{rep}");
     t.stop();
 }
+
+/// An experiment whose disk is a client disk over `t` (store: the target) with ext4 on its
+/// loop device: the file workload writes and verifies through the file system, the client's
+/// requests reach the target, and the target holds the ext4 file system afterwards.
+fn ext4_experiment_over(t: &Target) {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("e.yaml");
+    std::fs::write(
+        &f,
+        format!(
+            "name: nbd-ext4\ndisk: {{store: '{}', size: 64MiB, nbd: {{timeout: 10s, retries: 3}}}}\nstack: ext4\n\
+workload: {{pattern: uniform, mix: {{write: 70}}, size: 8MiB, files: 2, file_size: 4MiB, block_size: 16KiB}}\n",
+            t.uri
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("r");
+    let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    assert!(o.status.success(), "faultline run failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rep = &j["setups"][0]["repetitions"][0];
+    let i = &rep["integrity"];
+    assert!(i["ok"].as_u64().unwrap() > 0 && i["corrupted"] == 0 && i["unreadable"] == 0 && i["missing"] == 0, "{i}");
+    assert!(rep["write"]["ops"].as_u64().unwrap() > 0 && rep["failed_ios"] == 0, "{rep}");
+    let c = &rep["nbd_client"];
+    assert!(c["requests"].as_u64().unwrap() > 100, "the client disk's requests went to the target: {c}");
+    assert_eq!(c["failed"], 0, "{c}");
+    // the file system is on the target: ext4's superblock magic at 1024 + 56
+    let direct = Client::connect(&t.uri.parse().unwrap()).unwrap();
+    let mut sb = vec![0u8; 2];
+    direct.read(1024 + 56, &mut sb).unwrap();
+    assert_eq!(sb, [0x53, 0xef], "ext4 superblock magic on the target");
+}
+
+#[test]
+fn experiment_with_ext4_on_a_client_disk_over_our_server() {
+    let t = Target::ours("rules: []\n");
+    ext4_experiment_over(&t);
+    let st = t.call(json!({"cmd": "stats"}));
+    assert!(st["requests"].as_u64().unwrap() > 100, "{st}");
+    assert_eq!(st["nbd_server"]["in_flight"], 0, "{st}");
+    t.stop();
+}
+
+#[test]
+fn experiment_with_ext4_on_a_client_disk_over_nbdkit() {
+    let Some(t) = Target::nbdkit_memory() else { return };
+    ext4_experiment_over(&t);
+    t.stop();
+}
+
+/// A networked experiment whose target disk delays reads in a window: the target's probes
+/// show the requests piling up in our server (its queue depth) inside the window.
+#[test]
+fn target_queue_depth_is_probed_in_networked_experiments() {
+    if !Path::new("/dev/net/tun").exists() {
+        skip("target_queue_depth_is_probed_in_networked_experiments", "needs /dev/net/tun");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("e.yaml");
+    std::fs::write(
+        &f,
+        "name: queue\nhosts: {clients: [client], target: faultline, interval: 250ms}\ndisk: {size: 64MiB}\nmonitor: off\n\
+workload: {pattern: uniform, block_size: 8KiB, mix: {read: 100}, threads: 4, duration: 4s}\n\
+faults:\n  - {type: delay, op: read, delay: 20ms, window: {from: 1500ms, to: 3s}}\n",
+    )
+    .unwrap();
+    let out = dir.path().join("r");
+    let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    assert!(o.status.success(), "faultline run failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let probes = j["setups"][0]["repetitions"][0]["study"]["probes"].as_array().unwrap().clone();
+    let target: Vec<&Value> = probes.iter().filter(|p| p["host"] == "target").collect();
+    let inside: Vec<f64> =
+        target.iter().filter(|p| (1.9..=2.9).contains(&p["t_s"].as_f64().unwrap())).map(|p| p["target_queue_depth"].as_f64().unwrap()).collect();
+    // four client threads, each with a read held 20 ms by the target: about 4 in flight
+    assert!(!inside.is_empty() && inside.iter().all(|q| *q >= 2.0), "queue depth inside the delay window: {inside:?}");
+    assert!(target.iter().any(|p| p["target_in_flight"].as_u64().unwrap() >= 1), "no request in flight at any sample: {target:?}");
+    // client hosts have no target queue
+    assert!(probes.iter().filter(|p| p["host"] == "client").all(|p| p["target_queue_depth"] == 0.0));
+    let csv = std::fs::read_to_string(out.join("hosts_timeseries.csv")).unwrap();
+    let head: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = head.iter().position(|c| *c == "target_queue_depth").expect("a target_queue_depth column");
+    let deepest = csv.lines().skip(1).filter_map(|l| l.split(',').nth(col)?.parse::<f64>().ok()).fold(0.0, f64::max);
+    assert!(deepest >= 2.0, "hosts_timeseries.csv's deepest target queue: {deepest}");
+}

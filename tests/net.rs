@@ -375,7 +375,7 @@ fn reset_breaks_a_connection_in_use() {
 /// outside it, and the link goes back to the veth after the window.
 #[test]
 fn bypass_follows_the_window_and_the_delay_is_exact() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     let net = NetUp::start("client,target");
@@ -421,7 +421,7 @@ fn bypass_follows_the_window_and_the_delay_is_exact() {
 /// `--always-relay`: no veths; links without rules go through the relay too.
 #[test]
 fn always_relay_carries_rule_free_links() {
-    if !need_net() {
+    if !need_net(&["ping"]) {
         return;
     }
     let net = NetUp::start_with("client,target", &["--always-relay"]);

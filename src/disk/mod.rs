@@ -39,6 +39,8 @@ pub struct Disk {
     block_size: u32,
     /// The device's service time per request (`disk::latency`), if the disk has a model.
     pub latency: Option<latency::Latency>,
+    /// Set when the disk is served over NBD: the server's request counters (control `stats`).
+    pub nbd_server: std::sync::OnceLock<std::sync::Arc<crate::nbd_wire::ServerCounters>>,
 }
 
 impl Disk {
@@ -72,7 +74,7 @@ impl Disk {
         if cfg.populates() {
             store.populate()?;
         }
-        Ok(Disk { store, engine: Engine::new(bs), block_size: bs, latency: cfg.latency.clone().map(latency::Latency::new) })
+        Ok(Disk { store, engine: Engine::new(bs), block_size: bs, latency: cfg.latency.clone().map(latency::Latency::new), nbd_server: Default::default() })
     }
 
     pub fn size(&self) -> u64 {
@@ -586,7 +588,13 @@ mod tests {
         ];
         for (name, inner) in stores {
             let ctl = Arc::new(GateCtl::default());
-            let d = Disk { store: Box::new(Gated { inner, ctl: ctl.clone() }), engine: Engine::new(4096), block_size: 4096, latency: None };
+            let d = Disk {
+                store: Box::new(Gated { inner, ctl: ctl.clone() }),
+                engine: Engine::new(4096),
+                block_size: 4096,
+                latency: None,
+                nbd_server: Default::default(),
+            };
             let at = FlipAt { byte: Some(0), bit: Some(0) };
             let (off, bs) = (3 * 4096u64, 4096usize);
             let rule = d.engine.add(vec![Rule::new(Action::Rot { at }, &[], Target::Range { start: off, end: off + bs as u64 })]).remove(0);

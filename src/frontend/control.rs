@@ -118,6 +118,10 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
             if let (Some(c), Some(o)) = (disk.client_counters(), v.as_object_mut()) {
                 o.insert("nbd_client".into(), serde_json::to_value(c)?);
             }
+            // served over NBD: the server's connections and requests in flight
+            if let (Some(c), Some(o)) = (disk.nbd_server.get(), v.as_object_mut()) {
+                o.insert("nbd_server".into(), serde_json::to_value(c.snapshot())?);
+            }
             v
         }
     })

@@ -7,7 +7,7 @@
 //! shared delay thread and written later under the connection's write lock; requests behind it
 //! are not held up (replies are matched by cookie, order is free).
 
-use super::proto::{self as p, Request, Sink, Style};
+use super::proto::{self as p, Request, ServerCounters, Sink, Style};
 use crate::disk::{Disk, Outcome};
 use crate::frontend::delay::Delayer;
 use std::collections::HashMap;
@@ -35,12 +35,23 @@ const MAX_OPTION_LEN: u32 = 64 << 10;
 const IN_BUF: usize = 1 << 20;
 const OUT_BUF: usize = 2 << 20;
 /// Busy polling: after its replies are out, a connection whose requests come one at a time
-/// (the last one arrived within this long) polls for the next one this long before sleeping.
-/// A sleep and its wake-up cost more than the gap between a client's reply and its next request.
+/// polls for the next one this long before sleeping (`FAULTLINE_NBD_BUSY_POLL_US` overrides;
+/// 0: never). A sleep and its wake-up cost more than the gap between a client's reply and its
+/// next request.
 const SPIN: Duration = Duration::from_micros(50);
+/// The request rate below which polling stops: a connection polls again only after a wait for
+/// its next request shorter than this. The wait measured while sleeping includes our own
+/// wake-up, so this is well above `SPIN`: a gate at `SPIN` itself stays shut once a slow
+/// wake-up has shut it.
+const SPIN_GAP: Duration = Duration::from_millis(1);
 /// One spinning connection at a time, process-wide: on a small machine two spinners take the
 /// CPUs from the clients they wait for.
 static SPINNING: AtomicBool = AtomicBool::new(false);
+
+fn spin_budget() -> Duration {
+    static B: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *B.get_or_init(|| std::env::var("FAULTLINE_NBD_BUSY_POLL_US").ok().and_then(|v| v.parse().ok()).map(Duration::from_micros).unwrap_or(SPIN))
+}
 
 /// A connected socket, TCP or Unix.
 pub(super) enum Sock {
@@ -113,18 +124,21 @@ pub(super) struct Shared {
     /// When the last "refused" note was printed (one per second at most).
     refused_note: Mutex<Option<Instant>>,
     pub refused: AtomicU64,
+    /// Connections in transmission and requests in flight (the disk's, shown by `stats`).
+    pub counters: Arc<ServerCounters>,
 }
 
 impl Shared {
     pub fn new(disk: Arc<Disk>) -> Shared {
         Shared {
-            disk,
             delayer: Delayer::new(),
             stop: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             refused_note: Mutex::new(None),
             refused: AtomicU64::new(0),
+            counters: disk.nbd_server.get_or_init(Default::default).clone(),
+            disk,
         }
     }
 
@@ -195,6 +209,15 @@ fn session(sh: &Shared, sock: Sock) -> Res<()> {
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(io_err("socket"))?;
     let Some(style) = handshake(sh, &sock)? else { return Ok(()) };
     sock.set_read_timeout(None).map_err(io_err("socket"))?;
+    sh.counters.connections.fetch_add(1, Ordering::Relaxed);
+    // counted out on every way out of the session below
+    struct Open<'a>(&'a ServerCounters);
+    impl Drop for Open<'_> {
+        fn drop(&mut self) {
+            self.0.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    let _open = Open(&sh.counters);
     let writer = Arc::new(Mutex::new(sock.try_clone().map_err(io_err("socket"))?));
     let mut c = Conn {
         sh,
@@ -208,6 +231,8 @@ fn session(sh: &Shared, sock: Sock) -> Res<()> {
         big: Vec::new(),
         spin: false,
         served: 0,
+        t0: Instant::now(),
+        delayed: false,
     };
     let r = c.serve();
     // the client sees the end now, even while a delayed reply still holds the writer
@@ -425,6 +450,10 @@ struct Conn<'a> {
     spin: bool,
     /// Requests served since the last wait for input.
     served: u32,
+    /// The current request's receipt, and whether its reply went to the delay thread (which
+    /// then counts it out of `in_flight`).
+    t0: Instant,
+    delayed: bool,
 }
 
 /// The later of two results: the first error wins, delays add up (the second step starts
@@ -462,7 +491,9 @@ impl Conn<'_> {
         if self.end - self.start >= n {
             return Ok(true);
         }
-        if self.start + n > self.inb.len() {
+        // everything consumed: start over at the front, where the cache lines are warm and a
+        // whole large write fits (at queue depth 1 the buffer's first bytes are all it uses)
+        if self.start + n > self.inb.len() || self.start == self.end {
             self.inb.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
@@ -486,7 +517,8 @@ impl Conn<'_> {
     fn receive(&mut self) -> Res<usize> {
         use std::os::fd::AsRawFd;
         let lone = std::mem::take(&mut self.served) == 1;
-        if self.spin && !SPINNING.swap(true, Ordering::Acquire) {
+        let budget = spin_budget();
+        if self.spin && !budget.is_zero() && !SPINNING.swap(true, Ordering::Acquire) {
             let t = Instant::now();
             let fd = self.rd.as_raw_fd();
             let got = loop {
@@ -501,7 +533,7 @@ impl Conn<'_> {
                     SPINNING.store(false, Ordering::Release);
                     return Err(format!("receive: {e}"));
                 }
-                if t.elapsed() >= SPIN {
+                if t.elapsed() >= budget {
                     break None;
                 }
                 // lets a client woken on this CPU run
@@ -509,15 +541,16 @@ impl Conn<'_> {
             };
             SPINNING.store(false, Ordering::Release);
             if let Some(n) = got {
+                self.spin = lone && self.sh.counters.connections.load(Ordering::Relaxed) == 1;
                 return Ok(n);
             }
         }
         let t = Instant::now();
         let n = (&self.rd).read(&mut self.inb[self.end..]).map_err(io_err("receive"))?;
         // spin next time only for a lone connection whose client sends one request, waits for
-        // its reply, and sends the next at once (queue depth 1): with several connections or
-        // requests in flight the CPUs are better left to the clients
-        self.spin = t.elapsed() < SPIN && lone && self.sh.conns.lock().unwrap().len() == 1;
+        // its reply, and sends the next soon (queue depth 1, a high rate): with several
+        // connections or requests in flight the CPUs are better left to the clients
+        self.spin = t.elapsed() < SPIN_GAP && lone && self.sh.counters.connections.load(Ordering::Relaxed) == 1;
         Ok(n)
     }
 
@@ -533,7 +566,18 @@ impl Conn<'_> {
             if req.cmd == p::CMD_DISC {
                 return self.flush();
             }
-            self.request(&req)?;
+            let c = &self.sh.counters;
+            c.requests.fetch_add(1, Ordering::Relaxed);
+            c.in_flight.fetch_add(1, Ordering::Relaxed);
+            self.t0 = Instant::now();
+            self.delayed = false;
+            let r = self.request(&req);
+            if !self.delayed {
+                let c = &self.sh.counters;
+                c.in_flight_ns.fetch_add(self.t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                c.in_flight.fetch_sub(1, Ordering::Relaxed);
+            }
+            r?;
             self.served += 1;
             if self.out.len >= OUT_BUF / 2 {
                 self.flush()?;
@@ -569,14 +613,18 @@ impl Conn<'_> {
     }
 
     /// Send `bytes` after `delay`, from the delay thread.
-    fn later(&self, delay: Duration, bytes: Vec<u8>) {
+    fn later(&mut self, delay: Duration, bytes: Vec<u8>) {
         let w = self.writer.clone();
+        let (c, t0) = (self.sh.counters.clone(), self.t0);
+        self.delayed = true;
         self.sh.delayer.at(
             Instant::now() + delay,
             Box::new(move || {
                 let s = w.lock().unwrap();
                 // a closed connection: the client is gone, nothing to tell
                 let _ = (&*s).write_all(&bytes);
+                c.in_flight_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                c.in_flight.fetch_sub(1, Ordering::Relaxed);
             }),
         );
     }
@@ -688,9 +736,10 @@ impl Conn<'_> {
     /// A write: the payload is consumed whatever the verdict, so the stream stays in step.
     fn write(&mut self, req: &Request, payload: u64, bad_flags: bool, beyond: bool) -> Res<()> {
         let len = payload as usize;
-        // a large payload not yet received goes straight to its own buffer: moving it to the
-        // front of the input buffer would cost another copy
-        let in_buf = len <= self.end - self.start || len < 64 << 10;
+        // a payload that fits where it starts (always so at queue depth 1: the buffer starts
+        // over when empty) is received in place; a large one that does not goes straight to
+        // its own buffer: moving it to the front of the input buffer would cost another copy
+        let in_buf = len <= self.end - self.start || len < 64 << 10 || self.start + len <= self.inb.len();
         if in_buf {
             self.fill(len)?;
         } else {

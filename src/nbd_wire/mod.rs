@@ -6,6 +6,43 @@
 
 pub mod client;
 
+/// The NBD server's request counters (`nbd::server` counts, the control socket's `stats`
+/// reports them as `nbd_server`): here, below `disk`, so a disk can carry them.
+#[derive(Debug, Default)]
+pub struct ServerCounters {
+    pub connections: std::sync::atomic::AtomicU64,
+    pub requests: std::sync::atomic::AtomicU64,
+    pub in_flight: std::sync::atomic::AtomicU64,
+    pub in_flight_ns: std::sync::atomic::AtomicU64,
+}
+
+/// A copy of the server's counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ServerSnapshot {
+    /// Connections in transmission now.
+    pub connections: u64,
+    /// Requests received since the start.
+    pub requests: u64,
+    /// Requests received and not yet answered now (a delayed reply counts until it is sent).
+    pub in_flight: u64,
+    /// The sum over requests of the time from receipt to reply: its growth over an interval,
+    /// divided by the interval, is the mean number of requests in flight (Little's law).
+    pub in_flight_ns: u64,
+}
+
+impl ServerCounters {
+    pub fn snapshot(&self) -> ServerSnapshot {
+        use std::sync::atomic::Ordering::Relaxed;
+        ServerSnapshot {
+            connections: self.connections.load(Relaxed),
+            requests: self.requests.load(Relaxed),
+            in_flight: self.in_flight.load(Relaxed),
+            in_flight_ns: self.in_flight_ns.load(Relaxed),
+        }
+    }
+}
+
 // Handshake
 pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943; // "NBDMAGIC"
 pub const IHAVEOPT: u64 = 0x4948_4156_454f_5054; // "IHAVEOPT"

@@ -125,6 +125,10 @@ pub struct Probe {
     pub errors: u64,
     pub retries: u64,
     pub timeouts: u64,
+    /// Target (our NBD server): requests in flight at the sample, and their mean over the
+    /// interval (the server's queue depth; 0 for other servers).
+    pub target_in_flight: u64,
+    pub target_queue_depth: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -289,7 +293,7 @@ pub fn windows_csv(rows: &[(String, u32, &Study)]) -> String {
 /// host is a client (the workload interval ending nearest the probe).
 pub fn hosts_csv(rows: &[(String, u32, &Study)]) -> String {
     let mut s = String::from(
-        "setup,rep,t_s,host,mib_s,iops,mean_us,p99_us,ops,errors,retries,timeouts,requests,cpu_user_pct,cpu_system_pct,machine_user_pct,machine_system_pct,machine_steal_pct,rss_mib,mem_available_mib,rx_packets,tx_packets,rx_dropped,tx_dropped,tcp_retrans,relay_dropped\n",
+        "setup,rep,t_s,host,mib_s,iops,mean_us,p99_us,ops,errors,retries,timeouts,requests,cpu_user_pct,cpu_system_pct,machine_user_pct,machine_system_pct,machine_steal_pct,rss_mib,mem_available_mib,rx_packets,tx_packets,rx_dropped,tx_dropped,tcp_retrans,relay_dropped,target_in_flight,target_queue_depth\n",
     );
     for (setup, rep, st) in rows {
         for p in &st.probes {
@@ -303,7 +307,7 @@ pub fn hosts_csv(rows: &[(String, u32, &Study)]) -> String {
             });
             let _ = writeln!(
                 s,
-                "{setup},{rep},{:.3},{},{m},{i},{mu},{p99},{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{}",
+                "{setup},{rep},{:.3},{},{m},{i},{mu},{p99},{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{:.2}",
                 p.t_s,
                 p.host,
                 p.ops,
@@ -323,7 +327,9 @@ pub fn hosts_csv(rows: &[(String, u32, &Study)]) -> String {
                 p.rx_dropped,
                 p.tx_dropped,
                 p.tcp_retrans,
-                p.relay_dropped
+                p.relay_dropped,
+                p.target_in_flight,
+                p.target_queue_depth
             );
         }
     }

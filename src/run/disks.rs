@@ -169,6 +169,14 @@ impl DiskServer {
         Ok(serde_json::from_value(v["nbd_client"].clone()).ok())
     }
 
+    /// The engine's figures and, when the disk is served over NBD, its server's counters
+    /// (requests in flight; zeroes otherwise), from one `stats` call.
+    pub fn stats_and_queue(&self) -> Result<(EngineStats, crate::nbd_wire::ServerSnapshot)> {
+        let mut v = self.call(json!({"cmd": "stats"}))?;
+        let q = serde_json::from_value(v["nbd_server"].take()).unwrap_or_default();
+        Ok((serde_json::from_value(v)?, q))
+    }
+
     pub fn stats(&self) -> Result<EngineStats> {
         Ok(serde_json::from_value(self.call(json!({"cmd": "stats"}))?)?)
     }

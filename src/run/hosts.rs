@@ -112,6 +112,8 @@ struct Counters {
     errors: u64,
     retries: u64,
     timeouts: u64,
+    in_flight: u64,
+    in_flight_ns: u64,
 }
 
 /// What the prober samples, per host.
@@ -171,7 +173,9 @@ impl Prober {
                     None => {
                         let pids: Vec<u32> = netns::pids(&h.namespace).into_iter().map(|p| p as u32).collect();
                         let pn = pids.first().map(|p| format!("/proc/{p}/net"));
-                        c.requests = self.disk.as_ref().and_then(|d| d.stats().ok()).map_or(0, |s| s.requests);
+                        if let Some((s, q)) = self.disk.as_ref().and_then(|d| d.stats_and_queue().ok()) {
+                            (c.requests, c.in_flight, c.in_flight_ns) = (s.requests, q.in_flight, q.in_flight_ns);
+                        }
                         (pids, pn)
                     }
                 };
@@ -212,6 +216,8 @@ impl Prober {
                     errors: d(c.errors, prev.errors),
                     retries: d(c.retries, prev.retries),
                     timeouts: d(c.timeouts, prev.timeouts),
+                    target_in_flight: c.in_flight,
+                    target_queue_depth: d(c.in_flight_ns, prev.in_flight_ns) as f64 / 1e9 / dt,
                 });
             }
             last_t = t;
