@@ -592,9 +592,9 @@ impl Server {
                 let mut out = None;
                 let mut sent = false;
                 // the payload is lent to the store and comes back with the acknowledgement, which
-                // the RAM store gives once the bytes are stored: the reply can go out there, and
-                // its commit refills this payload with the next request while the store still
-                // hashes (from its own copy) and edits, under locks that hold off later requests
+                // the RAM store gives once the bytes are stored (and hashed on the way in): the
+                // reply can go out there, and its commit refills this payload with the next
+                // request while the store still edits, under locks that hold off later requests
                 self.disk.write_then_copied(w.offset, Lent::new(&mut *payload, n), |o, buf| {
                     if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
                         let len = abi::put(buf, &abi::WriteOut { size: n as u32, padding: 0 });
