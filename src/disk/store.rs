@@ -27,8 +27,8 @@ pub trait Store: Send + Sync {
     /// acknowledge the write there: any later request waits for the locks), for `Src::Lent`
     /// once the bytes are stored, and it gets the lent buffer back; the store reads nothing of
     /// it afterwards. The `Hashed` blocks are hashed on the way in, and `edit` gets the hashes
-    /// and the stored bytes before the locks are released. `Err(data)`: this store cannot (or the range is not inside it);
-    /// nothing ran, write (after hashing) with `write`.
+    /// and the stored bytes before the locks are released. `Err(data)`: this store cannot (or
+    /// the range is not inside it); nothing ran, write (after hashing) with `write`.
     fn write_locked<'a>(
         &self,
         off: u64,
