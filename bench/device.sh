@@ -15,7 +15,8 @@
 # The libfuse 3.19 FUSE-over-io_uring peer (one queue and thread per CPU) is skipped, with the
 # reason printed and R3 reported as "skipped", where the kernel lacks FUSE over io_uring.
 # RING_THREADS_AB=1 adds `faultline-percpu` (faultline with --ring-threads 0: one ring thread per
-# CPU queue, pinned) to compare with the default (one ring thread) in the same rounds.
+# CPU queue, pinned, without busy poll) to compare with the default (one ring thread) in the
+# same rounds.
 #
 # faultline runs with its defaults, among them `--cpu-latency auto`: while its disk has
 # requests, idle CPUs poll instead of halting (frontend/cpu_latency.rs), which the peers do not

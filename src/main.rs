@@ -83,7 +83,7 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = FrontendOptions::default().cpu_latency)]
         cpu_latency: CpuLatency,
         /// Threads serving FUSE over io_uring: 0 = one per CPU queue, each pinned to its CPU
-        /// (as libfuse does); N = N threads sharing the queues.
+        /// (as libfuse does; no busy poll there); N = N threads sharing the queues.
         #[arg(long, default_value_t = FrontendOptions::default().ring_threads)]
         ring_threads: usize,
         /// Also serve the disk over NBD: tcp://HOST:PORT (port 0: any free port) or unix:PATH

@@ -135,7 +135,7 @@ impl Disk {
     }
 
     /// Like `write_then`, but the bytes are lent (`store::Lent`) and `ack` gets their buffer
-    /// back with the outcome: on the RAM store once the bytes are stored (content hashing and
+    /// back with the outcome: on the RAM store once the bytes are stored and hashed (content
     /// edits follow, under the same locks, on the stored copy), so the caller may reuse the
     /// buffer from the acknowledgement on: the ring front end's reply goes into it.
     pub fn write_then_copied<'a>(&self, off: u64, data: store::Lent<'a>, ack: impl FnOnce(Outcome, &'a mut [u8])) {

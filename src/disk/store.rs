@@ -26,10 +26,9 @@ pub trait Store: Send + Sync {
     /// once while the locks are held: for `Src::Borrowed` before the copy (the caller may
     /// acknowledge the write there: any later request waits for the locks), for `Src::Lent`
     /// once the bytes are stored, and it gets the lent buffer back; the store reads nothing of
-    /// it afterwards. The `Hashed` blocks are hashed (on the way in, or for a lent buffer from
-    /// the stored copy after `locked`), and `edit` gets the hashes and the stored bytes before
-    /// the locks are released. `Err(data)`: this store cannot (or the range is not inside it);
-    /// nothing ran, write (after hashing) with `write`.
+    /// it afterwards. The `Hashed` blocks are hashed on the way in, and `edit` gets the hashes
+    /// and the stored bytes before the locks are released. `Err(data)`: this store cannot (or
+    /// the range is not inside it); nothing ran, write (after hashing) with `write`.
     fn write_locked<'a>(
         &self,
         off: u64,
@@ -279,8 +278,8 @@ impl Store for RamStore {
     }
     /// Each hashed block is hashed right before it is copied: the hashing runs while the
     /// previous block's non-temporal stores drain, so it costs a fraction of a separate
-    /// hashing pass (BENCHMARKS.md). A lent buffer is copied first and the
-    /// hashing reads the stored bytes after `locked`: off the reply's path entirely.
+    /// hashing pass (BENCHMARKS.md). A lent buffer is hashed the same way, on its way in, and
+    /// handed back after.
     fn write_locked<'a>(
         &self,
         off: u64,
@@ -316,27 +315,33 @@ impl Store for RamStore {
                 &base[h.start + b * h.bs..][..h.bs]
             }
             let mut hashes = Vec::with_capacity(h.blocks);
-            match data {
-                Src::Lent(lent) => {
-                    copy(lent.bytes(), 0, len);
+            let mut copy_hashing = |src: &[u8]| {
+                if h.blocks == 0 {
+                    // nothing to hash: one copy
+                    copy(src, 0, len);
                     store_fence();
-                    locked(Some(lent));
-                    // the buffer is the caller's again: hash the stored copy
-                    // SAFETY: [off, off+len) is in the mapping and locked for writing; this shared
-                    // view ends before `edit` gets the mutable one
-                    let stored = unsafe { std::slice::from_raw_parts(dst, len) };
-                    hashes.extend((0..h.blocks).map(|b| crate::content::block_hash(block(stored, h, b))));
+                    return;
                 }
+                copy(src, 0, h.start);
+                for b in 0..h.blocks {
+                    hashes.push(crate::content::block_hash(block(src, h, b)));
+                    copy(src, h.start + b * h.bs, h.bs);
+                }
+                let tail = h.start + h.blocks * h.bs;
+                copy(src, tail, len - tail);
+                store_fence();
+            };
+            match data {
                 Src::Borrowed(src) => {
                     locked(None);
-                    copy(src, 0, h.start);
-                    for b in 0..h.blocks {
-                        hashes.push(crate::content::block_hash(block(src, h, b)));
-                        copy(src, h.start + b * h.bs, h.bs);
-                    }
-                    let tail = h.start + h.blocks * h.bs;
-                    copy(src, tail, len - tail);
-                    store_fence();
+                    copy_hashing(src);
+                }
+                // a lent buffer is still hot from the kernel's copy into it: hash it on the way,
+                // not the stored copy (non-temporal stores: read back from memory, several
+                // times the cost), and hand it back after
+                Src::Lent(lent) => {
+                    copy_hashing(lent.bytes());
+                    locked(Some(lent));
                 }
             }
             // SAFETY: as for the copies: in the mapping, locked for writing, no other view of it

@@ -10,7 +10,8 @@
 //! worker need the other CPU, and one thread sees every request, so its busy poll (`poll.rs`)
 //! catches the next one whichever queue it lands on. `ring_threads` gives several threads,
 //! each with its own ring and every n-th queue (one per queue: pinned to that queue's CPU, as
-//! libfuse does); the busy poll stays one spinner per process (`poll.rs`). Each entry owns a header buffer and a 1 MiB payload
+//! libfuse does, and then not busy-polling: see `Server::spins`); the busy poll stays one
+//! spinner per process (`poll.rs`). Each entry owns a header buffer and a 1 MiB payload
 //! buffer (max_write); READ data is produced straight into the payload the kernel copies
 //! from, WRITE data is consumed from it: no copy of our own on either path.
 //!
@@ -18,10 +19,9 @@
 //! - A reply is a commit of the entry, which also refills its payload with the next request,
 //!   so a write is acknowledged once its data is copied into the store (the classic path may
 //!   acknowledge as soon as the RAM store's locks are held, `Disk::write_then`); content
-//!   hashing and edits then run on the stored copy, after the reply, under the same locks
-//!   (`Disk::write_then_copied`), so with content rules armed that work stays off the reply's
-//!   path (BENCHMARKS.md). It delays no completion because the loop device completes on the
-//!   submitting CPU while requests are serial (`steer.rs`).
+//!   hashing runs on the way in, from the payload while it is hot (hashing the stored copy
+//!   after the reply read it back from memory, BENCHMARKS.md), and edits on the stored copy
+//!   after the reply, under the same locks (`Disk::write_then_copied`).
 //! - A delayed request holds its entry until its reply (64 per queue); more delayed requests
 //!   than that wait in the kernel's queue, like requests on a device with that queue depth.
 
@@ -353,7 +353,7 @@ fn ring_thread(qids: Vec<u16>, pin: Option<usize>, start: mpsc::Receiver<Start>,
             return;
         }
     };
-    let mut s = Server { disk, poller, attrs, fuse_fd: fuse_fd.as_raw_fd(), late: BinaryHeap::new(), seq: 0, wake, commits: Vec::new() };
+    let mut s = Server { disk, poller, attrs, fuse_fd: fuse_fd.as_raw_fd(), late: BinaryHeap::new(), seq: 0, wake, commits: Vec::new(), spins: pin.is_none() };
     // the default 50 µs timer slack would make every timed wait for a delayed reply late
     // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
@@ -469,6 +469,10 @@ struct Server {
     seq: u64,
     wake: Arc<OwnedFd>,
     commits: Vec<squeue::Entry128>,
+    /// Busy-poll between serial requests. Not for a thread pinned to its queue's CPU: that CPU
+    /// is the client's (the kernel queues a request where it was issued), so a spin there
+    /// takes the CPU the client needs next, while waking a thread on its own CPU is cheap.
+    spins: bool,
 }
 
 impl Server {
@@ -537,7 +541,7 @@ impl Server {
                     ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
                 }
                 // at queue depth 1, poll for the next request instead of sleeping (poll.rs)
-                None if self.poller.may_spin() => ring.submit().and_then(|_| {
+                None if self.spins && self.poller.may_spin() => ring.submit().and_then(|_| {
                     self.poller.idle_until(|| !ring.completion().is_empty());
                     if ring.completion().is_empty() { ring.submit_and_wait(1) } else { Ok(0) }
                 }),
@@ -592,9 +596,9 @@ impl Server {
                 let mut out = None;
                 let mut sent = false;
                 // the payload is lent to the store and comes back with the acknowledgement, which
-                // the RAM store gives once the bytes are stored: the reply can go out there, and
-                // its commit refills this payload with the next request while the store still
-                // hashes (from its own copy) and edits, under locks that hold off later requests
+                // the RAM store gives once the bytes are stored (and hashed on the way in): the
+                // reply can go out there, and its commit refills this payload with the next
+                // request while the store still edits, under locks that hold off later requests
                 self.disk.write_then_copied(w.offset, Lent::new(&mut *payload, n), |o, buf| {
                     if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
                         let len = abi::put(buf, &abi::WriteOut { size: n as u32, padding: 0 });
