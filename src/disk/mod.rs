@@ -3,6 +3,7 @@
 //! end can reply late from another thread without holding up other requests.
 
 pub mod latency;
+pub mod service;
 pub mod store;
 
 use crate::fault::engine::{ArmedRule, Edit, Planning, block_span, flip_position};
@@ -39,6 +40,8 @@ pub struct Disk {
     block_size: u32,
     /// The device's service time per request (`disk::latency`), if the disk has a model.
     pub latency: Option<latency::Latency>,
+    /// Per-op request counts and service times (`stats`' `service`).
+    pub service: service::ServiceCounters,
 }
 
 impl Disk {
@@ -72,7 +75,7 @@ impl Disk {
         if cfg.populates() {
             store.populate()?;
         }
-        Ok(Disk { store, engine: Engine::new(bs), block_size: bs, latency: cfg.latency.clone().map(latency::Latency::new) })
+        Ok(Disk { store, engine: Engine::new(bs), block_size: bs, latency: cfg.latency.clone().map(latency::Latency::new), service: Default::default() })
     }
 
     pub fn size(&self) -> u64 {
@@ -104,6 +107,13 @@ impl Disk {
 
     /// Read into `buf`. Read-side corruption edits only the returned buffer.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
+        let t0 = Instant::now();
+        let o = self.read_inner(off, buf);
+        self.service.record(Op::Read, t0.elapsed(), o.delay);
+        o
+    }
+
+    fn read_inner(&self, off: u64, buf: &mut [u8]) -> Outcome {
         if !self.in_range(off, buf.len() as u64) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }
@@ -142,6 +152,11 @@ impl Disk {
 
     /// `ack` gets the outcome and, for `Src::Lent`, the buffer back.
     fn write_from<'a>(&self, off: u64, data: store::Src<'a>, ack: impl FnOnce(Outcome, Option<store::Lent<'a>>)) {
+        let t0 = Instant::now();
+        let ack = move |o: Outcome, lent| {
+            self.service.record(Op::Write, t0.elapsed(), o.delay);
+            ack(o, lent)
+        };
         if !self.in_range(off, data.len() as u64) {
             return ack(Outcome { errno: Some(libc::EINVAL), delay: None }, data.lent());
         }
@@ -220,12 +235,26 @@ impl Disk {
     }
 
     pub fn flush(&self) -> Outcome {
+        let t0 = Instant::now();
+        let o = self.flush_inner();
+        self.service.record(Op::Flush, t0.elapsed(), o.delay);
+        o
+    }
+
+    fn flush_inner(&self) -> Outcome {
         let due = self.admit(Op::Flush, 0);
         let plan = self.engine.plan(Op::Flush, 0, 0, None);
         self.finish(plan, |s| s.flush()).due(due)
     }
 
     pub fn discard(&self, off: u64, len: u64) -> Outcome {
+        let t0 = Instant::now();
+        let o = self.discard_inner(off, len);
+        self.service.record(Op::Discard, t0.elapsed(), o.delay);
+        o
+    }
+
+    fn discard_inner(&self, off: u64, len: u64) -> Outcome {
         if !self.in_range(off, len) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }

@@ -18,15 +18,30 @@ pub use model::MonitorResults;
 pub use pairs::PairMonitor;
 pub use syscall::SyscallMonitor;
 
+pub use crate::spec::experiment::{DEFAULT_MONITOR_LAYERS, MONITOR_LAYERS};
+
+/// A layer's name as `--layers` takes it.
+pub fn parse_layer(s: &str) -> Result<String, String> {
+    if MONITOR_LAYERS.contains(&s) { Ok(s.to_string()) } else { Err(format!("unknown layer `{s}`; allowed: {}", MONITOR_LAYERS.join(", "))) }
+}
+
 /// Start the tracepoint pairs for a monitor of `devices` (and processes `pids`): the built-in
-/// file-system, journal and driver pairs for what is mounted on and behind the devices, and the
-/// user's `extra` pairs. Returns the running monitor (None when there is nothing to time) and
+/// file-system, journal and driver pairs of the `layers` asked for (`fs`, `journal`, `driver`)
+/// for what is mounted on and behind the devices, and the user's `extra` pairs. Returns the running monitor (None when there is nothing to time) and
 /// notes. An error only when user pairs were given and cannot be attached; the built-in ones
 /// are left out with a note then.
-pub fn start_pairs(devices: &[std::path::PathBuf], pids: &[u32], mut extra: Vec<pairs::Pair>) -> anyhow::Result<(Option<PairMonitor>, Vec<String>)> {
+pub fn start_pairs(devices: &[std::path::PathBuf], pids: &[u32], mut extra: Vec<pairs::Pair>, layers: &[String]) -> anyhow::Result<(Option<PairMonitor>, Vec<String>)> {
     let watched = devices.iter().map(|d| block::Watched::new(d)).collect::<anyhow::Result<Vec<_>>>()?;
     let mm: Vec<(u32, u32)> = watched.iter().map(|w| (w.major, w.minor)).collect();
-    let (builtin, sums, conns, mut notes) = pairs::stack_pairs(&mm, devices);
+    let (mut builtin, mut sums, conns, mut notes) = pairs::stack_pairs(&mm, devices);
+    let asked = |l: &str| layers.iter().any(|x| x == l);
+    builtin.retain(|p| asked(&p.layer));
+    sums.retain(|s| asked(&s.layer));
+    if !asked("fs") {
+        notes.retain(|n| !n.starts_with("btrfs"));
+    }
+    // the FUSE connections filter the driver pairs only
+    let conns = if asked("driver") { conns } else { Vec::new() };
     let mut devs: Vec<u32> = watched.iter().map(|w| (w.major << 20) | w.minor).collect();
     devs.extend(conns);
     for p in &mut extra {
