@@ -106,8 +106,10 @@ static __always_inline void devstat_add(int d, int field)
 		ds->noissue++;
 	else if (field == 1)
 		ds->untracked++;
-	else
+	else if (field == 2)
 		ds->partial++;
+	else
+		ds->early++;
 }
 
 // One completed request: `issue_ns` 0 when its issue time is unknown, `start_ns` 0 when its
@@ -116,6 +118,10 @@ static __always_inline void account(int d, u32 op, u64 bytes, u64 start_ns, u64 
 {
 	if (d < 0 || d >= MAX_DEVS || op >= NR_OPS)
 		return;
+	// a data write with a preflush is completed twice: its data, then (bytes used up) the
+	// end of its flush sequence
+	if (!bytes && (op == OP_READ || op == OP_WRITE))
+		return;
 	if (!whole) {
 		devstat_add(d, 2);
 		return;
@@ -123,6 +129,10 @@ static __always_inline void account(int d, u32 op, u64 bytes, u64 start_ns, u64 
 	if (!issue_ns) {
 		if (bytes)
 			devstat_add(d, 0); // not issued (a flush's data-less parent) or not stamped
+		return;
+	}
+	if (issue_ns < t0_ns) {
+		devstat_add(d, 3); // issued before the monitor started: its other layers did not see it either
 		return;
 	}
 	u64 now = bpf_ktime_get_ns();

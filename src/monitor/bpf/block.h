@@ -29,7 +29,7 @@ struct devstat {
 	u64 noissue; // completions (with data) that carry no issue time
 	u64 untracked; // issue times not stored (issue-time table full)
 	u64 partial; // partial completions (their bytes counted, the request once at its end)
-	u64 pad;
+	u64 early; // completions of requests issued before the monitor started (not counted)
 };
 
 struct slot {
