@@ -57,7 +57,10 @@ impl ServiceCounters {
                 let count = c.count.load(Relaxed);
                 let service_ns = c.service_ns.load(Relaxed);
                 (count > 0).then(|| {
-                    (op.name().to_string(), OpService { count, service_ns, delay_ns: c.delay_ns.load(Relaxed), mean_us: service_ns as f64 / count as f64 / 1000.0 })
+                    (
+                        op.name().to_string(),
+                        OpService { count, service_ns, delay_ns: c.delay_ns.load(Relaxed), mean_us: service_ns as f64 / count as f64 / 1000.0 },
+                    )
                 })
             })
             .collect()

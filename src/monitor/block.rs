@@ -115,17 +115,17 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Which program set to load: tp_btf (BTF-typed arguments, cheapest), raw_tp, or classic
+/// Which program set to load (block and syscall layers): tp_btf (BTF-typed arguments, cheapest), raw_tp, or classic
 /// tracepoints (the perf-event path; matched by device and sector, no queue time).
 #[derive(Clone, Copy, PartialEq, Debug)]
-pub(super) enum Flavor {
+pub enum Flavor {
     TpBtf,
     RawTp,
     Tracepoint,
 }
 
 impl Flavor {
-    pub(super) fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Flavor::TpBtf => "tp_btf",
             Flavor::RawTp => "raw_tp",
@@ -147,7 +147,13 @@ pub(super) fn flavors(have_tracepoint: bool) -> Result<Vec<Flavor>> {
     }
 }
 
-fn open_flavor<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, flavor: Flavor, t0: u64, interval: Duration, devs: &[Watched]) -> Result<OpenBlockSkel<'o>> {
+fn open_flavor<'o>(
+    storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    flavor: Flavor,
+    t0: u64,
+    interval: Duration,
+    devs: &[Watched],
+) -> Result<OpenBlockSkel<'o>> {
     let mut open = BlockSkelBuilder::default().open(storage).context("cannot open the block-layer BPF object")?;
     let rodata = open.maps.rodata_data.as_deref_mut().context("no rodata in the BPF object")?;
     rodata.t0_ns = t0;
@@ -215,7 +221,6 @@ fn inflight(d: &Watched) -> Option<u64> {
 const DEPTH_EVERY: Duration = Duration::from_millis(10);
 
 fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Receiver<()>) -> Result<MonitorResults> {
-    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, libbpf_print)));
     let t0 = monotonic_ns();
     let started = Instant::now();
     let mut notes = Vec::new();
@@ -228,31 +233,11 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     };
     let issue_needed = devs.iter().any(|d| !stamps_issue(d));
     let mut storage: Vec<MaybeUninit<libbpf_rs::OpenObject>> = (0..flavors.len()).map(|_| MaybeUninit::uninit()).collect();
-    let mut tried = Vec::new();
-    let mut loaded = None;
-    for (flavor, store) in flavors.iter().zip(storage.iter_mut()) {
-        match open_flavor(store, *flavor, t0, interval, devs).and_then(|o| load_attach(o, *flavor, issue_needed)) {
-            Ok((s, l)) => {
-                libbpf_log_tail();
-                loaded = Some((s, l, *flavor));
-                break;
-            }
-            Err(e) => tried.push(format!("{}: {e:#}{}", flavor.name(), libbpf_log_tail())),
-        }
-    }
-    let Some((skel, mut links, flavor)) = loaded else {
-        let msg = tried.join("\n");
-        let hint = if msg.contains("Operation not permitted") || msg.contains("EPERM") {
-            " (BPF needs root, or CAP_BPF and CAP_PERFMON, and no lockdown forbidding it)"
-        } else {
-            ""
-        };
-        let err = anyhow!("BPF block monitor unavailable{hint}: {msg}");
-        let _ = ready.send(Err(anyhow!("{err:#}")));
-        return Err(err);
-    };
+    let ((skel, mut links), flavor, tried) = super::load_first("block", &mut storage, &flavors, &ready, |store, flavor| {
+        open_flavor(store, flavor, t0, interval, devs).and_then(|o| load_attach(o, flavor, issue_needed))
+    })?;
     if !tried.is_empty() {
-        notes.push(format!("block layer attached as {}: {}", flavor.name(), tried.iter().map(|t| t.lines().next().unwrap_or("")).collect::<Vec<_>>().join("; ")));
+        notes.push(format!("block layer attached as {}: {}", flavor.name(), tried.join("; ")));
     }
     if flavor == Flavor::Tracepoint {
         notes.push("block layer on classic tracepoints: requests matched by device and sector, no queue time".into());

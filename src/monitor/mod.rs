@@ -30,7 +30,12 @@ pub fn parse_layer(s: &str) -> Result<String, String> {
 /// for what is mounted on and behind the devices, and the user's `extra` pairs. Returns the running monitor (None when there is nothing to time) and
 /// notes. An error only when user pairs were given and cannot be attached; the built-in ones
 /// are left out with a note then.
-pub fn start_pairs(devices: &[std::path::PathBuf], pids: &[u32], mut extra: Vec<pairs::Pair>, layers: &[String]) -> anyhow::Result<(Option<PairMonitor>, Vec<String>)> {
+pub fn start_pairs(
+    devices: &[std::path::PathBuf],
+    pids: &[u32],
+    mut extra: Vec<pairs::Pair>,
+    layers: &[String],
+) -> anyhow::Result<(Option<PairMonitor>, Vec<String>)> {
     let watched = devices.iter().map(|d| block::Watched::new(d)).collect::<anyhow::Result<Vec<_>>>()?;
     let mm: Vec<(u32, u32)> = watched.iter().map(|w| (w.major, w.minor)).collect();
     let (mut builtin, mut sums, conns, mut notes) = pairs::stack_pairs(&mm, devices);
@@ -69,6 +74,41 @@ pub fn start_pairs(devices: &[std::path::PathBuf], pids: &[u32], mut extra: Vec<
             Ok((None, notes))
         }
     }
+}
+
+/// Open, load and attach a BPF object with the first attach flavour that works, best first
+/// (`block::flavors`: all, or the one `FAULTLINE_MONITOR_ATTACH` forces): `one` does it for one
+/// flavour into its own storage. Returns its result, the flavour, and why the better ones
+/// failed (one line each, empty when the first worked); or an error naming every attempt's
+/// reason with libbpf's last messages, which is also sent to `ready`.
+pub(super) fn load_first<'o, T>(
+    what: &str,
+    storage: &'o mut [std::mem::MaybeUninit<libbpf_rs::OpenObject>],
+    flavors: &[block::Flavor],
+    ready: &std::sync::mpsc::Sender<anyhow::Result<&'static str>>,
+    mut one: impl FnMut(&'o mut std::mem::MaybeUninit<libbpf_rs::OpenObject>, block::Flavor) -> anyhow::Result<T>,
+) -> anyhow::Result<(T, block::Flavor, Vec<String>)> {
+    use anyhow::anyhow;
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, block::libbpf_print)));
+    let mut tried = Vec::new();
+    for (store, flavor) in storage.iter_mut().zip(flavors) {
+        match one(store, *flavor) {
+            Ok(t) => {
+                block::libbpf_log_tail();
+                return Ok((t, *flavor, tried.iter().map(|t: &String| t.lines().next().unwrap_or("").to_string()).collect()));
+            }
+            Err(e) => tried.push(format!("{}: {e:#}{}", flavor.name(), block::libbpf_log_tail())),
+        }
+    }
+    let msg = tried.join("\n");
+    let hint = if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+        " (BPF needs root, or CAP_BPF and CAP_PERFMON, and no lockdown forbidding it)"
+    } else {
+        ""
+    };
+    let err = anyhow!("BPF {what} monitor unavailable{hint}: {msg}");
+    let _ = ready.send(Err(anyhow!("{err:#}")));
+    Err(err)
 }
 
 /// A monitor's thread, started by `Running::spawn`: it loads and attaches its programs, says

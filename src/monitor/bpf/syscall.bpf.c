@@ -120,3 +120,21 @@ SEC("raw_tp/sys_exit")
 int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret) { return on_exit(ret); }
 SEC("raw_tp/sched_process_fork")
 int BPF_PROG(raw_fork, struct task_struct *parent, struct task_struct *child) { return on_fork(parent, child); }
+
+// Classic tracepoints, where neither BTF-typed nor raw tracepoints load.
+SEC("tracepoint/raw_syscalls/sys_enter")
+int tp_sys_enter(struct trace_event_raw_sys_enter *ctx) { return on_enter(ctx->id); }
+SEC("tracepoint/raw_syscalls/sys_exit")
+int tp_sys_exit(struct trace_event_raw_sys_exit *ctx) { return on_exit(ctx->ret); }
+// Runs in the parent: its thread group is the current task's.
+SEC("tracepoint/sched/sched_process_fork")
+int tp_fork(struct trace_event_raw_sched_process_fork *ctx)
+{
+	u32 ptgid = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&tgids, &ptgid))
+		return 0;
+	u32 child = ctx->child_pid; // a new process: its pid is its thread group's
+	u8 one = 1;
+	bpf_map_update_elem(&tgids, &child, &one, BPF_ANY);
+	return 0;
+}
