@@ -503,20 +503,24 @@ fn block_service_mean_matches_the_daemons() {
 
 /// The fallback attach types, forced: raw_tp (BTF-less raw tracepoints, same programs) and
 /// classic tracepoints (issue and completion matched by device and sector) count the same
-/// requests as fio, and say which attach type ran.
+/// requests as fio, and say which attach type ran; the syscall layer (this test process and
+/// what it forks: fio) sees at least fio's writes.
 #[test]
 fn fallback_attach_types_count_the_same() {
     let s = Serve::start("256MiB", "rules: []\n");
     settle();
     let node = private_node(&s.dev, s.dir.path());
+    let pid = std::process::id().to_string();
     for attach in ["raw_tp", "tracepoint"] {
-        let Some(m) = Monitor::start_env(&s.dev, &[], Some(attach)) else { return };
+        let Some(m) = Monitor::start_env(&s.dev, &["--pid", &pid], Some(attach)) else { return };
         let w = fio(&node, "randwrite", "1MiB");
         let res = m.stop();
         assert_eq!(res.attach, attach);
         let b = res.row(&s.dev.display().to_string(), "block_service", "write").cloned().unwrap_or_default();
         assert_counted((b.count, b.bytes), w, &res, &format!("{attach}: block writes vs fio's\n{}", res.table()));
         assert!(b.mean_us > 0.0);
+        let sw = res.syscalls.iter().find(|l| l.op == "write").map_or(0, |l| l.count);
+        assert!(sw >= w.0, "{attach}: {sw} write calls seen, fio made {}", w.0);
         // the kernel's stamps give queue time; classic tracepoints have no request to read
         assert_eq!(res.row(&s.dev.display().to_string(), "block_queue", "write").is_some(), attach == "raw_tp", "{}", res.table());
     }
