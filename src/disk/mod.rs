@@ -615,7 +615,13 @@ mod tests {
         ];
         for (name, inner) in stores {
             let ctl = Arc::new(GateCtl::default());
-            let d = Disk { store: Box::new(Gated { inner, ctl: ctl.clone() }), engine: Engine::new(4096), block_size: 4096, latency: None };
+            let d = Disk {
+                store: Box::new(Gated { inner, ctl: ctl.clone() }),
+                engine: Engine::new(4096),
+                block_size: 4096,
+                latency: None,
+                service: Default::default(),
+            };
             let at = FlipAt { byte: Some(0), bit: Some(0) };
             let (off, bs) = (3 * 4096u64, 4096usize);
             let rule = d.engine.add(vec![Rule::new(Action::Rot { at }, &[], Target::Range { start: off, end: off + bs as u64 })]).remove(0);
