@@ -287,6 +287,10 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     // the interval in progress at detach, too
     let done = (monotonic_ns() - t0) / interval.as_nanos() as u64 + 1;
     reader.drain(&skel, done, &mut notes);
+    let early: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[3]).sum();
+    if early > 0 {
+        notes.push(format!("{early} requests issued before the monitor started completed while it ran: not counted"));
+    }
     let mut out = MonitorResults {
         schema: SCHEMA,
         attach: attach.into(),
@@ -359,7 +363,7 @@ fn lookup_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<Vec<u64>> {
     Ok(sum)
 }
 
-/// [noissue, untracked, partial] of device `i`.
+/// [noissue, untracked, partial, early] of device `i` (block.h's `struct devstat`).
 fn devstat(skel: &BlockSkel<'_>, i: usize) -> Result<Vec<u64>> {
     lookup_sum(&skel.maps.devstats, i as u32)
 }
