@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# bench/monitor-overhead.sh [ROUNDS] [SECONDS] -- what timing the block and driver layers
-# costs the I/O it times: IOPS of fio's four points (as bench/device.sh runs them) on one
-# faultline disk with nothing attached (bare), with `faultline monitor --device` (BPF,
-# aggregated in the kernel: the block layer's tp_btf programs and the driver layer's FUSE
-# request pair), with ftrace (the same block tracepoints filtered to the device and the two
-# FUSE tracepoints filtered to its FUSE connection, in a tracefs instance of our own whose
-# buffer is drained to /dev/null) and with perf (perf record of the same tracepoints and
-# filters, all CPUs). Each round runs every mode back to back per point,
-# order rotating by round; a mode's overhead at a point is the median over rounds of its
-# paired IOPS loss against that round's bare run (slow drift of the machine cancels).
-# Prints a table per point; the last line holds the worst point of each mode:
-#   monitor_overhead_pct=M ftrace_overhead_pct=F perf_overhead_pct=P
+# bench/monitor-overhead.sh [ROUNDS] [SECONDS] -- what timing the block layer costs the I/O it
+# times: IOPS of fio's four points (as bench/device.sh runs them) on one faultline disk with
+# nothing attached (bare), with `faultline monitor --device` as experiments get it by default
+# (monitor: the block layer, one BPF program per request at its completion, aggregated in the
+# kernel; the journal layer has nothing to time on a raw disk), with the opt-in driver layer
+# added (driver: `--layers driver`, the FUSE request pair), with ftrace (the block
+# tracepoints queue and service times need, bio queue, request issue and completion, filtered
+# to the device, in a tracefs instance of our own whose buffer is drained to /dev/null) and
+# with perf (perf record of the same tracepoints and filters, all CPUs). Each round runs every
+# mode back to back per point, order rotating by round; a mode's overhead at a point is the
+# median over rounds of its paired IOPS loss against that round's bare run (slow drift of the
+# machine cancels). Prints a table per point; the last line holds the worst point of each mode:
+#   monitor_overhead_pct=M ftrace_overhead_pct=F perf_overhead_pct=P driver_overhead_pct=D
 # (P is "na" where perf is not installed.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,8 +24,7 @@ work=$(mktemp -d)
 tr=/sys/kernel/tracing
 inst=$tr/instances/faultline-overhead-$$
 spid=""
-events=(block/block_bio_queue block/block_rq_insert block/block_rq_issue block/block_rq_complete block/block_rq_requeue
-        fuse/fuse_request_send fuse/fuse_request_end)
+events=(block/block_bio_queue block/block_rq_issue block/block_rq_complete)
 cleanup() {
   if [ -d "$inst" ]; then
     for e in "${events[@]}"; do echo 0 > "$inst/events/$e/enable" 2>/dev/null || true; done
@@ -49,15 +49,17 @@ filter_of() { case $1 in block/*) echo "dev == $kdev" ;; fuse/*) echo "connectio
 fio --name=pre --filename="$dev" --direct=1 --size=512M --rw=write --bs=1M --ioengine=psync >/dev/null 2>&1
 
 [ -d "$tr/events" ] || mount -t tracefs nodev "$tr"
-modes=(bare monitor ftrace)
+modes=(bare monitor driver ftrace)
 if command -v perf >/dev/null 2>&1; then modes+=(perf); fi
 
 mpid=""
 start_mode() {
   case $1 in
     bare) ;;
-    monitor)
-      "$fl" monitor --device "$dev" > "$work/mon.out" 2> "$work/mon.err" &
+    monitor|driver)
+      local extra=()
+      [ "$1" = driver ] && extra=(--layers driver)
+      "$fl" monitor --device "$dev" "${extra[@]}" > "$work/mon.out" 2> "$work/mon.err" &
       mpid=$!
       for _ in $(seq 100); do grep -q '^monitoring' "$work/mon.out" 2>/dev/null && return; sleep 0.05; done
       echo "monitor did not start: $(cat "$work/mon.err")" >&2; exit 1 ;;
@@ -80,7 +82,7 @@ start_mode() {
 stop_mode() {
   case $1 in
     bare) ;;
-    monitor|perf) kill -INT "$mpid"; wait "$mpid" 2>/dev/null || true ;;
+    monitor|driver|perf) kill -INT "$mpid"; wait "$mpid" 2>/dev/null || true ;;
     ftrace)
       for e in "${events[@]}"; do echo 0 > "$inst/events/$e/enable"; done
       kill "$mpid"; wait "$mpid" 2>/dev/null || true ;;
@@ -116,7 +118,7 @@ import sys, statistics
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 modes = [m for m in sys.argv[2].split() if m != "bare"]
 points = list(dict.fromkeys(r[0] for r in rows))
-worst = {m: None for m in ("monitor", "ftrace", "perf")}
+worst = {m: None for m in ("monitor", "ftrace", "perf", "driver")}
 print(f"{'point':<10} {'bare IOPS':>10} " + " ".join(f"{m + ' %':>10}" for m in modes))
 for p in points:
     samples = [dict(kv.split("=") for kv in r[1:]) for r in rows if r[0] == p]
@@ -128,5 +130,5 @@ for p in points:
         cells.append(f"{loss:>10.1f}")
     print(f"{p:<10} {bare:>10.0f} " + " ".join(cells))
 fmt = lambda v: "na" if v is None else f"{v:.1f}"
-print(f"monitor_overhead_pct={fmt(worst['monitor'])} ftrace_overhead_pct={fmt(worst['ftrace'])} perf_overhead_pct={fmt(worst['perf'])}")
+print(f"monitor_overhead_pct={fmt(worst['monitor'])} ftrace_overhead_pct={fmt(worst['ftrace'])} perf_overhead_pct={fmt(worst['perf'])} driver_overhead_pct={fmt(worst['driver'])}")
 PY

@@ -179,6 +179,11 @@ enum Cmd {
         /// devices are timed without asking.
         #[arg(long, value_parser = faultline::monitor::pairs::Pair::parse_arg)]
         pair: Vec<faultline::monitor::pairs::Pair>,
+        /// Layers to time besides the block layer, comma-separated: fs, journal, driver
+        /// (default: journal; docs/monitor.md says what each costs). `--pid` adds syscall.
+        #[arg(long, value_delimiter = ',', default_values_t = faultline::monitor::DEFAULT_MONITOR_LAYERS.iter().map(|l| l.to_string()).collect::<Vec<_>>(),
+              value_parser = faultline::monitor::parse_layer)]
+        layers: Vec<String>,
     },
     /// Apply host faults to running processes (docs/host.md): CPU taken away, memory
     /// pressure, freeze, kill; sticky or in windows counted from now. Reverts everything at
@@ -318,7 +323,7 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Workload(a) => faultline::cli::workload::workload(a),
         Cmd::Calibrate(a) => faultline::cli::calibrate::calibrate(a),
         Cmd::Verify(a) => faultline::cli::workload::verify(a),
-        Cmd::Monitor { device, pid, duration, interval, out, pair } => monitor(&device, &pid, duration, interval, out, pair),
+        Cmd::Monitor { device, pid, duration, interval, out, pair, layers } => monitor(&device, &pid, duration, interval, out, pair, &layers),
         Cmd::Host { file, fault, pid, duration, restart, json } => faultline::cli::host::run(file.as_deref(), &fault, &pid, duration, restart, json),
         Cmd::Agent(a) => faultline::cli::agent::run(a),
         Cmd::Net(a) => faultline::cli::net::net(a),
@@ -451,9 +456,10 @@ fn monitor(
     interval: Duration,
     out: Option<PathBuf>,
     pairs: Vec<faultline::monitor::pairs::Pair>,
+    layers: &[String],
 ) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    let (pm, pair_notes) = faultline::monitor::start_pairs(devices, pids, pairs)?;
+    let (pm, pair_notes) = faultline::monitor::start_pairs(devices, pids, pairs, layers)?;
     let sys = if pids.is_empty() { None } else { Some(faultline::monitor::SyscallMonitor::start(pids)?) };
     let m = if devices.is_empty() { None } else { Some(faultline::monitor::BlockMonitor::start(devices, interval)?) };
     let attach = m.as_ref().map(|m| m.attach).or(sys.as_ref().map(|s| s.attach)).unwrap_or("");

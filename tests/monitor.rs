@@ -21,8 +21,17 @@ impl Monitor {
     }
 
     fn start_with(dev: &std::path::Path, args: &[&str]) -> Option<Monitor> {
+        Monitor::start_env(dev, args, None)
+    }
+
+    /// With `FAULTLINE_MONITOR_ATTACH` set to `attach` (forcing a fallback attach type).
+    fn start_env(dev: &std::path::Path, args: &[&str], attach: Option<&str>) -> Option<Monitor> {
         let out = tempfile::tempdir().unwrap();
-        let mut child = Command::new(bin())
+        let mut cmd = Command::new(bin());
+        if let Some(a) = attach {
+            cmd.env("FAULTLINE_MONITOR_ATTACH", a);
+        }
+        let mut child = cmd
             .args(["monitor"])
             .args(args)
             .arg("--device")
@@ -78,22 +87,27 @@ fn fio(dev: &std::path::Path, rw: &str, size: &str) -> (u64, u64) {
 }
 
 /// `got` equals `want`, or falls short by at most the requests the monitor reports it did not
-/// time (4 KiB each): events the kernel skipped (BPF's recursion guard), completions that never
-/// reached the monitor (found when the request's memory was issued again; seen under heavy CPU
-/// load) and requests still in flight at detach (none here: the I/O is over by then).
+/// time (4 KiB each): events the kernel skipped (BPF's recursion guard) and requests without an
+/// issue time; plus one request in 200 (at least one): completions the kernel did not run the
+/// program for leave no trace (docs/monitor.md, blind spots; about one in a thousand in the
+/// suite's runs on a loaded machine).
 fn assert_counted(got: (u64, u64), want: (u64, u64), m: &MonitorResults, what: &str) {
     let short = want.0.saturating_sub(got.0);
     let lost = not_timed(m);
+    let unseen = (want.0 / 200).max(1);
     assert!(
-        got.0 <= want.0 && short <= m.missed_events + lost && want.1 - got.1.min(want.1) == short * 4096 && got.1 <= want.1,
-        "{what}: monitor {got:?} vs {want:?} ({} events skipped by the kernel, {lost} requests not timed)",
-        m.missed_events
+        got.0 <= want.0 && short <= m.missed_events + lost + unseen && want.1 - got.1.min(want.1) == short * 4096 && got.1 <= want.1,
+        "{what}: monitor {got:?} vs {want:?} ({} events skipped by the kernel, {lost} requests not timed)\n{}notes: {:?}",
+        m.missed_events,
+        m.table(),
+        m.notes
     );
 }
 
-/// Requests the monitor saw issued but did not time (their completion never reached it).
+/// Requests the monitor reports it did not time: completions without an issue time, issue times
+/// it could not store, and (older results) issues whose completion never reached it.
 fn not_timed(m: &MonitorResults) -> u64 {
-    m.devices.iter().map(|d| d.lost_completions + d.inflight_at_end).sum()
+    m.devices.iter().map(|d| d.lost_completions + d.inflight_at_end + d.unmatched + d.untracked).sum()
 }
 
 fn daemon_counts(s: &Serve) -> (u64, u64) {
@@ -121,7 +135,7 @@ fn block_counts_equal_fio_and_the_daemon() {
     let s = Serve::start("256MiB", "rules: []\n");
     settle();
     let node = private_node(&s.dev, s.dir.path());
-    let Some(m) = Monitor::start(&s.dev) else { return };
+    let Some(m) = Monitor::start_with(&s.dev, &["--layers", "journal,driver"]) else { return };
     let before = daemon_counts(&s);
     let w = fio(&node, "randwrite", "2MiB");
     let r = fio(&node, "randread", "1MiB");
@@ -137,10 +151,9 @@ fn block_counts_equal_fio_and_the_daemon() {
     let all = |f: fn(&faultline::monitor::model::LayerOp) -> u64| d.layers.iter().filter(|l| l.layer == "block_service").map(f).sum::<u64>();
     let daemon = (after.0 - before.0, after.1 - before.1);
     assert_counted((all(|l| l.count), all(|l| l.bytes)), daemon, &res, "block requests and bytes vs the daemon's counters");
-    // every request reported not timed is really missing from the counts, and no more are
-    // missing than the kernel's skipped events allow
+    // every request reported not timed is really missing from the counts
     let short = daemon.0 - all(|l| l.count);
-    assert!(short >= not_timed(&res) && short - not_timed(&res) <= missed, "{short} requests short, {} reported not timed", not_timed(&res));
+    assert!(short >= not_timed(&res), "{short} requests short, {} reported not timed", not_timed(&res));
     // the driver layer (FUSE requests of the loop device's file) saw each block request: one
     // FUSE read or write per 4 KiB request, both ends inside the monitor's window
     let fuse = |op| res.pair("driver", op).map_or(0, |r| r.count);
@@ -155,9 +168,8 @@ fn block_counts_equal_fio_and_the_daemon() {
             assert!(b.mean_us >= f.mean_us, "{op}: block service mean {:.1} us below the FUSE layer's {:.1} us", b.mean_us, f.mean_us);
         }
     }
-    // one request at a time: every issue saw itself alone (but for a request whose completion
-    // was not seen, in flight until its memory was issued again)
-    assert!(d.depth.max >= 1 && d.depth.max <= 1 + d.lost_completions, "depth {:?}", d.depth);
+    // one request at a time: the sampled depth never saw more than one in flight
+    assert!(d.depth.max <= 1 && !d.depth.histogram.is_empty(), "depth {:?}", d.depth);
     // each request waited in the queue a little, and was counted there too
     assert_eq!(res.row(&dev, "block_queue", "write").map(|l| l.count), Some(row("write").count));
     // the time series adds up to the totals
@@ -186,7 +198,7 @@ fn a_write_delay_shows_at_block_service_time_only() {
             if delay {
                 s.add("rules:\n  - {type: delay, op: write, delay: 200us}\n");
             }
-            let m = Monitor::start(&s.dev)?;
+            let m = Monitor::start_with(&s.dev, &["--layers", "driver"])?;
             fio(&s.dev, "randrw", "4MiB");
             let res = m.stop();
             s.clear();
@@ -237,7 +249,7 @@ fn experiments_embed_the_block_figures() {
         let html = std::fs::read_to_string(out.join("report.html")).unwrap();
         (faultline::report::load_dir(&out).unwrap(), html)
     };
-    let (r, html) = run("");
+    let (r, html) = run("monitor: {layers: [block, syscall]}\n");
     let rep = &r.setups[0].repetitions[0];
     let Some(m) = &rep.monitor else {
         let why = rep.notes.iter().find(|n| n.starts_with("monitor:")).cloned().unwrap_or_default();
@@ -375,7 +387,7 @@ impl Hold {
 #[test]
 fn ext4_layers_fsync_pair_journal_and_fuse() {
     let h = Hold::start("ext4");
-    let Some(m) = Monitor::start_with(&h.dev, &["--pair", "fsync=ext4:ext4_sync_file_enter,ext4:ext4_sync_file_exit"]) else {
+    let Some(m) = Monitor::start_with(&h.dev, &["--layers", "fs,journal,driver", "--pair", "fsync=ext4:ext4_sync_file_enter,ext4:ext4_sync_file_exit"]) else {
         h.stop();
         return;
     };
@@ -423,7 +435,7 @@ fn experiments_embed_user_pairs() {
     let f = dir.path().join("exp.yaml");
     std::fs::write(
         &f,
-        "name: pairs\ndisk: {size: 128MiB}\nstack: ext4\nmonitor: {extra: [{name: fsync, enter: \"ext4:ext4_sync_file_enter\", exit: \"ext4:ext4_sync_file_exit\", key: tid}]}\n\
+        "name: pairs\ndisk: {size: 128MiB}\nstack: ext4\nmonitor: {layers: [block, fs, journal], extra: [{name: fsync, enter: \"ext4:ext4_sync_file_enter\", exit: \"ext4:ext4_sync_file_exit\", key: tid}]}\n\
 workload: {interface: file, files: 1, file_size: 1MiB, size: 1MiB, mix: {write: 100}, sync: \"fsync:16\", content: {profile: none}}\n",
     )
     .unwrap();
@@ -449,4 +461,70 @@ workload: {interface: file, files: 1, file_size: 1MiB, size: 1MiB, mix: {write: 
     assert!(csv.lines().any(|l| l.contains(",block_service,write,")), "monitor.csv:\n{csv}");
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("Stack layers (BPF monitor") && html.contains(">fsync<"), "report has no per-layer table");
+}
+
+/// The daemon's own service time (`stats`' `service`: from a request reaching the disk to its
+/// reply being due, the injected delay included) and the monitor's block service time agree
+/// within 5% for writes held 10 ms each: the block layer adds only the loop device's and
+/// FUSE's hand-offs (tens of µs). A busy machine can hold a reply past its due time (the daemon
+/// counts the delay asked for): up to three rounds.
+#[test]
+fn block_service_mean_matches_the_daemons() {
+    let s = Serve::start("256MiB", "rules:\n  - {type: delay, op: write, delay: 10ms}\n");
+    settle();
+    let node = private_node(&s.dev, s.dir.path());
+    let svc = |s: &Serve| {
+        let v = s.call(json!({"cmd": "stats"}));
+        let w = &v["service"]["write"];
+        (w["count"].as_u64().unwrap_or(0), w["service_ns"].as_u64().unwrap_or(0), w["delay_ns"].as_u64().unwrap_or(0))
+    };
+    let mut last = String::new();
+    for round in 0..3 {
+        let Some(m) = Monitor::start(&s.dev) else { return };
+        let before = svc(&s);
+        let w = fio(&node, "randwrite", "512KiB");
+        let after = svc(&s);
+        let res = m.stop();
+        let (n, ns, delay_ns) = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+        assert_eq!(n, w.0, "the daemon's write count vs fio's");
+        assert!(delay_ns >= n * 10_000_000, "held delay {delay_ns} ns for {n} writes of 10 ms");
+        let daemon_us = ns as f64 / n as f64 / 1000.0;
+        let b = res.row(&s.dev.display().to_string(), "block_service", "write").cloned().unwrap_or_default();
+        assert_counted((b.count, b.bytes), w, &res, "block writes vs fio's");
+        last = format!("round {round}: block service mean {:.1} us, daemon's {daemon_us:.1} us\n{}", b.mean_us, res.table());
+        println!("{last}");
+        // the block layer contains the daemon's service
+        assert!(b.mean_us >= daemon_us, "{last}");
+        if (b.mean_us - daemon_us) / daemon_us <= 0.05 {
+            s.stop();
+            return;
+        }
+    }
+    panic!("block service mean not within 5% of the daemon's in three rounds; last: {last}");
+}
+
+/// The fallback attach types, forced: raw_tp (BTF-less raw tracepoints, same programs) and
+/// classic tracepoints (issue and completion matched by device and sector) count the same
+/// requests as fio, and say which attach type ran; the syscall layer (this test process and
+/// what it forks: fio) sees at least fio's writes.
+#[test]
+fn fallback_attach_types_count_the_same() {
+    let s = Serve::start("256MiB", "rules: []\n");
+    settle();
+    let node = private_node(&s.dev, s.dir.path());
+    let pid = std::process::id().to_string();
+    for attach in ["raw_tp", "tracepoint"] {
+        let Some(m) = Monitor::start_env(&s.dev, &["--pid", &pid], Some(attach)) else { return };
+        let w = fio(&node, "randwrite", "1MiB");
+        let res = m.stop();
+        assert_eq!(res.attach, attach);
+        let b = res.row(&s.dev.display().to_string(), "block_service", "write").cloned().unwrap_or_default();
+        assert_counted((b.count, b.bytes), w, &res, &format!("{attach}: block writes vs fio's\n{}", res.table()));
+        assert!(b.mean_us > 0.0);
+        let sw = res.syscalls.iter().find(|l| l.op == "write").map_or(0, |l| l.count);
+        assert!(sw >= w.0, "{attach}: {sw} write calls seen, fio made {}", w.0);
+        // the kernel's stamps give queue time; classic tracepoints have no request to read
+        assert_eq!(res.row(&s.dev.display().to_string(), "block_queue", "write").is_some(), attach == "raw_tp", "{}", res.table());
+    }
+    s.stop();
 }

@@ -3,6 +3,7 @@
 //! end can reply late from another thread without holding up other requests.
 
 pub mod latency;
+pub mod service;
 pub mod store;
 
 use crate::fault::engine::{ArmedRule, Edit, Planning, block_span, flip_position};
@@ -41,6 +42,8 @@ pub struct Disk {
     pub latency: Option<latency::Latency>,
     /// Set when the disk is served over NBD: the server's request counters (control `stats`).
     pub nbd_server: std::sync::OnceLock<std::sync::Arc<crate::nbd_wire::ServerCounters>>,
+    /// Per-op request counts and service times (`stats`' `service`).
+    pub service: service::ServiceCounters,
 }
 
 impl Disk {
@@ -74,7 +77,14 @@ impl Disk {
         if cfg.populates() {
             store.populate()?;
         }
-        Ok(Disk { store, engine: Engine::new(bs), block_size: bs, latency: cfg.latency.clone().map(latency::Latency::new), nbd_server: Default::default() })
+        Ok(Disk {
+            store,
+            engine: Engine::new(bs),
+            block_size: bs,
+            latency: cfg.latency.clone().map(latency::Latency::new),
+            nbd_server: Default::default(),
+            service: Default::default(),
+        })
     }
 
     pub fn size(&self) -> u64 {
@@ -106,6 +116,13 @@ impl Disk {
 
     /// Read into `buf`. Read-side corruption edits only the returned buffer.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
+        let t0 = Instant::now();
+        let o = self.read_inner(off, buf);
+        self.service.record(Op::Read, t0.elapsed(), o.delay);
+        o
+    }
+
+    fn read_inner(&self, off: u64, buf: &mut [u8]) -> Outcome {
         if !self.in_range(off, buf.len() as u64) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }
@@ -144,6 +161,11 @@ impl Disk {
 
     /// `ack` gets the outcome and, for `Src::Lent`, the buffer back.
     fn write_from<'a>(&self, off: u64, data: store::Src<'a>, ack: impl FnOnce(Outcome, Option<store::Lent<'a>>)) {
+        let t0 = Instant::now();
+        let ack = move |o: Outcome, lent| {
+            self.service.record(Op::Write, t0.elapsed(), o.delay);
+            ack(o, lent)
+        };
         if !self.in_range(off, data.len() as u64) {
             return ack(Outcome { errno: Some(libc::EINVAL), delay: None }, data.lent());
         }
@@ -222,12 +244,26 @@ impl Disk {
     }
 
     pub fn flush(&self) -> Outcome {
+        let t0 = Instant::now();
+        let o = self.flush_inner();
+        self.service.record(Op::Flush, t0.elapsed(), o.delay);
+        o
+    }
+
+    fn flush_inner(&self) -> Outcome {
         let due = self.admit(Op::Flush, 0);
         let plan = self.engine.plan(Op::Flush, 0, 0, None);
         self.finish(plan, |s| s.flush()).due(due)
     }
 
     pub fn discard(&self, off: u64, len: u64) -> Outcome {
+        let t0 = Instant::now();
+        let o = self.discard_inner(off, len);
+        self.service.record(Op::Discard, t0.elapsed(), o.delay);
+        o
+    }
+
+    fn discard_inner(&self, off: u64, len: u64) -> Outcome {
         if !self.in_range(off, len) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }
@@ -594,6 +630,7 @@ mod tests {
                 block_size: 4096,
                 latency: None,
                 nbd_server: Default::default(),
+                service: Default::default(),
             };
             let at = FlipAt { byte: Some(0), bit: Some(0) };
             let (off, bs) = (3 * 4096u64, 4096usize);

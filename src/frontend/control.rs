@@ -114,6 +114,8 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
             if let Some(l) = &disk.latency {
                 v["latency_model"] = serde_json::to_value(l.stats())?;
             }
+            // the disk's own per-op service times (docs/monitor.md)
+            v["service"] = serde_json::to_value(disk.service.snapshot())?;
             // a remote (NBD) store: its client's retries, timeouts and the time they cost
             if let (Some(c), Some(o)) = (disk.client_counters(), v.as_object_mut()) {
                 o.insert("nbd_client".into(), serde_json::to_value(c)?);

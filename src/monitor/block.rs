@@ -36,7 +36,6 @@ use skel::{BlockSkel, BlockSkelBuilder, OpenBlockSkel};
 const MAX_DEVS: usize = 16;
 const NR_LAYERS: usize = 2;
 const NR_OPS: usize = 5;
-const DEPTH_BUCKETS: usize = 129;
 const NR_SLOTS: u64 = 128;
 
 /// A watched block device.
@@ -116,97 +115,182 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Which program set to load: tp_btf (BTF-typed arguments, cheapest) or raw_tp.
-#[derive(Clone, Copy, PartialEq)]
-enum Flavor {
+/// Which program set to load (block and syscall layers): tp_btf (BTF-typed arguments, cheapest), raw_tp, or classic
+/// tracepoints (the perf-event path; matched by device and sector, no queue time).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum Flavor {
     TpBtf,
     RawTp,
+    Tracepoint,
 }
 
-fn open_flavor<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, flavor: Flavor, t0: u64, interval: Duration) -> Result<OpenBlockSkel<'o>> {
+impl Flavor {
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::TpBtf => "tp_btf",
+            Flavor::RawTp => "raw_tp",
+            Flavor::Tracepoint => "tracepoint",
+        }
+    }
+}
+
+/// The attach types to try, best first: all of them, or the one `FAULTLINE_MONITOR_ATTACH`
+/// (tp_btf, raw_tp or tracepoint) forces, e.g. to test a fallback on a kernel that has better.
+pub(super) fn flavors(have_tracepoint: bool) -> Result<Vec<Flavor>> {
+    let all = if have_tracepoint { vec![Flavor::TpBtf, Flavor::RawTp, Flavor::Tracepoint] } else { vec![Flavor::TpBtf, Flavor::RawTp] };
+    match std::env::var("FAULTLINE_MONITOR_ATTACH") {
+        Ok(v) if !v.is_empty() => match all.iter().find(|f| f.name() == v) {
+            Some(f) => Ok(vec![*f]),
+            None => bail!("FAULTLINE_MONITOR_ATTACH={v}: allowed: {}", all.iter().map(|f| f.name()).collect::<Vec<_>>().join(", ")),
+        },
+        _ => Ok(all),
+    }
+}
+
+fn open_flavor<'o>(
+    storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    flavor: Flavor,
+    t0: u64,
+    interval: Duration,
+    devs: &[Watched],
+) -> Result<OpenBlockSkel<'o>> {
     let mut open = BlockSkelBuilder::default().open(storage).context("cannot open the block-layer BPF object")?;
     let rodata = open.maps.rodata_data.as_deref_mut().context("no rodata in the BPF object")?;
     rodata.t0_ns = t0;
     rodata.interval_ns = interval.as_nanos() as u64;
-    let btf = flavor == Flavor::TpBtf;
+    rodata.ndevs = devs.len() as u32;
+    for (i, d) in devs.iter().enumerate() {
+        rodata.devts[i] = d.kernel_dev();
+    }
+    // per-CPU maps: sized for the watched devices only
+    let n = devs.len() as u32;
+    open.maps.hists.set_max_entries(n * (NR_LAYERS * NR_OPS) as u32)?;
+    open.maps.devstats.set_max_entries(n)?;
+    open.maps.slots.set_max_entries(n * NR_SLOTS as u32)?;
     let p = &mut open.progs;
-    for prog in [&mut p.btf_bio_queue, &mut p.btf_rq_insert, &mut p.btf_rq_issue, &mut p.btf_rq_complete, &mut p.btf_rq_requeue] {
-        prog.set_autoload(btf);
-    }
-    for prog in [&mut p.raw_bio_queue, &mut p.raw_rq_insert, &mut p.raw_rq_issue, &mut p.raw_rq_complete, &mut p.raw_rq_requeue] {
-        prog.set_autoload(!btf);
-    }
+    p.btf_rq_complete.set_autoload(flavor == Flavor::TpBtf);
+    p.btf_rq_issue.set_autoload(flavor == Flavor::TpBtf);
+    p.raw_rq_complete.set_autoload(flavor == Flavor::RawTp);
+    p.raw_rq_issue.set_autoload(flavor == Flavor::RawTp);
+    p.tp_rq_complete.set_autoload(flavor == Flavor::Tracepoint);
+    p.tp_rq_issue.set_autoload(flavor == Flavor::Tracepoint);
     Ok(open)
 }
 
-fn load_attach<'o>(open: OpenBlockSkel<'o>, flavor: Flavor, devs: &[Watched]) -> Result<(BlockSkel<'o>, Vec<Link>)> {
+/// Load, attach the completion program (and the issue program where the kernel's issue
+/// stamps cannot be relied on: classic tracepoints, or `issue`).
+fn load_attach<'o>(open: OpenBlockSkel<'o>, flavor: Flavor, issue: bool) -> Result<(BlockSkel<'o>, Vec<Link>)> {
     let skel = open.load().context("cannot load the block-layer BPF programs")?;
-    for (i, d) in devs.iter().enumerate() {
-        skel.maps.devs.update(&d.kernel_dev().to_ne_bytes(), &(i as u32).to_ne_bytes(), MapFlags::ANY).context("cannot set the watched devices")?;
+    let mut links = vec![complete_prog(&skel, flavor).attach().context("cannot attach the completion program")?];
+    if issue || flavor == Flavor::Tracepoint {
+        links.push(issue_prog(&skel, flavor).attach().context("cannot attach the issue program")?);
     }
-    let p = &skel.progs;
-    let progs = match flavor {
-        Flavor::TpBtf => [&p.btf_bio_queue, &p.btf_rq_insert, &p.btf_rq_issue, &p.btf_rq_complete, &p.btf_rq_requeue],
-        Flavor::RawTp => [&p.raw_bio_queue, &p.raw_rq_insert, &p.raw_rq_issue, &p.raw_rq_complete, &p.raw_rq_requeue],
-    };
-    let links = progs.iter().map(|p| p.attach().with_context(|| format!("cannot attach {}", p.name().to_string_lossy()))).collect::<Result<Vec<_>>>()?;
     Ok((skel, links))
 }
 
+fn complete_prog<'a>(skel: &'a BlockSkel<'_>, flavor: Flavor) -> &'a libbpf_rs::ProgramMut<'a> {
+    match flavor {
+        Flavor::TpBtf => &skel.progs.btf_rq_complete,
+        Flavor::RawTp => &skel.progs.raw_rq_complete,
+        Flavor::Tracepoint => &skel.progs.tp_rq_complete,
+    }
+}
+
+fn issue_prog<'a>(skel: &'a BlockSkel<'_>, flavor: Flavor) -> &'a libbpf_rs::ProgramMut<'a> {
+    match flavor {
+        Flavor::TpBtf => &skel.progs.btf_rq_issue,
+        Flavor::RawTp => &skel.progs.raw_rq_issue,
+        Flavor::Tracepoint => &skel.progs.tp_rq_issue,
+    }
+}
+
+/// Whether the kernel stamps the device's requests with their issue time: it does where the
+/// queue keeps blk-stat statistics, which writeback throttling (present where
+/// queue/wbt_lat_usec reads) turns on. Elsewhere an issue program stores the time.
+fn stamps_issue(d: &Watched) -> bool {
+    std::fs::read_to_string(format!("/sys/dev/block/{}:{}/queue/wbt_lat_usec", d.major, d.minor)).is_ok()
+}
+
+/// Requests in flight on the device now (reads + writes), from sysfs.
+fn inflight(d: &Watched) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/sys/dev/block/{}:{}/inflight", d.major, d.minor)).ok()?;
+    Some(s.split_whitespace().filter_map(|w| w.parse::<u64>().ok()).sum())
+}
+
+/// How often the queue depth is sampled.
+const DEPTH_EVERY: Duration = Duration::from_millis(10);
+
 fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Receiver<()>) -> Result<MonitorResults> {
-    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, libbpf_print)));
     let t0 = monotonic_ns();
     let started = Instant::now();
     let mut notes = Vec::new();
-    let mut first = MaybeUninit::uninit();
-    let mut second = MaybeUninit::uninit();
-    let attempt = open_flavor(&mut first, Flavor::TpBtf, t0, interval).and_then(|o| load_attach(o, Flavor::TpBtf, devs));
-    let (skel, links, attach) = match attempt {
-        Ok((s, l)) => {
-            libbpf_log_tail();
-            (s, l, "tp_btf")
-        }
+    let flavors = match flavors(true) {
+        Ok(f) => f,
         Err(e) => {
-            let why = format!("{e:#}{}", libbpf_log_tail());
-            match open_flavor(&mut second, Flavor::RawTp, t0, interval).and_then(|o| load_attach(o, Flavor::RawTp, devs)) {
-                Ok((s, l)) => {
-                    notes.push(format!("tp_btf programs unavailable, raw_tp used: {}", why.lines().next().unwrap_or("")));
-                    (s, l, "raw_tp")
-                }
-                Err(e2) => {
-                    let msg = format!("{e2:#}{}", libbpf_log_tail());
-                    let hint = if msg.contains("Operation not permitted") || msg.contains("EPERM") {
-                        " (BPF needs root, or CAP_BPF and CAP_PERFMON, and no lockdown forbidding it)"
-                    } else {
-                        ""
-                    };
-                    let err = anyhow!("BPF block monitor unavailable{hint}: {msg}\n(tp_btf attempt: {why})");
-                    let _ = ready.send(Err(anyhow!("{err:#}")));
-                    return Err(err);
-                }
-            }
+            let _ = ready.send(Err(anyhow!("{e:#}")));
+            return Err(e);
         }
     };
+    let issue_needed = devs.iter().any(|d| !stamps_issue(d));
+    let mut storage: Vec<MaybeUninit<libbpf_rs::OpenObject>> = (0..flavors.len()).map(|_| MaybeUninit::uninit()).collect();
+    let ((skel, mut links), flavor, tried) = super::load_first("block", &mut storage, &flavors, &ready, |store, flavor| {
+        open_flavor(store, flavor, t0, interval, devs).and_then(|o| load_attach(o, flavor, issue_needed))
+    })?;
+    if !tried.is_empty() {
+        notes.push(format!("block layer attached as {}: {}", flavor.name(), tried.join("; ")));
+    }
+    if flavor == Flavor::Tracepoint {
+        notes.push("block layer on classic tracepoints: requests matched by device and sector, no queue time".into());
+    }
+    let mut issue_attached = issue_needed || flavor == Flavor::Tracepoint;
+    if issue_needed && flavor != Flavor::Tracepoint {
+        notes.push("a watched device has no writeback throttling (no kernel issue stamps): issue times stored by an issue program".into());
+    }
+    let attach = flavor.name();
     let _ = ready.send(Ok(attach));
     let mut reader = SlotReader::new(devs.len(), interval);
+    let mut depth = vec![DepthSampler::default(); devs.len()];
+    let mut next_drain = Duration::ZERO;
     // until stopped (or the monitor dropped)
-    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(interval.min(Duration::from_millis(250))) {
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(DEPTH_EVERY) {
+        let epoch = ((monotonic_ns() - t0) / interval.as_nanos() as u64) as usize;
+        for (d, s) in devs.iter().zip(depth.iter_mut()) {
+            if let Some(n) = inflight(d) {
+                s.add(epoch, n);
+            }
+        }
+        if started.elapsed() < next_drain {
+            continue;
+        }
+        next_drain = started.elapsed() + interval.min(Duration::from_millis(250));
         let done = (monotonic_ns() - t0) / interval.as_nanos() as u64;
         reader.drain(&skel, done, &mut notes);
+        // requests completing without the kernel's issue stamp: time the rest from an issue
+        // program of our own
+        if !issue_attached && (0..devs.len()).any(|i| devstat(&skel, i).map(|v| v[0]).unwrap_or(0) > 0) {
+            match issue_prog(&skel, flavor).attach() {
+                Ok(l) => {
+                    links.push(l);
+                    issue_attached = true;
+                    notes.push("requests completed without the kernel's issue stamp: issue times stored by an issue program from then on".into());
+                }
+                Err(e) => notes.push(format!("cannot attach the issue program: {e:#}")),
+            }
+        }
     }
     drop(links);
     let duration = started.elapsed();
-    let p = &skel.progs;
-    let missed: u64 = match attach {
-        "tp_btf" => [&p.btf_bio_queue, &p.btf_rq_insert, &p.btf_rq_issue, &p.btf_rq_complete, &p.btf_rq_requeue].iter().map(|p| recursion_misses(*p)).sum(),
-        _ => [&p.raw_bio_queue, &p.raw_rq_insert, &p.raw_rq_issue, &p.raw_rq_complete, &p.raw_rq_requeue].iter().map(|p| recursion_misses(*p)).sum(),
-    };
+    let missed = recursion_misses(complete_prog(&skel, flavor)) + recursion_misses(issue_prog(&skel, flavor));
     if missed > 0 {
         notes.push(format!("{missed} block events skipped by the kernel (a program of ours already running on that CPU): as many requests may be uncounted"));
     }
     // the interval in progress at detach, too
     let done = (monotonic_ns() - t0) / interval.as_nanos() as u64 + 1;
     reader.drain(&skel, done, &mut notes);
+    let early: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[3]).sum();
+    if early > 0 {
+        notes.push(format!("{early} requests issued before the monitor started completed while it ran: not counted"));
+    }
     let mut out = MonitorResults {
         schema: SCHEMA,
         attach: attach.into(),
@@ -217,9 +301,71 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
         ..Default::default()
     };
     for (i, d) in devs.iter().enumerate() {
-        out.devices.push(device_results(&skel, i, d, std::mem::take(&mut reader.series[i]))?);
+        let mut series = std::mem::take(&mut reader.series[i]);
+        for iv in series.iter_mut() {
+            let (n, mean, max) = depth[i].interval((iv.t_s / interval.as_secs_f64()).round() as usize);
+            iv.issues = n;
+            iv.depth_mean = mean;
+            iv.depth_max = max;
+        }
+        out.devices.push(device_results(&skel, i, d, series, &depth[i])?);
     }
     Ok(out)
+}
+
+/// Queue-depth samples of one device: a histogram over the whole run and per interval.
+#[derive(Clone, Default)]
+struct DepthSampler {
+    hist: std::collections::BTreeMap<u64, u64>,
+    /// per interval: (samples, sum, max)
+    per: Vec<(u64, u64, u64)>,
+}
+
+impl DepthSampler {
+    fn add(&mut self, epoch: usize, n: u64) {
+        *self.hist.entry(n).or_default() += 1;
+        if self.per.len() <= epoch {
+            self.per.resize(epoch + 1, (0, 0, 0));
+        }
+        let e = &mut self.per[epoch];
+        e.0 += 1;
+        e.1 += n;
+        e.2 = e.2.max(n);
+    }
+
+    fn interval(&self, epoch: usize) -> (u64, f64, u64) {
+        match self.per.get(epoch) {
+            Some(&(n, sum, max)) if n > 0 => (n, sum as f64 / n as f64, max),
+            _ => (0, 0.0, 0),
+        }
+    }
+
+    fn depth(&self) -> Depth {
+        let n: u64 = self.hist.values().sum();
+        let sum: u64 = self.hist.iter().map(|(d, c)| d * c).sum();
+        Depth {
+            mean: if n > 0 { sum as f64 / n as f64 } else { 0.0 },
+            max: self.hist.keys().next_back().copied().unwrap_or(0),
+            histogram: self.hist.iter().map(|(d, c)| [*d, *c]).collect(),
+        }
+    }
+}
+
+/// A per-CPU map's entry, summed over the CPUs, as u64 words.
+fn lookup_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<Vec<u64>> {
+    let per = map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?.with_context(|| format!("no entry {key} in map {}", map.name().to_string_lossy()))?;
+    let mut sum = vec![0u64; map.value_size() as usize / 8];
+    for cpu in per {
+        for (s, w) in sum.iter_mut().zip(words(&cpu)) {
+            *s += w;
+        }
+    }
+    Ok(sum)
+}
+
+/// [noissue, untracked, partial, early] of device `i` (block.h's `struct devstat`).
+fn devstat(skel: &BlockSkel<'_>, i: usize) -> Result<Vec<u64>> {
+    lookup_sum(&skel.maps.devstats, i as u32)
 }
 
 pub(super) fn words(v: &[u8]) -> Vec<u64> {
@@ -234,11 +380,11 @@ pub(super) fn ns_to_us(ns: f64) -> f64 {
     ns / 1000.0
 }
 
-fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Interval>) -> Result<DeviceResults> {
+fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Interval>, depth: &DepthSampler) -> Result<DeviceResults> {
     let mut layers = Vec::new();
     for (layer, lname) in BLOCK_LAYERS.iter().enumerate() {
         for (op, oname) in OPS.iter().enumerate() {
-            let v = lookup(&skel.maps.hists, ((i * NR_LAYERS + layer) * NR_OPS + op) as u32)?;
+            let v = lookup_sum(&skel.maps.hists, ((i * NR_LAYERS + layer) * NR_OPS + op) as u32)?;
             let (count, sum, bytes, buckets) = (v[0], v[1], v[2], &v[3..]);
             if count == 0 {
                 continue;
@@ -259,23 +405,16 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
             });
         }
     }
-    let ds = lookup(&skel.maps.devstats, i as u32)?;
-    let (inflight, untracked, unmatched, lost, depth) = (ds[0], ds[1], ds[2], ds[3], &ds[4..4 + DEPTH_BUCKETS]);
-    let issues: u64 = depth.iter().sum();
-    let weighted: u64 = depth.iter().enumerate().map(|(k, n)| k as u64 * n).sum();
+    let ds = devstat(skel, i)?;
     Ok(DeviceResults {
         device: d.path.display().to_string(),
         dev: format!("{}:{}", d.major, d.minor),
         layers,
-        depth: Depth {
-            mean: if issues > 0 { weighted as f64 / issues as f64 } else { 0.0 },
-            max: depth.iter().rposition(|&n| n > 0).unwrap_or(0) as u64,
-            histogram: depth.iter().enumerate().filter(|(_, n)| **n > 0).map(|(k, n)| [k as u64, *n]).collect(),
-        },
-        untracked,
-        unmatched,
-        lost_completions: lost,
-        inflight_at_end: inflight,
+        depth: depth.depth(),
+        untracked: ds[1],
+        unmatched: ds[0],
+        lost_completions: 0,
+        inflight_at_end: 0,
         series,
     })
 }
@@ -300,37 +439,41 @@ impl SlotReader {
             self.lost += done - NR_SLOTS - self.next;
             self.next = done - NR_SLOTS;
         }
-        let zero = vec![0u8; skel.maps.slots.value_size() as usize];
+        let ncpu = libbpf_rs::num_possible_cpus().unwrap_or(1);
+        let zero = vec![vec![0u8; skel.maps.slots.value_size() as usize]; ncpu];
         for e in self.next..done {
             for (dev, series) in self.series.iter_mut().enumerate() {
                 let key = (dev as u64 * NR_SLOTS + e % NR_SLOTS) as u32;
-                let Ok(v) = lookup(&skel.maps.slots, key) else { continue };
-                let _ = skel.maps.slots.update(&key.to_ne_bytes(), &zero, MapFlags::ANY);
+                let Ok(Some(per)) = skel.maps.slots.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY) else { continue };
+                let _ = skel.maps.slots.update_percpu(&key.to_ne_bytes(), &zero, MapFlags::ANY);
                 let t_s = (e as f64) * self.interval.as_secs_f64();
                 let mut iv = Interval { t_s, ..Default::default() };
-                if v[0] == e + 1 {
-                    let (issues, depth_sum, depth_max) = (v[1], v[2], v[3]);
-                    iv.issues = issues;
-                    iv.depth_max = depth_max;
-                    iv.depth_mean = if issues > 0 { depth_sum as f64 / issues as f64 } else { 0.0 };
-                    let at = |field: usize, op: usize| v[4 + field * NR_OPS + op];
-                    for (op, name) in OPS.iter().enumerate() {
-                        let (count, bytes, svc, queued, qns) = (at(0, op), at(1, op), at(2, op), at(3, op), at(4, op));
-                        if count == 0 {
-                            continue;
+                // this interval's counts, from the CPUs whose copy holds it
+                let mut v = [0u64; 1 + 5 * NR_OPS];
+                for cpu in per.iter().map(|c| words(c)) {
+                    if cpu[0] == e + 1 {
+                        for (s, w) in v.iter_mut().zip(cpu.iter()).skip(1) {
+                            *s += w;
                         }
-                        iv.ops.insert(
-                            name.to_string(),
-                            IntervalOp {
-                                count,
-                                bytes,
-                                service_mean_us: ns_to_us(svc as f64 / count as f64),
-                                queue_mean_us: if queued > 0 { ns_to_us(qns as f64 / queued as f64) } else { 0.0 },
-                            },
-                        );
+                    } else if cpu[0] > e + 1 {
+                        self.lost += 1;
                     }
-                } else if v[0] > e + 1 {
-                    self.lost += 1;
+                }
+                let at = |field: usize, op: usize| v[1 + field * NR_OPS + op];
+                for (op, name) in OPS.iter().enumerate() {
+                    let (count, bytes, svc, queued, qns) = (at(0, op), at(1, op), at(2, op), at(3, op), at(4, op));
+                    if count == 0 {
+                        continue;
+                    }
+                    iv.ops.insert(
+                        name.to_string(),
+                        IntervalOp {
+                            count,
+                            bytes,
+                            service_mean_us: ns_to_us(svc as f64 / count as f64),
+                            queue_mean_us: if queued > 0 { ns_to_us(qns as f64 / queued as f64) } else { 0.0 },
+                        },
+                    );
                 }
                 series.push(iv);
             }

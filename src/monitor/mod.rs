@@ -18,15 +18,35 @@ pub use model::MonitorResults;
 pub use pairs::PairMonitor;
 pub use syscall::SyscallMonitor;
 
+pub use crate::spec::experiment::{DEFAULT_MONITOR_LAYERS, MONITOR_LAYERS};
+
+/// A layer's name as `--layers` takes it.
+pub fn parse_layer(s: &str) -> Result<String, String> {
+    if MONITOR_LAYERS.contains(&s) { Ok(s.to_string()) } else { Err(format!("unknown layer `{s}`; allowed: {}", MONITOR_LAYERS.join(", "))) }
+}
+
 /// Start the tracepoint pairs for a monitor of `devices` (and processes `pids`): the built-in
-/// file-system, journal and driver pairs for what is mounted on and behind the devices, and the
-/// user's `extra` pairs. Returns the running monitor (None when there is nothing to time) and
+/// file-system, journal and driver pairs of the `layers` asked for (`fs`, `journal`, `driver`)
+/// for what is mounted on and behind the devices, and the user's `extra` pairs. Returns the running monitor (None when there is nothing to time) and
 /// notes. An error only when user pairs were given and cannot be attached; the built-in ones
 /// are left out with a note then.
-pub fn start_pairs(devices: &[std::path::PathBuf], pids: &[u32], mut extra: Vec<pairs::Pair>) -> anyhow::Result<(Option<PairMonitor>, Vec<String>)> {
+pub fn start_pairs(
+    devices: &[std::path::PathBuf],
+    pids: &[u32],
+    mut extra: Vec<pairs::Pair>,
+    layers: &[String],
+) -> anyhow::Result<(Option<PairMonitor>, Vec<String>)> {
     let watched = devices.iter().map(|d| block::Watched::new(d)).collect::<anyhow::Result<Vec<_>>>()?;
     let mm: Vec<(u32, u32)> = watched.iter().map(|w| (w.major, w.minor)).collect();
-    let (builtin, sums, conns, mut notes) = pairs::stack_pairs(&mm, devices);
+    let (mut builtin, mut sums, conns, mut notes) = pairs::stack_pairs(&mm, devices);
+    let asked = |l: &str| layers.iter().any(|x| x == l);
+    builtin.retain(|p| asked(&p.layer));
+    sums.retain(|s| asked(&s.layer));
+    if !asked("fs") {
+        notes.retain(|n| !n.starts_with("btrfs"));
+    }
+    // the FUSE connections filter the driver pairs only
+    let conns = if asked("driver") { conns } else { Vec::new() };
     let mut devs: Vec<u32> = watched.iter().map(|w| (w.major << 20) | w.minor).collect();
     devs.extend(conns);
     for p in &mut extra {
@@ -54,6 +74,41 @@ pub fn start_pairs(devices: &[std::path::PathBuf], pids: &[u32], mut extra: Vec<
             Ok((None, notes))
         }
     }
+}
+
+/// Open, load and attach a BPF object with the first attach flavour that works, best first
+/// (`block::flavors`: all, or the one `FAULTLINE_MONITOR_ATTACH` forces): `one` does it for one
+/// flavour into its own storage. Returns its result, the flavour, and why the better ones
+/// failed (one line each, empty when the first worked); or an error naming every attempt's
+/// reason with libbpf's last messages, which is also sent to `ready`.
+pub(super) fn load_first<'o, T>(
+    what: &str,
+    storage: &'o mut [std::mem::MaybeUninit<libbpf_rs::OpenObject>],
+    flavors: &[block::Flavor],
+    ready: &std::sync::mpsc::Sender<anyhow::Result<&'static str>>,
+    mut one: impl FnMut(&'o mut std::mem::MaybeUninit<libbpf_rs::OpenObject>, block::Flavor) -> anyhow::Result<T>,
+) -> anyhow::Result<(T, block::Flavor, Vec<String>)> {
+    use anyhow::anyhow;
+    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, block::libbpf_print)));
+    let mut tried = Vec::new();
+    for (store, flavor) in storage.iter_mut().zip(flavors) {
+        match one(store, *flavor) {
+            Ok(t) => {
+                block::libbpf_log_tail();
+                return Ok((t, *flavor, tried.iter().map(|t: &String| t.lines().next().unwrap_or("").to_string()).collect()));
+            }
+            Err(e) => tried.push(format!("{}: {e:#}{}", flavor.name(), block::libbpf_log_tail())),
+        }
+    }
+    let msg = tried.join("\n");
+    let hint = if msg.contains("Operation not permitted") || msg.contains("EPERM") {
+        " (BPF needs root, or CAP_BPF and CAP_PERFMON, and no lockdown forbidding it)"
+    } else {
+        ""
+    };
+    let err = anyhow!("BPF {what} monitor unavailable{hint}: {msg}");
+    let _ = ready.send(Err(anyhow!("{err:#}")));
+    Err(err)
 }
 
 /// A monitor's thread, started by `Running::spawn`: it loads and attaches its programs, says

@@ -216,16 +216,16 @@ impl MonitorResults {
                     r.p99_us
                 );
             }
-            let _ = writeln!(s, "{name:<12} queue depth at issue: mean {:.2}, max {}", d.depth.mean, d.depth.max);
+            let _ = writeln!(s, "{name:<12} queue depth (sampled every 10 ms): mean {:.2}, max {}", d.depth.mean, d.depth.max);
             if d.unmatched > 0 || d.inflight_at_end > 0 || d.lost_completions > 0 {
                 let _ = writeln!(
                     s,
-                    "{name:<12} {} completions without a seen issue, {} issues whose completion was not seen, {} in flight at detach",
+                    "{name:<12} {} completions without an issue time, {} issues whose completion was not seen, {} in flight at detach",
                     d.unmatched, d.lost_completions, d.inflight_at_end
                 );
             }
             if d.untracked > 0 {
-                let _ = writeln!(s, "{name:<12} {} requests not timed (no room in the kernel's request table)", d.untracked);
+                let _ = writeln!(s, "{name:<12} {} requests not timed (no room in the kernel's issue-time table)", d.untracked);
             }
         }
         s

@@ -2,7 +2,7 @@
 //! processes (and of the processes they fork after attach) take from entry to exit, per op,
 //! aggregated in the kernel like the block layer. Same thread design as `block`.
 
-use super::block::{libbpf_log_tail, libbpf_print, lookup, ns_to_us, recursion_misses};
+use super::block::{Flavor, flavors, lookup, ns_to_us, recursion_misses};
 use super::hist;
 use super::model::LayerOp;
 use anyhow::{Context, Result, anyhow, bail};
@@ -88,19 +88,36 @@ impl SyscallMonitor {
     }
 }
 
-fn open_flavor(storage: &mut MaybeUninit<libbpf_rs::OpenObject>, btf: bool) -> Result<OpenSyscallSkel<'_>> {
+fn open_flavor(storage: &mut MaybeUninit<libbpf_rs::OpenObject>, flavor: Flavor) -> Result<OpenSyscallSkel<'_>> {
     let mut open = SyscallSkelBuilder::default().open(storage).context("cannot open the syscall BPF object")?;
     let p = &mut open.progs;
-    for prog in [&mut p.btf_sys_enter, &mut p.btf_sys_exit, &mut p.btf_fork] {
-        prog.set_autoload(btf);
-    }
-    for prog in [&mut p.raw_sys_enter, &mut p.raw_sys_exit, &mut p.raw_fork] {
-        prog.set_autoload(!btf);
+    for (prog, f) in [
+        (&mut p.btf_sys_enter, Flavor::TpBtf),
+        (&mut p.btf_sys_exit, Flavor::TpBtf),
+        (&mut p.btf_fork, Flavor::TpBtf),
+        (&mut p.raw_sys_enter, Flavor::RawTp),
+        (&mut p.raw_sys_exit, Flavor::RawTp),
+        (&mut p.raw_fork, Flavor::RawTp),
+        (&mut p.tp_sys_enter, Flavor::Tracepoint),
+        (&mut p.tp_sys_exit, Flavor::Tracepoint),
+        (&mut p.tp_fork, Flavor::Tracepoint),
+    ] {
+        prog.set_autoload(f == flavor);
     }
     Ok(open)
 }
 
-fn load_attach<'o>(open: OpenSyscallSkel<'o>, btf: bool, pids: &[u32]) -> Result<(SyscallSkel<'o>, Vec<Link>)> {
+/// The flavour's programs: fork hook, enter, exit.
+fn progs<'a>(skel: &'a SyscallSkel<'_>, flavor: Flavor) -> [&'a libbpf_rs::ProgramMut<'a>; 3] {
+    let p = &skel.progs;
+    match flavor {
+        Flavor::TpBtf => [&p.btf_fork, &p.btf_sys_enter, &p.btf_sys_exit],
+        Flavor::RawTp => [&p.raw_fork, &p.raw_sys_enter, &p.raw_sys_exit],
+        Flavor::Tracepoint => [&p.tp_fork, &p.tp_sys_enter, &p.tp_sys_exit],
+    }
+}
+
+fn load_attach<'o>(open: OpenSyscallSkel<'o>, flavor: Flavor, pids: &[u32]) -> Result<(SyscallSkel<'o>, Vec<Link>)> {
     let skel = open.load().context("cannot load the syscall BPF programs")?;
     for (nr, op) in syscall_ops() {
         skel.maps.sysops.update(&(nr as u32).to_ne_bytes(), &(op + 1u32).to_ne_bytes(), MapFlags::ANY).context("cannot set the syscall table")?;
@@ -108,40 +125,28 @@ fn load_attach<'o>(open: OpenSyscallSkel<'o>, btf: bool, pids: &[u32]) -> Result
     for p in pids {
         skel.maps.tgids.update(&p.to_ne_bytes(), &[1u8], MapFlags::ANY).context("cannot set the watched processes")?;
     }
-    let p = &skel.progs;
     // the fork hook first, so no child forked while attaching is missed
-    let progs = if btf { [&p.btf_fork, &p.btf_sys_enter, &p.btf_sys_exit] } else { [&p.raw_fork, &p.raw_sys_enter, &p.raw_sys_exit] };
-    let links = progs.iter().map(|p| p.attach().with_context(|| format!("cannot attach {}", p.name().to_string_lossy()))).collect::<Result<Vec<_>>>()?;
+    let links =
+        progs(&skel, flavor).iter().map(|p| p.attach().with_context(|| format!("cannot attach {}", p.name().to_string_lossy()))).collect::<Result<Vec<_>>>()?;
     Ok((skel, links))
 }
 
 fn run(pids: &[u32], ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Receiver<()>) -> Result<SyscallResults> {
-    libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, libbpf_print)));
-    let mut first = MaybeUninit::uninit();
-    let mut second = MaybeUninit::uninit();
-    let (skel, links, attach) = match open_flavor(&mut first, true).and_then(|o| load_attach(o, true, pids)) {
-        Ok((s, l)) => {
-            libbpf_log_tail();
-            (s, l, "tp_btf")
-        }
+    let flavors = match flavors(true) {
+        Ok(f) => f,
         Err(e) => {
-            let why = format!("{e:#}{}", libbpf_log_tail());
-            match open_flavor(&mut second, false).and_then(|o| load_attach(o, false, pids)) {
-                Ok((s, l)) => (s, l, "raw_tp"),
-                Err(e2) => {
-                    let err = anyhow!("BPF syscall monitor unavailable: {e2:#}{}\n(tp_btf attempt: {why})", libbpf_log_tail());
-                    let _ = ready.send(Err(anyhow!("{err:#}")));
-                    return Err(err);
-                }
-            }
+            let _ = ready.send(Err(anyhow!("{e:#}")));
+            return Err(e);
         }
     };
+    let mut storage: Vec<MaybeUninit<libbpf_rs::OpenObject>> = (0..flavors.len()).map(|_| MaybeUninit::uninit()).collect();
+    let ((skel, links), flavor, _) =
+        super::load_first("syscall", &mut storage, &flavors, &ready, |store, flavor| open_flavor(store, flavor).and_then(|o| load_attach(o, flavor, pids)))?;
+    let attach = flavor.name();
     let _ = ready.send(Ok(attach));
     let _ = stop.recv();
     drop(links);
-    let p = &skel.progs;
-    let progs = if attach == "tp_btf" { [&p.btf_fork, &p.btf_sys_enter, &p.btf_sys_exit] } else { [&p.raw_fork, &p.raw_sys_enter, &p.raw_sys_exit] };
-    let mut out = SyscallResults { attach, missed_events: progs.iter().map(|p| recursion_misses(*p)).sum(), ..Default::default() };
+    let mut out = SyscallResults { attach, missed_events: progs(&skel, flavor).iter().map(|p| recursion_misses(*p)).sum(), ..Default::default() };
     for (op, name) in SYS_OPS.iter().enumerate() {
         let v = lookup(&skel.maps.sys_hists, op as u32)?;
         let (count, sum, bytes, buckets) = (v[0], v[1], v[2], &v[3..]);

@@ -300,8 +300,9 @@ fn start_host_faults(r: &Rep, built: &Built) -> Result<Option<crate::host::Sched
     Ok(Some(crate::host::Schedule::start(faults.clone(), targets, Instant::now())?))
 }
 
-/// Start the BPF monitor on the setup's devices for the drive phase: the block layer, and the
-/// tracepoint pairs (file-system, journal and driver layers, the experiment's `extra` pairs).
+/// Start the BPF monitor on the setup's devices for the drive phase: the block layer, the
+/// tracepoint pairs of the layers asked for (`monitor: {layers}`; file-system, journal,
+/// driver), the experiment's `extra` pairs, and with `syscall` the run's own I/O calls.
 /// `auto`: where it cannot load, the repetition runs without it and its notes say why; `on`:
 /// that is an error.
 fn start_monitor(r: &mut Rep, exp: &Experiment, built: &Built) -> Result<Option<Monitors>> {
@@ -323,14 +324,18 @@ fn start_monitor(r: &mut Rep, exp: &Experiment, built: &Built) -> Result<Option<
         .iter()
         .map(|x| crate::monitor::pairs::Pair::user(&x.name, &x.enter, &x.exit, x.key.as_deref()).map_err(anyhow::Error::msg))
         .collect::<Result<Vec<_>>>()?;
-    let (pairs, notes) = crate::monitor::start_pairs(&built.devices, &[], extra).context("monitor: extra")?;
+    let (pairs, notes) = crate::monitor::start_pairs(&built.devices, &[], extra, &exp.monitor.layers).context("monitor: extra")?;
     r.notes.extend(notes.into_iter().map(|n| format!("monitor: {n}")));
     // the workload runs in this process's threads: its I/O system calls are this process's
-    let sys = match crate::monitor::SyscallMonitor::start(&[std::process::id()]) {
-        Ok(m) => Some(m),
-        Err(e) => {
-            r.notes.push(format!("monitor: syscall layer not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));
-            None
+    let sys = if !exp.monitor.layers.iter().any(|l| l == "syscall") {
+        None
+    } else {
+        match crate::monitor::SyscallMonitor::start(&[std::process::id()]) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                r.notes.push(format!("monitor: syscall layer not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));
+                None
+            }
         }
     };
     Ok(Some(Monitors { block, pairs, sys }))

@@ -63,6 +63,7 @@ struct RawMonitor {
     enabled: Option<RawFlag>,
     interval: Option<Dur>,
     extra: Option<Vec<Spanned<RawExtraPair>>>,
+    layers: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -104,11 +105,24 @@ pub struct MonitorSpec {
     /// Length of one interval of the monitor's time series.
     pub interval: std::time::Duration,
     pub extra: Vec<ExtraPair>,
+    /// The layers timed (`MONITOR_LAYERS`); `DEFAULT_MONITOR_LAYERS` unless the experiment says.
+    pub layers: Vec<String>,
 }
+
+/// The monitor's layers (docs/monitor.md says what each costs).
+pub const MONITOR_LAYERS: &[&str] = &["block", "fs", "journal", "driver", "syscall"];
+/// The cheap ones, on unless the experiment names its own: a program per block request and
+/// one pair per journal commit.
+pub const DEFAULT_MONITOR_LAYERS: &[&str] = &["block", "journal"];
 
 impl Default for MonitorSpec {
     fn default() -> Self {
-        MonitorSpec { mode: MonitorMode::Auto, interval: std::time::Duration::from_secs(1), extra: Vec::new() }
+        MonitorSpec {
+            mode: MonitorMode::Auto,
+            interval: std::time::Duration::from_secs(1),
+            extra: Vec::new(),
+            layers: DEFAULT_MONITOR_LAYERS.iter().map(|l| l.to_string()).collect(),
+        }
     }
 }
 
@@ -144,7 +158,7 @@ fn monitor(m: &Spanned<RawMonitorValue>, source: &str) -> Result<MonitorSpec, St
         RawFlag::Word(w) if w == "auto" => Ok(MonitorMode::Auto),
         RawFlag::Word(w) if w == "on" => Ok(MonitorMode::On),
         RawFlag::Word(w) if w == "off" => Ok(MonitorMode::Off),
-        RawFlag::Word(o) => Err(format!("{source}:{at}: monitor: unknown value `{o}`; allowed: auto, on, off, or a map {{enabled, interval, extra}}")),
+        RawFlag::Word(o) => Err(format!("{source}:{at}: monitor: unknown value `{o}`; allowed: auto, on, off, or a map {{enabled, interval, extra, layers}}")),
     };
     let mut spec = MonitorSpec::default();
     match &m.value {
@@ -165,6 +179,20 @@ fn monitor(m: &Spanned<RawMonitorValue>, source: &str) -> Result<MonitorSpec, St
                     return Err(format!("{source}:{at}: monitor: extra: two pairs named `{}`", e.name));
                 }
                 spec.extra.push(e);
+            }
+            if let Some(ls) = &r.layers {
+                spec.layers.clear();
+                for l in ls {
+                    if !MONITOR_LAYERS.contains(&l.as_str()) {
+                        return Err(format!("{source}:{at}: monitor: layers: unknown layer `{l}`; allowed: {}", MONITOR_LAYERS.join(", ")));
+                    }
+                    if !spec.layers.contains(l) {
+                        spec.layers.push(l.clone());
+                    }
+                }
+                if !spec.layers.iter().any(|l| l == "block") {
+                    return Err(format!("{source}:{at}: monitor: layers must include `block` (the other layers are added to it)"));
+                }
             }
         }
     }
@@ -709,6 +737,11 @@ mod tests {
         assert!(e.contains("t.yaml:2") && e.contains("allowed: auto, on, off"), "{e}");
         assert!(mon("monitor: {interval: 1ms}\n").unwrap_err().contains("at least 10ms"));
         assert!(mon("monitor: {every: 1s}\n").is_err());
+        assert_eq!(mon("").unwrap().layers, ["block", "journal"]);
+        assert_eq!(mon("monitor: {layers: [block, driver, syscall]}\n").unwrap().layers, ["block", "driver", "syscall"]);
+        let e = mon("monitor: {layers: [block, vfs]}\n").unwrap_err();
+        assert!(e.contains("t.yaml:") && e.contains("`vfs`") && e.contains("allowed: block, fs, journal, driver, syscall"), "{e}");
+        assert!(mon("monitor: {layers: [fs]}\n").unwrap_err().contains("must include `block`"));
         let m = mon("monitor: {extra: [{name: fsync, enter: \"ext4:ext4_sync_file_enter\", exit: \"ext4:ext4_sync_file_exit\", key: tid}]}\n").unwrap();
         assert_eq!(
             m.extra[0],

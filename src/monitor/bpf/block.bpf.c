@@ -1,106 +1,88 @@
 // SPDX-License-Identifier: GPL-2.0
 // Block-layer timing for faultline's monitor (loader: src/monitor/block.rs).
 //
-// Per request of the watched devices: queue time (first bio queued, or the request inserted,
-// until the driver is handed the request) and service time (issue until completion), in
-// log-linear histograms per device x layer x op, plus request count and bytes per op, queue
-// depth seen at each issue, and per-interval counters. Everything is aggregated here; user
-// space only reads the maps. The same bodies serve tp_btf programs and their raw_tp fallback
-// (the loader picks one set), so every kernel read goes through BPF_CORE_READ.
+// One program per request, at its completion: the kernel already stamps each request with
+// when it was allocated (start_time_ns, set when the queue keeps I/O statistics) and when the
+// driver was handed it (io_start_time_ns, set when the queue keeps blk-stat statistics, which
+// writeback throttling turns on), so queue time = io_start - start and service time = now -
+// io_start, added to per-CPU log-linear histograms per device x layer x op and per-interval
+// counters. User space only reads the maps (and samples the queue depth from sysfs).
+//
+// Where a device's requests carry no issue time, the loader also attaches an issue program
+// that stores it in a table. Three flavours of the same bodies: tp_btf (BTF-typed arguments,
+// plain loads), raw_tp (reads through BPF_CORE_READ) and classic tracepoints (no request
+// address: issue and completion matched by device and sector; no queue time).
 #include "vmlinux.h"
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 
 #include "block.h"
+#include "hist.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
 // Set by the loader before load.
 const volatile u64 interval_ns = 1000000000ULL;
 const volatile u64 t0_ns = 0;
+const volatile u32 ndevs = 0;
+// Watched devices, kernel dev_t (major << 20 | minor); the index is the device's slot below.
+const volatile u32 devts[MAX_DEVS] = {};
 
-// Watched devices: kernel dev_t (major << 20 | minor) -> index into the arrays below.
+// Histograms, index ((dev * NR_LAYERS) + layer) * NR_OPS + op; per CPU, so plain adds (the
+// loader sizes it for the watched devices only).
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_DEVS);
-	__type(key, u32);
-	__type(value, u32);
-} devs SEC(".maps");
-
-// Requests in flight (and inserted, not yet issued), by request address. LRU: a request
-// merged into another after its insertion is freed without an issue or a completion.
-struct start {
-	u64 queued_ns; // 0: unknown
-	u64 issued_ns; // 0: not issued yet
-	u32 bytes;
-	u32 dev;
-	u32 op;
-	u32 requeued; // block_rq_requeue seen since the issue
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u64);
-	__type(value, struct start);
-} reqs SEC(".maps");
-
-// When each bio of a watched device was queued, by bio address. LRU: a bio merged into a
-// request as other than its first bio is never looked up again.
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, u64);
-	__type(value, u64);
-} bios SEC(".maps");
-
-// Histograms, index ((dev * NR_LAYERS) + layer) * NR_OPS + op. Shared (not per CPU) so the
-// memory does not grow with the CPU count; updated with atomic adds.
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, MAX_DEVS * NR_LAYERS * NR_OPS);
 	__type(key, u32);
 	__type(value, struct hist);
 } hists SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, MAX_DEVS);
 	__type(key, u32);
 	__type(value, struct devstat);
 } devstats SEC(".maps");
 
-// Per-interval counters, index dev * NR_SLOTS + (interval % NR_SLOTS). Only ever added to
-// here; user space reads a finished interval's slot and zeroes it for reuse.
+// Per-interval counters, index dev * NR_SLOTS + (interval % NR_SLOTS), per CPU. Only ever
+// added to here; user space reads a finished interval's slot and zeroes it for reuse.
 struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, MAX_DEVS * NR_SLOTS);
 	__type(key, u32);
 	__type(value, struct slot);
 } slots SEC(".maps");
 
-static __always_inline u32 log2_u64(u64 v)
-{
-	u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
-	return r;
-}
+// Issue times stored by the issue programs (only attached where the kernel does not stamp
+// requests), by request address. LRU: a request freed without completion must not fill it.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, u64);
+} issued SEC(".maps");
 
-// Log-linear bucket: exact below 2^SUB_BITS, then 2^SUB_BITS buckets per power of two.
-static __always_inline u32 bucket_of(u64 v)
+// The same for the classic tracepoints, by (device, sector).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct rqkey);
+	__type(value, u64);
+} issued_at SEC(".maps");
+
+// The watched device's index, or -1: compares against read-only data (no map lookup), so
+// the requests of other devices cost a few loads.
+static __always_inline int dev_slot(u32 devt)
 {
-	if (v < (1 << SUB_BITS))
-		return v;
-	u32 e = log2_u64(v);
-	u32 sub = (v >> (e - SUB_BITS)) & ((1 << SUB_BITS) - 1);
-	u32 idx = ((e - SUB_BITS + 1) << SUB_BITS) + sub;
-	return idx < NR_BUCKETS ? idx : NR_BUCKETS - 1;
+#pragma unroll
+	for (int i = 0; i < MAX_DEVS; i++) {
+		if (i >= ndevs)
+			break;
+		if (devts[i] == devt)
+			return i;
+	}
+	return -1;
 }
 
 static __always_inline u32 op_of(u32 cmd_flags)
@@ -114,202 +96,202 @@ static __always_inline u32 op_of(u32 cmd_flags)
 	}
 }
 
-static __always_inline u32 *dev_index(struct gendisk *disk)
+static __always_inline void devstat_add(int d, int field)
 {
+	u32 k = d;
+	struct devstat *ds = bpf_map_lookup_elem(&devstats, &k);
+	if (!ds)
+		return;
+	if (field == 0)
+		ds->noissue++;
+	else if (field == 1)
+		ds->untracked++;
+	else if (field == 2)
+		ds->partial++;
+	else
+		ds->early++;
+}
+
+// One completed request: `issue_ns` 0 when its issue time is unknown, `start_ns` 0 when its
+// queueing start is unknown. `whole` 0 for a partial completion (more to come).
+static __always_inline void account(int d, u32 op, u64 bytes, u64 start_ns, u64 issue_ns, int whole)
+{
+	if (d < 0 || d >= MAX_DEVS || op >= NR_OPS)
+		return;
+	// a data write with a preflush is completed twice: its data, then (bytes used up) the
+	// end of its flush sequence
+	if (!bytes && (op == OP_READ || op == OP_WRITE))
+		return;
+	if (!whole) {
+		devstat_add(d, 2);
+		return;
+	}
+	if (!issue_ns) {
+		if (bytes)
+			devstat_add(d, 0); // not issued (a flush's data-less parent) or not stamped
+		return;
+	}
+	if (issue_ns < t0_ns) {
+		devstat_add(d, 3); // issued before the monitor started: its other layers did not see it either
+		return;
+	}
+	u64 now = bpf_ktime_get_ns();
+	if (now < issue_ns)
+		return;
+	u64 svc = now - issue_ns, q = 0;
+	int have_q = start_ns && start_ns <= issue_ns;
+	if (have_q)
+		q = issue_ns - start_ns;
+	u32 key = ((u32)d * NR_LAYERS + LAYER_SERVICE) * NR_OPS + op;
+	struct hist *h = bpf_map_lookup_elem(&hists, &key);
+	if (h)
+		hist_add_cpu(h, svc, bytes);
+	if (have_q) {
+		key = ((u32)d * NR_LAYERS + LAYER_QUEUE) * NR_OPS + op;
+		h = bpf_map_lookup_elem(&hists, &key);
+		if (h)
+			hist_add_cpu(h, q, 0);
+	}
+	if (now < t0_ns || !interval_ns)
+		return;
+	u64 epoch = (now - t0_ns) / interval_ns;
+	key = (u32)d * NR_SLOTS + (u32)(epoch % NR_SLOTS);
+	struct slot *s = bpf_map_lookup_elem(&slots, &key);
+	if (!s)
+		return;
+	if (s->epoch != epoch + 1) {
+		// this CPU's copy still holds an older interval (user space zeroes what it read,
+		// but may not have read this CPU's yet): start it over, so intervals never mix
+		__builtin_memset(s, 0, sizeof(*s));
+		s->epoch = epoch + 1; // 1-based: 0 marks a slot never written
+	}
+	s->count[op]++;
+	s->bytes[op] += bytes;
+	s->service_ns[op] += svc;
+	if (have_q) {
+		s->queued[op]++;
+		s->queue_ns[op] += q;
+	}
+}
+
+// The issue time, from the request or (fallback) from the issue table.
+static __always_inline u64 issue_time(u64 stamped, u64 rq)
+{
+	if (stamped)
+		return stamped;
+	u64 *t = bpf_map_lookup_elem(&issued, &rq);
+	if (!t)
+		return 0;
+	u64 v = *t;
+	bpf_map_delete_elem(&issued, &rq);
+	return v;
+}
+
+static __always_inline void store_issue(int d, u64 rq)
+{
+	u64 now = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&issued, &rq, &now, BPF_ANY))
+		devstat_add(d, 1);
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(btf_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	struct gendisk *disk = rq->q->disk;
 	if (!disk)
 		return 0;
-	u32 major = BPF_CORE_READ(disk, major);
-	u32 minor = BPF_CORE_READ(disk, first_minor);
-	u32 devt = (major << 20) | minor;
-	return bpf_map_lookup_elem(&devs, &devt);
-}
-
-static __always_inline void hist_add(u32 dev, u32 layer, u32 op, u64 ns, u64 bytes)
-{
-	u32 key = (dev * NR_LAYERS + layer) * NR_OPS + op;
-	struct hist *h = bpf_map_lookup_elem(&hists, &key);
-	if (!h)
-		return;
-	u32 b = bucket_of(ns);
-	if (b >= NR_BUCKETS)
-		return;
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->sum_ns, ns);
-	__sync_fetch_and_add(&h->bytes, bytes);
-	__sync_fetch_and_add(&h->buckets[b], 1);
-}
-
-static __always_inline struct slot *slot_now(u32 dev, u64 now)
-{
-	if (now < t0_ns || !interval_ns)
+	int d = dev_slot(((u32)disk->major << 20) | (u32)disk->first_minor);
+	if (d < 0)
 		return 0;
-	u64 epoch = (now - t0_ns) / interval_ns;
-	u32 key = dev * NR_SLOTS + (u32)(epoch % NR_SLOTS);
-	struct slot *s = bpf_map_lookup_elem(&slots, &key);
-	if (s && s->epoch != epoch + 1)
-		s->epoch = epoch + 1; // 1-based: 0 marks a slot never written
-	return s;
-}
-
-static __always_inline int on_bio_queue(struct bio *bio)
-{
-	struct block_device *bdev = BPF_CORE_READ(bio, bi_bdev);
-	if (!bdev || !dev_index(BPF_CORE_READ(bdev, bd_disk)))
-		return 0;
-	u64 key = (u64)bio, now = bpf_ktime_get_ns();
-	bpf_map_update_elem(&bios, &key, &now, BPF_ANY);
+	u32 len = rq->__data_len;
+	account(d, op_of(rq->cmd_flags), nr_bytes, rq->start_time_ns, issue_time(rq->io_start_time_ns, (u64)rq), nr_bytes >= len);
 	return 0;
 }
 
-static __always_inline int on_rq_insert(struct request *rq)
-{
-	u32 *dev = dev_index(BPF_CORE_READ(rq, q, disk));
-	if (!dev)
-		return 0;
-	u64 key = (u64)rq;
-	struct start *old = bpf_map_lookup_elem(&reqs, &key);
-	if (old && old->requeued)
-		return 0; // inserted again after a requeue: still the request first issued
-	struct start st = {};
-	struct bio *bio = BPF_CORE_READ(rq, bio);
-	u64 bkey = (u64)bio;
-	u64 *bq = bio ? bpf_map_lookup_elem(&bios, &bkey) : 0;
-	st.queued_ns = bq ? *bq : bpf_ktime_get_ns();
-	if (bq)
-		bpf_map_delete_elem(&bios, &bkey); // used: a later bio at this address is a new one
-	st.dev = *dev;
-	if (bpf_map_update_elem(&reqs, &key, &st, BPF_ANY)) {
-		struct devstat *ds = bpf_map_lookup_elem(&devstats, dev);
-		if (ds)
-			__sync_fetch_and_add(&ds->untracked, 1);
-	}
-	return 0;
-}
-
-static __always_inline int on_rq_issue(struct request *rq)
-{
-	u32 *dev = dev_index(BPF_CORE_READ(rq, q, disk));
-	if (!dev)
-		return 0;
-	u32 d = *dev;
-	u64 now = bpf_ktime_get_ns(), key = (u64)rq;
-	struct start st = {};
-	struct devstat *ds = bpf_map_lookup_elem(&devstats, &d);
-	if (!ds)
-		return 0;
-	struct start *old = bpf_map_lookup_elem(&reqs, &key);
-	if (old && old->issued_ns) {
-		if (old->requeued)
-			return 0; // issued again after a requeue: keep the first issue, counted once
-		// the request at this address was issued and its completion never reached us: it
-		// is no longer in flight; this is a new request
-		__sync_fetch_and_add(&ds->lost, 1);
-		__sync_fetch_and_add(&ds->inflight, -1);
-		old = 0;
-	}
-	if (old && old->queued_ns) {
-		st.queued_ns = old->queued_ns;
-	} else {
-		struct bio *bio = BPF_CORE_READ(rq, bio);
-		u64 bkey = (u64)bio;
-		u64 *bq = bio ? bpf_map_lookup_elem(&bios, &bkey) : 0;
-		if (bq) {
-			st.queued_ns = *bq;
-			bpf_map_delete_elem(&bios, &bkey);
-		}
-	}
-	st.issued_ns = now;
-	st.bytes = BPF_CORE_READ(rq, __data_len);
-	st.op = op_of(BPF_CORE_READ(rq, cmd_flags));
-	st.dev = d;
-	if (bpf_map_update_elem(&reqs, &key, &st, BPF_ANY)) {
-		__sync_fetch_and_add(&ds->untracked, 1);
-		return 0;
-	}
-	u64 depth = __sync_fetch_and_add(&ds->inflight, 1) + 1;
-	u32 db = depth < DEPTH_BUCKETS ? depth : DEPTH_BUCKETS - 1;
-	__sync_fetch_and_add(&ds->depth[db], 1);
-	struct slot *s = slot_now(d, now);
-	if (s) {
-		__sync_fetch_and_add(&s->issues, 1);
-		__sync_fetch_and_add(&s->depth_sum, depth);
-		if (depth > s->depth_max)
-			s->depth_max = depth; // racy max: at worst one sample low
-	}
-	return 0;
-}
-
-static __always_inline int on_rq_complete(struct request *rq)
-{
-	u64 key = (u64)rq;
-	struct start *st = bpf_map_lookup_elem(&reqs, &key);
-	if (!st) {
-		// not watched, issued before we started, or its issue event was not seen; data-less
-		// ones (the parent of a flush, never issued itself) are not counted
-		u32 *dev = dev_index(BPF_CORE_READ(rq, q, disk));
-		struct devstat *ds = dev && BPF_CORE_READ(rq, __data_len) ? bpf_map_lookup_elem(&devstats, dev) : 0;
-		if (ds)
-			__sync_fetch_and_add(&ds->unmatched, 1);
-		return 0;
-	}
-	if (!st->issued_ns)
-		return 0; // ended without being issued (e.g. a data-less flush's parent request)
-	u64 now = bpf_ktime_get_ns();
-	u32 d = st->dev, op = st->op;
-	u64 bytes = st->bytes, svc = now - st->issued_ns, q = 0;
-	int have_q = st->queued_ns && st->queued_ns <= st->issued_ns;
-	if (have_q)
-		q = st->issued_ns - st->queued_ns;
-	bpf_map_delete_elem(&reqs, &key);
-	if (d >= MAX_DEVS || op >= NR_OPS)
-		return 0;
-	hist_add(d, LAYER_SERVICE, op, svc, bytes);
-	if (have_q)
-		hist_add(d, LAYER_QUEUE, op, q, 0);
-	struct devstat *ds = bpf_map_lookup_elem(&devstats, &d);
-	if (ds)
-		__sync_fetch_and_add(&ds->inflight, -1);
-	struct slot *s = slot_now(d, now);
-	if (s) {
-		__sync_fetch_and_add(&s->count[op], 1);
-		__sync_fetch_and_add(&s->bytes[op], bytes);
-		__sync_fetch_and_add(&s->service_ns[op], svc);
-		if (have_q) {
-			__sync_fetch_and_add(&s->queued[op], 1);
-			__sync_fetch_and_add(&s->queue_ns[op], q);
-		}
-	}
-	return 0;
-}
-
-static __always_inline int on_rq_requeue(struct request *rq)
-{
-	u64 key = (u64)rq;
-	struct start *st = bpf_map_lookup_elem(&reqs, &key);
-	if (st)
-		st->requeued = 1;
-	return 0;
-}
-
-SEC("tp_btf/block_bio_queue")
-int BPF_PROG(btf_bio_queue, struct bio *bio) { return on_bio_queue(bio); }
-SEC("tp_btf/block_rq_insert")
-int BPF_PROG(btf_rq_insert, struct request *rq) { return on_rq_insert(rq); }
 SEC("tp_btf/block_rq_issue")
-int BPF_PROG(btf_rq_issue, struct request *rq) { return on_rq_issue(rq); }
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete, struct request *rq) { return on_rq_complete(rq); }
+int BPF_PROG(btf_rq_issue, struct request *rq)
+{
+	struct gendisk *disk = rq->q->disk;
+	if (!disk)
+		return 0;
+	int d = dev_slot(((u32)disk->major << 20) | (u32)disk->first_minor);
+	if (d >= 0)
+		store_issue(d, (u64)rq);
+	return 0;
+}
 
-SEC("tp_btf/block_rq_requeue")
-int BPF_PROG(btf_rq_requeue, struct request *rq) { return on_rq_requeue(rq); }
-
-SEC("raw_tp/block_bio_queue")
-int BPF_PROG(raw_bio_queue, struct bio *bio) { return on_bio_queue(bio); }
-SEC("raw_tp/block_rq_insert")
-int BPF_PROG(raw_rq_insert, struct request *rq) { return on_rq_insert(rq); }
-SEC("raw_tp/block_rq_issue")
-int BPF_PROG(raw_rq_issue, struct request *rq) { return on_rq_issue(rq); }
 SEC("raw_tp/block_rq_complete")
-int BPF_PROG(raw_rq_complete, struct request *rq) { return on_rq_complete(rq); }
-SEC("raw_tp/block_rq_requeue")
-int BPF_PROG(raw_rq_requeue, struct request *rq) { return on_rq_requeue(rq); }
+int BPF_PROG(raw_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+	if (!disk)
+		return 0;
+	int d = dev_slot(((u32)BPF_CORE_READ(disk, major) << 20) | (u32)BPF_CORE_READ(disk, first_minor));
+	if (d < 0)
+		return 0;
+	u32 len = BPF_CORE_READ(rq, __data_len);
+	u64 issue = issue_time(BPF_CORE_READ(rq, io_start_time_ns), (u64)rq);
+	account(d, op_of(BPF_CORE_READ(rq, cmd_flags)), nr_bytes, BPF_CORE_READ(rq, start_time_ns), issue, nr_bytes >= len);
+	return 0;
+}
+
+SEC("raw_tp/block_rq_issue")
+int BPF_PROG(raw_rq_issue, struct request *rq)
+{
+	struct gendisk *disk = BPF_CORE_READ(rq, q, disk);
+	if (!disk)
+		return 0;
+	int d = dev_slot(((u32)BPF_CORE_READ(disk, major) << 20) | (u32)BPF_CORE_READ(disk, first_minor));
+	if (d >= 0)
+		store_issue(d, (u64)rq);
+	return 0;
+}
+
+// The op from the event's rwbs text: an optional leading F (preflush), then the op letter.
+static __always_inline u32 op_of_rwbs(const char *rwbs)
+{
+	char c = rwbs[0];
+	if (c == 'F' && (rwbs[1] == 'W' || rwbs[1] == 'R' || rwbs[1] == 'D' || rwbs[1] == 'N' || rwbs[1] == 'F'))
+		c = rwbs[1];
+	switch (c) {
+	case 'R': return OP_READ;
+	case 'W': return OP_WRITE;
+	case 'F': return OP_FLUSH;
+	case 'D': return OP_DISCARD;
+	default: return OP_OTHER;
+	}
+}
+
+SEC("tracepoint/block/block_rq_issue")
+int tp_rq_issue(struct trace_event_raw_block_rq *ctx)
+{
+	u32 dev = ctx->dev;
+	int d = dev_slot(dev);
+	if (d < 0)
+		return 0;
+	struct rqkey k = { .dev = dev, .sector = ctx->sector };
+	u64 now = bpf_ktime_get_ns();
+	if (bpf_map_update_elem(&issued_at, &k, &now, BPF_ANY))
+		devstat_add(d, 1);
+	return 0;
+}
+
+SEC("tracepoint/block/block_rq_complete")
+int tp_rq_complete(struct trace_event_raw_block_rq_completion *ctx)
+{
+	u32 dev = ctx->dev;
+	int d = dev_slot(dev);
+	if (d < 0)
+		return 0;
+	struct rqkey k = { .dev = dev, .sector = ctx->sector };
+	char rwbs[4] = {};
+	bpf_probe_read_kernel(rwbs, sizeof(rwbs), ctx->rwbs);
+	u64 bytes = (u64)ctx->nr_sector << 9;
+	u64 *t = bpf_map_lookup_elem(&issued_at, &k);
+	u64 issue = t ? *t : 0;
+	if (t)
+		bpf_map_delete_elem(&issued_at, &k);
+	// the event has no remaining length: each event is counted as a whole request
+	account(d, op_of_rwbs(rwbs), bytes, 0, issue, 1);
+	return 0;
+}

@@ -16,7 +16,6 @@
 // everything above
 #define SUB_BITS 3
 #define NR_BUCKETS 328
-#define DEPTH_BUCKETS 129
 #define NR_SLOTS 128
 
 struct hist {
@@ -27,23 +26,26 @@ struct hist {
 };
 
 struct devstat {
-	u64 inflight;
-	u64 untracked; // requests not timed: their entry could not be stored
-	u64 unmatched; // completions whose issue was not seen
-	u64 lost; // issues whose completion was not seen (found at the request's next issue)
-	u64 depth[DEPTH_BUCKETS]; // requests in flight counted at each issue, itself included
+	u64 noissue; // completions (with data) that carry no issue time
+	u64 untracked; // issue times not stored (issue-time table full)
+	u64 partial; // partial completions (their bytes counted, the request once at its end)
+	u64 early; // completions of requests issued before the monitor started (not counted)
 };
 
 struct slot {
 	u64 epoch; // interval number + 1; 0: never written
-	u64 issues;
-	u64 depth_sum;
-	u64 depth_max;
 	u64 count[NR_OPS];
 	u64 bytes[NR_OPS];
 	u64 service_ns[NR_OPS];
 	u64 queued[NR_OPS];
 	u64 queue_ns[NR_OPS];
+};
+
+// Classic-tracepoint fallback: issue time by (device, sector).
+struct rqkey {
+	u32 dev;
+	u32 pad;
+	u64 sector;
 };
 
 #endif

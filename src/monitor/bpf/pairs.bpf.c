@@ -12,6 +12,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "pairs.h"
+#include "hist.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -85,29 +86,6 @@ struct {
 	__type(value, struct sum_val);
 } sums SEC(".maps");
 
-static __always_inline u32 log2_u64(u64 v)
-{
-	u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
-	return r;
-}
-
-// The block layer's bucket (block.bpf.c, src/monitor/hist.rs).
-static __always_inline u32 bucket_of(u64 v)
-{
-	if (v < (1 << SUB_BITS))
-		return v;
-	u32 e = log2_u64(v);
-	u32 sub = (v >> (e - SUB_BITS)) & ((1 << SUB_BITS) - 1);
-	u32 idx = ((e - SUB_BITS + 1) << SUB_BITS) + sub;
-	return idx < NR_BUCKETS ? idx : NR_BUCKETS - 1;
-}
-
 // A field of the event record (offset and size from its format file), zero-extended.
 static __always_inline u64 field(void *ctx, u16 off, u16 size)
 {
@@ -166,12 +144,7 @@ static __always_inline void one(void *ctx, struct att_pair *p, int exit, u64 now
 	struct hist *h = bpf_map_lookup_elem(&phists, &hi);
 	if (!h)
 		return;
-	u32 b = bucket_of(ns);
-	if (b >= NR_BUCKETS)
-		return;
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->sum_ns, ns);
-	__sync_fetch_and_add(&h->buckets[b], 1);
+	hist_add_shared(h, ns, 0);
 }
 
 static __always_inline int on_event(void *ctx, int exit)

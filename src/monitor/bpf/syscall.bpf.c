@@ -10,6 +10,7 @@
 #include <bpf/bpf_tracing.h>
 
 #include "syscall.h"
+#include "hist.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -57,29 +58,6 @@ struct {
 	__type(value, struct sysop_stat);
 } sys_stats SEC(".maps");
 
-static __always_inline u32 log2_u64(u64 v)
-{
-	u32 r = 0;
-	if (v >> 32) { v >>= 32; r += 32; }
-	if (v >> 16) { v >>= 16; r += 16; }
-	if (v >> 8) { v >>= 8; r += 8; }
-	if (v >> 4) { v >>= 4; r += 4; }
-	if (v >> 2) { v >>= 2; r += 2; }
-	if (v >> 1) { r += 1; }
-	return r;
-}
-
-// The block layer's bucket (block.bpf.c, src/monitor/hist.rs).
-static __always_inline u32 bucket_of(u64 v)
-{
-	if (v < (1 << SUB_BITS))
-		return v;
-	u32 e = log2_u64(v);
-	u32 sub = (v >> (e - SUB_BITS)) & ((1 << SUB_BITS) - 1);
-	u32 idx = ((e - SUB_BITS + 1) << SUB_BITS) + sub;
-	return idx < NR_BUCKETS ? idx : NR_BUCKETS - 1;
-}
-
 static __always_inline int on_enter(long id)
 {
 	u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -109,14 +87,7 @@ static __always_inline int on_exit(long ret)
 	struct hist *h = bpf_map_lookup_elem(&sys_hists, &op);
 	if (!h)
 		return 0;
-	u32 b = bucket_of(ns);
-	if (b >= NR_BUCKETS)
-		return 0;
-	__sync_fetch_and_add(&h->count, 1);
-	__sync_fetch_and_add(&h->sum_ns, ns);
-	__sync_fetch_and_add(&h->buckets[b], 1);
-	if (ret > 0 && op <= 1) // read, write: bytes transferred
-		__sync_fetch_and_add(&h->bytes, ret);
+	hist_add_shared(h, ns, ret > 0 && op <= 1 ? ret : 0); // read, write: bytes transferred
 	if (ret < 0) {
 		struct sysop_stat *s = bpf_map_lookup_elem(&sys_stats, &op);
 		if (s)
@@ -149,3 +120,21 @@ SEC("raw_tp/sys_exit")
 int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret) { return on_exit(ret); }
 SEC("raw_tp/sched_process_fork")
 int BPF_PROG(raw_fork, struct task_struct *parent, struct task_struct *child) { return on_fork(parent, child); }
+
+// Classic tracepoints, where neither BTF-typed nor raw tracepoints load.
+SEC("tracepoint/raw_syscalls/sys_enter")
+int tp_sys_enter(struct trace_event_raw_sys_enter *ctx) { return on_enter(ctx->id); }
+SEC("tracepoint/raw_syscalls/sys_exit")
+int tp_sys_exit(struct trace_event_raw_sys_exit *ctx) { return on_exit(ctx->ret); }
+// Runs in the parent: its thread group is the current task's.
+SEC("tracepoint/sched/sched_process_fork")
+int tp_fork(struct trace_event_raw_sched_process_fork *ctx)
+{
+	u32 ptgid = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&tgids, &ptgid))
+		return 0;
+	u32 child = ctx->child_pid; // a new process: its pid is its thread group's
+	u8 one = 1;
+	bpf_map_update_elem(&tgids, &child, &one, BPF_ANY);
+	return 0;
+}
