@@ -541,16 +541,17 @@ impl Conn<'_> {
             };
             SPINNING.store(false, Ordering::Release);
             if let Some(n) = got {
-                self.spin = lone && self.sh.counters.connections.load(Ordering::Relaxed) == 1;
+                self.spin = lone;
                 return Ok(n);
             }
         }
         let t = Instant::now();
         let n = (&self.rd).read(&mut self.inb[self.end..]).map_err(io_err("receive"))?;
-        // spin next time only for a lone connection whose client sends one request, waits for
-        // its reply, and sends the next soon (queue depth 1, a high rate): with several
-        // connections or requests in flight the CPUs are better left to the clients
-        self.spin = t.elapsed() < SPIN_GAP && lone && self.sh.counters.connections.load(Ordering::Relaxed) == 1;
+        // spin next time only for a connection whose client sends one request, waits for its
+        // reply, and sends the next soon (queue depth 1, a high rate): with requests in flight
+        // the CPUs are better left to the clients. Idle connections beside it (a client disk's
+        // pool) do not count; `SPINNING` keeps the spinners to one.
+        self.spin = t.elapsed() < SPIN_GAP && lone;
         Ok(n)
     }
 
