@@ -108,7 +108,8 @@ pub struct Probe {
     pub machine_steal_pct: f64,
     pub rss_mib: f64,
     pub mem_available_mib: f64,
-    /// The host's link (fl0, from its namespace's /proc/net/dev).
+    /// The host's links (the relay's fl0 and the veth fast-path links, summed; from its
+    /// namespace's /proc/net/dev).
     pub rx_packets: u64,
     pub tx_packets: u64,
     pub rx_dropped: u64,
