@@ -35,6 +35,18 @@ setups:
       - {type: error, op: read, probability: 50%, window: {from: 2s, to: 4s}}
 "#;
 
+/// Write `yaml` into a temp dir and start `faultline run` on it (stdout and stderr piped);
+/// returns the dir (kept alive by the caller), the results folder and the run.
+fn start_run(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let out = dir.path().join("out");
+    let child =
+        Command::new(common::bin()).arg("run").arg(&file).arg("--out").arg(&out).arg("-q").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    (dir, out, child)
+}
+
 fn setup<'a>(r: &'a Value, name: &str) -> &'a Value {
     r["setups"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("setup {name}"))
 }
@@ -56,12 +68,7 @@ fn windows_loss_delay_and_retries_are_realized_and_nothing_is_left() {
     if !need_net(&[]) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("e.yaml");
-    std::fs::write(&file, EXPERIMENT).unwrap();
-    let out = dir.path().join("out");
-    let child =
-        Command::new(common::bin()).arg("run").arg(&file).arg("--out").arg(&out).arg("-q").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (_dir, out, child) = start_run(EXPERIMENT);
     let pid = child.id();
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "run failed:\n{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
@@ -135,23 +142,9 @@ fn kill9_of_the_run_then_cleanup_leaves_nothing() {
     if !need_net(&[]) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("e.yaml");
-    std::fs::write(
-        &file,
+    let (_dir, _out, mut child) = start_run(
         "name: k\nhosts: {}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
-    )
-    .unwrap();
-    let mut child = Command::new(common::bin())
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .arg("-q")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    );
     let pid = child.id();
     // wait until both hosts exist and the target serves (a process in its namespace)
     let t = Instant::now();
@@ -190,23 +183,9 @@ fn ctrl_c_tears_everything_down() {
     if !need_net(&[]) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("e.yaml");
-    std::fs::write(
-        &file,
+    let (_dir, _out, mut child) = start_run(
         "name: c\nhosts: {clients: [client, client-2]}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
-    )
-    .unwrap();
-    let mut child = Command::new(common::bin())
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .arg("-q")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    );
     let pid = child.id();
     let t = Instant::now();
     while namespaces_of(pid).len() < 3 && t.elapsed() < Duration::from_secs(60) {
@@ -235,10 +214,7 @@ fn two_clients_against_an_nbdkit_target() {
         common::skip("", "needs nbdkit");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("e.yaml");
-    std::fs::write(
-        &file,
+    let (_dir, out, child) = start_run(
         r#"name: n
 hosts: {clients: [client, client-2], target: {command: "nbdkit -f -p $FAULTLINE_PORT memory 64M"}, interval: 500ms}
 monitor: off
@@ -246,11 +222,7 @@ workload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 3s
 net_faults:
   - {from: client-2, to: target, both: true, delay: 2ms}
 "#,
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    let child =
-        Command::new(common::bin()).arg("run").arg(&file).arg("--out").arg(&out).arg("-q").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    );
     let pid = child.id();
     let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -116,9 +116,14 @@ impl Disk {
 
     /// Read into `buf`. Read-side corruption edits only the returned buffer.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
+        self.timed(Op::Read, || self.read_inner(off, buf))
+    }
+
+    /// Run one request and add it to the service counters.
+    fn timed(&self, op: Op, request: impl FnOnce() -> Outcome) -> Outcome {
         let t0 = Instant::now();
-        let o = self.read_inner(off, buf);
-        self.service.record(Op::Read, t0.elapsed(), o.delay);
+        let o = request();
+        self.service.record(op, t0.elapsed(), o.delay);
         o
     }
 
@@ -244,10 +249,7 @@ impl Disk {
     }
 
     pub fn flush(&self) -> Outcome {
-        let t0 = Instant::now();
-        let o = self.flush_inner();
-        self.service.record(Op::Flush, t0.elapsed(), o.delay);
-        o
+        self.timed(Op::Flush, || self.flush_inner())
     }
 
     fn flush_inner(&self) -> Outcome {
@@ -257,10 +259,7 @@ impl Disk {
     }
 
     pub fn discard(&self, off: u64, len: u64) -> Outcome {
-        let t0 = Instant::now();
-        let o = self.discard_inner(off, len);
-        self.service.record(Op::Discard, t0.elapsed(), o.delay);
-        o
+        self.timed(Op::Discard, || self.discard_inner(off, len))
     }
 
     fn discard_inner(&self, off: u64, len: u64) -> Outcome {
