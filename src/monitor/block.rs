@@ -16,20 +16,7 @@ use std::sync::Mutex;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    clippy::undocumented_unsafe_blocks,
-    dead_code,
-    unused_imports,
-    unsafe_op_in_unsafe_fn,
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals
-)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/block.skel.rs"));
-}
+bpf_skeleton!("block.skel.rs");
 use skel::{BlockSkel, BlockSkelBuilder, OpenBlockSkel};
 
 // block.h

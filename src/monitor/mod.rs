@@ -7,6 +7,27 @@
 //! (monitor.json, embeddable in an experiment's results); `hist`: the in-kernel histogram's
 //! buckets and quantiles.
 
+/// `mod skel` of a libbpf-cargo skeleton that build.rs generated (generated code: our lints
+/// do not apply to it).
+macro_rules! bpf_skeleton {
+    ($file:literal) => {
+        #[allow(
+            clippy::all,
+            clippy::pedantic,
+            clippy::undocumented_unsafe_blocks,
+            dead_code,
+            unused_imports,
+            unsafe_op_in_unsafe_fn,
+            non_camel_case_types,
+            non_snake_case,
+            non_upper_case_globals
+        )]
+        mod skel {
+            include!(concat!(env!("OUT_DIR"), "/", $file));
+        }
+    };
+}
+
 pub mod block;
 pub mod hist;
 pub mod model;

@@ -15,20 +15,7 @@ use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    clippy::undocumented_unsafe_blocks,
-    dead_code,
-    unused_imports,
-    unsafe_op_in_unsafe_fn,
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals
-)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/pairs.skel.rs"));
-}
+bpf_skeleton!("pairs.skel.rs");
 use skel::{PairsSkel, PairsSkelBuilder};
 
 // pairs.h

@@ -12,20 +12,7 @@ use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::sync::mpsc;
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    clippy::undocumented_unsafe_blocks,
-    dead_code,
-    unused_imports,
-    unsafe_op_in_unsafe_fn,
-    non_camel_case_types,
-    non_snake_case,
-    non_upper_case_globals
-)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/syscall.skel.rs"));
-}
+bpf_skeleton!("syscall.skel.rs");
 use skel::{OpenSyscallSkel, SyscallSkel, SyscallSkelBuilder};
 
 /// The syscall layer's ops, in the order of the BPF map (syscall.h NR_SYS_OPS).
