@@ -43,6 +43,10 @@ pub struct AgentArgs {
     /// With --probe: stop after this many samples.
     #[arg(long, requires = "probe")]
     pub probe_count: Option<u64>,
+    /// Apply network faults on this host as the controller planned them (JSON: what a
+    /// controller spawns through an agent; cluster::netfaults) until SIGINT/SIGTERM.
+    #[arg(long, value_name = "PLAN", conflicts_with_all = ["stdio", "ssh", "exec", "probe"])]
+    pub net_faults: Option<String>,
     /// Bench (bench/agents.sh): start an agent in each of these network namespaces
     /// (repeatable), have each stream probe samples at --bench-rate per second for
     /// --bench-seconds, count them, and print the controller's CPU per sample.
@@ -64,6 +68,9 @@ pub fn run(a: AgentArgs) -> Result<()> {
             writeln!(o, "{}", serde_json::to_string(s).unwrap_or_default()).and_then(|()| o.flush()).is_ok()
         });
         return Ok(());
+    }
+    if let Some(plan) = &a.net_faults {
+        return crate::cluster::netfaults::run(plan);
     }
     if !a.bench_netns.is_empty() {
         return bench(&a);

@@ -7,6 +7,7 @@
 
 pub mod agent;
 pub mod controller;
+pub mod netfaults;
 pub mod proto;
 
 pub use controller::{Agent, Channel, ClockOffset, install};

@@ -13,6 +13,7 @@
 //! the baseline the relay is measured against (bench/net.sh).
 
 pub mod control;
+pub mod egress;
 pub mod packet;
 pub mod relay;
 pub mod tun;
@@ -89,7 +90,7 @@ impl Network {
             // while its links have per-packet rules) queues here, and beyond it drops, as a
             // router's queue would
             netns::ip(&["-n", n, "link", "set", IFNAME, "txqueuelen", "1000", "up"])?;
-            ports.push(relay::Port { name: h.name.clone(), addr: address(i), fd, namespace: h.namespace.clone(), bypass: vec![None; names.len()] });
+            ports.push(relay::Port { name: h.name.clone(), addr: address(i), fd, raw: false, namespace: h.namespace.clone(), bypass: vec![None; names.len()] });
         }
         if !opts.always_relay && names.len() <= MAX_BYPASS_HOSTS {
             net.bypass_links(&mut ports)?;
@@ -122,8 +123,11 @@ impl Network {
                     netns::ip(&["-n", &h.namespace, "link", "set", dev, "up"])?;
                     netns::ip(&["-n", &h.namespace, "route", "replace", &format!("{}/32", peer.address), "dev", dev])?;
                 }
-                ports[a].bypass[b] = Some(da);
-                ports[b].bypass[a] = Some(db);
+                let route = |h: &Host, peer: &Host, dev: &str| -> Vec<String> {
+                    ["-n", &h.namespace, "route", "replace", &format!("{}/32", peer.address), "dev", dev].map(String::from).to_vec()
+                };
+                ports[a].bypass[b] = Some(relay::Bypass { dev: da.clone(), to_relay: route(ha, hb, IFNAME), direct: route(ha, hb, &da) });
+                ports[b].bypass[a] = Some(relay::Bypass { dev: db.clone(), to_relay: route(hb, ha, IFNAME), direct: route(hb, ha, &db) });
             }
         }
         Ok(())

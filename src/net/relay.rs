@@ -53,12 +53,28 @@ const BYPASS_TICK: Duration = Duration::from_millis(20);
 pub struct Port {
     pub name: String,
     pub addr: Ipv4Addr,
+    /// The host's TUN device: the relay reads what the host sends and writes what it receives.
+    /// With `raw`, a raw IP socket (IP_HDRINCL, connected to `addr`) instead: packets to this
+    /// host leave through it without their virtio-net header, and nothing is read from it (a
+    /// peer of an agent's host, reached by the host's own network: cluster::egress).
     pub fd: OwnedFd,
-    /// The host's namespace, where `show` reads the TUN device's own drop counter.
+    pub raw: bool,
+    /// The host's namespace, where `show` reads the TUN device's own drop counter ("" for
+    /// this process's own).
     pub namespace: String,
-    /// Per peer host (by index): the veth device in this host that reaches it directly (the
-    /// kernel fast path), or None (always through the relay).
-    pub bypass: Vec<Option<String>>,
+    /// Per peer host (by index): the kernel path that reaches it directly, or None (always
+    /// through the relay).
+    pub bypass: Vec<Option<Bypass>>,
+}
+
+/// A link's kernel fast path: the route commands (`ip` arguments) that send its packets
+/// through the relay, and back on the direct path.
+#[derive(Clone, Debug)]
+pub struct Bypass {
+    /// The device of the direct path (its counters in `show`).
+    pub dev: String,
+    pub to_relay: Vec<String>,
+    pub direct: Vec<String>,
 }
 
 #[derive(Default)]
@@ -163,6 +179,8 @@ struct Shared {
     /// Packets a host sent to no other host (not IPv4, or an unknown address).
     unroutable: Vec<AtomicU64>,
     offloads: Vec<AtomicBool>,
+    /// No port is a raw socket: TUN devices may pass segmentation bursts.
+    allow_offloads: bool,
     /// One timer queue and thread per destination host, so the directions of a link (and
     /// the writes into different hosts, which run the receiver's stack) proceed in parallel.
     timers: Vec<TimerQueue>,
@@ -209,13 +227,16 @@ impl Relay {
             })
             .collect();
         let bypass = ports.iter().any(|p| p.bypass.iter().any(|b| b.is_some()));
-        for p in &ports {
-            tun::set_offloads(&p.fd, true)?;
+        // a raw socket takes only finished packets (at most the MTU, checksums done)
+        let allow_offloads = !ports.iter().any(|p| p.raw);
+        for p in ports.iter().filter(|p| !p.raw) {
+            tun::set_offloads(&p.fd, allow_offloads)?;
         }
         let s = Arc::new(Shared {
             links,
             unroutable: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            offloads: (0..n).map(|_| AtomicBool::new(true)).collect(),
+            offloads: (0..n).map(|_| AtomicBool::new(allow_offloads)).collect(),
+            allow_offloads,
             ports,
             timers: (0..n).map(|_| TimerQueue { heap: Mutex::new(BinaryHeap::new()), cv: Condvar::new(), pushes: AtomicU64::new(0) }).collect(),
             pool: Mutex::new(Vec::new()),
@@ -229,7 +250,7 @@ impl Relay {
             ctl_cv: Condvar::new(),
         });
         let mut threads = Vec::new();
-        for i in 0..n {
+        for i in (0..n).filter(|&i| !s.ports[i].raw) {
             let s2 = s.clone();
             threads.push(std::thread::Builder::new().name(format!("fl-net-{}", s.ports[i].name)).spawn(move || reader(&s2, i))?);
         }
@@ -246,9 +267,13 @@ impl Relay {
 
     /// Install a rule on every link it covers; returns its id.
     pub fn set(&self, rule: NetRule) -> Result<u64> {
+        self.set_at(rule, Instant::now())
+    }
+
+    /// `set`, with the rule's window counted from `now` (a start agreed with other hosts).
+    pub fn set_at(&self, rule: NetRule, now: Instant) -> Result<u64> {
         let names: Vec<String> = self.s.ports.iter().map(|p| p.name.clone()).collect();
         rule.validate(&names).map_err(anyhow::Error::msg)?;
-        let now = Instant::now();
         let mut g = self.s.rules.lock().unwrap();
         let id = g.0;
         g.0 += 1;
@@ -314,8 +339,8 @@ impl Relay {
                 any |= new.iter().any(|r| per_packet(&r.fault));
                 link.rules.store(Arc::new(new));
             }
-            let on = !any;
-            if self.s.offloads[a].swap(on, Relaxed) != on {
+            let on = !any && self.s.allow_offloads;
+            if !self.s.ports[a].raw && self.s.offloads[a].swap(on, Relaxed) != on {
                 tun::set_offloads(&self.s.ports[a].fd, on)?;
             }
         }
@@ -358,7 +383,7 @@ impl Relay {
                     "rules": l.rules.load().iter().map(|r| r.id).collect::<Vec<_>>(),
                     "path": if l.via_relay.load(Relaxed) { "relay" } else { "veth" },
                     "late_switches": l.late_switches.load(Relaxed),
-                    "bypass_packets": s.ports[a].bypass[b].as_ref().and_then(|d| st.get(d.as_str())).map(|v| v["tx"]["packets"].clone()),
+                    "bypass_packets": s.ports[a].bypass[b].as_ref().and_then(|d| st.get(d.dev.as_str())).map(|v| v["tx"]["packets"].clone()),
                 }));
             }
         }
@@ -368,7 +393,7 @@ impl Relay {
             .enumerate()
             .map(|(i, p)| {
                 json!({"name": p.name, "address": p.addr.to_string(), "unroutable": s.unroutable[i].load(Relaxed), "offloads": s.offloads[i].load(Relaxed),
-                       "device_tx_dropped": stats[i].get(super::IFNAME).and_then(|v| v["tx"]["dropped"].as_u64())})
+                       "device_tx_dropped": if p.raw { None } else { stats[i].get(super::IFNAME) }.and_then(|v| v["tx"]["dropped"].as_u64())})
             })
             .collect();
         json!({"uptime_s": s.epoch.elapsed().as_secs_f64(), "hosts": hosts, "rules": rules, "links": links})
@@ -408,7 +433,11 @@ impl Drop for Relay {
 /// tx dropped are packets the TUN device dropped because its queue was full (the relay fell
 /// behind); a veth's tx packets are those that bypassed the relay. Empty if unreadable.
 fn dev_stats(ns: &str) -> std::collections::HashMap<String, Value> {
-    let Ok(out) = std::process::Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show"]).output() else { return Default::default() };
+    let mut c = std::process::Command::new("ip");
+    if !ns.is_empty() {
+        c.args(["-n", ns]);
+    }
+    let Ok(out) = c.args(["-s", "-j", "link", "show"]).output() else { return Default::default() };
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     v.as_array().into_iter().flatten().filter_map(|d| Some((d["ifname"].as_str()?.to_string(), d["stats64"].clone()))).collect()
 }
@@ -450,7 +479,7 @@ fn reconcile(s: &Shared) -> Result<Option<Instant>> {
     let mut err = None;
     for a in 0..n {
         for b in (0..n).filter(|&b| b != a) {
-            let Some(dev) = &s.ports[a].bypass[b] else { continue };
+            let Some(bp) = &s.ports[a].bypass[b] else { continue };
             let l = &s.links[a * n + b];
             let (want, at) = wants_relay(l, now);
             next = match (next, at) {
@@ -458,9 +487,9 @@ fn reconcile(s: &Shared) -> Result<Option<Instant>> {
                 (x, y) => x.or(y),
             };
             if want != l.via_relay.load(Relaxed) {
-                let via = if want { super::IFNAME } else { dev.as_str() };
-                let dst = format!("{}/32", s.ports[b].addr);
-                match crate::sys::netns::ip(&["-n", &s.ports[a].namespace, "route", "replace", &dst, "dev", via]) {
+                let args: Vec<&str> = if want { &bp.to_relay } else { &bp.direct }.iter().map(String::as_str).collect();
+                let via = if want { "the relay" } else { bp.dev.as_str() };
+                match crate::sys::netns::ip(&args) {
                     Ok(()) => {
                         l.via_relay.store(want, Relaxed);
                         // a window that opened (later than when its rule was set) before the
@@ -502,9 +531,10 @@ fn controller(s: &Shared) {
     }
 }
 
-fn write_pkt(fd: &OwnedFd, buf: &[u8]) -> bool {
+fn write_pkt(p: &Port, buf: &[u8]) -> bool {
     // a full receive backlog (EAGAIN/ENOBUFS) drops the packet, as a wire would
-    nix::unistd::write(fd, buf).is_ok()
+    let buf = if p.raw { buf.get(tun::VNET_HDR..).unwrap_or_default() } else { buf };
+    nix::unistd::write(&p.fd, buf).is_ok()
 }
 
 fn reader(s: &Shared, i: usize) {
@@ -586,7 +616,7 @@ fn judge(s: &Shared, i: usize, rules: &[Arc<LinkRule>], pkt: &[u8], c: &Counters
         }
         if f.reset && packet::tcp_reset_for(pkt, scratch) {
             // the sender hears a RST from the peer; the segment never arrives
-            write_pkt(&s.ports[i].fd, scratch);
+            write_pkt(&s.ports[i], scratch);
             c.reset.fetch_add(1, Relaxed);
             return Verdict::Drop;
         }
@@ -665,7 +695,7 @@ fn forward(s: &Shared, i: usize, pkt: &[u8], scratch: &mut Vec<u8>) {
     };
     if extra.is_zero() {
         for _ in 0..copies {
-            if write_pkt(&s.ports[j].fd, pkt) {
+            if write_pkt(&s.ports[j], pkt) {
                 c.delivered.fetch_add(1, Relaxed);
             } else {
                 c.dropped.fetch_add(1, Relaxed);
@@ -718,7 +748,7 @@ fn timer(s: &Shared, dst: usize) {
                 if late > OVERDUE {
                     link.c.overdue.fetch_add(1, Relaxed);
                     link.c.dropped.fetch_add(1, Relaxed);
-                } else if write_pkt(&s.ports[p.dst].fd, &p.buf) {
+                } else if write_pkt(&s.ports[p.dst], &p.buf) {
                     link.c.delivered.fetch_add(1, Relaxed);
                     let _ = link.late.lock().unwrap().record((late.as_nanos() as u64).max(1));
                 } else {

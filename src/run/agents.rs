@@ -19,6 +19,7 @@
 //!    structures as the namespace run.
 
 use super::hosts::windows;
+use crate::cluster::netfaults::{NetPlan, NftChain};
 use crate::cluster::proto::{Event, Op, now_ns};
 use crate::cluster::{Agent, Channel, ClockOffset, install};
 use crate::report::model as rm;
@@ -236,37 +237,30 @@ fn host_fault_yaml(h: &crate::spec::host::HostFault) -> Result<String> {
     Ok(format!("{{{what}, window: {window}}}"))
 }
 
-/// A network fault as nftables rules on the sending host: (host, nft chain body lines).
-struct NftFault {
-    index: usize,
-    host: String,
-    /// Rule statements of the fault's chain (`ip daddr A ... drop`).
-    rules: Vec<String>,
-    from: Duration,
-    to: Option<Duration>,
+/// Whether a network fault needs the user-space engine on the sending host (no tc netem
+/// here): anything beyond random loss, partition and reset, which nftables does.
+fn needs_engine(f: &crate::spec::net::NetFault) -> bool {
+    f.delay.is_some()
+        || f.jitter.is_some()
+        || f.rate.is_some()
+        || f.duplicate.is_some()
+        || f.reorder.is_some()
+        || matches!(f.loss, Some(crate::spec::net::Loss::GilbertElliott { .. }))
 }
 
-/// Plan the network faults on the hosts' own kernels, or say why a host cannot apply one
-/// (before anything runs).
-fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>]) -> Result<Vec<NftFault>> {
+/// Plan the network faults on the sending hosts (one `faultline agent --net-faults` each),
+/// or say why a host cannot apply one (before anything runs). Also says per host which path
+/// each fault takes.
+fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>], table: &str) -> Result<(Vec<NetPlan>, Vec<String>)> {
     let addr = |h: &str| -> Result<String> {
         remotes.iter().find(|r| r.spec.host == h).and_then(|r| r.spec.address.clone()).with_context(|| format!("host `{h}` has no `address` in `agents:`"))
     };
     let names = hosts.names();
-    let mut out = Vec::new();
+    let mut plans: Vec<NetPlan> = Vec::new();
+    let mut paths: Vec<String> = Vec::new();
     for (i, n) in setup.net_faults.iter().enumerate() {
         let label = format!("net fault #{} ({})", i + 1, n.describe());
         let f = &n.rule.fault;
-        let needs_netem: Vec<&str> = [
-            (f.delay.is_some(), "delay"),
-            (f.jitter.is_some(), "jitter"),
-            (f.rate.is_some(), "rate"),
-            (f.duplicate.is_some(), "duplicate"),
-            (f.reorder.is_some(), "reorder"),
-        ]
-        .into_iter()
-        .filter_map(|(on, k)| on.then_some(k))
-        .collect();
         let pairs: Vec<(String, String)> = {
             let froms: Vec<String> = n.rule.from.clone().map_or_else(|| names.clone(), |f| vec![f]);
             let tos: Vec<String> = n.rule.to.clone().map_or_else(|| names.clone(), |t| vec![t]);
@@ -279,64 +273,74 @@ fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>]) -
             p.dedup();
             p
         };
-        if !needs_netem.is_empty() {
-            let mut without = Vec::new();
-            for h in pairs.iter().map(|p| p.0.as_str()).collect::<std::collections::BTreeSet<_>>() {
-                let r = remotes.iter().find(|r| r.spec.host == h).context("host")?;
-                if !r.exec(&["sh", "-c", "test -d /sys/module/sch_netem || modprobe -q sch_netem"], None)?.0 {
-                    without.push(format!("`{h}`"));
+        let window = n.rule.window;
+        let (from, to) = (window.map_or(Duration::ZERO, |w| w.from), window.and_then(|w| w.to));
+        let engine = needs_engine(f);
+        for (a, b) in &pairs {
+            let k = match plans.iter().position(|p| p.host == *a) {
+                Some(k) => k,
+                None => {
+                    plans.push(NetPlan { host: a.clone(), address: addr(a)?, table: table.to_string(), ..Default::default() });
+                    plans.len() - 1
                 }
+            };
+            let ip = addr(b)?;
+            let p = &mut plans[k];
+            if engine {
+                if ip.parse::<std::net::Ipv4Addr>().is_err() || p.address.parse::<std::net::Ipv4Addr>().is_err() {
+                    bail!("{label}: host {a} -> {b}: the user-space path (delay, jitter, rate, duplicate, reorder, loss_bursts) takes IPv4 addresses only");
+                }
+                if !p.peers.iter().any(|x| x.0 == *b) {
+                    p.peers.push((b.clone(), ip.clone()));
+                }
+                p.engine.push(crate::spec::net::NetRule {
+                    from: Some(a.clone()),
+                    to: Some(b.clone()),
+                    both: false,
+                    window: Some(crate::spec::rule::Window { from, to }),
+                    seed: n.rule.seed,
+                    fault: f.clone(),
+                });
+                paths.push(format!("{label}: {a} -> {b}: user space (TUN + raw socket on {a})"));
+                continue;
             }
-            if !without.is_empty() {
-                bail!(
-                    "{label}: {} needs tc netem on host {}, and its kernel has none (sch_netem); loss, partition and reset work there (nftables)",
-                    needs_netem.join(", "),
-                    without.join(", ")
-                );
-            }
-            bail!("{label}: {} through tc netem on real hosts is not built yet; loss, partition and reset are (nftables)", needs_netem.join(", "));
-        }
-        let mut stmt = Vec::new();
-        match f.loss {
-            Some(crate::spec::net::Loss::Random { probability }) => {
+            let mut stmt = Vec::new();
+            if let Some(crate::spec::net::Loss::Random { probability }) = f.loss {
                 stmt.push(format!("numgen random mod 1000000 < {} drop", (probability * 1e6).round() as u64));
             }
-            Some(_) => bail!("{label}: bursty loss (`loss_bursts`) needs faultline's relay; on real hosts give `loss`"),
-            None => {}
-        }
-        if f.partition {
-            stmt.push("drop".into());
-        }
-        if f.reset {
-            stmt.push("meta l4proto tcp reject with tcp reset".into());
-        }
-        let window = n.rule.window;
-        let mut by_host: HashMap<String, Vec<String>> = HashMap::new();
-        for (a, b) in &pairs {
-            let ip = addr(b)?;
+            if f.partition {
+                stmt.push("drop".into());
+            }
+            if f.reset {
+                stmt.push("meta l4proto tcp reject with tcp reset".into());
+            }
             let fam = if ip.contains(':') { "ip6" } else { "ip" };
-            for s in &stmt {
-                by_host.entry(a.clone()).or_default().push(format!("{fam} daddr {ip} {s}"));
+            let chain = format!("f{i}");
+            let rules: Vec<String> = stmt.iter().map(|s| format!("{fam} daddr {ip} {s}")).collect();
+            match p.chains.iter_mut().find(|c| c.name == chain) {
+                Some(c) => c.rules.extend(rules),
+                None => p.chains.push(NftChain { name: chain, rules, from, to }),
+            }
+            paths.push(format!("{label}: {a} -> {b}: nftables on {a}"));
+        }
+    }
+    // every host checks it has what its path needs
+    for p in &plans {
+        let r = remotes.iter().find(|r| r.spec.host == p.host).context("host")?;
+        if !p.chains.is_empty() {
+            let (ok, text) = r.exec(&["nft", "list", "tables"], None).unwrap_or((false, "cannot run nft".into()));
+            if !ok {
+                bail!("net faults need nftables (`nft`) on host `{}`: {}", p.host, text.trim());
             }
         }
-        for (host, rules) in by_host {
-            out.push(NftFault { index: i, host, rules, from: window.map_or(Duration::ZERO, |w| w.from), to: window.and_then(|w| w.to) });
+        if !p.engine.is_empty() {
+            let (ok, text) = r.exec(&["sh", "-c", "test -c /dev/net/tun || { echo no /dev/net/tun; exit 1; }; ip -V"], None).unwrap_or((false, "cannot run sh".into()));
+            if !ok {
+                bail!("host `{}`: delay, jitter, rate, duplicate, reorder and loss_bursts need a TUN device (/dev/net/tun) and iproute2 there: {}", p.host, text.trim());
+            }
         }
     }
-    // every host that will apply one needs nftables
-    let mut checked: Vec<&str> = Vec::new();
-    for f in &out {
-        if checked.contains(&f.host.as_str()) {
-            continue;
-        }
-        checked.push(&f.host);
-        let r = remotes.iter().find(|r| r.spec.host == f.host).context("host")?;
-        let (ok, text) = r.exec(&["nft", "list", "tables"], None).unwrap_or((false, "cannot run nft".into()));
-        if !ok {
-            bail!("net faults need nftables (`nft`) on host `{}`: {}", f.host, text.trim());
-        }
-    }
-    Ok(out)
+    Ok((plans, paths))
 }
 
 fn nft_table(tag: &str) -> String {
@@ -400,7 +404,10 @@ pub fn preflight(exp: &Experiment) -> Result<()> {
             for h in &s.host_faults {
                 host_fault_yaml(h)?;
             }
-            plan_net_faults(s, hosts, &remotes)?;
+            let (_, paths) = plan_net_faults(s, hosts, &remotes, "check")?;
+            for p in paths {
+                eprintln!("faultline: setup `{}`: {p}", s.name);
+            }
             Ok(())
         })();
         if let Err(e) = r {
@@ -526,19 +533,10 @@ fn drive(
     if !scheduled.is_empty() {
         bail!("faults placed by workload progress (`at:`/content targets) are not supported with `hosts:`; use windows");
     }
-    let nft = plan_net_faults(setup, hosts, remotes)?;
     let table = nft_table(tag);
-    for h in nft.iter().map(|f| f.host.clone()).collect::<std::collections::BTreeSet<_>>() {
-        let r = remotes.iter().find(|r| r.spec.host == h).context("host")?;
-        let (ok, text) = r.exec(&["nft", "add", "table", "inet", &table], None)?;
-        if !ok {
-            bail!("host {h}: cannot add the nftables table {table}: {}", text.trim());
-        }
-        applied.nft_hosts.push(h.clone());
-        // the table goes with the agent's commands: if the controller dies, the agent ends
-        // this guard (SIGTERM) and its trap deletes the table
-        let guard = format!("trap 'nft delete table inet {table}; exit 0' TERM INT HUP; while :; do sleep 1; done");
-        r.spawn("nft-guard", vec!["sh".into(), "-c".into(), guard])?;
+    let (net_plans, net_paths) = plan_net_faults(setup, hosts, remotes, &table)?;
+    for p in &net_paths {
+        phase(p);
     }
     // 2. the target
     // in the target's own run directory (it tells in its hello)
@@ -568,6 +566,32 @@ fn drive(
         groups.insert(c.spec.host.clone(), c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at)?)?);
         c.set_doing("running the workload");
     }
+    // the network faults of each sending host, windows from T on its clock; in place (TUN
+    // device, nftables table) before T
+    for p in &net_plans {
+        let r = remotes.iter().find(|r| r.spec.host == p.host).context("host")?;
+        let plan = NetPlan { start_at_ns: (t_start as i128 + r.offset.offset_ns as i128).max(0) as u64, ..p.clone() };
+        applied.nft_hosts.push(p.host.clone());
+        r.spawn("net-faults", vec![r.spec.faultline.clone(), "agent".into(), "--net-faults".into(), serde_json::to_string(&plan)?])?;
+    }
+    for p in &net_plans {
+        let key = (p.host.clone(), "net-faults".to_string());
+        let t = Instant::now();
+        loop {
+            {
+                let g = gathered.lock().unwrap();
+                if g.stdout.get(&key).is_some_and(|v| v.iter().any(|l| l == "ready")) {
+                    break;
+                }
+                if g.exits.contains_key(&key) || t.elapsed() > CALL_LIMIT {
+                    let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
+                    bail!("host {}: cannot apply its network faults: {why}", p.host);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let mut net_notes: Vec<String> = net_paths.iter().map(|p| format!("network: {p}")).collect();
     // probers everywhere, each also sampling its host's server or workload process group
     let interval = format!("{}us", hosts.interval.as_micros());
     for r in remotes {
@@ -602,10 +626,12 @@ fn drive(
         })
     };
     let outcome =
-        armed_phase(setup, hosts, remotes, &target, &clients, gathered, t_ref, t_start, &socket, &host_yaml, static_faults, &nft, &table, tpid, stop, phase);
+        armed_phase(setup, hosts, remotes, &target, &clients, gathered, t_ref, t_start, &socket, &host_yaml, static_faults, &net_plans, tpid, stop, phase);
     done.store(true, Relaxed);
     let _ = heart.join();
-    let (host_records, disk_faults, rules, mut notes) = outcome?;
+    let (host_records, disk_faults, rules, notes) = outcome?;
+    net_notes.extend(notes);
+    let mut notes = net_notes;
     // 4. everything on the controller's clock, from T
     let g = gathered.lock().unwrap();
     let rel = |r: &Remote, t_ns: u64| (r.to_local(t_ns) - t_start as i128) as f64 / 1e9;
@@ -747,8 +773,7 @@ fn armed_phase(
     socket: &str,
     host_yaml: &[String],
     static_faults: Vec<crate::spec::rules::FaultSpec>,
-    nft: &[NftFault],
-    table: &str,
+    net_plans: &[NetPlan],
     tpid: u32,
     stop: &Arc<AtomicBool>,
     phase: &dyn Fn(&str),
@@ -776,56 +801,6 @@ fn armed_phase(
         target.spawn("host-faults", argv)?;
     }
     phase(&format!("{} client(s) started together against {}", clients.len(), target.spec.address.as_deref().unwrap_or("")));
-    // network rules follow their windows, each fault its own chain
-    let nft_done = Arc::new(AtomicBool::new(false));
-    let nft_thread = {
-        let mut steps: Vec<(Duration, bool, usize)> = Vec::new();
-        for (k, f) in nft.iter().enumerate() {
-            steps.push((f.from, true, k));
-            if let Some(to) = f.to {
-                steps.push((to, false, k));
-            }
-        }
-        steps.sort_by_key(|s| s.0);
-        let plan: Vec<(Arc<Remote>, String, Vec<String>)> = nft
-            .iter()
-            .map(|f| {
-                (
-                    remotes.iter().find(|r| r.spec.host == f.host).cloned().expect("planned host"),
-                    format!("f{}_{}", f.index, f.host.replace('-', "_")),
-                    f.rules.clone(),
-                )
-            })
-            .collect();
-        let (done, table) = (nft_done.clone(), table.to_string());
-        std::thread::spawn(move || -> Vec<String> {
-            let mut errs = Vec::new();
-            for (at, on, k) in steps {
-                while Instant::now() < t0 + at {
-                    if done.load(Relaxed) {
-                        return errs;
-                    }
-                    std::thread::sleep(Duration::from_millis(5).min((t0 + at).saturating_duration_since(Instant::now())));
-                }
-                let (r, chain, rules) = &plan[k];
-                let script = if on {
-                    let mut s = format!("add chain inet {table} {chain} {{ type filter hook output priority 0; policy accept; }}\n");
-                    for x in rules {
-                        s += &format!("add rule inet {table} {chain} {x}\n");
-                    }
-                    s
-                } else {
-                    format!("delete chain inet {table} {chain}\n")
-                };
-                match r.exec(&["nft", "-f", "-"], Some(script)) {
-                    Ok((true, _)) => {}
-                    Ok((false, t)) => errs.push(format!("host {}: nft: {}", r.spec.host, t.trim())),
-                    Err(e) => errs.push(format!("host {}: nft: {e:#}", r.spec.host)),
-                }
-            }
-            errs
-        })
-    };
     // wait: every client's workload ends, or its agent is lost
     let limit = Duration::from_secs(3600);
     let waited = Instant::now();
@@ -858,8 +833,7 @@ fn armed_phase(
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    nft_done.store(true, Relaxed);
-    let mut notes = nft_thread.join().unwrap_or_default();
+    let mut notes = net_reports(remotes, net_plans, gathered);
     if let Some(why) = abort {
         // the other clients stop now; teardown ends the rest
         for c in clients.iter().filter(|c| !c.is_lost()) {
@@ -910,6 +884,45 @@ fn armed_phase(
         rules = crate::report::collect::rule_counts(&listed);
     }
     Ok((records, faults, rules, notes))
+}
+
+/// End each host's network faults (it removes them) and say what they did.
+fn net_reports(remotes: &[Arc<Remote>], plans: &[NetPlan], g: &Shared) -> Vec<String> {
+    let mut notes = Vec::new();
+    for p in plans {
+        let Some(r) = remotes.iter().find(|r| r.spec.host == p.host && !r.is_lost()) else { continue };
+        let key = (p.host.clone(), "net-faults".to_string());
+        let _ = r.call(Op::Kill { name: "net-faults".into(), signal: Some(libc::SIGINT) }, CALL_LIMIT);
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) && !g.lock().unwrap().exits.contains_key(&key) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let g = g.lock().unwrap();
+        let Some(v) = g.stdout.get(&key).and_then(|v| v.iter().rev().find_map(|l| serde_json::from_str::<Value>(l).ok())) else {
+            notes.push(format!("host {}: network faults: no report: {}", p.host, g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default()));
+            continue;
+        };
+        for e in v["nft_errors"].as_array().into_iter().flatten() {
+            notes.push(format!("host {}: {}", p.host, e.as_str().unwrap_or_default()));
+        }
+        for l in v["engine"]["show"]["links"].as_array().into_iter().flatten().filter(|l| l["from"] == json!(p.host) && !l["rules"].as_array().is_none_or(|r| r.is_empty())) {
+            notes.push(format!(
+                "network: user space on {} -> {} (via {}): packets {}, delayed {}, dropped {}, duplicated {}, reordered {}, overdue {}, late route switches {}, lateness p99 {} us",
+                l["from"].as_str().unwrap_or_default(),
+                l["to"].as_str().unwrap_or_default(),
+                v["engine"]["paths"].as_array().into_iter().flatten().find(|x| x["peer"] == l["to"]).and_then(|x| x["dev"].as_str()).unwrap_or("?"),
+                l["packets"],
+                l["delayed"],
+                l["dropped"],
+                l["duplicated"],
+                l["reordered"],
+                l["overdue"],
+                l["late_switches"],
+                l["lateness_us"]["p99"],
+            ));
+        }
+    }
+    notes
 }
 
 /// Wait until the target listens: its URI line (faultline), or a TCP connect from the first

@@ -51,6 +51,13 @@ pub struct Ledger {
     pub netns: Vec<String>,
     /// The control socket of a network relay (`faultline net up`), apart from a disk's.
     pub net_socket: Option<PathBuf>,
+    /// nftables tables (family inet) of network faults an agent applied on this host.
+    pub nft_tables: Vec<String>,
+    /// Network devices made in this process's own namespace (an agent's TUN device, whose
+    /// routes go with it).
+    pub net_devices: Vec<String>,
+    /// Sysctl files changed, with the value found (put back).
+    pub sysctls: Vec<(PathBuf, String)>,
 }
 
 pub struct LedgerFile {
@@ -350,6 +357,7 @@ pub fn release(l: &Ledger, log: &mut Vec<String>) -> bool {
             }
         }
     }
+    release_net(l, log);
     if let Some(s) = &l.socket {
         let _ = std::fs::remove_file(s);
     }
@@ -362,6 +370,27 @@ pub fn release(l: &Ledger, log: &mut Vec<String>) -> bool {
         }
     }
     complete
+}
+
+/// An agent's network faults on this host: its nftables tables, devices, changed sysctls.
+fn release_net(l: &Ledger, log: &mut Vec<String>) {
+    for t in &l.nft_tables {
+        let ok = std::process::Command::new("nft").args(["delete", "table", "inet", t]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+        if ok {
+            log.push(format!("deleted nftables table inet {t}"));
+        }
+    }
+    for d in &l.net_devices {
+        let ok = std::process::Command::new("ip").args(["link", "del", d]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+        if ok {
+            log.push(format!("deleted network device {d}"));
+        }
+    }
+    for (f, v) in &l.sysctls {
+        if std::fs::read_to_string(f).is_ok_and(|now| now.trim() != v) && std::fs::write(f, v).is_ok() {
+            log.push(format!("restored {} to {v}", f.display()));
+        }
+    }
 }
 
 /// Put back the rq_affinity found on one of our loop devices, if the run changed it.
