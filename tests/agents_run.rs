@@ -92,6 +92,10 @@ fn assert_nothing_left(lab: &Lab, run_dir: &Path) {
     for h in &lab.hosts {
         let o = Command::new("ip").args(["netns", "exec", &h.1, "nft", "list", "tables"]).output().unwrap();
         assert!(!String::from_utf8_lossy(&o.stdout).contains("faultline_"), "nftables table left on {}", h.0);
+        let o = Command::new("ip").args(["-n", &h.1, "link", "show"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("flq"), "the engine's TUN device left on {}", h.0);
+        let o = Command::new("ip").args(["-n", &h.1, "route", "show"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&o.stdout).contains("/32"), "a route left on {}", h.0);
     }
 }
 
@@ -338,11 +342,11 @@ fn four_clients_over_openssh() {
     assert_nothing_left(&lab, &run_dir);
 }
 
-/// Network faults with the hosts' own kernels: a partition through nftables is realized in its
-/// window and only on its link; delay needs tc netem, which this kernel lacks: refused before
-/// anything runs.
+/// Network faults on the sending host: a partition through nftables is realized in its window
+/// and only on its link; a delay (no tc netem on this kernel) through the relay's engine on the
+/// sending host is realized in its window, and only on its link.
 #[test]
-fn net_faults_use_the_hosts_kernels_and_missing_netem_is_refused_up_front() {
+fn net_faults_use_nftables_and_delay_the_user_space_engine() {
     let _one = serial();
     if !need_net(&[]) {
         return;
@@ -369,20 +373,40 @@ fn net_faults_use_the_hosts_kernels_and_missing_netem_is_refused_up_front() {
     assert!(ratio("c1") < 0.3, "c1 went on through its partition: {ws:?}");
     assert!(ratio("c2") > 0.8, "c2 was hit by c1's partition: {ws:?}");
     assert_nothing_left(&lab, &run_dir);
-    // delay needs tc netem: this kernel has none, and the run says so before starting
-    std::fs::write(&file, format!("{base}net_faults:\n  - {{from: c1, to: target, delay: 1ms}}\n")).unwrap();
-    let has_netem = Path::new("/sys/module/sch_netem").exists() || Command::new("modprobe").args(["-q", "sch_netem"]).status().is_ok_and(|s| s.success());
+    // delay goes through the user-space engine on c1 (no tc netem here): c1's requests wait
+    // 1 ms more inside the window, not before or after it, and c2's do not
+    std::fs::write(&file, format!("{base}net_faults:\n  - {{from: c1, to: target, delay: 1ms, window: {{from: 1s, to: 2s}}}}\n")).unwrap();
     let o = run(&file, &dir.path().join("out2"), &run_dir, None);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "a delay through agents must be refused here");
-    if has_netem {
-        assert!(err.contains("not built yet"), "{err}");
-    } else {
-        assert!(err.contains("needs tc netem on host `c1`") && err.contains("sch_netem"), "{err}");
-    }
-    // refused before any setup ran: no results at all
-    assert!(!dir.path().join("out2").join("results.json").exists(), "{err}");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    check_delay_window(&dir.path().join("out2"), "c1", "c2", 1.0, 2.0, 0.8);
     assert_nothing_left(&lab, &run_dir);
+}
+
+/// `client`'s mean latency (the mean of its intervals' means) before, inside and after a
+/// window [from, to] s in which its packets to the target waited `add_ms` ms more; `other`'s
+/// stayed. Also the engine's own counters (results' notes).
+fn check_delay_window(out: &Path, client: &str, other: &str, from: f64, to: f64, add_ms: f64) {
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let rep = &r["setups"][0]["repetitions"][0];
+    let notes: Vec<&str> = rep["notes"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+    let engine = notes.iter().find(|n| n.starts_with(&format!("network: user space on {client} -> target"))).unwrap_or_else(|| panic!("no engine note: {notes:?}"));
+    let num = |k: &str| -> u64 { engine.split(&format!("{k} ")).nth(1).and_then(|x| x.split(|c: char| !c.is_ascii_digit()).next()).and_then(|x| x.parse().ok()).unwrap_or(0) };
+    assert!(num("delayed") > 10, "{engine}");
+    assert_eq!(num("late route switches"), 0, "{engine}");
+    let st = &rep["study"];
+    let mean = |c: &str, lo: f64, hi: f64| -> f64 {
+        let cl = st["clients"].as_array().unwrap().iter().find(|x| x["host"] == c).unwrap();
+        let v: Vec<f64> = cl["points"].as_array().unwrap().iter().filter(|p| (lo..=hi).contains(&f(&p["t_s"]))).map(|p| f(&p["mean_us"])).collect();
+        assert!(!v.is_empty(), "{c}: no interval ends in [{lo}, {hi}] s: {}", cl["points"]);
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    let iv = f(&st["interval_s"]);
+    let (before, inside, after) = (mean(client, iv, from), mean(client, from + iv + 0.05, to), mean(client, to + iv + 0.05, f64::MAX));
+    let add = add_ms * 1000.0;
+    assert!(inside - before >= 0.8 * add, "{client}: {before:.0} us before the window, {inside:.0} us inside (want +{add} us)");
+    assert!(after - before <= 0.5 * add, "{client}: {before:.0} us before the window, {after:.0} us after it (the delay did not end)");
+    let (ob, oi) = (mean(other, iv, from), mean(other, from + iv + 0.05, to));
+    assert!(oi - ob <= 0.5 * add, "{other} was delayed too: {ob:.0} us before, {oi:.0} us inside");
 }
 
 /// Disk faults through the target's control socket (over the agent) and host faults through
