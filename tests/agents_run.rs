@@ -482,7 +482,9 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
 }
 
 /// Ctrl-C on the controller tears down through the agents; kill -9 of the controller closes
-/// the agents' channels and they end everything themselves (the nftables table too).
+/// the agents' channels and they end everything themselves (the nftables table, the engine's
+/// TUN device and routes too); kill -9 of the controller and of c1's agent together leaves
+/// c1's table in c1's ledger, which `faultline cleanup` there removes.
 #[test]
 fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
     let _one = serial();
@@ -504,11 +506,11 @@ fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
     std::fs::write(
         &file,
         format!(
-            "name: k\nhosts:\n  clients: [c1]\n{agents}disk: {{size: 64MiB}}\nmonitor: off\nworkload: {{pattern: uniform, block_size: 4KiB, mix: {{read: 100}}, duration: 60s, rate_iops: 100}}\nnet_faults:\n  - {{from: c1, to: target, loss: 1%}}\n"
+            "name: k\nhosts:\n  clients: [c1]\n{agents}disk: {{size: 64MiB}}\nmonitor: off\nworkload: {{pattern: uniform, block_size: 4KiB, mix: {{read: 100}}, duration: 60s, rate_iops: 100}}\nnet_faults:\n  - {{from: c1, to: target, loss: 1%}}\n  - {{from: c1, to: target, delay: 1ms}}\n"
         ),
     )
     .unwrap();
-    for (k, sig) in [("int", nix::sys::signal::Signal::SIGINT), ("kill", nix::sys::signal::Signal::SIGKILL)] {
+    for (k, sig) in [("int", nix::sys::signal::Signal::SIGINT), ("kill", nix::sys::signal::Signal::SIGKILL), ("both", nix::sys::signal::Signal::SIGKILL)] {
         let child = Command::new(bin())
             .arg("run")
             .arg(&file)
@@ -520,22 +522,41 @@ fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        // running: the workload on c1 and the loss rule's table there
+        // running: the workload on c1, the loss rule's table there and the engine's route
         let t = Instant::now();
         loop {
             let o = Command::new("ip").args(["netns", "exec", lab.ns("c1"), "nft", "list", "tables"]).output().unwrap();
             let workload =
                 lab.pids("c1").iter().any(|p| String::from_utf8_lossy(&std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default()).contains("workload"));
-            if workload && String::from_utf8_lossy(&o.stdout).contains("faultline_") {
+            let r = Command::new("ip").args(["-n", lab.ns("c1"), "route", "show"]).output().unwrap();
+            let routed = String::from_utf8_lossy(&r.stdout).contains(&format!("{} dev flq", lab.addr("target")));
+            if workload && routed && String::from_utf8_lossy(&o.stdout).contains("faultline_") {
                 break;
             }
             assert!(t.elapsed() < Duration::from_secs(30), "the run never got going");
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_millis(1000));
+        if k == "both" {
+            let a = agent_pid(&lab, "c1").expect("c1's agent");
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(a), sig).unwrap();
+        }
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
         let o = child.wait_with_output().unwrap();
         assert!(!o.status.success());
+        if k == "both" {
+            // nobody was left on c1 to delete its table: the ledger says it is there
+            let t = Instant::now();
+            while !lab.pids("c1").is_empty() && t.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let o = Command::new("ip").args(["netns", "exec", lab.ns("c1"), "nft", "list", "tables"]).output().unwrap();
+            assert!(String::from_utf8_lossy(&o.stdout).contains("faultline_"), "c1's table went without cleanup?");
+            let o = Command::new("ip").args(["netns", "exec", lab.ns("c1"), bin(), "cleanup"]).env("FAULTLINE_RUN_DIR", &run_dir).output().unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            assert!(said.contains("deleted nftables table inet faultline_"), "{said}");
+        }
         if k == "int" {
             assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"), "{}", String::from_utf8_lossy(&o.stderr));
         }
