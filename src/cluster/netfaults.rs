@@ -2,10 +2,10 @@
 //! spawned by the controller through that host's agent (so it is in the agent's ledger and ends
 //! with it). Two paths, chosen per fault by the controller (run::agents):
 //!
-//! - nftables: loss, partition and reset as rules in chains of one table (`inet`), each chain
-//!   added when its window opens and deleted when it closes;
-//! - the user-space engine (net::egress): delay, jitter, rate, duplicate, reorder and bursty
-//!   loss, for kernels without sch_netem; its windows run on the relay's own clock.
+//! - nftables: partition and reset as rules in chains of one table (`inet`), each chain added
+//!   when its window opens and deleted when it closes;
+//! - the user-space engine (net::egress): delay, jitter, rate, duplicate, reorder and loss
+//!   (random or bursty), for kernels without sch_netem; its windows run on the relay's clock.
 //!
 //! Windows count from the run's start instant (`start_at_ns`, this host's clock). The table,
 //! the TUN device and any sysctl changed are in this process's ledger before they exist, so
@@ -69,7 +69,11 @@ fn nft(script: &str) -> Result<()> {
 /// The instant `t_ns` (CLOCK_REALTIME) on the monotonic clock.
 fn instant_of(t_ns: u64) -> Instant {
     let now = now_ns();
-    if t_ns >= now { Instant::now() + Duration::from_nanos(t_ns - now) } else { Instant::now().checked_sub(Duration::from_nanos(now - t_ns)).unwrap_or_else(Instant::now) }
+    if t_ns >= now {
+        Instant::now() + Duration::from_nanos(t_ns - now)
+    } else {
+        Instant::now().checked_sub(Duration::from_nanos(now - t_ns)).unwrap_or_else(Instant::now)
+    }
 }
 
 pub fn run(plan_json: &str) -> Result<()> {
@@ -96,7 +100,8 @@ fn apply(plan: &NetPlan, ledger: &mut LedgerFile, t0: Instant, stop: &AtomicBool
     let mut egress = None;
     let tun = format!("flq{}", std::process::id());
     if !plan.engine.is_empty() {
-        let local: Ipv4Addr = plan.address.parse().with_context(|| format!("host {}: the user-space path needs an IPv4 address, not {}", plan.host, plan.address))?;
+        let local: Ipv4Addr =
+            plan.address.parse().with_context(|| format!("host {}: the user-space path needs an IPv4 address, not {}", plan.host, plan.address))?;
         let peers: Vec<(String, Ipv4Addr)> = plan
             .peers
             .iter()

@@ -52,7 +52,12 @@ fn raw_socket(dev: &str, peer: Ipv4Addr) -> Result<OwnedFd> {
     if unsafe { libc::setsockopt(raw, libc::SOL_SOCKET, libc::SO_BINDTODEVICE, dev.as_ptr().cast(), dev.len() as libc::socklen_t) } < 0 {
         return Err(std::io::Error::last_os_error()).with_context(|| format!("SO_BINDTODEVICE {dev}"));
     }
-    let sa = libc::sockaddr_in { sin_family: libc::AF_INET as libc::sa_family_t, sin_port: 0, sin_addr: libc::in_addr { s_addr: u32::from(peer).to_be() }, sin_zero: [0; 8] };
+    let sa = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr { s_addr: u32::from(peer).to_be() },
+        sin_zero: [0; 8],
+    };
     // SAFETY: connect reads a sockaddr_in of the size given, alive for the call
     if unsafe { libc::connect(raw, (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t) } < 0 {
         return Err(std::io::Error::last_os_error()).with_context(|| format!("connect the raw socket to {peer}"));
@@ -89,11 +94,7 @@ impl Egress {
                 std::fs::write(&f, "2").with_context(|| format!("cannot set {} to 2 (loose)", f.display()))?;
             }
         }
-        let mtu = devs
-            .iter()
-            .filter_map(|d| ip_json(&["link", "show", "dev", d]).ok().and_then(|v| v[0]["mtu"].as_u64()))
-            .min()
-            .unwrap_or(1500);
+        let mtu = devs.iter().filter_map(|d| ip_json(&["link", "show", "dev", d]).ok().and_then(|v| v[0]["mtu"].as_u64())).min().unwrap_or(1500);
         ledger.update(|l| l.net_devices.push(tun_name.to_string()))?;
         let fd = tun::open_in(std::path::Path::new("/proc/self/ns/net"), tun_name).context("cannot create the TUN device")?;
         crate::sys::netns::ip(&["link", "set", tun_name, "mtu", &mtu.to_string(), "txqueuelen", "1000", "up"])?;

@@ -5,13 +5,15 @@
 //!
 //! 1. starts the agents and estimates each one's clock offset (`preflight`, once before any
 //!    setup, has checked that every host can apply its faults: nftables for
-//!    loss/partition/reset; delay and rate need tc netem and are refused up front);
+//!    partition/reset, a TUN device for the user-space engine (delay, jitter, rate,
+//!    duplicate, reorder, loss));
 //! 2. spawns the target (`faultline serve --nbd tcp://0.0.0.0:PORT --no-loop`, or the
 //!    command), then each client's workload (`faultline workload --nbd URI --jsonl
-//!    --start-at-ns T`), all waiting for one instant T, and a prober on every host
-//!    (`faultline agent --probe`);
+//!    --start-at-ns T`), all waiting for one instant T, a prober on every host
+//!    (`faultline agent --probe`), and the network faults' helper on every sending host
+//!    (`faultline agent --net-faults`, cluster::netfaults: in place before T, windows from T);
 //! 3. at T (every agent ready) arms the faults: the disk's clock restarts and its rules go in,
-//!    host faults start on the target's agent, network rules follow their windows;
+//!    host faults start on the target's agent;
 //! 4. collects every line on the controller's clock (agent time minus its offset) while a
 //!    heartbeat (`time`) watches each agent; a lost agent aborts the run or is marked
 //!    (`on_agent_loss`);
@@ -237,15 +239,12 @@ fn host_fault_yaml(h: &crate::spec::host::HostFault) -> Result<String> {
     Ok(format!("{{{what}, window: {window}}}"))
 }
 
-/// Whether a network fault needs the user-space engine on the sending host (no tc netem
-/// here): anything beyond random loss, partition and reset, which nftables does.
+/// Whether a network fault needs the user-space engine on the sending host: all but
+/// partition and reset, which nftables does in the kernel. Loss too: a drop in the sender's
+/// output hook hits a whole segmentation burst and is reported to the socket, which resends
+/// at once (docs/net.md, "Loss in the kernel"); the engine drops single wire packets.
 fn needs_engine(f: &crate::spec::net::NetFault) -> bool {
-    f.delay.is_some()
-        || f.jitter.is_some()
-        || f.rate.is_some()
-        || f.duplicate.is_some()
-        || f.reorder.is_some()
-        || matches!(f.loss, Some(crate::spec::net::Loss::GilbertElliott { .. }))
+    f.delay.is_some() || f.jitter.is_some() || f.rate.is_some() || f.duplicate.is_some() || f.reorder.is_some() || f.loss.is_some()
 }
 
 /// Plan the network faults on the sending hosts (one `faultline agent --net-faults` each),
@@ -288,7 +287,7 @@ fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>], t
             let p = &mut plans[k];
             if engine {
                 if ip.parse::<std::net::Ipv4Addr>().is_err() || p.address.parse::<std::net::Ipv4Addr>().is_err() {
-                    bail!("{label}: host {a} -> {b}: the user-space path (delay, jitter, rate, duplicate, reorder, loss_bursts) takes IPv4 addresses only");
+                    bail!("{label}: host {a} -> {b}: the user-space path (delay, jitter, rate, duplicate, reorder, loss) takes IPv4 addresses only");
                 }
                 if !p.peers.iter().any(|x| x.0 == *b) {
                     p.peers.push((b.clone(), ip.clone()));
@@ -304,10 +303,7 @@ fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>], t
                 paths.push(format!("{label}: {a} -> {b}: user space (TUN + raw socket on {a})"));
                 continue;
             }
-            let mut stmt = Vec::new();
-            if let Some(crate::spec::net::Loss::Random { probability }) = f.loss {
-                stmt.push(format!("numgen random mod 1000000 < {} drop", (probability * 1e6).round() as u64));
-            }
+            let mut stmt: Vec<String> = Vec::new();
             if f.partition {
                 stmt.push("drop".into());
             }
@@ -334,9 +330,14 @@ fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>], t
             }
         }
         if !p.engine.is_empty() {
-            let (ok, text) = r.exec(&["sh", "-c", "test -c /dev/net/tun || { echo no /dev/net/tun; exit 1; }; ip -V"], None).unwrap_or((false, "cannot run sh".into()));
+            let (ok, text) =
+                r.exec(&["sh", "-c", "test -c /dev/net/tun || { echo no /dev/net/tun; exit 1; }; ip -V"], None).unwrap_or((false, "cannot run sh".into()));
             if !ok {
-                bail!("host `{}`: delay, jitter, rate, duplicate, reorder and loss_bursts need a TUN device (/dev/net/tun) and iproute2 there: {}", p.host, text.trim());
+                bail!(
+                    "host `{}`: delay, jitter, rate, duplicate, reorder and loss need a TUN device (/dev/net/tun) and iproute2 there: {}",
+                    p.host,
+                    text.trim()
+                );
             }
         }
     }
@@ -905,7 +906,12 @@ fn net_reports(remotes: &[Arc<Remote>], plans: &[NetPlan], g: &Shared) -> Vec<St
         for e in v["nft_errors"].as_array().into_iter().flatten() {
             notes.push(format!("host {}: {}", p.host, e.as_str().unwrap_or_default()));
         }
-        for l in v["engine"]["show"]["links"].as_array().into_iter().flatten().filter(|l| l["from"] == json!(p.host) && !l["rules"].as_array().is_none_or(|r| r.is_empty())) {
+        for l in v["engine"]["show"]["links"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|l| l["from"] == json!(p.host) && !l["rules"].as_array().is_none_or(|r| r.is_empty()))
+        {
             notes.push(format!(
                 "network: user space on {} -> {} (via {}): packets {}, delayed {}, dropped {}, duplicated {}, reordered {}, overdue {}, late route switches {}, lateness p99 {} us",
                 l["from"].as_str().unwrap_or_default(),
