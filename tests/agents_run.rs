@@ -468,7 +468,7 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
     std::fs::write(
         &file,
         format!(
-            "{}workload: {{pattern: sequential, block_size: 4KiB, mix: {{read: 100}}, duration: 3s, rate_iops: 400, on_error: continue}}\nsetups:\n  - name: eio\n    faults:\n      - {{type: error, op: read, probability: 100%, window: {{from: 1s, to: 2s}}}}\n  - name: freeze\n    host_faults:\n      - {{type: freeze, host: target, window: {{from: 1s, to: 2s}}}}\n",
+            "{}workload: {{pattern: sequential, block_size: 4KiB, mix: {{read: 100}}, duration: 3s, rate_iops: 400, on_error: continue}}\nsetups:\n  - name: eio\n    faults:\n      - {{type: error, op: read, probability: 100%, window: {{from: 1s, to: 2s}}}}\n  - name: freeze\n    host_faults:\n      - {{type: freeze, host: target, window: {{from: 1s, to: 2s}}}}\n  - name: kill\n    host_faults:\n      - {{type: kill, host: target, window: {{from: 1s, to: 2s}}}}\n",
             head("faultline")
         ),
     )
@@ -493,6 +493,16 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
     assert!(fr["host_faults"].as_array().is_some_and(|h| h.len() == 1 && h[0]["error"].is_null()), "{}", fr["host_faults"]);
     let ratio = f(&fr["study"]["window_stats"][0]["ratio"]);
     assert!(ratio < 0.3, "the client went on while its target was frozen: {}", fr["study"]["window_stats"]);
+    // kill: the target's agent kills its server at 1 s and the controller starts it again at
+    // 2 s; the client stalls in between and reads again after
+    let k = setup("kill");
+    let h = &k["host_faults"][0];
+    assert!(h["error"].is_null() && h["killed"].as_array().unwrap().len() == 1 && h["restarted"].as_array().unwrap().len() == 1, "{}", k["host_faults"]);
+    assert_ne!(h["killed"], h["restarted"]);
+    let ws = &k["study"]["window_stats"][0];
+    assert!(f(&ws["ratio"]) < 0.5, "the client went on while its target was dead: {ws}");
+    let late_ops: f64 = k["study"]["clients"][0]["points"].as_array().unwrap().iter().filter(|p| f(&p["t_s"]) > 2.5).map(|p| f(&p["iops"])).sum();
+    assert!(late_ops > 0.0, "no reads after the restart: {}", k["study"]["clients"][0]["points"]);
     // a command's server instead of faultline's
     if !which("nbdkit") {
         skip("nbdkit target", "needs nbdkit");

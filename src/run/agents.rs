@@ -211,8 +211,9 @@ fn workload_argv(fl: &str, w: &Workload, uri: &str, start_ns: u64) -> Result<Vec
     Ok(a)
 }
 
-/// A host fault as the inline YAML `faultline host --fault` takes.
-fn host_fault_yaml(h: &crate::spec::host::HostFault) -> Result<String> {
+/// A host fault as the inline YAML `faultline host --fault` takes (None: a `kill`, which the
+/// controller does through the target's agent, `kill_target`).
+fn host_fault_yaml(h: &crate::spec::host::HostFault) -> Result<Option<String>> {
     use crate::spec::host::{CpuMethod, HostAction};
     let what = match &h.action {
         HostAction::Cpu { share, method } => {
@@ -229,14 +230,14 @@ fn host_fault_yaml(h: &crate::spec::host::HostFault) -> Result<String> {
             s
         }
         HostAction::Freeze => "type: freeze".into(),
-        HostAction::Kill => bail!("a `kill` host fault cannot restart a target through an agent; use freeze"),
+        HostAction::Kill => return Ok(None),
     };
     let ms = |d: Duration| format!("{}ms", d.as_millis());
     let window = match h.to {
         Some(to) => format!("{{from: {}, to: {}}}", ms(h.from), ms(to)),
         None => format!("{{from: {}}}", ms(h.from)),
     };
-    Ok(format!("{{{what}, window: {window}}}"))
+    Ok(Some(format!("{{{what}, window: {window}}}")))
 }
 
 /// Whether a network fault needs the user-space engine on the sending host: all but
@@ -529,7 +530,9 @@ fn drive(
     }
     // checks before anything runs: faults every host can apply, flags the workload can travel as
     workload_argv("faultline", &w, &uri, 0)?;
-    let host_yaml: Vec<String> = setup.host_faults.iter().map(host_fault_yaml).collect::<Result<_>>()?;
+    let host_yaml: Vec<String> = setup.host_faults.iter().map(host_fault_yaml).collect::<Result<Vec<_>>>()?.into_iter().flatten().collect();
+    let kills: Vec<crate::spec::host::HostFault> =
+        setup.host_faults.iter().filter(|h| matches!(h.action, crate::spec::host::HostAction::Kill)).cloned().collect();
     let (static_faults, scheduled) = super::schedule::split(&setup.faults);
     if !scheduled.is_empty() {
         bail!("faults placed by workload progress (`at:`/content targets) are not supported with `hosts:`; use windows");
@@ -544,17 +547,16 @@ fn drive(
     let run_dir = if target.run_dir.is_empty() { "/run/faultline".to_string() } else { target.run_dir.clone() };
     let socket = format!("{run_dir}/agent-{tag}.sock");
     target.set_doing("starting the target");
-    let tpid = match &hosts.kind {
+    let target_argv = match &hosts.kind {
         TargetKind::Faultline => {
             let mut argv = vec![target.spec.faultline.clone(), "serve".into(), format!("--nbd=tcp://0.0.0.0:{}", hosts.port), "--no-loop".into()];
             argv.extend(super::disks::serve_args(&setup.disk));
             argv.extend(["--socket".into(), socket.clone(), format!("--owned-by={}", target.agent_pid)]);
-            target.spawn("target", argv)?
+            argv
         }
-        TargetKind::Command(cmd) => {
-            target.spawn("target", vec!["env".into(), format!("FAULTLINE_PORT={}", hosts.port), "sh".into(), "-c".into(), cmd.clone()])?
-        }
+        TargetKind::Command(cmd) => vec!["env".into(), format!("FAULTLINE_PORT={}", hosts.port), "sh".into(), "-c".into(), cmd.clone()],
     };
+    let tpid = target.spawn("target", target_argv.clone())?;
     wait_target(&target, &clients[0], hosts, &taddr, gathered)?;
     target.set_doing("serving the disk");
     // every client waits for the agreed instant T (its own clock: T plus its offset)
@@ -626,8 +628,25 @@ fn drive(
             }
         })
     };
-    let outcome =
-        armed_phase(setup, hosts, remotes, &target, &clients, gathered, t_ref, t_start, &socket, &host_yaml, static_faults, &net_plans, tpid, stop, phase);
+    let outcome = armed_phase(
+        setup,
+        hosts,
+        remotes,
+        &target,
+        &clients,
+        gathered,
+        t_ref,
+        t_start,
+        &socket,
+        &host_yaml,
+        &kills,
+        &target_argv,
+        static_faults,
+        &net_plans,
+        tpid,
+        stop,
+        phase,
+    );
     done.store(true, Relaxed);
     let _ = heart.join();
     let (host_records, disk_faults, rules, notes) = outcome?;
@@ -773,6 +792,8 @@ fn armed_phase(
     t_start: u64,
     socket: &str,
     host_yaml: &[String],
+    kills: &[crate::spec::host::HostFault],
+    target_argv: &[String],
     static_faults: Vec<crate::spec::rules::FaultSpec>,
     net_plans: &[NetPlan],
     tpid: u32,
@@ -801,6 +822,14 @@ fn armed_phase(
         }
         target.spawn("host-faults", argv)?;
     }
+    let target_down = Arc::new(AtomicBool::new(false));
+    let kill_done = Arc::new(AtomicBool::new(false));
+    let kill_thread = (!kills.is_empty()).then(|| {
+        let (target, g, down, done, kills, argv) =
+            (target.clone(), gathered.clone(), target_down.clone(), kill_done.clone(), kills.to_vec(), target_argv.to_vec());
+        let fl = is_fl;
+        std::thread::spawn(move || kill_target(&target, &g, &down, &done, &kills, &argv, tpid, t0, fl))
+    });
     phase(&format!("{} client(s) started together against {}", clients.len(), target.spec.address.as_deref().unwrap_or("")));
     // wait: every client's workload ends, or its agent is lost
     let limit = Duration::from_secs(3600);
@@ -819,7 +848,7 @@ fn armed_phase(
             break Some(format!("agent on the target host {} lost: nothing left to measure", target.spec.host));
         }
         let g = gathered.lock().unwrap();
-        if let Some(((h, _), (code, sig))) = g.exits.iter().find(|((h, n), _)| h == &target.spec.host && n == "target") {
+        if let Some(((h, _), (code, sig))) = g.exits.iter().find(|((h, n), _)| h == &target.spec.host && n == "target" && !target_down.load(Relaxed)) {
             let why = g.stderr.get(&(h.clone(), "target".into())).map(|v| v.join(" | ")).unwrap_or_default();
             break Some(format!("the target on {h} ended during the run (code {code:?}, signal {sig:?}): {why}"));
         }
@@ -835,6 +864,8 @@ fn armed_phase(
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut notes = net_reports(remotes, net_plans, gathered);
+    kill_done.store(true, Relaxed);
+    let kill_records = kill_thread.map(|t| t.join().unwrap_or_default()).unwrap_or_default();
     if let Some(why) = abort {
         // the other clients stop now; teardown ends the rest
         for c in clients.iter().filter(|c| !c.is_lost()) {
@@ -870,8 +901,16 @@ fn armed_phase(
             }
         }
     }
+    records.extend(kill_records);
+    if records.iter().any(|r| !r.restarted.is_empty()) {
+        // a new server: its log starts again
+        seq0 = 0;
+        notes.push(format!("the target on {} was killed and started again: a fresh disk, without the setup's disk faults", target.spec.host));
+    }
     let (mut faults, mut rules) = (vec![], vec![]);
-    if is_fl {
+    if is_fl && target_down.load(Relaxed) {
+        notes.push(format!("the target on {} was killed (host fault `kill`): no disk figures", target.spec.host));
+    } else if is_fl {
         let listed: Vec<crate::fault::engine::RuleStatus> = serde_json::from_value(target.control(socket, json!({"cmd": "list"}))?)?;
         let mut log = Vec::new();
         let mut since = seq0;
@@ -885,6 +924,96 @@ fn armed_phase(
         rules = crate::report::collect::rule_counts(&listed);
     }
     Ok((records, faults, rules, notes))
+}
+
+/// `kill` host faults through the target's agent: at each one's `from` the target's process
+/// group gets SIGKILL (`down` set, so its end is expected); at its `to`, if any, the target
+/// starts again with the same command, and once it listens `down` clears.
+#[allow(clippy::too_many_arguments)]
+fn kill_target(
+    target: &Remote,
+    g: &Shared,
+    down: &AtomicBool,
+    done: &AtomicBool,
+    kills: &[crate::spec::host::HostFault],
+    argv: &[String],
+    mut pid: u32,
+    t0: Instant,
+    is_fl: bool,
+) -> Vec<crate::host::HostFaultRecord> {
+    let key = (target.spec.host.clone(), "target".to_string());
+    let wait_until = |at: Instant| -> bool {
+        while Instant::now() < at {
+            if done.load(Relaxed) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2).min(at.saturating_duration_since(Instant::now())));
+        }
+        true
+    };
+    let mut kills = kills.to_vec();
+    kills.sort_by_key(|k| k.from);
+    let mut out = Vec::new();
+    for k in kills {
+        let mut rec = crate::host::HostFaultRecord {
+            name: k.name.clone(),
+            host: Some(target.spec.host.clone()),
+            kind: "kill".into(),
+            description: format!("kill the target's server{}", if k.to.is_some() { ", then start it again" } else { "" }),
+            from_s: k.from.as_secs_f64(),
+            to_s: k.to.map(|t| t.as_secs_f64()),
+            ..Default::default()
+        };
+        if !wait_until(t0 + k.from) {
+            out.push(rec);
+            continue;
+        }
+        down.store(true, Relaxed);
+        match target.call(Op::Kill { name: "target".into(), signal: Some(libc::SIGKILL) }, CALL_LIMIT) {
+            Ok(_) => rec.killed = vec![pid],
+            Err(e) => rec.error = Some(format!("{e:#}")),
+        }
+        rec.applied_at_s = Some(t0.elapsed().as_secs_f64());
+        // what the killed server left (its ledger, control socket) goes now, before a new
+        // one takes the same socket path
+        let t = Instant::now();
+        while !g.lock().unwrap().exits.contains_key(&key) && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        match target.exec(&[&target.spec.faultline, "cleanup"], None) {
+            Ok((true, _)) => {}
+            Ok((false, text)) => rec.notes.push(format!("cleanup after the kill: {}", text.trim())),
+            Err(e) => rec.notes.push(format!("cleanup after the kill: {e:#}")),
+        }
+        if let Some(to) = k.to
+            && wait_until(t0 + to)
+        {
+            {
+                let mut g = g.lock().unwrap();
+                g.exits.remove(&key);
+                g.stdout.remove(&key);
+            }
+            match target.spawn("target", argv.to_vec()) {
+                Ok(p) => {
+                    pid = p;
+                    rec.restarted = vec![p];
+                    // listening again: its URI line (faultline); a command is given a moment
+                    let t = Instant::now();
+                    while is_fl
+                        && t.elapsed() < TARGET_START_LIMIT
+                        && !g.lock().unwrap().stdout.get(&key).is_some_and(|v| v.iter().any(|l| l.starts_with("nbd://")))
+                    {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    down.store(false, Relaxed);
+                }
+                Err(e) => rec.error = Some(format!("restart failed: {e:#}")),
+            }
+            rec.reverted_at_s = Some(t0.elapsed().as_secs_f64());
+        }
+        out.push(rec);
+    }
+    out
 }
 
 /// End each host's network faults (it removes them) and say what they did.

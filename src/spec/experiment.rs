@@ -392,8 +392,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         Some(s) => stack(s, source)?,
         None => StackSpec::Raw,
     };
-    let base_host_faults = super::host::validate_experiment(raw.host_faults.unwrap_or_default(), source)?;
     let study_hosts = raw.hosts.as_ref().map(|h| super::study::hosts(h, source)).transpose()?;
+    // through agents a `kill` takes the target's server down and the controller starts it again
+    let agents = study_hosts.as_ref().is_some_and(|h| !h.agents.is_empty());
+    let base_host_faults = super::host::validate_experiment(raw.host_faults.unwrap_or_default(), source, agents)?;
     let base_net_faults = super::study::net_faults(raw.net_faults.clone().unwrap_or_default(), study_hosts.as_ref(), source)?;
     let mut setups = Vec::new();
     if let Some(m) = &raw.matrix {
@@ -452,7 +454,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     None => base_repeat,
                 };
                 let hf = match s.host_faults {
-                    Some(h) => super::host::validate_experiment(h, source)?,
+                    Some(h) => super::host::validate_experiment(h, source, agents)?,
                     None => base_host_faults.clone(),
                 };
                 let nf = match s.net_faults {

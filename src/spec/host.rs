@@ -109,17 +109,19 @@ pub fn parse_host_faults(text: &str, source: &str) -> Result<Vec<HostFault>, Str
 }
 
 /// Validate an experiment's `host_faults:`: targets are the disk servers (`target: disk`,
-/// the default), which must not be killed (the run's disk would go with them).
-pub(crate) fn validate_experiment(raw: Vec<Spanned<RawHostFault>>, source: &str) -> Result<Vec<HostFault>, String> {
+/// the default), which must not be killed (the run's disk would go with them), unless the
+/// hosts are reached through agents (`agents`: there the target host's server is killed and
+/// started again by the controller, run::agents).
+pub(crate) fn validate_experiment(raw: Vec<Spanned<RawHostFault>>, source: &str, agents: bool) -> Result<Vec<HostFault>, String> {
     for r in &raw {
         let at = format!("{source}:{}:{}", r.referenced.line(), r.referenced.column());
         match r.value.target.as_deref() {
             None | Some("disk") => {}
             Some(t) => return Err(format!("{at}: host fault target `{t}` is not known; allowed: disk (the processes serving the setup's disks)")),
         }
-        if r.value.kind.as_deref() == Some("kill") {
+        if r.value.kind.as_deref() == Some("kill") && !agents {
             return Err(format!(
-                "{at}: a kill of the disk server would take the run's disk with it; kill faults apply to processes named with `faultline host --pid`"
+                "{at}: a kill of the disk server would take the run's disk with it; kill faults apply to processes named with `faultline host --pid`, and to the target's server with `hosts: {{agents: ...}}`"
             ));
         }
     }
