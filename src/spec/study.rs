@@ -512,6 +512,18 @@ mod tests {
     }
 
     #[test]
+    fn a_kill_of_the_target_only_through_agents() {
+        let text = include_str!("../../examples/performability.yaml");
+        let kill = "  - name: kill\n    host_faults:\n      - {type: kill, host: target, window: {from: 10s, to: 20s}}\n";
+        let e = parse_experiment(&format!("{text}{kill}"), "p.yaml").unwrap_err();
+        assert!(e.contains("p.yaml:") && e.contains("agents"), "{e}");
+        let (a, b) = (text.find("hosts:\n").unwrap(), text.find("disk:").unwrap());
+        let hosts = "hosts:\n  clients: [client]\n  agents:\n    target: {ssh: root@storage1, address: 192.168.10.5}\n    client: {ssh: root@load1, address: 192.168.10.6}\n";
+        let ag = parse_experiment(&format!("{}{hosts}{}{kill}", &text[..a], &text[b..]), "p.yaml").unwrap();
+        assert!(matches!(ag.setups.last().unwrap().host_faults[0].action, crate::spec::host::HostAction::Kill));
+    }
+
+    #[test]
     fn the_published_disk_faults_are_one_line_each() {
         let e = parse_experiment(
             &format!(
