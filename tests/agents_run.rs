@@ -553,6 +553,18 @@ fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
         ),
     )
     .unwrap();
+    // a strict reverse-path filter on c1 (as many distributions set): the engine makes it loose
+    // on the device while it runs, and it is strict again after, however the run ended
+    let rp = |v: Option<&str>| -> String {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", lab.ns("c1"), "sysctl", "-n"]);
+        match v {
+            Some(v) => c.args(["-w", &format!("net.ipv4.conf.v1.rp_filter={v}")]),
+            None => c.arg("net.ipv4.conf.v1.rp_filter"),
+        };
+        String::from_utf8_lossy(&c.output().unwrap().stdout).trim().to_string()
+    };
+    rp(Some("1"));
     for (k, sig) in [("int", nix::sys::signal::Signal::SIGINT), ("kill", nix::sys::signal::Signal::SIGKILL), ("both", nix::sys::signal::Signal::SIGKILL)] {
         let child = Command::new(bin())
             .arg("run")
@@ -574,6 +586,7 @@ fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
             let r = Command::new("ip").args(["-n", lab.ns("c1"), "route", "show"]).output().unwrap();
             let routed = String::from_utf8_lossy(&r.stdout).contains(&format!("{} dev flq", lab.addr("target")));
             if workload && routed && String::from_utf8_lossy(&o.stdout).contains("faultline_") {
+                assert_eq!(rp(None), "2", "rp_filter on c1's device while the engine runs");
                 break;
             }
             assert!(t.elapsed() < Duration::from_secs(30), "the run never got going");
@@ -598,12 +611,13 @@ fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
             let o = Command::new("ip").args(["netns", "exec", lab.ns("c1"), bin(), "cleanup"]).env("FAULTLINE_RUN_DIR", &run_dir).output().unwrap();
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-            assert!(said.contains("deleted nftables table inet faultline_"), "{said}");
+            assert!(said.contains("deleted nftables table inet faultline_") && said.contains("rp_filter to 1"), "{said}");
         }
         if k == "int" {
             assert!(String::from_utf8_lossy(&o.stderr).contains("interrupted"), "{}", String::from_utf8_lossy(&o.stderr));
         }
         assert_nothing_left(&lab, &run_dir);
+        assert_eq!(rp(None), "1", "rp_filter on c1's device after the run ({k})");
     }
 }
 
