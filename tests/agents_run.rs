@@ -294,7 +294,16 @@ fn sshd_lab(d: &Path, lab: &Lab, hosts: &[&str], run_dir: &Path) -> (String, Vec
         )
         .unwrap();
         known += &format!("{} {host_pub}", lab.addr(h));
-        sshds.push(Command::new("ip").args(["netns", "exec", lab.ns(h), "/usr/sbin/sshd", "-D", "-e", "-f"]).arg(&cfg).stderr(Stdio::null()).spawn().unwrap());
+        // nsenter enters only the network namespace: `ip netns exec` would also mount a /sys of
+        // its own, without the cgroup file system the host faults need
+        sshds.push(
+            Command::new("nsenter")
+                .args([&format!("--net=/run/netns/{}", lab.ns(h)), "/usr/sbin/sshd", "-D", "-e", "-f"])
+                .arg(&cfg)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
     }
     std::fs::write(d.join("known_hosts"), known).unwrap();
     let opts = format!(
@@ -679,6 +688,8 @@ fn performability_example_over_openssh_matches_the_namespace_run() {
             .iter()
             .map(|s| {
                 let st = &s["repetitions"][0]["study"];
+                let hf = &s["repetitions"][0]["host_faults"];
+                assert!(hf.as_array().is_none_or(|h| h.iter().all(|h| h["error"].is_null())), "{out}: {}: {hf}", s["name"]);
                 let w = st["window_stats"].as_array().unwrap().first().cloned().unwrap_or_default();
                 let mib = format!("{:>6.1} -> {:>6.1} MiB/s", f(&w["before_mib_s"]), f(&w["during_mib_s"]));
                 (s["name"].as_str().unwrap().to_string(), w["ratio"].as_f64(), mib)
