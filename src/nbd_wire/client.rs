@@ -453,8 +453,10 @@ impl Client {
         {
             return Ok(c.clone());
         }
+        // a dead connection stays in its slot until a new one is open, so a reconnect that
+        // takes several attempts (a target restarting) still counts as one
         let had = g.is_some();
-        if let Some(old) = g.take() {
+        if let Some(old) = &*g {
             old.kill();
             if let Some(h) = old.reader.lock().unwrap().take() {
                 let _ = h.join();
