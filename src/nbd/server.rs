@@ -44,6 +44,64 @@ const SPIN: Duration = Duration::from_micros(50);
 /// wake-up, so this is well above `SPIN`: a gate at `SPIN` itself stays shut once a slow
 /// wake-up has shut it.
 const SPIN_GAP: Duration = Duration::from_millis(1);
+/// Whether polling pays is found by trying, per connection: requests at queue depth 1 are
+/// counted in epochs of `EPOCH` in the current mode; after every `MAINS` epochs one epoch of
+/// `PROBE` requests runs in the other mode, which is kept when its time per request is under
+/// 90% of the epoch just before it. Polling costs CPU a client on the same machine may need
+/// (our own client disk's chain on 2 CPUs): there not polling wins, across machines polling.
+const EPOCH: u32 = 256;
+const PROBE: u32 = 128;
+const MAINS: u32 = 16;
+
+/// The per-connection trial of polling against sleeping (see `EPOCH`).
+struct Tuner {
+    poll: bool,
+    probing: bool,
+    n: u32,
+    t0: Instant,
+    mains: u32,
+    last_main: Duration,
+}
+
+impl Tuner {
+    fn new() -> Tuner {
+        Tuner { poll: true, probing: false, n: 0, t0: Instant::now(), mains: 0, last_main: Duration::ZERO }
+    }
+    /// Whether the connection polls now.
+    fn polls(&self) -> bool {
+        self.poll != self.probing
+    }
+    /// A request arrived at `now`; `steady`: the request rate keeps the gate open, so the
+    /// time between requests is the client's round trip (else the epoch starts over).
+    fn tick(&mut self, now: Instant, steady: bool) {
+        if !steady {
+            self.n = 0;
+            self.t0 = now;
+            return;
+        }
+        self.n += 1;
+        if self.n < if self.probing { PROBE } else { EPOCH } {
+            return;
+        }
+        let per = now.duration_since(self.t0) / self.n;
+        if self.probing {
+            if per.as_nanos() * 10 < self.last_main.as_nanos() * 9 {
+                self.poll = !self.poll;
+            }
+            self.probing = false;
+        } else {
+            self.last_main = per;
+            self.mains += 1;
+            if self.mains >= MAINS {
+                self.mains = 0;
+                self.probing = true;
+            }
+        }
+        self.n = 0;
+        self.t0 = now;
+    }
+}
+
 /// One spinning connection at a time, process-wide: on a small machine two spinners take the
 /// CPUs from the clients they wait for.
 static SPINNING: AtomicBool = AtomicBool::new(false);
@@ -231,6 +289,8 @@ fn session(sh: &Shared, sock: Sock) -> Res<()> {
         big: Vec::new(),
         spin: false,
         served: 0,
+        in_request: false,
+        tune: Tuner::new(),
         t0: Instant::now(),
         delayed: false,
     };
@@ -450,6 +510,9 @@ struct Conn<'a> {
     spin: bool,
     /// Requests served since the last wait for input.
     served: u32,
+    /// Between a request's header and its end: a wait for input is for its payload.
+    in_request: bool,
+    tune: Tuner,
     /// The current request's receipt, and whether its reply went to the delay thread (which
     /// then counts it out of `in_flight`).
     t0: Instant,
@@ -491,6 +554,9 @@ impl Conn<'_> {
         if self.end - self.start >= n {
             return Ok(true);
         }
+        // a wait for the next request, or for the rest of one begun (a payload the client
+        // sends after its header, as libnbd does: two sends)
+        let mid = self.end > self.start || self.in_request;
         // everything consumed: start over at the front, where the cache lines are warm and a
         // whole large write fits (at queue depth 1 the buffer's first bytes are all it uses)
         if self.start + n > self.inb.len() || self.start == self.end {
@@ -500,7 +566,7 @@ impl Conn<'_> {
         }
         self.flush()?;
         while self.end - self.start < n {
-            let got = self.receive()?;
+            let got = self.receive(mid)?;
             if got == 0 {
                 if self.end == self.start {
                     return Ok(false);
@@ -513,12 +579,15 @@ impl Conn<'_> {
     }
 
     /// Read what the client has sent into the input buffer (0: closed), polling first when
-    /// requests have been coming one at a time.
-    fn receive(&mut self) -> Res<usize> {
+    /// requests have been coming one at a time. `mid`: the rest of a request is awaited; such a
+    /// wait polls when the gate is open but leaves the gate as it is, so a write whose payload
+    /// comes in a second send is one wake-up, as a read is.
+    fn receive(&mut self, mid: bool) -> Res<usize> {
         use std::os::fd::AsRawFd;
-        let lone = std::mem::take(&mut self.served) == 1;
+        let gate = self.spin;
+        let lone = if mid { false } else { std::mem::take(&mut self.served) == 1 };
         let budget = spin_budget();
-        if self.spin && !budget.is_zero() && !SPINNING.swap(true, Ordering::Acquire) {
+        if self.spin && self.tune.polls() && !budget.is_zero() && !SPINNING.swap(true, Ordering::Acquire) {
             let t = Instant::now();
             let fd = self.rd.as_raw_fd();
             let got = loop {
@@ -541,12 +610,17 @@ impl Conn<'_> {
             };
             SPINNING.store(false, Ordering::Release);
             if let Some(n) = got {
-                self.spin = lone;
+                self.spin = if mid { gate } else { lone };
                 return Ok(n);
             }
         }
         let t = Instant::now();
         let n = (&self.rd).read(&mut self.inb[self.end..]).map_err(io_err("receive"))?;
+        if mid {
+            // a request's tail says nothing about the client's rate
+            self.spin = gate;
+            return Ok(n);
+        }
         // spin next time only for a connection whose client sends one request, waits for its
         // reply, and sends the next soon (queue depth 1, a high rate): with requests in flight
         // the CPUs are better left to the clients. Idle connections beside it (a client disk's
@@ -559,9 +633,11 @@ impl Conn<'_> {
         let ext = self.style == Style::Extended;
         let hl = Request::header_len(ext);
         loop {
+            self.in_request = false;
             if !self.fill(hl)? {
                 return Ok(());
             }
+            self.in_request = true;
             let req = Request::parse(&self.inb[self.start..self.start + hl], ext).map_err(|m| format!("bad request magic {:#x}", m.0))?;
             self.start += hl;
             if req.cmd == p::CMD_DISC {
@@ -571,6 +647,7 @@ impl Conn<'_> {
             c.requests.fetch_add(1, Ordering::Relaxed);
             c.in_flight.fetch_add(1, Ordering::Relaxed);
             self.t0 = Instant::now();
+            self.tune.tick(self.t0, self.spin);
             self.delayed = false;
             let r = self.request(&req);
             if !self.delayed {

@@ -270,6 +270,10 @@ pub struct Client {
     pub target: NbdTarget,
     pub export: Export,
     slots: Vec<Mutex<Option<Arc<Conn>>>>,
+    /// Requests in flight per slot: a request takes the first idle connection, so a client
+    /// with one request at a time stays on one connection (a server polling that connection
+    /// for the next request then finds it there); when none is idle, round robin.
+    busy: Vec<AtomicUsize>,
     next_slot: AtomicUsize,
     cookie: AtomicU64,
     /// Shared: a caller may sample them while the client works (`workload::Progress::nbd`).
@@ -403,7 +407,8 @@ impl Client {
         let n = if export.flags & p::FLAG_CAN_MULTI_CONN != 0 { target.policy.connections.max(1) } else { 1 };
         let slots: Vec<_> = (0..n).map(|_| Mutex::new(None)).collect();
         *slots[0].lock().unwrap() = Some(conn);
-        Ok(Client { target: target.clone(), export, slots, next_slot: AtomicUsize::new(0), cookie: AtomicU64::new(1), counters: Arc::default() })
+        let busy = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        Ok(Client { target: target.clone(), export, slots, busy, next_slot: AtomicUsize::new(0), cookie: AtomicU64::new(1), counters: Arc::default() })
     }
 
     fn open(target: &NbdTarget) -> io::Result<(Arc<Conn>, Export)> {
@@ -448,8 +453,10 @@ impl Client {
         {
             return Ok(c.clone());
         }
+        // a dead connection stays in its slot until a new one is open, so a reconnect that
+        // takes several attempts (a target restarting) still counts as one
         let had = g.is_some();
-        if let Some(old) = g.take() {
+        if let Some(old) = &*g {
             old.kill();
             if let Some(h) = old.reader.lock().unwrap().take() {
                 let _ = h.join();
@@ -530,7 +537,23 @@ impl Client {
     /// A request with the retry policy. `read`: the buffer the reply's data goes into.
     fn request(&self, cmd: u16, flags: u16, off: u64, len: u64, data: Option<&[u8]>, mut read: Option<&mut [u8]>) -> io::Result<()> {
         self.counters.requests.fetch_add(1, Relaxed);
-        let slot = self.next_slot.fetch_add(1, Relaxed) % self.slots.len();
+        let n = self.slots.len();
+        let slot = match self.busy.iter().position(|b| b.compare_exchange(0, 1, Relaxed, Relaxed).is_ok()) {
+            Some(i) => i,
+            None => {
+                let i = self.next_slot.fetch_add(1, Relaxed) % n;
+                self.busy[i].fetch_add(1, Relaxed);
+                i
+            }
+        };
+        // counted out on every way out of the request
+        struct Busy<'a>(&'a AtomicUsize);
+        impl Drop for Busy<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Relaxed);
+            }
+        }
+        let _busy = Busy(&self.busy[slot]);
         let pol = self.target.policy;
         let t0 = Instant::now();
         let mut first_failed = None;
