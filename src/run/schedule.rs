@@ -384,12 +384,34 @@ impl WriteObserver for Scheduler {
     }
 }
 
-/// Ticker thread for time / op triggers; stops when `stop` is set.
+/// How often the ticker looks at the op count while an op trigger waits.
+const OPS_TICK: Duration = Duration::from_millis(2);
+/// The longest the ticker sleeps at once, so it sees `stop` soon.
+const TICK_MAX: Duration = Duration::from_millis(20);
+
+impl Scheduler {
+    /// How long the ticker may sleep before its next `tick`: every `OPS_TICK` while an op
+    /// trigger waits, until the next time trigger otherwise; None when neither is left (byte
+    /// triggers fire from writes, and a trigger once fired never waits again).
+    fn tick_wait(&self) -> Option<Duration> {
+        if self.due_ops.load(Relaxed) != u64::MAX {
+            return Some(OPS_TICK);
+        }
+        let due = self.due_us.load(Relaxed);
+        (due != u64::MAX).then(|| Duration::from_micros(due.saturating_sub(self.elapsed_us())).min(TICK_MAX))
+    }
+}
+
+/// Ticker thread for time / op triggers; stops when `stop` is set or none is left to wait for
+/// (a workload with only byte triggers gets no wake-ups).
 pub fn spawn_ticker(s: Arc<Scheduler>, ops: impl Fn() -> u64 + Send + 'static, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         while !stop.load(Relaxed) {
             s.tick(ops());
-            std::thread::sleep(Duration::from_millis(2));
+            match s.tick_wait() {
+                Some(d) => std::thread::sleep(d),
+                None => return,
+            }
         }
     })
 }
