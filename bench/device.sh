@@ -22,6 +22,7 @@
 # requests, idle CPUs poll instead of halting (frontend/cpu_latency.rs), which the peers do not
 # ask for. HOLD_CPU_LATENCY=1 makes the bench itself hold that setting for the whole run, so
 # every candidate is measured with polling CPUs: the comparison of the designs alone.
+# POINTS="w128k-qd1 ..." runs only the points named (for a quick look at one of them).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -92,6 +93,13 @@ echo "devices: $(for n in "${names[@]}"; do printf '%s=%s ' "$n" "${dev[$n]}"; d
 # fio exactly as fio-points.sh runs each point
 points=("w4k-qd1|--rw=write --bs=4k --ioengine=psync" "rr4k-qd1|--rw=randread --bs=4k --ioengine=psync"
         "rr4k-qd32|--rw=randread --bs=4k --ioengine=libaio --iodepth=32" "w128k-qd1|--rw=write --bs=128k --ioengine=psync")
+if [ -n "${POINTS:-}" ]; then
+  # a subset, e.g. POINTS="w128k-qd1 rr4k-qd32" (the last line then covers only these)
+  sel=()
+  for p in "${points[@]}"; do [[ " $POINTS " == *" ${p%%|*} "* ]] && sel+=("$p"); done
+  [ ${#sel[@]} -gt 0 ] || { echo "device.sh: POINTS=\"$POINTS\" names none of w4k-qd1 rr4k-qd1 rr4k-qd32 w128k-qd1" >&2; exit 2; }
+  points=("${sel[@]}")
+fi
 iops() { # dev fio-args...
   local d=$1; shift
   fio --name=p --filename="$d" --direct=1 --size=512M --runtime="$secs" --time_based --output-format=json "$@" 2>/dev/null |
@@ -127,7 +135,7 @@ for line in open(sys.argv[1]):
     for x in kv:
         k, v = x.split("=")
         vals[point][r][k] = int(v)
-points = ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"]
+points = [p for p in ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"] if p in vals]
 first = next(iter(next(iter(vals.values())).values()))
 names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline+100k", "faultline-percpu"] if n in first]
 med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
@@ -149,7 +157,7 @@ def interval(p):
     return meds[100], meds[1899]
 ci = {p: interval(p) for p in points}
 r3 = {p: paired(p, "faultline", "libfuse-uring") for p in points} if "libfuse-uring" in names else None
-qd32 = paired("rr4k-qd32", "faultline", "ceiling")
+qd32 = f'{paired("rr4k-qd32", "faultline", "ceiling"):.2f}' if "rr4k-qd32" in vals else "skipped"
 print("ratio vs libfuse " + " ".join(f"{p}={r1[p]:.2f}" for p in points))
 if r3:
     print("ratio vs libfuse-uring " + " ".join(f"{p}={r3[p]:.2f}" for p in points))
@@ -160,5 +168,5 @@ print("rules overhead % " + " ".join(f"{p}={ov[p]:.1f}" for p in points))
 print("  90% interval   " + " ".join(f"{p}=[{ci[p][0]:.1f},{ci[p][1]:.1f}]" for p in points))
 print("(ratios: median over rounds of the per-round ratio; interval: bootstrap over rounds)")
 r3s = f"{min(r3.values()):.2f}" if r3 else "skipped"
-print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} min_ratio_vs_libfuse_uring={r3s} rules_overhead_pct={max(ov.values()):.1f} qd32_vs_ceiling={qd32:.2f}")
+print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} min_ratio_vs_libfuse_uring={r3s} rules_overhead_pct={max(ov.values()):.1f} qd32_vs_ceiling={qd32}")
 PY

@@ -412,8 +412,7 @@ impl Engine {
         let set = self.set.load();
         let mut plan = Plan::default();
         let (any, range) = (set.any_ops.has(op), set.range_ops.has(op));
-        let ctx =
-            Ctx { engine: self, op, offset, len, now_us: if any || range || set.content_ops.has(op) { self.elapsed_us() } else { 0 }, req_idx, bytes_before };
+        let ctx = Ctx { engine: self, op, offset, len, now_us: std::cell::OnceCell::new(), req_idx, bytes_before };
         if any {
             for r in &set.any {
                 if ctx.fires(r) {
@@ -521,12 +520,18 @@ struct Ctx<'a> {
     op: Op,
     offset: u64,
     len: u64,
-    now_us: u64,
+    /// µs since the epoch, read when first needed (a window to check, a fault to log): most
+    /// requests that rules exist for match none and never read the clock.
+    now_us: std::cell::OnceCell<u64>,
     req_idx: u64,
     bytes_before: u64,
 }
 
 impl Ctx<'_> {
+    fn now(&self) -> u64 {
+        *self.now_us.get_or_init(|| self.engine.elapsed_us())
+    }
+
     /// Op + conditions; counts the match and claims a firing.
     fn fires(&self, r: &ArmedRule) -> bool {
         let rule = &r.rule;
@@ -534,7 +539,7 @@ impl Ctx<'_> {
             return false;
         }
         if let Some(w) = rule.window {
-            let t = self.now_us;
+            let t = self.now();
             if t < w.from.as_micros() as u64 || w.to.is_some_and(|to| t >= to.as_micros() as u64) {
                 return false;
             }
@@ -628,7 +633,7 @@ impl Ctx<'_> {
         r.blocks.fetch_add(nblocks, Relaxed);
         self.engine.log.push(LogEntry {
             seq: 0,
-            t_us: self.now_us,
+            t_us: self.now(),
             rule: r.id,
             action: r.rule.action.name().into(),
             op: Some(self.op),

@@ -384,12 +384,34 @@ impl WriteObserver for Scheduler {
     }
 }
 
-/// Ticker thread for time / op triggers; stops when `stop` is set.
+/// How often the ticker looks at the op count while an op trigger waits.
+const OPS_TICK: Duration = Duration::from_millis(2);
+/// The longest the ticker sleeps at once, so it sees `stop` soon.
+const TICK_MAX: Duration = Duration::from_millis(20);
+
+impl Scheduler {
+    /// How long the ticker may sleep before its next `tick`: every `OPS_TICK` while an op
+    /// trigger waits, until the next time trigger otherwise; None when neither is left (byte
+    /// triggers fire from writes, and a trigger once fired never waits again).
+    fn tick_wait(&self) -> Option<Duration> {
+        if self.due_ops.load(Relaxed) != u64::MAX {
+            return Some(OPS_TICK);
+        }
+        let due = self.due_us.load(Relaxed);
+        (due != u64::MAX).then(|| Duration::from_micros(due.saturating_sub(self.elapsed_us())).min(TICK_MAX))
+    }
+}
+
+/// Ticker thread for time / op triggers; stops when `stop` is set or none is left to wait for
+/// (a workload with only byte triggers gets no wake-ups).
 pub fn spawn_ticker(s: Arc<Scheduler>, ops: impl Fn() -> u64 + Send + 'static, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         while !stop.load(Relaxed) {
             s.tick(ops());
-            std::thread::sleep(Duration::from_millis(2));
+            match s.tick_wait() {
+                Some(d) => std::thread::sleep(d),
+                None => return,
+            }
         }
     })
 }
@@ -397,4 +419,38 @@ pub fn spawn_ticker(s: Arc<Scheduler>, ops: impl Fn() -> u64 + Send + 'static, s
 /// Split a setup's faults: (armed before the workload as they are, scheduled).
 pub fn split(faults: &[FaultSpec]) -> (Vec<FaultSpec>, Vec<FaultSpec>) {
     faults.iter().cloned().partition(|f| f.trigger == Trigger::Start && f.deferred.is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::profile::Profile;
+    use crate::spec::rules::{DiskGeometry, parse_rules};
+
+    fn scheduler(trigger: Trigger) -> Arc<Scheduler> {
+        let geo = DiskGeometry { size: 1 << 30, block_size: 4096 };
+        let rule = parse_rules("rules:\n  - {type: error, op: write, target: {block: 5}}\n", "test", geo).unwrap().remove(0);
+        let spec =
+            FaultSpec { rule, deferred: Some(Deferred::LastWritten), trigger, by_content: Some(false), disk: 0, allow_repeat: false, label: "rule #1".into() };
+        Scheduler::new(Vec::new(), vec![spec], Stream::new(&Profile::none(), 1), 1, false)
+    }
+
+    /// The ticker wakes only for what it can fire: every OPS_TICK while an op trigger waits,
+    /// until a time trigger (at most TICK_MAX at once), and never for byte triggers or once
+    /// its trigger has fired.
+    #[test]
+    fn ticker_sleeps_until_what_it_can_fire() {
+        assert_eq!(scheduler(Trigger::Every { bytes: 1 << 20, count: None }).tick_wait(), None);
+        let ops = scheduler(Trigger::AfterOps(10));
+        assert_eq!(ops.tick_wait(), Some(OPS_TICK));
+        ops.tick(10);
+        assert_eq!(ops.tick_wait(), None, "fired: nothing left to wait for");
+        assert_eq!(scheduler(Trigger::At(Duration::from_secs(60))).tick_wait(), Some(TICK_MAX));
+        let soon = scheduler(Trigger::At(Duration::from_millis(5)));
+        assert!(soon.tick_wait().is_some_and(|d| d <= Duration::from_millis(5)));
+        std::thread::sleep(Duration::from_millis(6));
+        assert_eq!(soon.tick_wait(), Some(Duration::ZERO), "due: tick now");
+        soon.tick(0);
+        assert_eq!(soon.tick_wait(), None, "fired: nothing left to wait for");
+    }
 }
