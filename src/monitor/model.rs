@@ -110,10 +110,12 @@ pub struct LayerOp {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default)]
 pub struct Depth {
-    /// Mean number of requests in flight seen by each issued request, itself included.
+    /// Time average of the requests in service (issued, not completed), from their service
+    /// times (Little's law).
     pub mean: f64,
+    /// The highest sampled depth.
     pub max: u64,
-    /// [depth, issues that saw it]; the last entry is "this many or more".
+    /// [depth, samples that saw it] (sampled every interval / 10, 10 to 100 ms).
     pub histogram: Vec<[u64; 2]>,
 }
 
@@ -124,7 +126,8 @@ pub struct Interval {
     pub t_s: f64,
     /// Requests completed in the interval, by op (ops with none are left out).
     pub ops: BTreeMap<String, IntervalOp>,
-    /// Requests issued in the interval, and the depth they saw.
+    /// Depth samples taken in the interval; their maximum; the mean requests in service
+    /// (Little's law over the requests completed in it).
     pub issues: u64,
     pub depth_mean: f64,
     pub depth_max: u64,
@@ -216,7 +219,7 @@ impl MonitorResults {
                     r.p99_us
                 );
             }
-            let _ = writeln!(s, "{name:<12} queue depth (sampled every 10 ms): mean {:.2}, max {}", d.depth.mean, d.depth.max);
+            let _ = writeln!(s, "{name:<12} requests in service: mean {:.2}, sampled max {}", d.depth.mean, d.depth.max);
             if d.unmatched > 0 || d.inflight_at_end > 0 || d.lost_completions > 0 {
                 let _ = writeln!(
                     s,
