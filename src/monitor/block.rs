@@ -424,6 +424,7 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
         lost_completions: 0,
         inflight_at_end: 0,
         series,
+        daemon: Default::default(),
     })
 }
 
