@@ -291,6 +291,14 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     // the interval in progress at detach, too
     let done = (monotonic_ns() - t0) / interval.as_nanos() as u64 + 1;
     reader.drain(&skel, done, &mut notes);
+    let backwards: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[4]).sum();
+    if backwards > 0 {
+        notes.push(format!("{backwards} completions read the clock before their issue stamp (BPF's fast clock behind the block layer's): counted with service time 0"));
+    }
+    let partial: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[2]).sum();
+    if partial > 0 {
+        notes.push(format!("{partial} partial completions (their request counted once, at its last)"));
+    }
     let early: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[3]).sum();
     if early > 0 {
         notes.push(format!("{early} requests issued before the monitor started completed while it ran: not counted"));
@@ -371,7 +379,7 @@ fn lookup_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<Vec<u64>> {
     Ok(sum)
 }
 
-/// [noissue, untracked, partial, early] of device `i` (block.h's `struct devstat`).
+/// [noissue, untracked, partial, early, backwards] of device `i` (block.h's `struct devstat`).
 fn devstat(skel: &BlockSkel<'_>, i: usize) -> Result<Vec<u64>> {
     lookup_sum(&skel.maps.devstats, i as u32)
 }
