@@ -293,7 +293,9 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     reader.drain(&skel, done, &mut notes);
     let backwards: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[4]).sum();
     if backwards > 0 {
-        notes.push(format!("{backwards} completions read the clock before their issue stamp (BPF's fast clock behind the block layer's): counted with service time 0"));
+        notes.push(format!(
+            "{backwards} completions read the clock before their issue stamp (BPF's fast clock behind the block layer's): counted with service time 0"
+        ));
     }
     let partial: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[2]).sum();
     if partial > 0 {
