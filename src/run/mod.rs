@@ -348,8 +348,11 @@ struct Monitors {
     block: crate::monitor::BlockMonitor,
     pairs: Option<crate::monitor::PairMonitor>,
     sys: Option<crate::monitor::SyscallMonitor>,
-    service0: Vec<Option<std::collections::BTreeMap<String, (u64, u64, u64)>>>,
+    service0: Vec<Option<ServiceCounts>>,
 }
+
+/// A disk daemon's service counters: op -> (count, service ns, held delay ns).
+type ServiceCounts = std::collections::BTreeMap<String, (u64, u64, u64)>;
 
 fn stop_monitor(r: &mut Rep, m: Option<Monitors>, built: &Built) -> Option<crate::monitor::MonitorResults> {
     let m = m?;
