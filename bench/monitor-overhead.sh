@@ -30,12 +30,15 @@ work=$(mktemp -d)
 tr=/sys/kernel/tracing
 inst=$tr/instances/faultline-overhead-$$
 spid=""
+mpid=""
 events=(block/block_bio_queue block/block_rq_issue block/block_rq_complete)
 cleanup() {
   if [ -d "$inst" ]; then
     for e in "${events[@]}"; do echo 0 > "$inst/events/$e/enable" 2>/dev/null || true; done
     rmdir "$inst" 2>/dev/null || true
   fi
+  # the tracing tool of a run cut short (an error, Ctrl-C) goes too
+  [ -n "$mpid" ] && kill -INT "$mpid" 2>/dev/null && wait "$mpid" 2>/dev/null
   [ -n "$spid" ] && kill -TERM "$spid" 2>/dev/null && while kill -0 "$spid" 2>/dev/null; do sleep 0.1; done
   rm -rf "$work"
 }
@@ -58,7 +61,6 @@ fio --name=pre --filename="$dev" --direct=1 --size=512M --rw=write --bs=1M --ioe
 modes=(bare monitor driver ftrace)
 if command -v perf >/dev/null 2>&1; then modes+=(perf); fi
 
-mpid=""
 start_mode() {
   mpid=""
   case $1 in
