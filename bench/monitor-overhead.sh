@@ -1,35 +1,44 @@
 #!/usr/bin/env bash
 # bench/monitor-overhead.sh [ROUNDS] [SECONDS] -- what timing the block layer costs the I/O it
-# times: IOPS of fio's four points (as bench/device.sh runs them) on one faultline disk with
-# nothing attached (bare), with `faultline monitor --device` as experiments get it by default
+# times: fio's four points (as bench/device.sh runs them) on one faultline disk with nothing
+# attached (bare), with `faultline monitor --device` as experiments get it by default
 # (monitor: the block layer, one BPF program per request at its completion, aggregated in the
 # kernel; the journal layer has nothing to time on a raw disk), with the opt-in driver layer
 # added (driver: `--layers driver`, the FUSE request pair), with ftrace (the block
 # tracepoints queue and service times need, bio queue, request issue and completion, filtered
 # to the device, in a tracefs instance of our own whose buffer is drained to /dev/null) and
-# with perf (perf record of the same tracepoints and filters, all CPUs). Each round runs every
-# mode back to back per point, order rotating by round; a mode's overhead at a point is the
-# median over rounds of its paired IOPS loss against that round's bare run (slow drift of the
-# machine cancels). Prints a table per point; the last line holds the worst point of each mode:
+# with perf (perf record of the same tracepoints and filters, all CPUs).
+# Many short rounds; in each, every point runs every mode back to back, the order rotated by
+# round and reversed every other round (each mode takes each position, and each neighbour
+# side, equally often). Per run: IOPS, and CPU per I/O: fio's own CPU (user + system, its
+# JSON), the disk daemon's and the tracing tool's process (the monitor, perf, or the reader of
+# the ftrace buffer), from /proc, over the run; it varies far less than IOPS on a busy
+# machine. A mode's overhead at a point is the median over rounds of its per-round paired ratio
+# against that round's bare run, with a bootstrap 90% interval. Prints a table per point; the
+# last line holds the worst point of each mode (IOPS loss, then CPU per I/O added):
 #   monitor_overhead_pct=M ftrace_overhead_pct=F perf_overhead_pct=P driver_overhead_pct=D
+#   monitor_cpu_pct=... ftrace_cpu_pct=... perf_cpu_pct=... driver_cpu_pct=...
 # (P is "na" where perf is not installed.)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
-rounds=${1:-5}
-secs=${2:-2}
+rounds=${1:-12}
+secs=${2:-1}
 bash "$top/scripts/setup.sh" >&2
 fl="$top/target/release/faultline"
 work=$(mktemp -d)
 tr=/sys/kernel/tracing
 inst=$tr/instances/faultline-overhead-$$
 spid=""
+mpid=""
 events=(block/block_bio_queue block/block_rq_issue block/block_rq_complete)
 cleanup() {
   if [ -d "$inst" ]; then
     for e in "${events[@]}"; do echo 0 > "$inst/events/$e/enable" 2>/dev/null || true; done
     rmdir "$inst" 2>/dev/null || true
   fi
+  # the tracing tool of a run cut short (an error, Ctrl-C) goes too
+  [ -n "$mpid" ] && kill -INT "$mpid" 2>/dev/null && wait "$mpid" 2>/dev/null
   [ -n "$spid" ] && kill -TERM "$spid" 2>/dev/null && while kill -0 "$spid" 2>/dev/null; do sleep 0.1; done
   rm -rf "$work"
 }
@@ -52,8 +61,8 @@ fio --name=pre --filename="$dev" --direct=1 --size=512M --rw=write --bs=1M --ioe
 modes=(bare monitor driver ftrace)
 if command -v perf >/dev/null 2>&1; then modes+=(perf); fi
 
-mpid=""
 start_mode() {
+  mpid=""
   case $1 in
     bare) ;;
     monitor|driver)
@@ -88,13 +97,26 @@ stop_mode() {
       kill "$mpid"; wait "$mpid" 2>/dev/null || true ;;
   esac
   rm -f "$work/perf.data"
+  mpid=""
 }
 
 points=("w4k-qd1|--rw=write --bs=4k --ioengine=psync" "rr4k-qd1|--rw=randread --bs=4k --ioengine=psync"
         "rr4k-qd32|--rw=randread --bs=4k --ioengine=libaio --iodepth=32" "w128k-qd1|--rw=write --bs=128k --ioengine=psync")
-iops() { # fio-args...
-  fio --name=p --filename="$dev" --direct=1 --size=512M --runtime="$secs" --time_based --output-format=json "$@" 2>/dev/null |
-    python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(int(j["read"]["iops"]+j["write"]["iops"]))'
+# CPU time of a process's threads in ns (their schedstat: exact, not in clock ticks)
+cpu_ns() { [ -n "$1" ] && cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}' || echo 0; }
+measure() { # fio-args... -> "IOPS/CPU-µs-per-I/O"
+  local d0 t0 d1 t1
+  d0=$(cpu_ns "$spid"); t0=$(cpu_ns "$mpid")
+  fio --name=p --filename="$dev" --direct=1 --size=512M --runtime="$secs" --time_based --output-format=json "$@" 2>/dev/null > "$work/fio.json"
+  d1=$(cpu_ns "$spid"); t1=$(cpu_ns "$mpid")
+  python3 - "$work/fio.json" $(( d1 - d0 + t1 - t0 )) <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+n = j["read"]["total_ios"] + j["write"]["total_ios"]
+rt = j["job_runtime"] / 1000
+cpu = (j["usr_cpu"] + j["sys_cpu"]) / 100 * rt + int(sys.argv[2]) / 1e9
+print(f"{n / rt:.0f}/{cpu * 1e6 / max(n, 1):.3f}")
+PY
 }
 : > "$work/samples"
 for r in $(seq "$rounds"); do
@@ -103,10 +125,11 @@ for r in $(seq "$rounds"); do
     IFS='|' read -r pname pargs <<< "$p"
     line="$pname"
     for k in $(seq 0 $((${#modes[@]} - 1))); do
-      m=${modes[$(( (k + r) % ${#modes[@]} ))]}
+      (( r % 2 )) && k=$(( ${#modes[@]} - 1 - k ))
+      m=${modes[$(( (k + r / 2) % ${#modes[@]} ))]}
       start_mode "$m"
       # shellcheck disable=SC2086
-      line="$line $m=$(iops $pargs)"
+      line="$line $m=$(measure $pargs)"
       stop_mode "$m"
     done
     echo "$line" | tee -a "$work/samples" >&2
@@ -114,21 +137,29 @@ for r in $(seq "$rounds"); do
 done
 
 python3 - "$work/samples" "${modes[*]}" <<'PY'
-import sys, statistics
+import sys, random, statistics as st
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 modes = [m for m in sys.argv[2].split() if m != "bare"]
 points = list(dict.fromkeys(r[0] for r in rows))
-worst = {m: None for m in ("monitor", "ftrace", "perf", "driver")}
-print(f"{'point':<10} {'bare IOPS':>10} " + " ".join(f"{m + ' %':>10}" for m in modes))
+rng = random.Random(7)
+def interval(x):
+    meds = sorted(st.median(rng.choices(x, k=len(x))) for _ in range(2000))
+    return meds[100], meds[1899]
+worst = {m: [None, None] for m in ("monitor", "ftrace", "perf", "driver")}
+print(f"{'point':<10} {'bare IOPS':>10} {'CPU µs/IO':>9}  " + "  ".join(f"{m + ' IOPS loss % [90%]':>26} {'CPU/IO more % [90%]':>22}" for m in modes))
 for p in points:
-    samples = [dict(kv.split("=") for kv in r[1:]) for r in rows if r[0] == p]
-    bare = statistics.median(int(s["bare"]) for s in samples)
+    samples = [{k: tuple(map(float, v.split("/"))) for k, v in (kv.split("=") for kv in r[1:])} for r in rows if r[0] == p]
     cells = []
     for m in modes:
-        loss = statistics.median((1 - int(s[m]) / int(s["bare"])) * 100 for s in samples)
-        worst[m] = loss if worst[m] is None else max(worst[m], loss)
-        cells.append(f"{loss:>10.1f}")
-    print(f"{p:<10} {bare:>10.0f} " + " ".join(cells))
+        loss = [(1 - s[m][0] / s["bare"][0]) * 100 for s in samples]
+        more = [(s[m][1] / s["bare"][1] - 1) * 100 for s in samples]
+        (lo, hi), (clo, chi) = interval(loss), interval(more)
+        for i, v in enumerate((st.median(loss), st.median(more))):
+            worst[m][i] = v if worst[m][i] is None else max(worst[m][i], v)
+        cells.append(f"{st.median(loss):>10.1f} [{lo:>5.1f},{hi:>5.1f}]      {st.median(more):>8.1f} [{clo:>5.1f},{chi:>5.1f}]")
+    print(f"{p:<10} {st.median(s['bare'][0] for s in samples):>10.0f} {st.median(s['bare'][1] for s in samples):>9.2f}  " + "  ".join(cells))
+print(f"({len(rows) // max(len(points), 1)} rounds; per-round paired ratios against the round's bare run; order rotated and reversed by round; intervals: bootstrap over rounds)")
 fmt = lambda v: "na" if v is None else f"{v:.1f}"
-print(f"monitor_overhead_pct={fmt(worst['monitor'])} ftrace_overhead_pct={fmt(worst['ftrace'])} perf_overhead_pct={fmt(worst['perf'])} driver_overhead_pct={fmt(worst['driver'])}")
+print(" ".join(f"{m}_overhead_pct={fmt(worst[m][0])}" for m in ("monitor", "ftrace", "perf", "driver")) + " " +
+      " ".join(f"{m}_cpu_pct={fmt(worst[m][1])}" for m in ("monitor", "ftrace", "perf", "driver")))
 PY

@@ -230,7 +230,9 @@ fn a_write_delay_shows_at_block_service_time_only() {
 
 /// `faultline run` monitors the drive phase by default: the block layer's write requests are
 /// the workload's writes (O_DIRECT 4 KiB, one at a time), embedded in results.json and shown
-/// in the report; `monitor: off` leaves them out.
+/// in the report; the disk daemon's figures for the same span sit beside them (its write count
+/// is the workload's, its held delay the 200 µs rule's, and its service time is inside the
+/// block layer's); `monitor: off` leaves them out.
 #[test]
 fn experiments_embed_the_block_figures() {
     let run = |monitor: &str| {
@@ -247,9 +249,10 @@ fn experiments_embed_the_block_figures() {
         let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
         assert!(o.status.success(), "faultline run failed:\n{}", String::from_utf8_lossy(&o.stderr));
         let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-        (faultline::report::load_dir(&out).unwrap(), html)
+        let csv = std::fs::read_to_string(out.join("monitor.csv")).unwrap_or_default();
+        (faultline::report::load_dir(&out).unwrap(), html, csv)
     };
-    let (r, html) = run("monitor: {layers: [block, syscall]}\n");
+    let (r, html, csv) = run("monitor: {layers: [block, syscall]}\nfaults: [{type: delay, op: write, delay: 200us}]\n");
     let rep = &r.setups[0].repetitions[0];
     let Some(m) = &rep.monitor else {
         let why = rep.notes.iter().find(|n| n.starts_with("monitor:")).cloned().unwrap_or_default();
@@ -273,7 +276,14 @@ fn experiments_embed_the_block_figures() {
     );
     assert!(sw.mean_us * sw.count as f64 >= w.mean_us * w.count as f64, "time in write calls below the block service time they waited for");
     assert!(html.contains("Block layer (BPF monitor"), "report has no monitor table");
-    let (off, html) = run("monitor: off\n");
+    // the daemon's part of the block service time, over the same span
+    let dw = d.daemon.get("write").unwrap_or_else(|| panic!("no daemon figures for writes\n{}", m.table()));
+    assert_eq!(dw.count, rep.write.ops, "daemon writes vs the workload's\n{}", m.table());
+    assert!((200.0..201.0).contains(&dw.delay_mean_us), "held delay mean {} µs for a 200 µs rule\n{}", dw.delay_mean_us, m.table());
+    assert!(dw.service_mean_us >= dw.delay_mean_us && w.mean_us >= dw.service_mean_us, "daemon service {dw:?} vs block service {} µs", w.mean_us);
+    assert!(csv.lines().any(|l| l.contains(",daemon_service,write,1024,")), "monitor.csv has no daemon row:\n{csv}");
+    assert!(html.contains("daemon (held delay"), "report has no daemon row");
+    let (off, html, _) = run("monitor: off\n");
     assert!(off.setups[0].repetitions[0].monitor.is_none());
     assert!(!html.contains("Block layer (BPF monitor"));
 }

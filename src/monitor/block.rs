@@ -198,14 +198,29 @@ fn stamps_issue(d: &Watched) -> bool {
     std::fs::read_to_string(format!("/sys/dev/block/{}:{}/queue/wbt_lat_usec", d.major, d.minor)).is_ok()
 }
 
-/// Requests in flight on the device now (reads + writes), from sysfs.
-fn inflight(d: &Watched) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/sys/dev/block/{}:{}/inflight", d.major, d.minor)).ok()?;
-    Some(s.split_whitespace().filter_map(|w| w.parse::<u64>().ok()).sum())
+/// The device's requests in flight (reads + writes) from sysfs, re-read through one open file
+/// (a read at offset 0 regenerates it: no path walk per sample).
+struct Inflight(Option<std::fs::File>);
+
+impl Inflight {
+    fn open(d: &Watched) -> Inflight {
+        Inflight(std::fs::File::open(format!("/sys/dev/block/{}:{}/inflight", d.major, d.minor)).ok())
+    }
+
+    fn read(&self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 64];
+        let n = self.0.as_ref()?.read_at(&mut buf, 0).ok()?;
+        Some(std::str::from_utf8(&buf[..n]).ok()?.split_whitespace().filter_map(|w| w.parse::<u64>().ok()).sum())
+    }
 }
 
-/// How often the queue depth is sampled.
-const DEPTH_EVERY: Duration = Duration::from_millis(10);
+/// How often the queue depth is sampled (its maximum and histogram; the mean comes from the
+/// service times, exactly): a tenth of the interval, from 10 to 100 ms. Each sample wakes the
+/// loader's thread, which is most of what the monitor costs in user space.
+fn depth_every(interval: Duration) -> Duration {
+    (interval / 10).clamp(Duration::from_millis(10), Duration::from_millis(100))
+}
 
 fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Receiver<()>) -> Result<MonitorResults> {
     let t0 = monotonic_ns();
@@ -237,12 +252,14 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     let _ = ready.send(Ok(attach));
     let mut reader = SlotReader::new(devs.len(), interval);
     let mut depth = vec![DepthSampler::default(); devs.len()];
+    let files: Vec<Inflight> = devs.iter().map(Inflight::open).collect();
+    let every = depth_every(interval);
     let mut next_drain = Duration::ZERO;
     // until stopped (or the monitor dropped)
-    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(DEPTH_EVERY) {
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(every) {
         let epoch = ((monotonic_ns() - t0) / interval.as_nanos() as u64) as usize;
-        for (d, s) in devs.iter().zip(depth.iter_mut()) {
-            if let Some(n) = inflight(d) {
+        for (f, s) in files.iter().zip(depth.iter_mut()) {
+            if let Some(n) = f.read() {
                 s.add(epoch, n);
             }
         }
@@ -274,6 +291,16 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     // the interval in progress at detach, too
     let done = (monotonic_ns() - t0) / interval.as_nanos() as u64 + 1;
     reader.drain(&skel, done, &mut notes);
+    let backwards: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[4]).sum();
+    if backwards > 0 {
+        notes.push(format!(
+            "{backwards} completions read the clock before their issue stamp (BPF's fast clock behind the block layer's): counted with service time 0"
+        ));
+    }
+    let partial: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[2]).sum();
+    if partial > 0 {
+        notes.push(format!("{partial} partial completions (their request counted once, at its last)"));
+    }
     let early: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[3]).sum();
     if early > 0 {
         notes.push(format!("{early} requests issued before the monitor started completed while it ran: not counted"));
@@ -290,51 +317,55 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     for (i, d) in devs.iter().enumerate() {
         let mut series = std::mem::take(&mut reader.series[i]);
         for iv in series.iter_mut() {
-            let (n, mean, max) = depth[i].interval((iv.t_s / interval.as_secs_f64()).round() as usize);
+            let (n, max) = depth[i].interval((iv.t_s / interval.as_secs_f64()).round() as usize);
             iv.issues = n;
-            iv.depth_mean = mean;
             iv.depth_max = max;
+            // the interval's length (the last one ends at detach)
+            let len_us = (duration.as_secs_f64() - iv.t_s).clamp(0.0, interval.as_secs_f64()) * 1e6;
+            iv.depth_mean = littles_law(iv.ops.values().map(|o| o.count as f64 * o.service_mean_us).sum(), len_us);
         }
-        out.devices.push(device_results(&skel, i, d, series, &depth[i])?);
+        let mut dr = device_results(&skel, i, d, series, &depth[i])?;
+        let busy_us = dr.layers.iter().filter(|l| l.layer == "block_service").map(|l| l.count as f64 * l.mean_us).sum();
+        dr.depth.mean = littles_law(busy_us, duration.as_secs_f64() * 1e6);
+        out.devices.push(dr);
     }
     Ok(out)
 }
 
-/// Queue-depth samples of one device: a histogram over the whole run and per interval.
+/// Mean requests in service over a span (Little's law): their service times summed over its
+/// length. Exact where requests start and end inside the span; a request's whole service
+/// time counts in the span of its completion.
+fn littles_law(busy_us: f64, span_us: f64) -> f64 {
+    if span_us > 0.0 { busy_us / span_us } else { 0.0 }
+}
+
+/// Queue-depth samples of one device: a histogram over the whole run, and per interval the
+/// samples taken and their maximum.
 #[derive(Clone, Default)]
 struct DepthSampler {
     hist: std::collections::BTreeMap<u64, u64>,
-    /// per interval: (samples, sum, max)
-    per: Vec<(u64, u64, u64)>,
+    /// per interval: (samples, max)
+    per: Vec<(u64, u64)>,
 }
 
 impl DepthSampler {
     fn add(&mut self, epoch: usize, n: u64) {
         *self.hist.entry(n).or_default() += 1;
         if self.per.len() <= epoch {
-            self.per.resize(epoch + 1, (0, 0, 0));
+            self.per.resize(epoch + 1, (0, 0));
         }
         let e = &mut self.per[epoch];
         e.0 += 1;
-        e.1 += n;
-        e.2 = e.2.max(n);
+        e.1 = e.1.max(n);
     }
 
-    fn interval(&self, epoch: usize) -> (u64, f64, u64) {
-        match self.per.get(epoch) {
-            Some(&(n, sum, max)) if n > 0 => (n, sum as f64 / n as f64, max),
-            _ => (0, 0.0, 0),
-        }
+    fn interval(&self, epoch: usize) -> (u64, u64) {
+        self.per.get(epoch).copied().unwrap_or((0, 0))
     }
 
+    /// The samples' maximum and histogram (the mean is set from the service times).
     fn depth(&self) -> Depth {
-        let n: u64 = self.hist.values().sum();
-        let sum: u64 = self.hist.iter().map(|(d, c)| d * c).sum();
-        Depth {
-            mean: if n > 0 { sum as f64 / n as f64 } else { 0.0 },
-            max: self.hist.keys().next_back().copied().unwrap_or(0),
-            histogram: self.hist.iter().map(|(d, c)| [*d, *c]).collect(),
-        }
+        Depth { mean: 0.0, max: self.hist.keys().next_back().copied().unwrap_or(0), histogram: self.hist.iter().map(|(d, c)| [*d, *c]).collect() }
     }
 }
 
@@ -350,7 +381,7 @@ fn lookup_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<Vec<u64>> {
     Ok(sum)
 }
 
-/// [noissue, untracked, partial, early] of device `i` (block.h's `struct devstat`).
+/// [noissue, untracked, partial, early, backwards] of device `i` (block.h's `struct devstat`).
 fn devstat(skel: &BlockSkel<'_>, i: usize) -> Result<Vec<u64>> {
     lookup_sum(&skel.maps.devstats, i as u32)
 }
@@ -403,6 +434,7 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
         lost_completions: 0,
         inflight_at_end: 0,
         series,
+        daemon: Default::default(),
     })
 }
 

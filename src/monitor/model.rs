@@ -87,6 +87,31 @@ pub struct DeviceResults {
     /// events not delivered.
     pub inflight_at_end: u64,
     pub series: Vec<Interval>,
+    /// The disk daemon's own figures for the device over the monitored span, by op (`faultline
+    /// run` on its disks; empty elsewhere): its part of `block_service`.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub daemon: BTreeMap<String, DaemonOp>,
+}
+
+/// One op's requests as the disk daemon served them (docs/monitor.md, "the daemon's figures").
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct DaemonOp {
+    pub count: u64,
+    /// Mean time from the request reaching the disk to its reply being due: the store's work
+    /// plus the delay the reply was held for.
+    pub service_mean_us: f64,
+    /// Mean delay held (delay rules and the latency model), included in `service_mean_us`.
+    pub delay_mean_us: f64,
+}
+
+impl DaemonOp {
+    /// From the daemon's counters (cumulative) before and after: count, service ns, delay ns.
+    pub fn between(before: (u64, u64, u64), after: (u64, u64, u64)) -> Option<DaemonOp> {
+        let n = after.0.checked_sub(before.0).filter(|n| *n > 0)?;
+        let per = |a: u64, b: u64| a.saturating_sub(b) as f64 / n as f64 / 1000.0;
+        Some(DaemonOp { count: n, service_mean_us: per(after.1, before.1), delay_mean_us: per(after.2, before.2) })
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -110,10 +135,12 @@ pub struct LayerOp {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default)]
 pub struct Depth {
-    /// Mean number of requests in flight seen by each issued request, itself included.
+    /// Time average of the requests in service (issued, not completed), from their service
+    /// times (Little's law).
     pub mean: f64,
+    /// The highest sampled depth.
     pub max: u64,
-    /// [depth, issues that saw it]; the last entry is "this many or more".
+    /// [depth, samples that saw it] (sampled every interval / 10, 10 to 100 ms).
     pub histogram: Vec<[u64; 2]>,
 }
 
@@ -124,7 +151,8 @@ pub struct Interval {
     pub t_s: f64,
     /// Requests completed in the interval, by op (ops with none are left out).
     pub ops: BTreeMap<String, IntervalOp>,
-    /// Requests issued in the interval, and the depth they saw.
+    /// Depth samples taken in the interval; their maximum; the mean requests in service
+    /// (Little's law over the requests completed in it).
     pub issues: u64,
     pub depth_mean: f64,
     pub depth_max: u64,
@@ -216,7 +244,14 @@ impl MonitorResults {
                     r.p99_us
                 );
             }
-            let _ = writeln!(s, "{name:<12} queue depth (sampled every 10 ms): mean {:.2}, max {}", d.depth.mean, d.depth.max);
+            let _ = writeln!(s, "{name:<12} requests in service: mean {:.2}, sampled max {}", d.depth.mean, d.depth.max);
+            for (op, o) in &d.daemon {
+                let _ = writeln!(
+                    s,
+                    "{name:<12} {:<14} {op:<16} {:>9} {:>11} {:>10.1}  (held delay mean {:.1})",
+                    "daemon", o.count, "-", o.service_mean_us, o.delay_mean_us
+                );
+            }
             if d.unmatched > 0 || d.inflight_at_end > 0 || d.lost_completions > 0 {
                 let _ = writeln!(
                     s,

@@ -128,7 +128,8 @@ pub fn slowdown(r: &Results) -> String {
 pub const MONITOR_HEADER: &str = "setup,repetition,device,layer,op,count,bytes,mean_us,p50_us,p95_us,p99_us,max_us";
 
 /// The BPF monitor's rows (docs/monitor.md): block layer per device, syscall and tracepoint
-/// pairs (fs, journal, driver, user) with device `-`.
+/// pairs (fs, journal, driver, user) with device `-`, and the disk daemon's means per device
+/// (`daemon_service`, `daemon_delay`; percentiles empty).
 pub fn monitor(r: &Results) -> String {
     let mut out = format!("{MONITOR_HEADER}\n");
     for s in &r.setups {
@@ -153,6 +154,14 @@ pub fn monitor(r: &Results) -> String {
                     l.p99_us,
                     l.max_us
                 );
+            }
+            // the disk daemon's part (no histogram: means only)
+            for d in &m.devices {
+                for (op, o) in &d.daemon {
+                    for (layer, mean) in [("daemon_service", o.service_mean_us), ("daemon_delay", o.delay_mean_us)] {
+                        let _ = writeln!(out, "{},{},{},{layer},{},{},0,{mean:.3},,,,", field(&s.name), rep.index, field(&d.device), field(op), o.count);
+                    }
+                }
             }
         }
     }

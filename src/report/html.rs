@@ -376,7 +376,7 @@ fn monitor_table(h: &mut String, reps: &[Repetition]) {
     }
     h.push_str(
         "<h3>Block layer (BPF monitor, µs)</h3><p class=\"muted\">Queue: bio queued until the driver is handed the request; \
-service: driver handed the request until it completed (docs/monitor.md). Depth: requests in flight at each issue.</p>\
+service: driver handed the request until it completed; daemon: the disk daemon's own service time, held delay included (docs/monitor.md). Depth: requests in service, time average, and the sampled maximum.</p>\
 <table><tr><th>Rep</th><th class=\"l\">Device</th><th class=\"l\">Layer</th><th class=\"l\">Op</th><th>Requests</th><th>MiB</th>\
 <th>Mean</th><th>p50</th><th>p95</th><th>p99</th><th>Depth mean</th><th>Depth max</th></tr>\n",
     );
@@ -400,6 +400,18 @@ service: driver handed the request until it completed (docs/monitor.md). Depth: 
                     l.p99_us,
                     if service { format!("{:.2}", d.depth.mean) } else { "-".into() },
                     if service { d.depth.max.to_string() } else { "-".into() },
+                );
+            }
+            for (op, o) in &d.daemon {
+                let _ = writeln!(
+                    h,
+                    "<tr><td>{}</td><td class=\"l\">{}</td><td class=\"l\">daemon (held delay {:.1})</td><td class=\"l\">{}</td><td>{}</td><td>-</td><td>{:.1}</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td></tr>",
+                    r.index,
+                    esc(&d.device),
+                    o.delay_mean_us,
+                    esc(op),
+                    o.count,
+                    o.service_mean_us,
                 );
             }
         }

@@ -177,6 +177,14 @@ impl DiskServer {
         Ok((serde_json::from_value(v)?, q))
     }
 
+    /// The daemon's service counters per op since it started (`stats`' `service`): op ->
+    /// (count, service ns, held delay ns).
+    pub fn service(&self) -> Result<std::collections::BTreeMap<String, (u64, u64, u64)>> {
+        let mut v = self.call(json!({"cmd": "stats"}))?;
+        let m: std::collections::BTreeMap<String, crate::disk::service::OpService> = serde_json::from_value(v["service"].take()).unwrap_or_default();
+        Ok(m.into_iter().map(|(k, o)| (k, (o.count, o.service_ns, o.delay_ns))).collect())
+    }
+
     pub fn stats(&self) -> Result<EngineStats> {
         Ok(serde_json::from_value(self.call(json!({"cmd": "stats"}))?)?)
     }

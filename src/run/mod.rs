@@ -232,7 +232,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, baseline: bool, out: &Path
             drive_command(&mut r, &built)?;
             host_records = hosts.map(|h| h.stop()).unwrap_or_default();
             drive_cpu_end = drive_cpu(&built);
-            monitored = stop_monitor(&mut r, mon.take());
+            monitored = stop_monitor(&mut r, mon.take(), &built);
             (None, None)
         }
         _ => {
@@ -247,7 +247,7 @@ fn run_one(exp: &Experiment, setup: &Setup, rep: u32, baseline: bool, out: &Path
             host_records = hosts.map(|h| h.stop()).unwrap_or_default();
             drive_cpu_end = drive_cpu(&built);
             // the verifier's reads are not the workload's: they stay out of the figures
-            monitored = stop_monitor(&mut r, mon.take());
+            monitored = stop_monitor(&mut r, mon.take(), &built);
             let v = verify(&mut r, &mut built, &maps)?;
             let kind = if baseline { "-baseline" } else { "" };
             maps.save(&out.join("maps").join(format!("{}{kind}-{}", setup.name, rep + 1)))?;
@@ -338,7 +338,9 @@ fn start_monitor(r: &mut Rep, exp: &Experiment, built: &Built) -> Result<Option<
             }
         }
     };
-    Ok(Some(Monitors { block, pairs, sys }))
+    // the daemons' service counters, to be differenced at the end (their part of block_service)
+    let service0 = built.disks.iter().map(|d| d.service().ok()).collect();
+    Ok(Some(Monitors { block, pairs, sys, service0 }))
 }
 
 /// The monitors of one drive phase.
@@ -346,14 +348,28 @@ struct Monitors {
     block: crate::monitor::BlockMonitor,
     pairs: Option<crate::monitor::PairMonitor>,
     sys: Option<crate::monitor::SyscallMonitor>,
+    service0: Vec<Option<ServiceCounts>>,
 }
 
-fn stop_monitor(r: &mut Rep, m: Option<Monitors>) -> Option<crate::monitor::MonitorResults> {
+/// A disk daemon's service counters: op -> (count, service ns, held delay ns).
+type ServiceCounts = std::collections::BTreeMap<String, (u64, u64, u64)>;
+
+fn stop_monitor(r: &mut Rep, m: Option<Monitors>, built: &Built) -> Option<crate::monitor::MonitorResults> {
     let m = m?;
+    let service1: Vec<_> = built.disks.iter().map(|d| d.service().ok()).collect();
     let pairs = m.pairs.map(|p| p.stop());
     let sys = m.sys.map(|s| s.stop());
     match m.block.stop() {
         Ok(mut res) => {
+            for ((dev, before), after) in built.devices.iter().zip(&m.service0).zip(&service1) {
+                let (Some(before), Some(after), Some(d)) = (before, after, res.devices.iter_mut().find(|d| std::path::Path::new(&d.device) == dev)) else {
+                    continue;
+                };
+                d.daemon = after
+                    .iter()
+                    .filter_map(|(op, a)| crate::monitor::model::DaemonOp::between(before.get(op).copied().unwrap_or_default(), *a).map(|o| (op.clone(), o)))
+                    .collect();
+            }
             match pairs {
                 Some(Ok(p)) => res.add_pairs(p),
                 Some(Err(e)) => res.notes.push(format!("tracepoint pairs failed: {e:#}")),

@@ -108,8 +108,10 @@ static __always_inline void devstat_add(int d, int field)
 		ds->untracked++;
 	else if (field == 2)
 		ds->partial++;
-	else
+	else if (field == 3)
 		ds->early++;
+	else
+		ds->backwards++;
 }
 
 // One completed request: `issue_ns` 0 when its issue time is unknown, `start_ns` 0 when its
@@ -135,9 +137,13 @@ static __always_inline void account(int d, u32 op, u64 bytes, u64 start_ns, u64 
 		devstat_add(d, 3); // issued before the monitor started: its other layers did not see it either
 		return;
 	}
+	// bpf_ktime_get_ns is the NMI-safe fast clock, the stamp ktime_get_ns: the fast clock
+	// can read behind it (a timekeeping update in between); such a request is still counted
 	u64 now = bpf_ktime_get_ns();
-	if (now < issue_ns)
-		return;
+	if (now < issue_ns) {
+		devstat_add(d, 4);
+		now = issue_ns;
+	}
 	u64 svc = now - issue_ns, q = 0;
 	int have_q = start_ns && start_ns <= issue_ns;
 	if (have_q)

@@ -30,6 +30,7 @@ struct devstat {
 	u64 untracked; // issue times not stored (issue-time table full)
 	u64 partial; // partial completions (their bytes counted, the request once at its end)
 	u64 early; // completions of requests issued before the monitor started (not counted)
+	u64 backwards; // completions whose clock read before their issue stamp (counted, service 0)
 };
 
 struct slot {
