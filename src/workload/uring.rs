@@ -225,6 +225,11 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
         }
         reap(&mut ring, &mut sl, wk, files)?;
     }
+    // a ring's teardown is deferred: release the registered files now, or a file system
+    // unmounted right after the run could still be busy
+    if fixed_files {
+        let _ = ring.submitter().unregister_files();
+    }
     drop(ring);
     drop(sl);
     Ok(())
