@@ -147,6 +147,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                         (Engine::Psync, None) => super::psync::run_thread(&mut wk, &fs),
                         (Engine::IoUring, None) => super::uring::run_thread(&mut wk, &fs),
                     };
+                    wk.flush_progress();
                     if r.is_err() {
                         sh.stop.store(true, Relaxed);
                     }

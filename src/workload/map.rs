@@ -7,7 +7,9 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-const MAGIC: &[u8; 8] = b"FLTMAP01";
+/// 02: content blocks from the seed's segment pool (`content::Pool`). A 01 map names contents
+/// whose bytes were generated differently: it cannot be verified, so it is refused.
+const MAGIC: &[u8; 8] = b"FLTMAP02";
 /// Magic, block size (u32), seed, slot count (u64s): the slots follow.
 const HEADER: u64 = 8 + 4 + 8 + 8;
 
@@ -86,6 +88,12 @@ impl ContentMap {
         let mut f = std::io::BufReader::new(std::fs::File::open(path).with_context(|| format!("cannot open content map {}", path.display()))?);
         let mut magic = [0u8; 8];
         f.read_exact(&mut magic)?;
+        if &magic == b"FLTMAP01" {
+            bail!(
+                "{} is a content map of an older faultline, whose generated block content differs from this one's: it cannot be verified; run the workload again to make a new map",
+                path.display()
+            );
+        }
         if &magic != MAGIC {
             bail!("{} is not a faultline content map", path.display());
         }
@@ -129,6 +137,19 @@ mod tests {
         let l = ContentMap::load(&p).unwrap();
         assert_eq!((l.block_size, l.seed, l.len()), (4096, 9, 100));
         assert_eq!(l.written().collect::<Vec<_>>(), vec![(3, 0), (50, 77)]);
+    }
+
+    /// A map of the earlier content generator names bytes this build cannot regenerate.
+    #[test]
+    fn older_maps_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("map");
+        ContentMap::new(3, 4096, 9).save(&p).unwrap();
+        let mut b = std::fs::read(&p).unwrap();
+        b[..8].copy_from_slice(b"FLTMAP01");
+        std::fs::write(&p, &b).unwrap();
+        let e = ContentMap::load(&p).err().expect("an older map").to_string();
+        assert!(e.contains("older faultline") && e.contains("run the workload again"), "{e}");
     }
 
     /// Sizes from the user or from a file: an error, not an aborted allocation.

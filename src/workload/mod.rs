@@ -52,7 +52,8 @@ pub struct WriteEvent<'a> {
 /// thread (a progress bar). `start` is set when the workload starts issuing.
 #[derive(Default)]
 pub struct Progress {
-    /// Bytes of completed I/Os (reads + writes, successful or not).
+    /// Bytes of completed I/Os (reads + writes, successful or not); each workload thread adds
+    /// its share every 64 ops or 20 ms (and at its end).
     pub bytes: AtomicU64,
     /// Completed I/Os.
     pub ops: AtomicU64,

@@ -8,8 +8,8 @@ use super::maps::Maps;
 use super::pattern::PatternGen;
 use super::stats::{IntervalAcc, OpAcc};
 use super::{Progress, WriteEvent, WriteObserver};
-use crate::content::fill_block;
 use crate::content::stream::Stream;
+use crate::content::{HELD_NONE, with_pool};
 use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy, SyncMode, Workload};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -98,6 +98,9 @@ pub struct Worker<'s, 'a> {
     /// Rate gate: time of the next op, and the gap between ops of this thread.
     next_at: Option<(Instant, Duration)>,
     writes_since_sync: u64,
+    /// Completed ops and bytes not yet added to `Progress` (`flush_progress`), and when it was
+    /// last done: one shared atomic update per batch, not two per op.
+    unflushed: (u64, u64, Instant),
 }
 
 impl<'s, 'a> Worker<'s, 'a> {
@@ -113,6 +116,7 @@ impl<'s, 'a> Worker<'s, 'a> {
             out: ThreadOut { read: OpAcc::new(), write: OpAcc::new(), failed: Vec::new(), retries: 0, retry_time: Duration::ZERO },
             next_at: gap.map(|g| (sh.start, g)),
             writes_since_sync: 0,
+            unflushed: (0, 0, Instant::now()),
         }
     }
 
@@ -128,12 +132,15 @@ impl<'s, 'a> Worker<'s, 'a> {
     }
 
     /// The next op, its content filled into `buf` and its ids into `ids`; None when a bound is
-    /// reached or the run stops. Sleeps for the rate limit (engines with I/O in flight call
-    /// `rate_wait` first and wait for completions instead).
-    pub fn next_op(&mut self, buf: &mut [u8], ids: &mut [u64]) -> Option<Op> {
+    /// reached or the run stops. `held`: what `buf`'s blocks hold (`fill_held`); a read
+    /// forgets it. Sleeps for the rate limit (engines with I/O in flight call `rate_wait`
+    /// first and wait for completions instead).
+    pub fn next_op(&mut self, buf: &mut [u8], ids: &mut [u64], held: &mut [u32]) -> Option<Op> {
         let mut op = self.draw(ids)?;
         if op.is_write {
-            fill(self.sh.maps.seed, ids, buf);
+            fill_held(self.sh.maps.seed, ids, buf, held);
+        } else {
+            forget_held(held);
         }
         self.announce(&mut op, ids);
         Some(op)
@@ -232,8 +239,12 @@ impl<'s, 'a> Worker<'s, 'a> {
         let map = &sh.maps.maps[op.file.unwrap_or(0)];
         let first = op.offset / CONTENT_BLOCK;
         let per = op.len / CONTENT_BLOCK;
-        sh.progress.bytes.fetch_add(op.len, Relaxed);
-        sh.progress.ops.fetch_add(1, Relaxed);
+        self.unflushed.0 += 1;
+        self.unflushed.1 += op.len;
+        // the op's end, without reading the clock again
+        if self.unflushed.0 >= PROGRESS_BATCH || (op.t0 + lat).saturating_duration_since(self.unflushed.2) >= PROGRESS_EVERY {
+            self.flush_progress();
+        }
         match res {
             Ok(()) => {
                 let ns = lat.as_nanos() as u64;
@@ -271,6 +282,17 @@ impl<'s, 'a> Worker<'s, 'a> {
         false
     }
 
+    /// Add the ops and bytes completed since the last call to `Progress` (the engine calls it
+    /// once more when its thread ends).
+    pub fn flush_progress(&mut self) {
+        let (ops, bytes, _) = self.unflushed;
+        if ops > 0 {
+            self.sh.progress.bytes.fetch_add(bytes, Relaxed);
+            self.sh.progress.ops.fetch_add(ops, Relaxed);
+        }
+        self.unflushed = (0, 0, Instant::now());
+    }
+
     /// Record a failed I/O (also an fsync) and apply the stop policy.
     pub fn fail(&mut self, op: &'static str, file: Option<usize>, offset: u64, len: u64, errno: i32) {
         self.sh.progress.errors.fetch_add(1, Relaxed);
@@ -281,6 +303,10 @@ impl<'s, 'a> Worker<'s, 'a> {
         }
     }
 }
+
+/// `Progress` is brought up to date every this many ops of a thread, or this often.
+const PROGRESS_BATCH: u64 = 64;
+const PROGRESS_EVERY: Duration = Duration::from_millis(20);
 
 /// Writes from this size on are drawn and filled ahead of their I/O (psync: on a filler thread;
 /// io_uring: while the queue is full): below it the extra hand-over or submit costs more than
@@ -293,12 +319,32 @@ pub fn fills_ahead(w: &Workload) -> bool {
     w.block_size >= FILL_AHEAD_MIN && w.write_pct > 0 && w.rate_iops.is_none()
 }
 
-/// Step 2 of `next_op` for a write: the bytes of its content ids (`seed`: the maps' seed).
-/// Needs nothing else of the worker, so another thread can do it.
+/// The bytes of content ids `ids` into `buf` (`seed`: the maps' seed), for a buffer whose
+/// earlier content is unknown.
 pub fn fill(seed: u64, ids: &[u64], buf: &mut [u8]) {
-    for (id, b) in ids.iter().zip(buf.chunks_exact_mut(CONTENT_BLOCK as usize)) {
-        fill_block(*id, seed, b);
-    }
+    with_pool(seed, |p| {
+        for (id, b) in ids.iter().zip(buf.chunks_exact_mut(CONTENT_BLOCK as usize)) {
+            let mut h = HELD_NONE;
+            p.fill(*id, b, &mut h);
+        }
+    })
+}
+
+/// Step 2 of `next_op` for a write: the bytes of its content ids, into a buffer that keeps
+/// what it holds: `held[k]`, the pool segment block k holds (`HELD_NONE` after a read into it),
+/// lets a block that already holds the right segment get only its stamps. Needs nothing else
+/// of the worker, so another thread can do it.
+pub fn fill_held(seed: u64, ids: &[u64], buf: &mut [u8], held: &mut [u32]) {
+    with_pool(seed, |p| {
+        for ((id, b), h) in ids.iter().zip(buf.chunks_exact_mut(CONTENT_BLOCK as usize)).zip(held.iter_mut()) {
+            p.fill(*id, b, h);
+        }
+    })
+}
+
+/// A read lands in this buffer: it no longer holds pool segments.
+pub fn forget_held(held: &mut [u32]) {
+    held.fill(HELD_NONE);
 }
 
 /// Map an io_uring / short-transfer result to io::Result.

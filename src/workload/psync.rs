@@ -8,7 +8,8 @@
 //! previous returned.
 
 use super::direct::AlignedBuf;
-use super::op::{Op, Worker, fill, fills_ahead};
+use super::op::{Op, Worker, fill_held, fills_ahead, forget_held};
+use crate::content::HELD_NONE;
 use crate::spec::workload::config::CONTENT_BLOCK;
 use anyhow::Result;
 use std::fs::File;
@@ -22,7 +23,8 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     let bs = wk.sh.w.block_size as usize;
     let mut buf = AlignedBuf::try_new(bs)?;
     let mut ids = vec![0u64; bs / CONTENT_BLOCK as usize];
-    while let Some(op) = wk.next_op(&mut buf, &mut ids) {
+    let mut held = vec![HELD_NONE; ids.len()];
+    while let Some(op) = wk.next_op(&mut buf, &mut ids, &mut held) {
         issue(wk, files, &op, &mut buf, &ids);
     }
     Ok(())
@@ -45,7 +47,8 @@ pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client) -> R
     let bs = wk.sh.w.block_size as usize;
     let mut buf = AlignedBuf::try_new(bs)?;
     let mut ids = vec![0u64; bs / CONTENT_BLOCK as usize];
-    while let Some(op) = wk.next_op(&mut buf, &mut ids) {
+    let mut held = vec![HELD_NONE; ids.len()];
+    while let Some(op) = wk.next_op(&mut buf, &mut ids, &mut held) {
         let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, false) } else { c.read(op.offset, buf) };
         let first = io(&mut buf);
         let res = if first.is_err() { wk.retry(first, || io(&mut buf)) } else { first };
@@ -63,6 +66,8 @@ pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client) -> R
 struct Batch {
     buf: AlignedBuf,
     ids: Vec<u64>,
+    /// What each block of `buf` holds (`fill_held`).
+    held: Vec<u32>,
     ops: Vec<Op>,
 }
 
@@ -76,8 +81,12 @@ fn run_prefilled(wk: &mut Worker, files: &[File]) -> Result<()> {
     let seed = wk.sh.maps.seed;
     let fill_batch = move |b: &mut Batch| {
         for (k, op) in b.ops.iter().enumerate() {
+            let held = &mut b.held[k * per..(k + 1) * per];
             if op.is_write {
-                fill(seed, &b.ids[k * per..(k + 1) * per], &mut b.buf[k * bs..(k + 1) * bs]);
+                fill_held(seed, &b.ids[k * per..(k + 1) * per], &mut b.buf[k * bs..(k + 1) * bs], held);
+            } else {
+                // its read will land here
+                forget_held(held);
             }
         }
     };
@@ -91,7 +100,9 @@ fn run_prefilled(wk: &mut Worker, files: &[File]) -> Result<()> {
             }
         }
     };
-    let new_batch = || -> Result<Batch> { Ok(Batch { buf: AlignedBuf::try_new(n * bs)?, ids: vec![0; n * per], ops: Vec::with_capacity(n) }) };
+    let new_batch = || -> Result<Batch> {
+        Ok(Batch { buf: AlignedBuf::try_new(n * bs)?, ids: vec![0; n * per], held: vec![HELD_NONE; n * per], ops: Vec::with_capacity(n) })
+    };
     let (mut cur, mut spare) = (new_batch()?, Some(new_batch()?));
     let (to_filler, jobs): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(1);
     let (filled_tx, filled): (SyncSender<Batch>, Receiver<Batch>) = sync_channel(1);
@@ -115,6 +126,8 @@ fn run_prefilled(wk: &mut Worker, files: &[File]) -> Result<()> {
             if ahead {
                 to_filler.send(next).expect("the filler thread is alive");
             } else {
+                // reads only: they will land in its buffer
+                forget_held(&mut next.held);
                 spare = Some(next);
             }
             for (k, mut op) in std::mem::take(&mut cur.ops).into_iter().enumerate() {

@@ -1,5 +1,5 @@
-//! The io_uring engine: per thread a ring holding up to `iodepth` I/Os, on buffers registered
-//! with the ring (fixed reads/writes; plain ones if registration is refused). Failed I/Os are
+//! The io_uring engine: per thread a ring holding up to `iodepth` I/Os, on buffers and files
+//! registered with the ring (fixed buffers and files; plain ones if registration is refused). Failed I/Os are
 //! retried synchronously with pread/pwrite (`Worker::retry`). Two writes to the same block are
 //! never in flight together: the device could apply them in either order, and the content map
 //! could not say which one the block holds. (Reads are not tracked: whatever a read returns,
@@ -8,12 +8,14 @@
 //! is announced to the write observer and submitted only when a slot frees.
 
 use super::direct::AlignedBuf;
-use super::op::{Op, Worker, fill, fills_ahead, io_result};
+use super::op::{Op, Worker, fill_held, fills_ahead, forget_held, io_result};
+use crate::content::HELD_NONE;
 use crate::spec::workload::config::CONTENT_BLOCK;
 use anyhow::{Context, Result};
 use io_uring::{IoUring, opcode, types};
 use std::collections::HashSet;
 use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
@@ -23,16 +25,40 @@ struct Slots {
     per: usize,
     bufs: AlignedBuf,
     ids: Vec<u64>,
+    /// What each buffer block holds (`fill_held`).
+    held: Vec<u32>,
     ops: Vec<Option<Op>>,
     free: Vec<usize>,
     /// (file slot, offset) of every write in flight (ops are block-aligned and equal-sized).
-    busy: HashSet<(usize, u64)>,
+    busy: HashSet<(usize, u64), BuildHasherDefault<SlotHasher>>,
     done: Vec<(usize, i32)>,
 }
 
 impl Slots {
     fn inflight(&self) -> usize {
         self.ops.len() - self.free.len()
+    }
+}
+
+/// Hashes the (file slot, offset) keys of `Slots::busy`: one multiply per word instead of
+/// SipHash (the keys are ours, not an attacker's).
+#[derive(Default)]
+struct SlotHasher(u64);
+
+impl Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(*b as u64);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(23) ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
     }
 }
 
@@ -89,15 +115,19 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
         per,
         bufs: AlignedBuf::try_new(slots.checked_mul(bs).context("the I/O buffer size overflows")?)?,
         ids: vec![0u64; slots * per],
+        held: vec![HELD_NONE; slots * per],
         ops: (0..slots).map(|_| None).collect(),
         free: (0..slots).rev().collect(),
-        busy: HashSet::with_capacity(qd * 2),
+        busy: HashSet::with_capacity_and_hasher(qd * 2, Default::default()),
         done: Vec::with_capacity(qd),
     };
     // SAFETY: s * bs < slots * bs, the buffer's length: each slot's start lies inside it
     let iov: Vec<libc::iovec> = (0..slots).map(|s| libc::iovec { iov_base: unsafe { sl.bufs.as_mut_ptr().add(s * bs) } as *mut _, iov_len: bs }).collect();
     // SAFETY: the buffers outlive the ring (dropped after it, below) and are not moved
     let fixed = unsafe { ring.submitter().register_buffers(&iov) }.is_ok();
+    // the files too (fixed files): no file lookup and reference per I/O; plain fds if refused
+    let fds: Vec<i32> = files.iter().map(|f| f.as_raw_fd()).collect();
+    let fixed_files = u32::try_from(fds.len()).is_ok() && ring.submitter().register_files(&fds).is_ok();
     let mut exhausted = false;
     let mut staged: Option<(usize, Op)> = None;
     let stage = fills_ahead(wk.sh.w);
@@ -126,7 +156,8 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
                 }
                 None => {
                     let s = sl.free.pop().unwrap();
-                    let Some(op) = wk.next_op(&mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.ids[s * per..(s + 1) * per]) else {
+                    let Some(op) = wk.next_op(&mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.ids[s * per..(s + 1) * per], &mut sl.held[s * per..(s + 1) * per])
+                    else {
                         sl.free.push(s);
                         exhausted = true;
                         break;
@@ -141,14 +172,18 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
                 }
                 op.t0 = Instant::now();
             }
-            let fd = types::Fd(files[op.slot].as_raw_fd());
             let p = sl.bufs[s * bs..].as_mut_ptr();
-            let e = match (op.is_write, fixed) {
-                (true, true) => opcode::WriteFixed::new(fd, p, bs as u32, s as u16).offset(op.offset).build(),
-                (true, false) => opcode::Write::new(fd, p, bs as u32).offset(op.offset).build(),
-                (false, true) => opcode::ReadFixed::new(fd, p, bs as u32, s as u16).offset(op.offset).build(),
-                (false, false) => opcode::Read::new(fd, p, bs as u32).offset(op.offset).build(),
-            };
+            macro_rules! sqe {
+                ($fd:expr) => {
+                    match (op.is_write, fixed) {
+                        (true, true) => opcode::WriteFixed::new($fd, p, bs as u32, s as u16).offset(op.offset).build(),
+                        (true, false) => opcode::Write::new($fd, p, bs as u32).offset(op.offset).build(),
+                        (false, true) => opcode::ReadFixed::new($fd, p, bs as u32, s as u16).offset(op.offset).build(),
+                        (false, false) => opcode::Read::new($fd, p, bs as u32).offset(op.offset).build(),
+                    }
+                };
+            }
+            let e = if fixed_files { sqe!(types::Fixed(op.slot as u32)) } else { sqe!(types::Fd(files[op.slot].as_raw_fd())) };
             // SAFETY: the buffer stays valid and untouched until its completion is reaped
             unsafe { ring.submission().push(&e.user_data(s as u64)) }.expect("ring has room for iodepth entries");
             if op.is_write {
@@ -174,8 +209,11 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
             let s = sl.free.pop().unwrap();
             match wk.draw(&mut sl.ids[s * per..(s + 1) * per]) {
                 Some(op) => {
+                    let held = &mut sl.held[s * per..(s + 1) * per];
                     if op.is_write {
-                        fill(wk.sh.maps.seed, &sl.ids[s * per..(s + 1) * per], &mut sl.bufs[s * bs..(s + 1) * bs]);
+                        fill_held(wk.sh.maps.seed, &sl.ids[s * per..(s + 1) * per], &mut sl.bufs[s * bs..(s + 1) * bs], held);
+                    } else {
+                        forget_held(held);
                     }
                     staged = Some((s, op));
                 }
@@ -186,6 +224,11 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
             }
         }
         reap(&mut ring, &mut sl, wk, files)?;
+    }
+    // a ring's teardown is deferred: release the registered files now, or a file system
+    // unmounted right after the run could still be busy
+    if fixed_files {
+        let _ = ring.submitter().unregister_files();
     }
     drop(ring);
     drop(sl);
