@@ -140,6 +140,23 @@ fn check_aligned(st: &Value) {
     assert!(c1_ops > 0, "c1's probes counted no ops");
 }
 
+/// Whether this machine can build the lab (namespaces), with OpenSSH and with nftables where
+/// asked; else the test is reported skipped.
+fn lab_can(ssh: bool, nft: bool) -> bool {
+    if !need_net(&[]) {
+        return false;
+    }
+    if ssh && (!Path::new("/usr/sbin/sshd").exists() || !which("ssh")) {
+        skip("", "needs OpenSSH (apt-get install openssh-server openssh-client)");
+        return false;
+    }
+    if nft && !which("nft") {
+        skip("", "needs nftables (apt-get install nftables)");
+        return false;
+    }
+    true
+}
+
 #[test]
 fn four_clients_through_exec_line_up_and_match_the_namespace_run() {
     let _one = serial();
@@ -322,11 +339,7 @@ fn sshd_lab(d: &Path, lab: &Lab, hosts: &[&str], run_dir: &Path) -> (String, Vec
 #[test]
 fn four_clients_over_openssh() {
     let _one = serial();
-    if !need_net(&[]) {
-        return;
-    }
-    if !Path::new("/usr/sbin/sshd").exists() || !which("ssh") {
-        skip("", "needs OpenSSH (apt-get install openssh-server openssh-client)");
+    if !lab_can(true, false) {
         return;
     }
     let lab = Lab::new("s", &["target", "c1", "c2", "c3", "c4", "ctl"]);
@@ -365,11 +378,7 @@ fn four_clients_over_openssh() {
 #[test]
 fn net_faults_use_nftables_and_delay_the_user_space_engine() {
     let _one = serial();
-    if !need_net(&[]) {
-        return;
-    }
-    if !which("nft") {
-        skip("", "needs nftables (apt-get install nftables)");
+    if !lab_can(false, true) {
         return;
     }
     let lab = Lab::new("n", &["target", "c1", "c2"]);
@@ -540,11 +549,7 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
 #[test]
 fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
     let _one = serial();
-    if !need_net(&[]) {
-        return;
-    }
-    if !which("nft") {
-        skip("", "needs nftables (apt-get install nftables)");
+    if !lab_can(false, true) {
         return;
     }
     let lab = Lab::new("k", &["target", "c1"]);
@@ -638,15 +643,7 @@ fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
 #[test]
 fn performability_example_over_openssh_matches_the_namespace_run() {
     let _one = serial();
-    if !need_net(&[]) {
-        return;
-    }
-    if !Path::new("/usr/sbin/sshd").exists() || !which("ssh") {
-        skip("", "needs OpenSSH (apt-get install openssh-server openssh-client)");
-        return;
-    }
-    if !which("nft") {
-        skip("", "needs nftables (apt-get install nftables)");
+    if !lab_can(true, true) {
         return;
     }
     let example = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/performability.yaml")).unwrap();
