@@ -617,7 +617,7 @@ fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
         if k == "both" {
             // nobody was left on c1 to delete its table: the ledger says it is there
             let t = Instant::now();
-            while !lab.pids("c1").is_empty() && t.elapsed() < Duration::from_secs(10) {
+            while !lab.pids("c1").is_empty() && t.elapsed() < Duration::from_secs(30) {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let o = Command::new("ip").args(["netns", "exec", lab.ns("c1"), "nft", "list", "tables"]).output().unwrap();

@@ -160,28 +160,62 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 pub fn cleanup() -> Vec<String> {
     let mut done = Vec::new();
     stop_orphans(&mut done);
-    let dead: Vec<(PathBuf, Ledger)> = all().into_iter().filter(|(_, l)| !is_alive(l)).collect();
+    // a process group killed below may hold a faultline process with ledgers of its own (an
+    // agent's command): once it is gone, its ledgers are dead too and get the next pass
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..3 {
+        let dead: Vec<(PathBuf, Ledger)> = all().into_iter().filter(|(p, l)| !is_alive(l) && !seen.contains(p)).collect();
+        if dead.is_empty() {
+            break;
+        }
+        seen.extend(dead.iter().map(|(p, _)| p.clone()));
+        let killed = cleanup_pass(&dead, &mut done);
+        if killed.is_empty() {
+            break;
+        }
+        wait_ledgers_of(&killed);
+    }
+    done
+}
+
+/// Wait (bounded) until the faultline processes in the killed process groups have ended: a
+/// killed process may take a while to exit (its TUN device or sockets are torn down under the
+/// kernel's network lock).
+fn wait_ledgers_of(groups: &[i32]) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        let live = all().into_iter().any(|(_, l)| is_alive(&l) && process::group_of(l.pid).is_some_and(|g| groups.contains(&g)));
+        if !live {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// One release pass over dead ledgers; returns the process groups it killed.
+fn cleanup_pass(dead: &[(PathBuf, Ledger)], done: &mut Vec<String>) -> Vec<i32> {
+    let before = done.len();
     // a frozen process (a host fault's freeze) may be the one everything else waits for
-    for (_, l) in &dead {
-        release_cgroups(l, &mut done);
+    for (_, l) in dead {
+        release_cgroups(l, done);
     }
     // a dead server's FUSE connection may hold a killed process in uninterruptible sleep,
     // and with it every unmount below: abort the connections before anything else
-    for (_, l) in &dead {
-        abort_fuse(l, &mut done);
+    for (_, l) in dead {
+        abort_fuse(l, done);
     }
     // a dead process's command keeps its file system busy, and the file system may sit on a
     // loop device recorded in another of its ledgers: kill every process group first, then
     // unmount every file system, and only then let devices go
-    for (_, l) in &dead {
-        release_procs(l, &mut done);
+    for (_, l) in dead {
+        release_procs(l, done);
     }
-    for (_, l) in &dead {
-        release_upper(l, &mut done);
+    for (_, l) in dead {
+        release_upper(l, done);
     }
     let mut pids = Vec::new();
-    for (path, l) in &dead {
-        if release(l, &mut done) {
+    for (path, l) in dead {
+        if release(l, done) {
             let _ = std::fs::remove_file(path);
             if !pids.contains(&l.pid) {
                 pids.push(l.pid);
@@ -193,7 +227,8 @@ pub fn cleanup() -> Vec<String> {
     for pid in pids {
         done.push(format!("forgot run of pid {pid}"));
     }
-    done
+    let killed: Vec<i32> = dead.iter().flat_map(|(_, l)| l.procs.iter().map(|p| p.0)).collect();
+    if done[before..].iter().any(|d| d.starts_with("killed process group")) { killed } else { Vec::new() }
 }
 
 /// Disk servers whose owner died tear themselves down; one that does not finish in time (or

@@ -24,6 +24,12 @@ pub fn cpu_time(pid: u32) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_nanos(ticks.saturating_mul(1_000_000_000 / hz)))
 }
 
+/// The process group of a process (/proc/PID/stat field 5).
+pub fn group_of(pid: u32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s[s.rfind(')')? + 2..].split(' ').nth(2)?.parse().ok()
+}
+
 pub fn start_time(pid: u32) -> Option<u64> {
     stat(pid).map(|(_, t)| t)
 }
