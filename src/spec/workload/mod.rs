@@ -250,20 +250,7 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     if let Some(o) = &y.on_error {
         w.on_error = o.value.parse::<ErrorPolicy>().map_err(|m| at(source, o, "on_error", m))?;
     }
-    if let Some(i) = &y.interval {
-        if i.value.0 < Duration::from_millis(10) {
-            return Err(at(source, i, "interval", "is below the minimum; allowed: 10ms or more"));
-        }
-        w.interval = i.value.0;
-    }
-    if let Some(c) = &y.content {
-        if let Some(seed) = c.value.seed {
-            w.seed = seed;
-        }
-        if let Some(p) = &c.value.profile {
-            w.profile = load_profile(p, source).map_err(|m| at(source, c, "content.profile", m))?;
-        }
-    }
+    interval_and_content(y, &mut w, source)?;
     if let (Interface::File { count, .. }, Some(t)) = (&w.interface, &y.threads)
         && *count < t.value
     {
@@ -341,6 +328,16 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
             return Err(at(source, o, "on_error", "retry is not supported with `personality`; allowed: stop, continue"));
         }
     }
+    interval_and_content(y, &mut w, source)?;
+    w.personality = Some(spec);
+    w.fit_profile();
+    Ok(w)
+}
+
+/// A profile by name (`none`, or NAME for profiles/NAME.profile shipped with faultline) or path
+/// (as given, else relative to the spec file's directory).
+/// `interval` and `content`, the same for block, file and personality workloads.
+fn interval_and_content(y: &WorkloadYaml, w: &mut Workload, source: &str) -> Result<(), String> {
     if let Some(i) = &y.interval {
         if i.value.0 < Duration::from_millis(10) {
             return Err(at(source, i, "interval", "is below the minimum; allowed: 10ms or more"));
@@ -351,17 +348,13 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
         if let Some(seed) = c.value.seed {
             w.seed = seed;
         }
-        if let Some(pr) = &c.value.profile {
-            w.profile = load_profile(pr, source).map_err(|m| at(source, c, "content.profile", m))?;
+        if let Some(p) = &c.value.profile {
+            w.profile = load_profile(p, source).map_err(|m| at(source, c, "content.profile", m))?;
         }
     }
-    w.personality = Some(spec);
-    w.fit_profile();
-    Ok(w)
+    Ok(())
 }
 
-/// A profile by name (`none`, or NAME for profiles/NAME.profile shipped with faultline) or path
-/// (as given, else relative to the spec file's directory).
 pub fn load_profile(p: &str, source: &str) -> Result<Profile, String> {
     if p == "none" {
         return Ok(Profile::none());
