@@ -8,28 +8,8 @@ use crate::fault::engine::RuleStatus;
 use crate::fault::log::LogEntry;
 use crate::nbd_wire::client::CounterSnapshot;
 use crate::verify::{BadBlock, VerifyReport};
-use crate::workload::{LatencySummary, WorkloadResult};
+use crate::workload::WorkloadResult;
 use std::collections::{HashMap, HashSet};
-
-impl From<&LatencySummary> for rm::OpStats {
-    fn from(s: &LatencySummary) -> rm::OpStats {
-        rm::OpStats {
-            ops: s.ops,
-            bytes: s.bytes,
-            mean_us: s.mean_us,
-            stddev_us: s.stddev_us,
-            p50_us: s.p50_us,
-            p90_us: s.p90_us,
-            p99_us: s.p99_us,
-            p999_us: s.p999_us,
-            max_us: s.max_us,
-            iops: s.iops,
-            mib_s: s.mib_s,
-            p95_us: s.p95_us,
-            cdf: s.cdf.clone(),
-        }
-    }
-}
 
 /// The faults one disk logged since the workload started (`log`, from sequence number on),
 /// with the rules listed on that disk. Faulty blocks are the logged blocks inside the rule's
@@ -158,8 +138,8 @@ pub fn repetition(
 ) -> rm::Repetition {
     let mut r = rm::Repetition { index: rep + 1, seconds, faults, rules, notes, ..Default::default() };
     if let Some(w) = w {
-        r.read = (&w.read).into();
-        r.write = (&w.write).into();
+        r.read = w.read.clone();
+        r.write = w.write.clone();
         r.timeseries = w.timeseries.iter().map(sample).collect();
         r.io_errors = w.errors.clone();
         r.failed_ios = w.failed_ios.len() as u64;

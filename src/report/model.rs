@@ -143,25 +143,8 @@ impl Repetition {
     }
 }
 
-/// Per-op statistics of a repetition (reads or writes).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct OpStats {
-    pub ops: u64,
-    pub bytes: u64,
-    pub mean_us: f64,
-    pub stddev_us: f64,
-    pub p50_us: f64,
-    pub p90_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub max_us: f64,
-    pub iops: f64,
-    pub mib_s: f64,
-    pub p95_us: f64,
-    /// [quantile, latency µs] (a CDF; empty in older files and without ops).
-    pub cdf: Vec<[f64; 2]>,
-}
+/// Per-op statistics of a repetition (reads or writes): the workload's own summary, as it is.
+pub use crate::workload::LatencySummary as OpStats;
 
 /// One point of the per-interval time series; `t_s` is the end of the interval since the
 /// workload started.
