@@ -486,7 +486,7 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
     std::fs::write(
         &file,
         format!(
-            "{}workload: {{pattern: sequential, block_size: 4KiB, mix: {{read: 100}}, duration: 3s, rate_iops: 400, on_error: continue}}\nsetups:\n  - name: eio\n    faults:\n      - {{type: error, op: read, probability: 100%, window: {{from: 1s, to: 2s}}}}\n  - name: freeze\n    host_faults:\n      - {{type: freeze, host: target, window: {{from: 1s, to: 2s}}}}\n  - name: kill\n    host_faults:\n      - {{type: kill, host: target, window: {{from: 1s, to: 2s}}}}\n",
+            "{}workload: {{pattern: sequential, block_size: 4KiB, mix: {{read: 100}}, duration: 3s, rate_iops: 400, on_error: continue}}\nsetups:\n  - name: eio\n    faults:\n      - {{type: error, op: read, probability: 100%, window: {{from: 1s, to: 2s}}}}\n  - name: freeze\n    host_faults:\n      - {{type: freeze, host: target, window: {{from: 1s, to: 2s}}}}\n  - name: kill\n    host_faults:\n      - {{type: kill, host: target, window: {{from: 1s, to: 2s}}}}\n    faults:\n      - {{type: error, op: read, probability: 50%, window: {{from: 2300ms, to: 10s}}}}\n",
             head("faultline")
         ),
     )
@@ -517,10 +517,14 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
     let h = &k["host_faults"][0];
     assert!(h["error"].is_null() && h["killed"].as_array().unwrap().len() == 1 && h["restarted"].as_array().unwrap().len() == 1, "{}", k["host_faults"]);
     assert_ne!(h["killed"], h["restarted"]);
-    let ws = &k["study"]["window_stats"][0];
+    let kw = k["study"]["windows"].as_array().unwrap().iter().position(|w| w["kind"] == "host").expect("the kill's window");
+    let ws = k["study"]["window_stats"].as_array().unwrap().iter().find(|w| w["window"] == kw).unwrap();
     assert!(f(&ws["ratio"]) < 0.5, "the client went on while its target was dead: {ws}");
     let late_ops: f64 = k["study"]["clients"][0]["points"].as_array().unwrap().iter().filter(|p| f(&p["t_s"]) > 2.5).map(|p| f(&p["iops"])).sum();
     assert!(late_ops > 0.0, "no reads after the restart: {}", k["study"]["clients"][0]["points"]);
+    // the setup's disk fault is armed again on the restarted server, its window on the run's clock
+    assert!(k["faults"].as_array().is_some_and(|f| !f.is_empty()), "the restarted target injected nothing: {}", k["notes"]);
+    assert!(k["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("armed again")), "{}", k["notes"]);
     // a command's server instead of faultline's
     if !which("nbdkit") {
         skip("nbdkit target", "needs nbdkit");

@@ -827,8 +827,9 @@ fn armed_phase(
     let kill_thread = (!kills.is_empty()).then(|| {
         let (target, g, down, done, kills, argv) =
             (target.clone(), gathered.clone(), target_down.clone(), kill_done.clone(), kills.to_vec(), target_argv.to_vec());
-        let fl = is_fl;
-        std::thread::spawn(move || kill_target(&target, &g, &down, &done, &kills, &argv, tpid, t0, fl))
+        // a restarted faultline target gets the setup's disk faults again
+        let rearm = is_fl.then(|| (socket.to_string(), static_faults.iter().map(|f| f.rule.clone()).collect::<Vec<_>>()));
+        std::thread::spawn(move || kill_target(&target, &g, &down, &done, &kills, &argv, tpid, t0, rearm.as_ref()))
     });
     phase(&format!("{} client(s) started together against {}", clients.len(), target.spec.address.as_deref().unwrap_or("")));
     // wait: every client's workload ends, or its agent is lost
@@ -905,7 +906,10 @@ fn armed_phase(
     if records.iter().any(|r| !r.restarted.is_empty()) {
         // a new server: its log starts again
         seq0 = 0;
-        notes.push(format!("the target on {} was killed and started again: a fresh disk, without the setup's disk faults", target.spec.host));
+        notes.push(format!(
+            "the target on {} was killed and started again: a fresh disk (its data gone, the fault log from the restart on) with the setup's disk faults armed again on the run's clock",
+            target.spec.host
+        ));
     }
     let (mut faults, mut rules) = (vec![], vec![]);
     if is_fl && target_down.load(Relaxed) {
@@ -926,6 +930,29 @@ fn armed_phase(
     Ok((records, faults, rules, notes))
 }
 
+/// Arm the setup's disk faults on a restarted faultline target: its clock starts now, so each
+/// window moves back by the time the run has already gone (`elapsed`); a window that is over
+/// is left out. Counts (`times`, `after_requests`) start again on the fresh disk.
+fn rearm_restarted(target: &Remote, socket: &str, rules: &[crate::spec::rule::Rule], elapsed: Duration, notes: &mut Vec<String>) {
+    if let Err(e) = target.control(socket, json!({"cmd": "reset_epoch"})) {
+        notes.push(format!("the restarted target's clock: {e:#}"));
+        return;
+    }
+    for r in rules {
+        let mut r = r.clone();
+        if let Some(w) = r.window.as_mut() {
+            if w.to.is_some_and(|t| t <= elapsed) {
+                continue;
+            }
+            w.from = w.from.saturating_sub(elapsed);
+            w.to = w.to.map(|t| t - elapsed);
+        }
+        if let Err(e) = target.control(socket, json!({"cmd": "arm", "rules": [r]})) {
+            notes.push(format!("disk fault {} not armed again on the restarted target: {e:#}", r.name.as_deref().unwrap_or("(unnamed)")));
+        }
+    }
+}
+
 /// `kill` host faults through the target's agent: at each one's `from` the target's process
 /// group gets SIGKILL (`down` set, so its end is expected); at its `to`, if any, the target
 /// starts again with the same command, and once it listens `down` clears.
@@ -939,8 +966,9 @@ fn kill_target(
     argv: &[String],
     mut pid: u32,
     t0: Instant,
-    is_fl: bool,
+    rearm: Option<&(String, Vec<crate::spec::rule::Rule>)>,
 ) -> Vec<crate::host::HostFaultRecord> {
+    let is_fl = rearm.is_some();
     let key = (target.spec.host.clone(), "target".to_string());
     let wait_until = |at: Instant| -> bool {
         while Instant::now() < at {
@@ -1004,6 +1032,9 @@ fn kill_target(
                         && !g.lock().unwrap().stdout.get(&key).is_some_and(|v| v.iter().any(|l| l.starts_with("nbd://")))
                     {
                         std::thread::sleep(Duration::from_millis(10));
+                    }
+                    if let Some((socket, rules)) = rearm {
+                        rearm_restarted(target, socket, rules, t0.elapsed(), &mut rec.notes);
                     }
                     down.store(false, Relaxed);
                 }
