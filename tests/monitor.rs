@@ -516,7 +516,8 @@ fn block_service_mean_matches_the_daemons() {
 /// The fallback attach types, forced: raw_tp (BTF-less raw tracepoints, same programs) and
 /// classic tracepoints (issue and completion matched by device and sector) count the same
 /// requests as fio, and say which attach type ran; the syscall layer (this test process and
-/// what it forks: fio) sees at least fio's writes.
+/// what it forks: fio) sees at least fio's writes; the driver layer (raw_tp FUSE programs, or
+/// the classic pair) one FUSE write per 4 KiB block write.
 #[test]
 fn fallback_attach_types_count_the_same() {
     let s = Serve::start("256MiB", "rules: []\n");
@@ -524,7 +525,7 @@ fn fallback_attach_types_count_the_same() {
     let node = private_node(&s.dev, s.dir.path());
     let pid = std::process::id().to_string();
     for attach in ["raw_tp", "tracepoint"] {
-        let Some(m) = Monitor::start_env(&s.dev, &["--pid", &pid], Some(attach)) else { return };
+        let Some(m) = Monitor::start_env(&s.dev, &["--pid", &pid, "--layers", "driver"], Some(attach)) else { return };
         let w = fio(&node, "randwrite", "1MiB");
         let res = m.stop();
         assert_eq!(res.attach, attach);
@@ -533,6 +534,8 @@ fn fallback_attach_types_count_the_same() {
         assert!(b.mean_us > 0.0);
         let sw = res.syscalls.iter().find(|l| l.op == "write").map_or(0, |l| l.count);
         assert!(sw >= w.0, "{attach}: {sw} write calls seen, fio made {}", w.0);
+        let fw = res.pair("driver", "fuse:write").map_or(0, |r| r.count);
+        assert!(fw <= w.0 && w.0 - fw <= res.missed_events, "{attach}: {fw} FUSE writes vs fio's {}\n{}", w.0, res.table());
         // the kernel's stamps give queue time; classic tracepoints have no request to read
         assert_eq!(res.row(&s.dev.display().to_string(), "block_queue", "write").is_some(), attach == "raw_tp", "{}", res.table());
     }

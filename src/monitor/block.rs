@@ -370,7 +370,7 @@ impl DepthSampler {
 }
 
 /// A per-CPU map's entry, summed over the CPUs, as u64 words.
-fn lookup_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<Vec<u64>> {
+pub(super) fn lookup_sum(map: &libbpf_rs::MapMut<'_>, key: u32) -> Result<Vec<u64>> {
     let per = map.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY)?.with_context(|| format!("no entry {key} in map {}", map.name().to_string_lossy()))?;
     let mut sum = vec![0u64; map.value_size() as usize / 8];
     for cpu in per {

@@ -4,7 +4,7 @@
 //! recompiling for a new pair. Used for the file-system, journal and driver layers (built-in
 //! sets, `stack_pairs`) and for the user's own pairs (`monitor: {extra}`, `--pair`).
 
-use super::block::{libbpf_log_tail, libbpf_print, lookup, ns_to_us, recursion_misses};
+use super::block::{Flavor, flavors, libbpf_log_tail, libbpf_print, lookup, lookup_sum, ns_to_us, recursion_misses};
 use super::hist;
 use super::model::{LayerOp, Summed, SummedField};
 use anyhow::{Context, Result, anyhow, bail};
@@ -25,6 +25,8 @@ const PAIRS_PER_ATTACH: usize = 4;
 const MAX_PAIR_HISTS: usize = 256;
 const MAX_SUMS: usize = 4;
 const SUM_FIELDS: usize = 12;
+const MAX_FUSE_CONNS: usize = 16;
+const FUSE_NCLASS: u32 = 64;
 
 /// A tracepoint, `SYS:NAME` (an events directory of tracefs).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -81,6 +83,9 @@ pub struct Pair {
     pub class: Option<(&'static str, ClassNames)>,
     /// Only the watched processes' threads (`tasks` of `PairMonitor::start`).
     pub processes_only: bool,
+    /// The driver layer's FUSE pair: the FUSE connections (kernel dev_t) it watches, for its
+    /// BTF-typed programs (the classic pair filters on `devs` of `PairMonitor::start`).
+    pub conns: Vec<u32>,
 }
 
 impl Pair {
@@ -105,6 +110,7 @@ impl Pair {
             dev_field: "dev",
             class: None,
             processes_only: true,
+            conns: Vec::new(),
         })
     }
 
@@ -134,6 +140,7 @@ impl Pair {
             dev_field: "dev",
             class: None,
             processes_only: false,
+            conns: Vec::new(),
         }
     }
 }
@@ -268,6 +275,7 @@ pub fn stack_pairs(devices: &[(u32, u32)], loops: &[PathBuf]) -> (Vec<Pair>, Vec
         p.key = PairKey::Field("unique".into());
         p.dev_field = "connection";
         p.class = Some(("opcode", fuse_opcode));
+        p.conns = conns.iter().copied().take(MAX_FUSE_CONNS).collect();
         pairs.push(p);
     }
     (pairs, sums, conns, notes)
@@ -462,6 +470,72 @@ fn attach_all(skel: &PairsSkel<'_>, atts: &Atts, sums: &[Sum], sumcfgs: &[[u8; 5
     Ok(links)
 }
 
+/// Open, load and attach: the classic pairs and sums, and the driver layer's FUSE pair
+/// `fuse` on its BTF-typed or raw-tracepoint programs (`flavor`) where one is given.
+#[allow(clippy::too_many_arguments)]
+fn setup<'o>(
+    storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    pairs: Vec<Pair>,
+    sums: &[Sum],
+    devs: &[u32],
+    tasks: &[u32],
+    fuse: Option<(&Pair, Flavor)>,
+    notes: &mut Vec<String>,
+) -> Result<(PairsSkel<'o>, Vec<Link>, Vec<Resolved>)> {
+    let (resolved, atts, sumcfgs) = plan(pairs, sums, notes)?;
+    let mut open = PairsSkelBuilder::default().open(storage).context("cannot open the pairs BPF object")?;
+    let flavor = fuse.map(|f| f.1);
+    let p = &mut open.progs;
+    p.btf_fuse_send.set_autoload(flavor == Some(Flavor::TpBtf));
+    p.btf_fuse_end.set_autoload(flavor == Some(Flavor::TpBtf));
+    p.raw_fuse_send.set_autoload(flavor == Some(Flavor::RawTp));
+    p.raw_fuse_end.set_autoload(flavor == Some(Flavor::RawTp));
+    if let Some((pair, _)) = fuse {
+        let rodata = open.maps.rodata_data.as_deref_mut().context("no rodata in the pairs BPF object")?;
+        rodata.fuse_nconns = pair.conns.len().min(MAX_FUSE_CONNS) as u32;
+        for (i, c) in pair.conns.iter().take(MAX_FUSE_CONNS).enumerate() {
+            rodata.fuse_conns[i] = *c;
+        }
+    }
+    let skel = open.load().context("cannot load the pairs BPF programs")?;
+    for d in devs {
+        skel.maps.pdevs.update(&d.to_ne_bytes(), &[1u8], MapFlags::ANY).context("cannot set the watched devices")?;
+    }
+    for t in tasks {
+        skel.maps.ptasks.update(&t.to_ne_bytes(), &[1u8], MapFlags::ANY).context("cannot set the watched processes")?;
+    }
+    let mut links = attach_all(&skel, &atts, sums, &sumcfgs)?;
+    if let Some(f) = flavor {
+        let p = &skel.progs;
+        let (send, end) = if f == Flavor::TpBtf { (&p.btf_fuse_send, &p.btf_fuse_end) } else { (&p.raw_fuse_send, &p.raw_fuse_end) };
+        links.push(send.attach().context("cannot attach to fuse_request_send")?);
+        links.push(end.attach().context("cannot attach to fuse_request_end")?);
+    }
+    Ok((skel, links, resolved))
+}
+
+/// A row from a histogram's words (count, sum, bytes, buckets); None when empty.
+fn row(layer: &str, op: String, v: &[u64]) -> Option<LayerOp> {
+    let (count, sum, buckets) = (v[0], v[1], &v[3..]);
+    if count == 0 {
+        return None;
+    }
+    let q = |p| ns_to_us(hist::quantile(buckets, p).unwrap_or(0.0));
+    let top = buckets.iter().rposition(|&n| n > 0).unwrap_or(0);
+    Some(LayerOp {
+        layer: layer.to_string(),
+        op,
+        count,
+        bytes: 0,
+        mean_us: ns_to_us(sum as f64 / count as f64),
+        p50_us: q(0.5),
+        p95_us: q(0.95),
+        p99_us: q(0.99),
+        max_us: ns_to_us(hist::bucket_high(top) as f64),
+        histogram: hist::sparse(buckets),
+    })
+}
+
 fn run(
     pairs: Vec<Pair>,
     sums: Vec<Sum>,
@@ -472,64 +546,75 @@ fn run(
 ) -> Result<PairResults> {
     libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, libbpf_print)));
     let mut notes = Vec::new();
-    let mut storage = MaybeUninit::uninit();
-    let setup = (|| {
-        let (resolved, atts, sumcfgs) = plan(pairs, &sums, &mut notes)?;
-        let open = PairsSkelBuilder::default().open(&mut storage).context("cannot open the pairs BPF object")?;
-        let skel = open.load().context("cannot load the pairs BPF programs")?;
-        for d in devs {
-            skel.maps.pdevs.update(&d.to_ne_bytes(), &[1u8], MapFlags::ANY).context("cannot set the watched devices")?;
+    // the driver layer's FUSE pair on tp_btf, then raw_tp (as FAULTLINE_MONITOR_ATTACH allows),
+    // then everything on classic tracepoints
+    let fuse_at = pairs.iter().position(|p| p.layer == "driver" && !p.conns.is_empty());
+    let mut tries: Vec<Option<Flavor>> = Vec::new();
+    if fuse_at.is_some() {
+        tries.extend(flavors(true).unwrap_or_default().into_iter().filter(|f| *f != Flavor::Tracepoint).map(Some));
+    }
+    tries.push(None);
+    let mut storage: Vec<MaybeUninit<libbpf_rs::OpenObject>> = tries.iter().map(|_| MaybeUninit::uninit()).collect();
+    let mut why = Vec::new();
+    let mut found = None;
+    for (store, flavor) in storage.iter_mut().zip(&tries) {
+        let mut ps = pairs.clone();
+        let fuse = match (flavor, fuse_at) {
+            (Some(f), Some(i)) => Some((ps.remove(i), *f)),
+            _ => None,
+        };
+        let mut n = Vec::new();
+        match setup(store, ps, &sums, devs, tasks, fuse.as_ref().map(|(p, f)| (p, *f)), &mut n) {
+            Ok(s) => {
+                notes.extend(n);
+                found = Some((s, fuse));
+                break;
+            }
+            Err(e) => {
+                let tail = libbpf_log_tail();
+                match flavor {
+                    Some(f) => why.push(format!("{}: {}", f.name(), format!("{e:#}").lines().next().unwrap_or(""))),
+                    None => {
+                        let err = anyhow!("BPF tracepoint pairs unavailable: {e:#}{tail}");
+                        let _ = ready.send(Err(anyhow!("{err:#}")));
+                        return Err(err);
+                    }
+                }
+            }
         }
-        for t in tasks {
-            skel.maps.ptasks.update(&t.to_ne_bytes(), &[1u8], MapFlags::ANY).context("cannot set the watched processes")?;
-        }
-        let links = attach_all(&skel, &atts, &sums, &sumcfgs)?;
-        Ok::<_, anyhow::Error>((skel, links, resolved))
-    })();
-    let (skel, links, resolved) = match setup {
-        Ok(s) => s,
-        Err(e) => {
-            let err = anyhow!("BPF tracepoint pairs unavailable: {e:#}{}", libbpf_log_tail());
-            let _ = ready.send(Err(anyhow!("{err:#}")));
-            return Err(err);
-        }
-    };
+    }
+    let Some(((skel, links, resolved), fuse)) = found else { bail!("no attach type tried") };
+    if fuse_at.is_some() && fuse.is_none() && !why.is_empty() {
+        notes.push(format!("driver layer on classic tracepoints: {}", why.join("; ")));
+    }
     let _ = ready.send(Ok("tracepoint"));
     let _ = stop.recv();
     drop(links);
     let p = &skel.progs;
-    let mut out =
-        PairResults { missed_events: [&p.pair_enter, &p.pair_exit, &p.field_sum].iter().map(|p| recursion_misses(*p)).sum(), notes, ..Default::default() };
+    let progs = [&p.pair_enter, &p.pair_exit, &p.field_sum, &p.btf_fuse_send, &p.btf_fuse_end, &p.raw_fuse_send, &p.raw_fuse_end];
+    let mut out = PairResults { missed_events: progs.iter().map(|p| recursion_misses(*p)).sum(), notes, ..Default::default() };
     for (i, r) in resolved.iter().enumerate() {
         for c in 0..r.nclass {
             let v = lookup(&skel.maps.phists, r.hist_base + c)?;
-            let (count, sum, buckets) = (v[0], v[1], &v[3..]);
-            if count == 0 {
-                continue;
-            }
             let op = match &r.pair.class {
                 Some((_, names)) => format!("{}:{}", r.pair.name, if c + 1 == r.nclass { format!("op{c}+") } else { names(c as u64) }),
                 None => r.pair.name.clone(),
             };
-            let q = |p| ns_to_us(hist::quantile(buckets, p).unwrap_or(0.0));
-            let top = buckets.iter().rposition(|&n| n > 0).unwrap_or(0);
-            out.rows.push(LayerOp {
-                layer: r.pair.layer.clone(),
-                op,
-                count,
-                bytes: 0,
-                mean_us: ns_to_us(sum as f64 / count as f64),
-                p50_us: q(0.5),
-                p95_us: q(0.95),
-                p99_us: q(0.99),
-                max_us: ns_to_us(hist::bucket_high(top) as f64),
-                histogram: hist::sparse(buckets),
-            });
+            out.rows.extend(row(&r.pair.layer, op, &v));
         }
         let st = lookup(&skel.maps.pstats, i as u32)?;
         if st[1] > 0 {
             out.notes.push(format!("{} layer: {}: {} starts not stored (table full)", r.pair.layer, r.pair.name, st[1]));
         }
+    }
+    if let Some((fp, _)) = &fuse {
+        for c in 0..FUSE_NCLASS {
+            let v = lookup_sum(&skel.maps.fuse_hists, c)?;
+            let name = if c + 1 == FUSE_NCLASS { format!("op{c}+") } else { fuse_opcode(c as u64) };
+            out.rows.extend(row(&fp.layer, format!("{}:{name}", fp.name), &v));
+        }
+        // fuse_stats[0], ends without their start, are the requests in flight at attach (as the
+        // classic pair's unmatched): not noted
     }
     let hz = skel.maps.bss_data.as_deref().map_or(0, |b| b.kconfig_hz);
     for (i, s) in sums.iter().enumerate().take(MAX_SUMS) {

@@ -2,7 +2,7 @@
 //! processes (and of the processes they fork after attach) take from entry to exit, per op,
 //! aggregated in the kernel like the block layer. Same thread design as `block`.
 
-use super::block::{Flavor, flavors, lookup, ns_to_us, recursion_misses};
+use super::block::{Flavor, flavors, lookup_sum, ns_to_us, recursion_misses};
 use super::hist;
 use super::model::LayerOp;
 use anyhow::{Context, Result, anyhow, bail};
@@ -135,9 +135,9 @@ fn run(pids: &[u32], ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Rece
     drop(links);
     let mut out = SyscallResults { attach, missed_events: progs(&skel, flavor).iter().map(|p| recursion_misses(*p)).sum(), ..Default::default() };
     for (op, name) in SYS_OPS.iter().enumerate() {
-        let v = lookup(&skel.maps.sys_hists, op as u32)?;
+        let v = lookup_sum(&skel.maps.sys_hists, op as u32)?;
         let (count, sum, bytes, buckets) = (v[0], v[1], v[2], &v[3..]);
-        let errors = lookup(&skel.maps.sys_stats, op as u32)?[0];
+        let errors = lookup_sum(&skel.maps.sys_stats, op as u32)?[0];
         if errors > 0 {
             out.errors.insert(name.to_string(), errors);
         }

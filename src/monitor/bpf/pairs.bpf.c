@@ -86,6 +86,122 @@ struct {
 	__type(value, struct sum_val);
 } sums SEC(".maps");
 
+// The driver layer's FUSE requests on BTF-typed or raw tracepoints (where they load): the
+// request's own fields through its pointer, no event record built; the start time kept in an
+// array slot picked by the request's unique id (the kernel hands them out in steps of 2, so
+// slots are reused only after FUSE_SLOTS more requests: no hash, no lock), checked at the end
+// against the id and connection; histograms per CPU by opcode (plain adds). The classic pair
+// above is the fallback.
+const volatile u32 fuse_nconns = 0;
+const volatile u32 fuse_conns[MAX_FUSE_CONNS] = {};
+
+struct fuse_start {
+	u64 unique;
+	u32 conn;
+	u32 pad;
+	u64 ts;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FUSE_SLOTS);
+	__type(key, u32);
+	__type(value, struct fuse_start);
+} fuse_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, FUSE_NCLASS);
+	__type(key, u32);
+	__type(value, struct hist);
+} fuse_hists SEC(".maps");
+
+// [0]: ends whose send was not seen (sent before attach, or its slot reused meanwhile)
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, u64);
+} fuse_stats SEC(".maps");
+
+static __always_inline int fuse_watched(u32 conn)
+{
+#pragma unroll
+	for (int i = 0; i < MAX_FUSE_CONNS; i++) {
+		if (i >= fuse_nconns)
+			break;
+		if (fuse_conns[i] == conn)
+			return 1;
+	}
+	return 0;
+}
+
+static __always_inline void fuse_send(u32 conn, u64 unique)
+{
+	if (!fuse_watched(conn))
+		return;
+	u32 k = (unique >> 1) & (FUSE_SLOTS - 1);
+	struct fuse_start *st = bpf_map_lookup_elem(&fuse_starts, &k);
+	if (!st)
+		return;
+	st->unique = unique;
+	st->conn = conn;
+	st->ts = bpf_ktime_get_ns();
+}
+
+static __always_inline void fuse_end(u32 conn, u64 unique, u32 opcode)
+{
+	if (!fuse_watched(conn))
+		return;
+	u32 k = (unique >> 1) & (FUSE_SLOTS - 1);
+	struct fuse_start *st = bpf_map_lookup_elem(&fuse_starts, &k);
+	if (!st)
+		return;
+	u64 t = st->ts;
+	if (!t || st->unique != unique || st->conn != conn) {
+		u32 z = 0;
+		u64 *v = bpf_map_lookup_elem(&fuse_stats, &z);
+		if (v)
+			(*v)++;
+		return;
+	}
+	st->ts = 0;
+	u64 now = bpf_ktime_get_ns();
+	u64 ns = now > t ? now - t : 0;
+	u32 c = opcode < FUSE_NCLASS ? opcode : FUSE_NCLASS - 1;
+	struct hist *h = bpf_map_lookup_elem(&fuse_hists, &c);
+	if (h)
+		hist_add_cpu(h, ns, 0);
+}
+
+SEC("tp_btf/fuse_request_send")
+int BPF_PROG(btf_fuse_send, const struct fuse_req *req)
+{
+	fuse_send(req->fm->fc->dev, req->in.h.unique);
+	return 0;
+}
+
+SEC("tp_btf/fuse_request_end")
+int BPF_PROG(btf_fuse_end, const struct fuse_req *req)
+{
+	fuse_end(req->fm->fc->dev, req->in.h.unique, req->in.h.opcode);
+	return 0;
+}
+
+SEC("raw_tp/fuse_request_send")
+int BPF_PROG(raw_fuse_send, const struct fuse_req *req)
+{
+	fuse_send(BPF_CORE_READ(req, fm, fc, dev), BPF_CORE_READ(req, in.h.unique));
+	return 0;
+}
+
+SEC("raw_tp/fuse_request_end")
+int BPF_PROG(raw_fuse_end, const struct fuse_req *req)
+{
+	fuse_end(BPF_CORE_READ(req, fm, fc, dev), BPF_CORE_READ(req, in.h.unique), BPF_CORE_READ(req, in.h.opcode));
+	return 0;
+}
+
 // A field of the event record (offset and size from its format file), zero-extended.
 static __always_inline u64 field(void *ctx, u16 off, u16 size)
 {

@@ -10,6 +10,11 @@
 #define MAX_PAIR_HISTS 256
 #define MAX_SUMS 4
 #define SUM_FIELDS 12
+// The driver layer's FUSE programs (tp_btf/raw_tp): connections watched, opcodes kept apart
+// (the last takes the rest)
+#define MAX_FUSE_CONNS 16
+#define FUSE_NCLASS 64
+#define FUSE_SLOTS 16384 // a power of two
 
 // One pair as seen from one of its two events: where that event keeps the key, the device
 // and (enter side) the class field.
