@@ -172,6 +172,22 @@ fn op_sample(a: &OpAcc, secs: f64) -> OpSample {
     }
 }
 
+/// Extend `s` (which started at `start`) to `end`, adding the completions in `sliver`: rates
+/// over the longer interval, means weighted by count, p99 the larger of the two.
+fn fold_sliver(s: &mut Sample, start: f64, sliver: &IntervalAcc, end: f64) {
+    let (old, new) = ((s.t - start).max(1e-9), (end - start).max(1e-9));
+    for (o, a) in [(&mut s.read, &sliver.read), (&mut s.write, &sliver.write)] {
+        let (n0, n1) = (o.iops * old, a.h.len() as f64);
+        if n1 > 0.0 {
+            o.mean_us = (o.mean_us * n0 + a.h.mean() / 1000.0 * n1) / (n0 + n1);
+            o.p99_us = o.p99_us.max(a.h.value_at_quantile(0.99) as f64 / 1000.0);
+        }
+        o.iops = (n0 + n1) / new;
+        o.mib_s = (o.mib_s * old + a.bytes as f64 / (1 << 20) as f64) / new;
+    }
+    s.t = end;
+}
+
 /// User + system CPU time of this process (all threads). getrusage has microsecond
 /// resolution where /proc/self/stat has clock ticks (10 ms), too coarse for 10 ms samples.
 pub fn cpu_time() -> Duration {
@@ -193,7 +209,7 @@ pub fn rss_mib() -> f64 {
 
 /// Sample every `interval` until `done`, plus a last (partial) sample at the end.
 pub fn sampler(accs: &[Mutex<IntervalAcc>], start: Instant, interval: Duration, done: &AtomicBool) -> Vec<Sample> {
-    let mut out = Vec::new();
+    let mut out: Vec<Sample> = Vec::new();
     let mut last_t = Duration::ZERO;
     let mut last_cpu = cpu_time();
     let mut k = 1u32;
@@ -219,8 +235,13 @@ pub fn sampler(accs: &[Mutex<IntervalAcc>], start: Instant, interval: Duration, 
         let t = start.elapsed();
         let cpu = cpu_time();
         let secs = (t - last_t).as_secs_f64().max(1e-9);
-        // a final sliver shorter than 1 ms says nothing: fold it away
-        if !finished || secs >= 1e-3 {
+        // a final sliver shorter than 1 ms is no interval of its own: its completions (if
+        // any) go into the last sample, which then ends with the run
+        let n = out.len();
+        if finished && secs < 1e-3 && n > 0 {
+            let prev_start = if n > 1 { out[n - 2].t } else { 0.0 };
+            fold_sliver(&mut out[n - 1], prev_start, &merged, t.as_secs_f64());
+        } else if !finished || secs >= 1e-3 || merged.read.h.len() + merged.write.h.len() > 0 {
             out.push(Sample {
                 t: t.as_secs_f64(),
                 read: op_sample(&merged.read, secs),

@@ -13,7 +13,7 @@ use crate::content::HELD_NONE;
 use crate::spec::workload::config::CONTENT_BLOCK;
 use anyhow::{Context, Result};
 use io_uring::{IoUring, opcode, types};
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::os::fd::AsRawFd;
@@ -31,12 +31,19 @@ struct Slots {
     free: Vec<usize>,
     /// (file slot, offset) of every write in flight (ops are block-aligned and equal-sized).
     busy: HashSet<(usize, u64), BuildHasherDefault<SlotHasher>>,
-    done: Vec<(usize, i32)>,
+    /// Completions reaped but not yet accounted (slot, result, when reaped): `account` runs
+    /// each one when its slot is wanted again, so the first refill goes out before the rest
+    /// of a batch is accounted.
+    done: VecDeque<(usize, i32, Instant)>,
+    /// SQEs pushed and not yet reaped (submitted or not), and of those the ones not submitted.
+    flight: usize,
+    unsub: usize,
 }
 
 impl Slots {
-    fn inflight(&self) -> usize {
-        self.ops.len() - self.free.len()
+    /// SQEs the kernel has and has not completed (as far as we have reaped).
+    fn submitted(&self) -> usize {
+        self.flight - self.unsub
     }
 }
 
@@ -62,40 +69,66 @@ impl Hasher for SlotHasher {
     }
 }
 
-/// Submit what is queued, wait for at least one completion, and account every completion.
-fn reap(ring: &mut IoUring, sl: &mut Slots, wk: &mut Worker, files: &[File]) -> Result<()> {
+/// Submit what is queued, wait for at least one completion, and queue every completion ready
+/// for `account`.
+fn reap(ring: &mut IoUring, sl: &mut Slots) -> Result<()> {
     match ring.submit_and_wait(1) {
         Ok(_) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
         Err(e) => return Err(e).context("io_uring_enter"),
     }
-    sl.done.clear();
-    sl.done.extend(ring.completion().map(|c| (c.user_data() as usize, c.result())));
+    sl.unsub = 0;
     let now = Instant::now();
-    let (bs, per) = (sl.bs, sl.per);
-    for k in 0..sl.done.len() {
-        let (s, res) = sl.done[k];
-        let op = sl.ops[s].take().expect("completion for an issued slot");
-        let f = &files[op.slot];
-        let buf = &mut sl.bufs[s * bs..(s + 1) * bs];
-        let first = io_result(res, op.len);
-        let retried = first.is_err();
-        let res = if retried {
-            let mut io = || if op.is_write { f.write_all_at(buf, op.offset) } else { f.read_exact_at(buf, op.offset) };
-            wk.retry(first, &mut io)
-        } else {
-            first
-        };
-        let lat = if retried { op.t0.elapsed() } else { now - op.t0 };
-        if wk.complete(&op, &sl.ids[s * per..(s + 1) * per], res, lat) {
-            super::engine::sync_file(wk, f, op.slot, op.file);
-        }
-        if op.is_write {
-            sl.busy.remove(&(op.slot, op.offset));
-        }
-        sl.free.push(s);
-    }
+    let n = sl.done.len();
+    sl.done.extend(ring.completion().map(|c| (c.user_data() as usize, c.result(), now)));
+    sl.flight -= sl.done.len() - n;
     Ok(())
+}
+
+/// Submit what is queued, without waiting.
+fn submit(ring: &mut IoUring, sl: &mut Slots) -> Result<()> {
+    match ring.submit() {
+        Ok(_) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+        Err(e) => return Err(e).context("io_uring_enter"),
+    }
+    sl.unsub = 0;
+    Ok(())
+}
+
+/// Account the oldest reaped completion (retries, stats, content map) and free its slot;
+/// false when none is waiting.
+fn account(sl: &mut Slots, wk: &mut Worker, files: &[File]) -> bool {
+    let Some((s, res, at)) = sl.done.pop_front() else { return false };
+    let (bs, per) = (sl.bs, sl.per);
+    let op = sl.ops[s].take().expect("completion for an issued slot");
+    let f = &files[op.slot];
+    let buf = &mut sl.bufs[s * bs..(s + 1) * bs];
+    let first = io_result(res, op.len);
+    let retried = first.is_err();
+    let res = if retried {
+        let mut io = || if op.is_write { f.write_all_at(buf, op.offset) } else { f.read_exact_at(buf, op.offset) };
+        wk.retry(first, &mut io)
+    } else {
+        first
+    };
+    let lat = if retried { op.t0.elapsed() } else { at - op.t0 };
+    if wk.complete(&op, &sl.ids[s * per..(s + 1) * per], res, lat) {
+        super::engine::sync_file(wk, f, op.slot, op.file);
+    }
+    if op.is_write {
+        sl.busy.remove(&(op.slot, op.offset));
+    }
+    sl.free.push(s);
+    true
+}
+
+/// A free slot, accounting a reaped completion for one if none is free.
+fn take_slot(sl: &mut Slots, wk: &mut Worker, files: &[File]) -> usize {
+    if sl.free.is_empty() {
+        account(sl, wk, files);
+    }
+    sl.free.pop().expect("a free or reaped slot below the queue depth")
 }
 
 pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
@@ -119,7 +152,9 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
         ops: (0..slots).map(|_| None).collect(),
         free: (0..slots).rev().collect(),
         busy: HashSet::with_capacity_and_hasher(qd * 2, Default::default()),
-        done: Vec::with_capacity(qd),
+        done: VecDeque::with_capacity(slots),
+        flight: 0,
+        unsub: 0,
     };
     // SAFETY: s * bs < slots * bs, the buffer's length: each slot's start lies inside it
     let iov: Vec<libc::iovec> = (0..slots).map(|s| libc::iovec { iov_base: unsafe { sl.bufs.as_mut_ptr().add(s * bs) } as *mut _, iov_len: bs }).collect();
@@ -133,14 +168,15 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     let stage = fills_ahead(wk.sh.w);
     loop {
         // fill the queue
-        while (staged.is_some() || !exhausted) && sl.inflight() - (staged.is_some() as usize) < qd {
+        while (staged.is_some() || !exhausted) && sl.flight < qd {
             if let Some(d) = wk.rate_wait()
-                && sl.inflight() > 0
+                && sl.flight > 0
             {
                 // wait for completions rather than sleep with I/O in flight
                 let ts = types::Timespec::from(d);
                 let args = types::SubmitArgs::new().timespec(&ts);
                 let _ = ring.submitter().submit_with_args(1, &args);
+                sl.unsub = 0;
                 break;
             }
             let (s, mut op) = match staged.take() {
@@ -155,7 +191,7 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
                     (s, op)
                 }
                 None => {
-                    let s = sl.free.pop().unwrap();
+                    let s = take_slot(&mut sl, wk, files);
                     let Some(op) = wk.next_op(&mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.ids[s * per..(s + 1) * per], &mut sl.held[s * per..(s + 1) * per])
                     else {
                         sl.free.push(s);
@@ -167,8 +203,10 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
             };
             // a write to the same block is in flight: let it finish first
             if op.is_write && sl.busy.contains(&(op.slot, op.offset)) {
+                while account(&mut sl, wk, files) {}
                 while sl.busy.contains(&(op.slot, op.offset)) {
-                    reap(&mut ring, &mut sl, wk, files)?;
+                    reap(&mut ring, &mut sl)?;
+                    while account(&mut sl, wk, files) {}
                 }
                 op.t0 = Instant::now();
             }
@@ -190,9 +228,24 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
                 sl.busy.insert((op.slot, op.offset));
             }
             sl.ops[s] = Some(op);
+            sl.flight += 1;
+            sl.unsub += 1;
+            // Refilling after a batch of completions (the device has run low): submit as soon
+            // as what is queued here is at least what the device still has, so it never waits
+            // for the whole refill (the next ones are drawn and the reaped accounted meanwhile).
+            // A queue drained to 0 gets its I/Os in 1, 1, 2, 4, ... per io_uring_enter; a full
+            // queue refilled one by one (and depth 1) still submits once, with the wait.
+            if sl.flight < qd && sl.unsub >= sl.submitted().max(1) {
+                submit(&mut ring, &mut sl)?;
+            }
         }
-        let staged_n = staged.is_some() as usize;
-        if sl.inflight() - staged_n == 0 {
+        // nothing more to refill: hand the device what is queued, then account what was
+        // reaped while the I/Os run
+        if sl.unsub > 0 && !sl.done.is_empty() {
+            submit(&mut ring, &mut sl)?;
+        }
+        while account(&mut sl, wk, files) {}
+        if sl.flight == 0 {
             if exhausted && staged.is_none() {
                 break;
             }
@@ -201,12 +254,8 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
         // the queue is full: submit, then draw and fill the next op while the I/Os run
         // (`fills_ahead`: large writes, no rate limit)
         if stage && staged.is_none() && !exhausted {
-            match ring.submit() {
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
-                Err(e) => return Err(e).context("io_uring_enter"),
-            }
-            let s = sl.free.pop().unwrap();
+            submit(&mut ring, &mut sl)?;
+            let s = take_slot(&mut sl, wk, files);
             match wk.draw(&mut sl.ids[s * per..(s + 1) * per]) {
                 Some(op) => {
                     let held = &mut sl.held[s * per..(s + 1) * per];
@@ -223,7 +272,11 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
                 }
             }
         }
-        reap(&mut ring, &mut sl, wk, files)?;
+        reap(&mut ring, &mut sl)?;
+        // a failed I/O is accounted before anything more is issued (a stop policy stops now)
+        if sl.done.iter().any(|&(_, res, _)| res < 0 || res as usize != bs) {
+            while account(&mut sl, wk, files) {}
+        }
     }
     // a ring's teardown is deferred: release the registered files now, or a file system
     // unmounted right after the run could still be busy
