@@ -434,8 +434,9 @@ impl Conn {
                     g = w.done.lock().unwrap();
                     continue;
                 }
-                // the stream is out of step with this request: start afresh
-                self.kill();
+                // the stream is out of step with this request: start afresh (the others fail
+                // now rather than wait for a reader that may not come)
+                self.fail_all(&io::Error::new(io::ErrorKind::TimedOut, "an earlier request on the connection timed out"));
                 return Err(Fail::Timeout);
             }
             g = w.cv.wait_timeout(g, deadline - now).unwrap().0;
