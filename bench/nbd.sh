@@ -20,7 +20,10 @@
 # every candidate; HOLD_CPU_LATENCY=1 holds a 0 us CPU wake-up latency for the whole run
 # (every candidate measured with polling CPUs). POINTS="rr4k-qd1 rw4k-qd1" runs only those
 # points; BASE=PATH adds another faultline binary (e.g. the previous commit's) as candidate
-# `base`, served the same way, for a paired A/B of a change. Last line: min_ratio_vs_nbdkit=R
+# `base`, served the same way, for a paired A/B of a change; CLIENT_BASE=PATH adds, per server, a
+# client disk of that binary (`NAME~cb` columns of the cs-* points) for a paired A/B of the
+# client store (`client vs base`: our client / that one, over the same server). Last line:
+# min_ratio_vs_nbdkit=R
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -88,6 +91,17 @@ for n in "${names[@]}"; do
   dev[$n]=$(head -1 "$work/cs-$n.out")
   case ${dev[$n]} in /dev/loop*) ;; *) echo "client disk over $n did not start: $(cat "$work/cs-$n.err")" >&2; exit 1 ;; esac
 done
+cs_names=()
+if [ -n "${CLIENT_BASE:-}" ]; then
+  for n in "${names[@]}"; do
+    "$CLIENT_BASE" serve --store "${uri[$n]}" --socket "$work/cb-$n.ctl" > "$work/cb-$n.out" 2> "$work/cb-$n.err" &
+    pids+=($!)
+    for _ in $(seq 300); do [ -s "$work/cb-$n.out" ] && break; sleep 0.1; done
+    dev[$n~cb]=$(head -1 "$work/cb-$n.out")
+    case ${dev[$n~cb]} in /dev/loop*) ;; *) echo "base client disk over $n did not start: $(cat "$work/cb-$n.err")" >&2; exit 1 ;; esac
+    cs_names+=("$n~cb")
+  done
+fi
 echo "client disks: $(for n in "${names[@]}"; do printf '%s=%s ' "$n" "${dev[$n]}"; done)" >&2
 
 mbps() { # seconds for $bytes -> MB/s
@@ -131,9 +145,11 @@ for r in $(seq "$rounds"); do
   echo "== round $r/$rounds" >&2
   for p in "${points[@]}"; do
     line="$p"
-    for k in $(seq 0 $((${#names[@]} - 1))); do
-      n=${names[$(( (k + r) % ${#names[@]} ))]}
-      line="$line $n=$(measure "$p" "${uri[$n]}" "$n")"
+    cands=("${names[@]}")
+    case $p in cs-*) cands+=("${cs_names[@]}") ;; esac
+    for k in $(seq 0 $((${#cands[@]} - 1))); do
+      n=${cands[$(( (k + r) % ${#cands[@]} ))]}
+      line="$line $n=$(measure "$p" "${uri[${n%~cb}]}" "$n")"
     done
     echo "$r $line" | tee -a "$work/results" >&2
   done
@@ -160,6 +176,14 @@ ratios = {}
 for peer in names[1:]:
     ratios[peer] = {p: paired(p, "faultline", peer) for p in points}
     print(f"{'vs ' + peer:<12}" + "".join(f"{ratios[peer][p]:>13.2f}" for p in points))
+for n in names:
+    cb = n + "~cb"
+    cps = [p for p in points if all(cb in v for v in vals[p].values())]
+    if cps:
+        print(f"{cb:<12}" + "".join(f"{med(p, cb):>13.0f}" if p in cps else f"{'':>13}" for p in points))
+        r = {p: paired(p, n, cb) for p in cps}
+        print(f"{'client/base':<12}" + "".join(f"{r[p]:>13.2f}" if p in cps else f"{'':>13}" for p in points) + f"   (over {n})")
+        print(f"min_client_vs_base_over_{n}={min(r.values()):.2f}")
 print("(ratio: faultline / peer, median over rounds of the per-round ratio; cs-*: the same faultline client store over each server)")
 if "qemu-nbd" in ratios:
     print(f"min_ratio_vs_qemu_nbd={min(ratios['qemu-nbd'].values()):.2f}")

@@ -491,3 +491,66 @@ faults:\n  - {type: delay, op: read, delay: 20ms, window: {from: 1500ms, to: 3s}
     let deepest = csv.lines().skip(1).filter_map(|l| l.split(',').nth(col)?.parse::<f64>().ok()).fold(0.0, f64::max);
     assert!(deepest >= 2.0, "hosts_timeseries.csv's deepest target queue: {deepest}");
 }
+
+/// Block `b`'s content for generation `g` (distinct per block and generation).
+fn pattern(b: u64, g: u64) -> Vec<u8> {
+    (0..BS).map(|i| (b.wrapping_mul(31) ^ g.wrapping_mul(7) ^ (i / 8)) as u8).collect()
+}
+
+/// Threads sharing one connection (`connections=1`): requests in flight together, replies out
+/// of order (one block's reads answered late), each caller gets its own data; then a request
+/// that times out among others in flight on the connection: it is retried on a fresh
+/// connection and the others, failed with the old one, are re-sent and complete.
+#[test]
+fn one_connection_shared_by_threads_out_of_order_replies_and_a_timeout_among_them() {
+    let t = Target::ours("rules:\n  - {type: delay, op: read, delay: 5ms, target: {block: 3}}\n");
+    let c = Arc::new(Client::connect(&with_policy(&t.uri, "connections=1&timeout=5s").parse::<NbdTarget>().unwrap()).unwrap());
+    assert_eq!(c.pool_size(), 1);
+    let run = |c: &Arc<Client>, rounds: u64| {
+        let hs: Vec<_> = (0..6u64)
+            .map(|th| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut b = vec![0u8; BS as usize];
+                    for g in 0..rounds {
+                        for k in 0..4 {
+                            let blk = th * 4 + k;
+                            c.write(blk * BS, &pattern(blk, g), false).unwrap();
+                            c.read(blk * BS, &mut b).unwrap();
+                            assert!(b == pattern(blk, g), "block {blk} generation {g}: another request's data");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    };
+    run(&c, 40);
+    let s = c.counters.snapshot();
+    assert_eq!((s.requests, s.failed, s.timeouts, s.connection_errors), (6 * 40 * 4 * 2, 0, 0, 0), "{s:?}");
+    drop(c);
+    // block 100's next read is answered after 2 s; the client gives up after 300 ms
+    let c = Arc::new(Client::connect(&with_policy(&t.uri, "connections=1&timeout=300ms&retries=5&backoff_initial=1ms").parse::<NbdTarget>().unwrap()).unwrap());
+    c.write(100 * BS, &pattern(100, 9), false).unwrap();
+    t.call(json!({"cmd": "add", "rules": "rules:\n  - {type: delay, op: read, delay: 2s, times: 1, target: {block: 100}}\n"}));
+    let late = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            let mut b = vec![0u8; BS as usize];
+            c.read(100 * BS, &mut b).map(|()| b)
+        })
+    };
+    // requests in flight beside it until it is done
+    run(&c, 5);
+    while !late.is_finished() {
+        run(&c, 5);
+    }
+    assert!(late.join().unwrap().unwrap() == pattern(100, 9), "the timed-out read, retried, got its data");
+    let s = c.counters.snapshot();
+    assert_eq!((s.timeouts, s.failed), (1, 0), "{s:?}");
+    assert!(s.reconnects >= 1 && s.retries >= 1, "{s:?}");
+    drop(c);
+    t.stop();
+}

@@ -4,8 +4,8 @@
 //! to 32 MiB (larger ones are split).
 //!
 //! Several requests are in flight at once: callers on different threads share a small pool of
-//! connections (several only when the server says CAN_MULTI_CONN), and each connection has a
-//! reader thread that hands replies to the waiting callers by cookie. A request without a reply
+//! connections (several only when the server says CAN_MULTI_CONN); on each connection one
+//! waiting caller at a time reads replies and hands them to the other waiters by cookie. A request without a reply
 //! within the policy's `timeout` kills its connection (the other requests on it fail too and
 //! are re-sent by their callers on a fresh one); failed and timed-out requests are retried
 //! `retries` times with exponential backoff. `Counters` say what that cost.
@@ -15,6 +15,7 @@ use crate::spec::nbd::{NbdEndpoint, NbdTarget};
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
@@ -191,6 +192,10 @@ enum Fail {
     Lost(io::Error),
 }
 
+fn lost(e: &io::Error) -> Fail {
+    Fail::Lost(io::Error::new(e.kind(), e.to_string()))
+}
+
 /// A caller waiting for its reply.
 struct Waiter {
     /// Bytes of data that follow a successful reply (reads).
@@ -206,54 +211,235 @@ impl Waiter {
     }
 }
 
+/// Bytes received ahead of their use: a recv takes what is there (a 4 KiB read's header and
+/// data, or several replies), larger data goes straight to its destination.
+const RX_BUF: usize = 64 << 10;
+
+/// The receiving side of a connection, held by the one caller reading for all (`Conn::lead`).
+struct Rx {
+    sock: Sock,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+/// How a receive ended short of its bytes.
+enum RxErr {
+    /// The reading caller's deadline passed.
+    Deadline,
+    Io(io::Error),
+}
+
+impl Rx {
+    fn fd(&self) -> RawFd {
+        match &self.sock {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// Wait until the socket is readable, at most until `deadline`.
+    fn wait(fd: RawFd, deadline: Instant) -> Result<(), RxErr> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(RxErr::Deadline);
+        }
+        let ts = libc::timespec { tv_sec: left.as_secs() as libc::time_t, tv_nsec: left.subsec_nanos() as libc::c_long };
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd and a valid timespec, both live for the call; no signal mask.
+        let n = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        match n {
+            0 => Err(RxErr::Deadline),
+            n if n > 0 => Ok(()),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(RxErr::Io(e)) }
+            }
+        }
+    }
+
+    /// One receive into `dst` once the socket is readable: bytes received (0 at EOF).
+    fn recv(fd: RawFd, dst: &mut [u8], deadline: Instant) -> Result<usize, RxErr> {
+        loop {
+            Self::wait(fd, deadline)?;
+            // SAFETY: dst is a valid writable buffer of dst.len() bytes for the call.
+            let n = unsafe { libc::recv(fd, dst.as_mut_ptr().cast(), dst.len(), libc::MSG_DONTWAIT) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => {}
+                _ => return Err(RxErr::Io(e)),
+            }
+        }
+    }
+
+    /// Fill `dst` exactly: from the buffer, then from the socket (large rests straight into
+    /// `dst`, small ones through the buffer so a recv also takes what follows).
+    fn read_exact(&mut self, dst: &mut [u8], deadline: Instant) -> Result<(), RxErr> {
+        let mut got = 0;
+        while got < dst.len() {
+            if self.start < self.end {
+                let n = (self.end - self.start).min(dst.len() - got);
+                dst[got..got + n].copy_from_slice(&self.buf[self.start..self.start + n]);
+                self.start += n;
+                got += n;
+                continue;
+            }
+            self.start = 0;
+            self.end = 0;
+            let want = dst.len() - got;
+            let n = if want >= RX_BUF / 2 {
+                Self::recv(self.fd(), &mut dst[got..], deadline)?
+            } else {
+                let n = Self::recv(self.fd(), &mut self.buf[..], deadline)?;
+                self.end = n;
+                n
+            };
+            if n == 0 {
+                return Err(RxErr::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection")));
+            }
+            if want >= RX_BUF / 2 {
+                got += n;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// One connection in transmission phase.
+///
+/// No reader thread: a caller waiting for its reply reads replies for everyone on the
+/// connection (one at a time, `rx`), handing others' to their waiters by cookie, until its own
+/// arrives; then it wakes a waiter to read next. A caller with its request alone on the
+/// connection thus sleeps in the socket and is woken by its reply, with no thread between.
 struct Conn {
     w: Mutex<Sock>,
     /// The same socket, to shut down without waiting for a writer stuck on a stalled server.
     ctl: Sock,
+    rx: Mutex<Rx>,
     pending: Mutex<HashMap<u64, Arc<Waiter>>>,
     dead: AtomicBool,
-    reader: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Conn {
-    /// End the connection: the reader sees EOF and fails every waiter.
+    /// End the connection: the reading caller sees EOF and fails every waiter.
     fn kill(&self) {
         self.dead.store(true, Relaxed);
         self.ctl.shutdown();
     }
 
-    fn reader(self: Arc<Conn>, mut r: Sock) {
-        let err = loop {
-            let mut h = [0u8; 16];
-            if let Err(e) = r.read_exact(&mut h) {
-                break e;
-            }
-            let magic = u32::from_be_bytes(h[0..4].try_into().unwrap());
-            if magic != p::SIMPLE_REPLY_MAGIC {
-                break io::Error::new(io::ErrorKind::InvalidData, format!("reply magic {magic:#x} (expected simple replies)"));
-            }
-            let error = u32::from_be_bytes(h[4..8].try_into().unwrap());
-            let cookie = u64::from_be_bytes(h[8..16].try_into().unwrap());
-            let Some(w) = self.pending.lock().unwrap().remove(&cookie) else {
-                break io::Error::new(io::ErrorKind::InvalidData, format!("reply to unknown cookie {cookie}"));
-            };
-            if error != 0 {
-                w.finish(Err(Fail::Remote(p::host_errno(error))));
-                continue;
-            }
-            let mut data = vec![0u8; w.read_len];
-            if let Err(e) = r.read_exact(&mut data) {
-                w.finish(Err(Fail::Lost(io::Error::new(e.kind(), e.to_string()))));
-                break e;
-            }
-            w.finish(Ok(data));
-        };
-        self.dead.store(true, Relaxed);
-        self.ctl.shutdown();
+    /// The connection broke: close it and fail every waiter with `err`.
+    fn fail_all(&self, err: &io::Error) {
+        self.kill();
         let left: Vec<_> = self.pending.lock().unwrap().drain().collect();
         for (_, w) in left {
-            w.finish(Err(Fail::Lost(io::Error::new(err.kind(), err.to_string()))));
+            w.finish(Err(lost(err)));
+        }
+    }
+
+    /// Read replies (holding `rx`) until the one for `cookie` arrives (its data into `mine`) or
+    /// `deadline` passes. Other callers' replies go to their waiters.
+    fn lead(&self, rx: &mut Rx, cookie: u64, mut mine: Option<&mut [u8]>, deadline: Instant) -> Result<(), Fail> {
+        loop {
+            let mut h = [0u8; 16];
+            // Some(result): our own reply; None: another's, handed to its waiter
+            let r = rx.read_exact(&mut h, deadline).and_then(|()| {
+                let magic = be32(&h);
+                if magic != p::SIMPLE_REPLY_MAGIC {
+                    return Err(RxErr::Io(proto_err(format!("reply magic {magic:#x} (expected simple replies)"))));
+                }
+                let error = be32(&h[4..]);
+                let c = be64(&h[8..]);
+                let Some(w) = self.pending.lock().unwrap().remove(&c) else {
+                    return Err(RxErr::Io(proto_err(format!("reply to unknown cookie {c}"))));
+                };
+                if c == cookie {
+                    if error != 0 {
+                        return Ok(Some(Err(Fail::Remote(p::host_errno(error)))));
+                    }
+                    if let Some(b) = mine.as_deref_mut() {
+                        rx.read_exact(b, deadline)?;
+                    }
+                    return Ok(Some(Ok(())));
+                }
+                if error != 0 {
+                    w.finish(Err(Fail::Remote(p::host_errno(error))));
+                    return Ok(None);
+                }
+                let mut data = vec![0u8; w.read_len];
+                if let Err(e) = rx.read_exact(&mut data, deadline) {
+                    // the stream is out of step: this waiter fails with the connection
+                    self.pending.lock().unwrap().insert(c, w);
+                    return Err(e);
+                }
+                w.finish(Ok(data));
+                Ok(None)
+            });
+            match r {
+                Ok(Some(r)) => return r,
+                Ok(None) => {}
+                Err(RxErr::Deadline) => {
+                    // own request late: the stream may be mid-reply, so start afresh (the others
+                    // in flight fail with the connection and are re-sent by their callers)
+                    self.pending.lock().unwrap().remove(&cookie);
+                    self.fail_all(&io::Error::new(io::ErrorKind::TimedOut, "an earlier request on the connection timed out"));
+                    return Err(Fail::Timeout);
+                }
+                Err(RxErr::Io(e)) => {
+                    self.fail_all(&e);
+                    return Err(lost(&e));
+                }
+            }
+        }
+    }
+
+    /// Wake one waiter to read next, if any are left (call after releasing `rx`).
+    fn hand_off(&self) {
+        let next = self.pending.lock().unwrap().values().next().cloned();
+        if let Some(w) = next {
+            let _g = w.done.lock().unwrap();
+            w.cv.notify_one();
+        }
+    }
+
+    /// Wait for the reply to `cookie` (sent; its waiter `w` is pending), reading replies when
+    /// no one else is, until `deadline`.
+    fn wait_reply(&self, w: &Waiter, cookie: u64, mut read: Option<&mut [u8]>, deadline: Instant) -> Result<(), Fail> {
+        let mut g = w.done.lock().unwrap();
+        loop {
+            if let Some(r) = g.take() {
+                // handed over by the reader (not ours: `lead` returns directly for its own)
+                return r.map(|d| {
+                    if let Some(b) = read {
+                        b.copy_from_slice(&d);
+                    }
+                });
+            }
+            // try to read while holding our waiter's lock: whoever releases `rx` takes this
+            // lock before waking us, so that wake-up cannot be missed
+            if let Ok(mut rx) = self.rx.try_lock() {
+                drop(g);
+                let r = self.lead(&mut rx, cookie, read.as_deref_mut(), deadline);
+                drop(rx);
+                self.hand_off();
+                return r;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                drop(g);
+                if self.pending.lock().unwrap().remove(&cookie).is_none() {
+                    // answered just now, between our check and the removal
+                    g = w.done.lock().unwrap();
+                    continue;
+                }
+                // the stream is out of step with this request: start afresh (the others fail
+                // now rather than wait for a reader that may not come)
+                self.fail_all(&io::Error::new(io::ErrorKind::TimedOut, "an earlier request on the connection timed out"));
+                return Err(Fail::Timeout);
+            }
+            g = w.cv.wait_timeout(g, deadline - now).unwrap().0;
         }
     }
 }
@@ -424,10 +610,8 @@ impl Client {
         s.set_read_timeout(None)?;
         let r = s.try_clone()?;
         let ctl = s.try_clone()?;
-        let conn = Arc::new(Conn { w: Mutex::new(s), ctl, pending: Mutex::new(HashMap::new()), dead: AtomicBool::new(false), reader: Mutex::new(None) });
-        let c = conn.clone();
-        let h = std::thread::Builder::new().name("faultline-nbd-client".into()).spawn(move || c.reader(r))?;
-        *conn.reader.lock().unwrap() = Some(h);
+        let rx = Mutex::new(Rx { sock: r, buf: vec![0u8; RX_BUF].into_boxed_slice(), start: 0, end: 0 });
+        let conn = Arc::new(Conn { w: Mutex::new(s), ctl, rx, pending: Mutex::new(HashMap::new()), dead: AtomicBool::new(false) });
         Ok((conn, export))
     }
 
@@ -458,9 +642,6 @@ impl Client {
         let had = g.is_some();
         if let Some(old) = &*g {
             old.kill();
-            if let Some(h) = old.reader.lock().unwrap().take() {
-                let _ = h.join();
-            }
         }
         let (c, export) = Self::open(&self.target)?;
         if export.size != self.export.size {
@@ -505,33 +686,12 @@ impl Client {
         };
         if let Err(e) = sent {
             c.pending.lock().unwrap().remove(&cookie);
-            c.kill();
+            // others may be waiting for a reader that will not come: fail them now
+            c.fail_all(&e);
             return Err(Fail::Lost(e));
         }
         let deadline = Instant::now() + self.target.policy.timeout;
-        let mut g = w.done.lock().unwrap();
-        loop {
-            if let Some(r) = g.take() {
-                return match r {
-                    Ok(d) => {
-                        if let Some(b) = read {
-                            b.copy_from_slice(&d);
-                        }
-                        Ok(())
-                    }
-                    Err(f) => Err(f),
-                };
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                drop(g);
-                c.pending.lock().unwrap().remove(&cookie);
-                // the stream is out of step with this request: start afresh
-                c.kill();
-                return Err(Fail::Timeout);
-            }
-            g = w.cv.wait_timeout(g, deadline - now).unwrap().0;
-        }
+        c.wait_reply(&w, cookie, read, deadline)
     }
 
     /// A request with the retry policy. `read`: the buffer the reply's data goes into.
@@ -685,9 +845,6 @@ impl Drop for Client {
                     let _ = c.w.lock().unwrap().write_all(&hdr);
                 }
                 c.kill();
-                if let Some(h) = c.reader.lock().unwrap().take() {
-                    let _ = h.join();
-                }
             }
         }
     }
