@@ -1,6 +1,7 @@
 //! XXH3-128 of a block computed in the same pass that copies it into the RAM store: each
-//! 64-byte stripe is loaded once, stored (non-temporal stores for large writes, ordinary ones
-//! for small) and folded into the hash accumulators. Hashing a block and then copying it leaves
+//! 64-byte stripe is loaded once, stored (non-temporal stores; the store uses it for large
+//! writes only: with ordinary stores, for small writes, it measured slower than hashing first)
+//! and folded into the hash accumulators. Hashing a block and then copying it leaves
 //! the stores idle while the block is hashed; here they drain while the hash computes, which
 //! hides most of the hashing (BENCHMARKS.md, "Injection overhead"). The result is standard
 //! XXH3-128 with the default secret and seed 0 (`content::block_hash`; tests check it against

@@ -361,22 +361,15 @@ impl Store for RamStore {
                 }
                 copy(src, 0, h.start);
                 // SAFETY: dst + h.start lies in the mapping (h.start <= len, checked above)
-                if super::hashcopy::fits(unsafe { dst.add(h.start) }, h.bs) {
-                    // each block hashed in the pass that copies it into the store (streamed or
-                    // not, as the copy would be): the hashing runs while the stores drain
+                if stream && super::hashcopy::fits(unsafe { dst.add(h.start) }, h.bs) {
+                    // each block hashed in the pass that streams it into the store: the hashing
+                    // runs while the stores drain
                     for (b, hash) in hashes.iter_mut().enumerate() {
                         let at = h.start + b * h.bs;
-                        let s = src[at..at + h.bs].as_ptr();
                         // SAFETY: fits() checked (the block size, and every block's destination
                         // is dst + h.start plus whole blocks: aligned as the first); src[at..at+bs]
                         // is in the source, dst[at..at+bs] in the locked range, not overlapping
-                        *hash = unsafe {
-                            if stream {
-                                super::hashcopy::hash_copy::<true>(s, dst.add(at), h.bs)
-                            } else {
-                                super::hashcopy::hash_copy::<false>(s, dst.add(at), h.bs)
-                            }
-                        };
+                        *hash = unsafe { super::hashcopy::hash_copy::<true>(src[at..at + h.bs].as_ptr(), dst.add(at), h.bs) };
                     }
                 } else {
                     for (b, hash) in hashes.iter_mut().enumerate() {
