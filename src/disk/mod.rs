@@ -2,6 +2,7 @@
 //! front ends (FUSE) call it from many threads. Delays are returned, not slept, so the front
 //! end can reply late from another thread without holding up other requests.
 
+pub mod hashcopy;
 pub mod latency;
 pub mod service;
 pub mod store;

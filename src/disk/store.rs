@@ -360,9 +360,22 @@ impl Store for RamStore {
                     return;
                 }
                 copy(src, 0, h.start);
-                for (b, hash) in hashes.iter_mut().enumerate() {
-                    *hash = crate::content::block_hash(block(src, h, b));
-                    copy(src, h.start + b * h.bs, h.bs);
+                // SAFETY: dst + h.start lies in the mapping (h.start <= len, checked above)
+                if stream && super::hashcopy::fits(unsafe { dst.add(h.start) }, h.bs) {
+                    // each block hashed in the pass that streams it into the store: the hashing
+                    // runs while the stores drain
+                    for (b, hash) in hashes.iter_mut().enumerate() {
+                        let at = h.start + b * h.bs;
+                        // SAFETY: fits() checked (the block size, and every block's destination
+                        // is dst + h.start plus whole blocks: aligned as the first); src[at..at+bs]
+                        // is in the source, dst[at..at+bs] in the locked range, not overlapping
+                        *hash = unsafe { super::hashcopy::hash_copy::<true>(src[at..at + h.bs].as_ptr(), dst.add(at), h.bs) };
+                    }
+                } else {
+                    for (b, hash) in hashes.iter_mut().enumerate() {
+                        *hash = crate::content::block_hash(block(src, h, b));
+                        copy(src, h.start + b * h.bs, h.bs);
+                    }
                 }
                 let tail = h.start + h.blocks * h.bs;
                 copy(src, tail, len - tail);
