@@ -1,7 +1,8 @@
 //! I/O buffers on transparent huge pages. For an O_DIRECT request the kernel pins the user
 //! buffer and releases it afterwards page by page; on a 2 MiB folio that is one pin and one
-//! release, a visible saving for large requests (BENCHMARKS.md). Not used for the RAM store:
-//! there a huge page would turn a sparse 4 KiB write into 2 MiB of memory.
+//! release, a visible saving for large requests (BENCHMARKS.md). The RAM store maps its own
+//! (`disk::store`: on huge pages only where it fits in memory, since a huge page turns a sparse
+//! 4 KiB write into 2 MiB of memory).
 
 pub const HUGE: usize = 2 << 20;
 

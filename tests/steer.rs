@@ -47,7 +47,10 @@ impl Drop for NextLoop {
 
 /// The value the run found on its loop device, as its ledger recorded it.
 fn recorded(pid: u32, dev: &Path) -> String {
-    let l: serde_json::Value = serde_json::from_slice(&std::fs::read(format!("/run/faultline/runs/{pid}-0.json")).unwrap()).unwrap();
+    // the run directory the server used (FAULTLINE_RUN_DIR keeps a test's ledger, and its
+    // `cleanup`, apart from other users of the machine)
+    let dir = std::env::var("FAULTLINE_RUN_DIR").unwrap_or_else(|_| "/run/faultline".into());
+    let l: serde_json::Value = serde_json::from_slice(&std::fs::read(format!("{dir}/runs/{pid}-0.json")).unwrap()).unwrap();
     let e = l["rq_affinity"]
         .as_array()
         .unwrap()
