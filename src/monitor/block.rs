@@ -398,29 +398,34 @@ pub(super) fn ns_to_us(ns: f64) -> f64 {
     ns / 1000.0
 }
 
+/// A layer x op row from a histogram's words (count, sum ns, bytes, buckets); None when empty.
+pub(super) fn layer_row(layer: &str, op: String, v: &[u64], with_bytes: bool) -> Option<LayerOp> {
+    let (count, sum, buckets) = (v[0], v[1], &v[3..]);
+    if count == 0 {
+        return None;
+    }
+    let q = |p| ns_to_us(hist::quantile(buckets, p).unwrap_or(0.0));
+    let top = buckets.iter().rposition(|&n| n > 0).unwrap_or(0);
+    Some(LayerOp {
+        layer: layer.to_string(),
+        op,
+        count,
+        bytes: if with_bytes { v[2] } else { 0 },
+        mean_us: ns_to_us(sum as f64 / count as f64),
+        p50_us: q(0.5),
+        p95_us: q(0.95),
+        p99_us: q(0.99),
+        max_us: ns_to_us(hist::bucket_high(top) as f64),
+        histogram: hist::sparse(buckets),
+    })
+}
+
 fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Interval>, depth: &DepthSampler) -> Result<DeviceResults> {
     let mut layers = Vec::new();
     for (layer, lname) in BLOCK_LAYERS.iter().enumerate() {
         for (op, oname) in OPS.iter().enumerate() {
             let v = lookup_sum(&skel.maps.hists, ((i * NR_LAYERS + layer) * NR_OPS + op) as u32)?;
-            let (count, sum, bytes, buckets) = (v[0], v[1], v[2], &v[3..]);
-            if count == 0 {
-                continue;
-            }
-            let q = |p| ns_to_us(hist::quantile(buckets, p).unwrap_or(0.0));
-            let top = buckets.iter().rposition(|&n| n > 0).unwrap_or(0);
-            layers.push(LayerOp {
-                layer: lname.to_string(),
-                op: oname.to_string(),
-                count,
-                bytes,
-                mean_us: ns_to_us(sum as f64 / count as f64),
-                p50_us: q(0.5),
-                p95_us: q(0.95),
-                p99_us: q(0.99),
-                max_us: ns_to_us(hist::bucket_high(top) as f64),
-                histogram: hist::sparse(buckets),
-            });
+            layers.extend(layer_row(lname, oname.to_string(), &v, true));
         }
     }
     let ds = devstat(skel, i)?;

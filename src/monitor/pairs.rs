@@ -4,8 +4,7 @@
 //! recompiling for a new pair. Used for the file-system, journal and driver layers (built-in
 //! sets, `stack_pairs`) and for the user's own pairs (`monitor: {extra}`, `--pair`).
 
-use super::block::{Flavor, flavors, libbpf_log_tail, libbpf_print, lookup, lookup_sum, ns_to_us, recursion_misses};
-use super::hist;
+use super::block::{Flavor, flavors, libbpf_log_tail, libbpf_print, lookup, lookup_sum, recursion_misses};
 use super::model::{LayerOp, Summed, SummedField};
 use anyhow::{Context, Result, anyhow, bail};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -514,28 +513,6 @@ fn setup<'o>(
     Ok((skel, links, resolved))
 }
 
-/// A row from a histogram's words (count, sum, bytes, buckets); None when empty.
-fn row(layer: &str, op: String, v: &[u64]) -> Option<LayerOp> {
-    let (count, sum, buckets) = (v[0], v[1], &v[3..]);
-    if count == 0 {
-        return None;
-    }
-    let q = |p| ns_to_us(hist::quantile(buckets, p).unwrap_or(0.0));
-    let top = buckets.iter().rposition(|&n| n > 0).unwrap_or(0);
-    Some(LayerOp {
-        layer: layer.to_string(),
-        op,
-        count,
-        bytes: 0,
-        mean_us: ns_to_us(sum as f64 / count as f64),
-        p50_us: q(0.5),
-        p95_us: q(0.95),
-        p99_us: q(0.99),
-        max_us: ns_to_us(hist::bucket_high(top) as f64),
-        histogram: hist::sparse(buckets),
-    })
-}
-
 fn run(
     pairs: Vec<Pair>,
     sums: Vec<Sum>,
@@ -600,7 +577,7 @@ fn run(
                 Some((_, names)) => format!("{}:{}", r.pair.name, if c + 1 == r.nclass { format!("op{c}+") } else { names(c as u64) }),
                 None => r.pair.name.clone(),
             };
-            out.rows.extend(row(&r.pair.layer, op, &v));
+            out.rows.extend(super::block::layer_row(&r.pair.layer, op, &v, false));
         }
         let st = lookup(&skel.maps.pstats, i as u32)?;
         if st[1] > 0 {
@@ -611,7 +588,7 @@ fn run(
         for c in 0..FUSE_NCLASS {
             let v = lookup_sum(&skel.maps.fuse_hists, c)?;
             let name = if c + 1 == FUSE_NCLASS { format!("op{c}+") } else { fuse_opcode(c as u64) };
-            out.rows.extend(row(&fp.layer, format!("{}:{name}", fp.name), &v));
+            out.rows.extend(super::block::layer_row(&fp.layer, format!("{}:{name}", fp.name), &v, false));
         }
         // fuse_stats[0], ends without their start, are the requests in flight at attach (as the
         // classic pair's unmatched): not noted

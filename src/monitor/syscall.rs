@@ -136,28 +136,11 @@ fn run(pids: &[u32], ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Rece
     let mut out = SyscallResults { attach, missed_events: progs(&skel, flavor).iter().map(|p| recursion_misses(*p)).sum(), ..Default::default() };
     for (op, name) in SYS_OPS.iter().enumerate() {
         let v = lookup_sum(&skel.maps.sys_hists, op as u32)?;
-        let (count, sum, bytes, buckets) = (v[0], v[1], v[2], &v[3..]);
         let errors = lookup_sum(&skel.maps.sys_stats, op as u32)?[0];
         if errors > 0 {
             out.errors.insert(name.to_string(), errors);
         }
-        if count == 0 {
-            continue;
-        }
-        let q = |p| ns_to_us(hist::quantile(buckets, p).unwrap_or(0.0));
-        let top = buckets.iter().rposition(|&n| n > 0).unwrap_or(0);
-        out.layers.push(LayerOp {
-            layer: "syscall".into(),
-            op: name.to_string(),
-            count,
-            bytes,
-            mean_us: ns_to_us(sum as f64 / count as f64),
-            p50_us: q(0.5),
-            p95_us: q(0.95),
-            p99_us: q(0.99),
-            max_us: ns_to_us(hist::bucket_high(top) as f64),
-            histogram: hist::sparse(buckets),
-        });
+        out.layers.extend(super::block::layer_row("syscall", name.to_string(), &v, true));
     }
     Ok(out)
 }
