@@ -2,8 +2,7 @@
 //! processes (and of the processes they fork after attach) take from entry to exit, per op,
 //! aggregated in the kernel like the block layer. Same thread design as `block`.
 
-use super::block::{Flavor, flavors, lookup_sum, ns_to_us, recursion_misses};
-use super::hist;
+use super::block::{Flavor, flavors, lookup_sum, recursion_misses};
 use super::model::LayerOp;
 use anyhow::{Context, Result, anyhow, bail};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
