@@ -136,12 +136,18 @@ static __always_inline int fuse_watched(u32 conn)
 	return 0;
 }
 
-static __always_inline void fuse_send(u32 conn, u64 unique)
+/* The start slot of a watched connection's request (NULL when not watched). */
+static __always_inline struct fuse_start *fuse_slot(u32 conn, u64 unique)
 {
 	if (!fuse_watched(conn))
-		return;
+		return NULL;
 	u32 k = (unique >> 1) & (FUSE_SLOTS - 1);
-	struct fuse_start *st = bpf_map_lookup_elem(&fuse_starts, &k);
+	return bpf_map_lookup_elem(&fuse_starts, &k);
+}
+
+static __always_inline void fuse_send(u32 conn, u64 unique)
+{
+	struct fuse_start *st = fuse_slot(conn, unique);
 	if (!st)
 		return;
 	st->unique = unique;
@@ -151,10 +157,7 @@ static __always_inline void fuse_send(u32 conn, u64 unique)
 
 static __always_inline void fuse_end(u32 conn, u64 unique, u32 opcode)
 {
-	if (!fuse_watched(conn))
-		return;
-	u32 k = (unique >> 1) & (FUSE_SLOTS - 1);
-	struct fuse_start *st = bpf_map_lookup_elem(&fuse_starts, &k);
+	struct fuse_start *st = fuse_slot(conn, unique);
 	if (!st)
 		return;
 	u64 t = st->ts;
