@@ -92,13 +92,11 @@ pub struct ClientSeries {
     pub points: Vec<ClientPoint>,
 }
 
-/// One host's sample at `t_s` (seconds from the workload's start); counters are deltas over
-/// the interval ending then.
+/// What a host prober reads from /proc and the disk server for one interval (shared by the
+/// namespace run's prober and `faultline agent --probe`); counters are deltas.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Probe {
-    pub t_s: f64,
-    pub host: String,
+pub struct HostCounters {
     /// CPU of the host's processes, % of one CPU (user, system).
     pub cpu_user_pct: f64,
     pub cpu_system_pct: f64,
@@ -116,10 +114,21 @@ pub struct Probe {
     pub tx_dropped: u64,
     /// TCP segments retransmitted by the host (its namespace's /proc/net/snmp).
     pub tcp_retrans: u64,
-    /// Packets the relay dropped on links into this host.
-    pub relay_dropped: u64,
     /// Target: requests its disk server answered.
     pub requests: u64,
+}
+
+/// One host's sample at `t_s` (seconds from the workload's start); counters are deltas over
+/// the interval ending then.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Probe {
+    pub t_s: f64,
+    pub host: String,
+    #[serde(flatten)]
+    pub sys: HostCounters,
+    /// Packets the relay dropped on links into this host.
+    pub relay_dropped: u64,
     /// Client: its workload's completed and failed I/Os, and its NBD client's retries and
     /// timed-out requests.
     pub ops: u64,
@@ -315,19 +324,19 @@ pub fn hosts_csv(rows: &[(String, u32, &Study)]) -> String {
                 p.errors,
                 p.retries,
                 p.timeouts,
-                p.requests,
-                p.cpu_user_pct,
-                p.cpu_system_pct,
-                p.machine_user_pct,
-                p.machine_system_pct,
-                p.machine_steal_pct,
-                p.rss_mib,
-                p.mem_available_mib,
-                p.rx_packets,
-                p.tx_packets,
-                p.rx_dropped,
-                p.tx_dropped,
-                p.tcp_retrans,
+                p.sys.requests,
+                p.sys.cpu_user_pct,
+                p.sys.cpu_system_pct,
+                p.sys.machine_user_pct,
+                p.sys.machine_system_pct,
+                p.sys.machine_steal_pct,
+                p.sys.rss_mib,
+                p.sys.mem_available_mib,
+                p.sys.rx_packets,
+                p.sys.tx_packets,
+                p.sys.rx_dropped,
+                p.sys.tx_dropped,
+                p.sys.tcp_retrans,
                 p.relay_dropped,
                 p.target_in_flight,
                 p.target_queue_depth
@@ -425,6 +434,17 @@ pub fn html(reps: &[super::model::Repetition]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probe_json_keeps_host_counters_flat() {
+        let p =
+            Probe { t_s: 2.0, host: "target".into(), sys: HostCounters { cpu_user_pct: 1.5, requests: 7, ..Default::default() }, ops: 3, ..Default::default() };
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["cpu_user_pct"], 1.5);
+        assert_eq!(v["requests"], 7);
+        assert!(v.get("sys").is_none(), "{v}");
+        assert_eq!(serde_json::from_value::<Probe>(v).unwrap(), p);
+    }
 
     fn series(mib: &[f64]) -> ClientSeries {
         let points = mib

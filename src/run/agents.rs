@@ -429,11 +429,7 @@ pub fn preflight(exp: &Experiment) -> Result<()> {
 pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
     let hosts = exp.hosts.as_ref().context("a networked setup needs `hosts:`")?;
     let t_rep = Instant::now();
-    let phase = |what: &str| {
-        if !quiet {
-            eprintln!("faultline: {label}: {what}");
-        }
-    };
+    let phase = super::phase_printer(label, quiet);
     let tag = format!("{}-{}", std::process::id(), rep);
     // 1. agents, in parallel (an ssh handshake each)
     let remotes = connect_all(hosts)?;
@@ -689,24 +685,7 @@ fn drive(
         {
             continue;
         }
-        probes.push(Probe {
-            t_s,
-            host: host.clone(),
-            cpu_user_pct: s.cpu_user_pct,
-            cpu_system_pct: s.cpu_system_pct,
-            machine_user_pct: s.machine_user_pct,
-            machine_system_pct: s.machine_system_pct,
-            machine_steal_pct: s.machine_steal_pct,
-            rss_mib: s.rss_mib,
-            mem_available_mib: s.mem_available_mib,
-            rx_packets: s.rx_packets,
-            tx_packets: s.tx_packets,
-            rx_dropped: s.rx_dropped,
-            tx_dropped: s.tx_dropped,
-            tcp_retrans: s.tcp_retrans,
-            requests: s.requests,
-            ..Default::default()
-        });
+        probes.push(Probe { t_s, host: host.clone(), sys: s.sys.clone(), ..Default::default() });
     }
     probes.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
     // a client's ops and errors per probe interval, from its workload's live lines

@@ -12,7 +12,7 @@ use super::disks::DiskServer;
 use super::probe::{link_counters, machine_cpu, mem_available_mib, proc_cpu, proc_rss_mib, tcp_retrans};
 use crate::net::{Network, RelayOptions};
 use crate::report::model as rm;
-use crate::report::study::{ClientPoint, ClientSeries, FaultWindow, Probe, Study, StudyHost};
+use crate::report::study::{ClientPoint, ClientSeries, FaultWindow, HostCounters, Probe, Study, StudyHost};
 use crate::spec::experiment::{Experiment, Setup};
 use crate::spec::study::{StudyHosts, TargetKind};
 use crate::sys::netns;
@@ -198,20 +198,22 @@ impl Prober {
                 out.push(Probe {
                     t_s: t,
                     host: h.name.clone(),
-                    cpu_user_pct: (c.cpu_user - prev.cpu_user).max(0.0) / dt * 100.0,
-                    cpu_system_pct: (c.cpu_sys - prev.cpu_sys).max(0.0) / dt * 100.0,
-                    machine_user_pct: mu,
-                    machine_system_pct: ms,
-                    machine_steal_pct: mst,
-                    rss_mib: rss,
-                    mem_available_mib: mem,
-                    rx_packets: d(c.rx_packets, prev.rx_packets),
-                    tx_packets: d(c.tx_packets, prev.tx_packets),
-                    rx_dropped: d(c.rx_dropped, prev.rx_dropped),
-                    tx_dropped: d(c.tx_dropped, prev.tx_dropped),
-                    tcp_retrans: d(c.tcp_retrans, prev.tcp_retrans),
+                    sys: HostCounters {
+                        cpu_user_pct: (c.cpu_user - prev.cpu_user).max(0.0) / dt * 100.0,
+                        cpu_system_pct: (c.cpu_sys - prev.cpu_sys).max(0.0) / dt * 100.0,
+                        machine_user_pct: mu,
+                        machine_system_pct: ms,
+                        machine_steal_pct: mst,
+                        rss_mib: rss,
+                        mem_available_mib: mem,
+                        rx_packets: d(c.rx_packets, prev.rx_packets),
+                        tx_packets: d(c.tx_packets, prev.tx_packets),
+                        rx_dropped: d(c.rx_dropped, prev.rx_dropped),
+                        tx_dropped: d(c.tx_dropped, prev.tx_dropped),
+                        tcp_retrans: d(c.tcp_retrans, prev.tcp_retrans),
+                        requests: d(c.requests, prev.requests),
+                    },
                     relay_dropped: d(c.relay_dropped, prev.relay_dropped),
-                    requests: d(c.requests, prev.requests),
                     ops: d(c.ops, prev.ops),
                     errors: d(c.errors, prev.errors),
                     retries: d(c.retries, prev.retries),
@@ -275,11 +277,7 @@ fn client_series(host: &str, r: &WorkloadResult) -> ClientSeries {
 pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
     let hosts = exp.hosts.as_ref().context("a networked setup needs `hosts:`")?;
     let t_rep = Instant::now();
-    let phase = |what: &str| {
-        if !quiet {
-            eprintln!("faultline: {label}: {what}");
-        }
-    };
+    let phase = super::phase_printer(label, quiet);
     let names = hosts.names();
     let net = Arc::new(Network::up(&names, RelayOptions::default()).context("cannot build the hosts")?);
     let th = net.host(&hosts.target).context("target host")?.clone();

@@ -214,6 +214,15 @@ impl Rep<'_> {
     }
 }
 
+/// Prints a repetition's phases ("faultline: LABEL: WHAT") unless quiet.
+pub(crate) fn phase_printer(label: &str, quiet: bool) -> impl Fn(&str) + '_ {
+    move |what| {
+        if !quiet {
+            eprintln!("faultline: {label}: {what}");
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_one(exp: &Experiment, setup: &Setup, rep: u32, baseline: bool, out: &Path, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
     let t_rep = Instant::now();

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crate::report::study::HostCounters;
+
 pub fn ticks_per_s() -> f64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as f64
 }
@@ -82,20 +84,8 @@ pub fn group_pids(pgid: i32) -> Vec<u32> {
 #[serde(default)]
 pub struct HostSample {
     pub t_ns: u64,
-    pub cpu_user_pct: f64,
-    pub cpu_system_pct: f64,
-    pub machine_user_pct: f64,
-    pub machine_system_pct: f64,
-    pub machine_steal_pct: f64,
-    pub rss_mib: f64,
-    pub mem_available_mib: f64,
-    pub rx_packets: u64,
-    pub tx_packets: u64,
-    pub rx_dropped: u64,
-    pub tx_dropped: u64,
-    pub tcp_retrans: u64,
-    /// Requests the disk server at `--probe-socket` answered (its `stats`).
-    pub requests: u64,
+    #[serde(flatten)]
+    pub sys: HostCounters,
 }
 
 /// Sample this host every `interval` (on multiples of it from the first sample), `count`
@@ -135,19 +125,21 @@ pub fn stream(interval: Duration, groups: &[i32], socket: Option<&str>, count: O
         let d = |a: u64, b: u64| a.saturating_sub(b);
         let s = HostSample {
             t_ns: crate::cluster::proto::now_ns(),
-            cpu_user_pct: (c.0 - last_cpu.0).max(0.0) / dt * 100.0,
-            cpu_system_pct: (c.1 - last_cpu.1).max(0.0) / dt * 100.0,
-            machine_user_pct: mp(m.0, last_m.0),
-            machine_system_pct: mp(m.1, last_m.1),
-            machine_steal_pct: mp(m.2, last_m.2),
-            rss_mib: p.iter().map(|x| proc_rss_mib(*x)).sum(),
-            mem_available_mib: mem_available_mib(),
-            rx_packets: d(l.0.0, last_l.0.0),
-            rx_dropped: d(l.0.1, last_l.0.1),
-            tx_packets: d(l.0.2, last_l.0.2),
-            tx_dropped: d(l.0.3, last_l.0.3),
-            tcp_retrans: d(l.1, last_l.1),
-            requests: d(req, last_req),
+            sys: HostCounters {
+                cpu_user_pct: (c.0 - last_cpu.0).max(0.0) / dt * 100.0,
+                cpu_system_pct: (c.1 - last_cpu.1).max(0.0) / dt * 100.0,
+                machine_user_pct: mp(m.0, last_m.0),
+                machine_system_pct: mp(m.1, last_m.1),
+                machine_steal_pct: mp(m.2, last_m.2),
+                rss_mib: p.iter().map(|x| proc_rss_mib(*x)).sum(),
+                mem_available_mib: mem_available_mib(),
+                rx_packets: d(l.0.0, last_l.0.0),
+                rx_dropped: d(l.0.1, last_l.0.1),
+                tx_packets: d(l.0.2, last_l.0.2),
+                tx_dropped: d(l.0.3, last_l.0.3),
+                tcp_retrans: d(l.1, last_l.1),
+                requests: d(req, last_req),
+            },
         };
         last_req = req;
         (last_m, last_cpu, last_l, last_t) = (m, c, l, t);
