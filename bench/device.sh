@@ -16,7 +16,9 @@
 # reason printed and R3 reported as "skipped", where the kernel lacks FUSE over io_uring.
 # RING_THREADS_AB=1 adds `faultline-percpu` (faultline with --ring-threads 0: one ring thread per
 # CPU queue, pinned, without busy poll) to compare with the default (one ring thread) in the
-# same rounds.
+# same rounds. MAX_BACKGROUND_AB=N adds `faultline-bg` (faultline's defaults, its FUSE
+# connection's max_background set to N and congestion_threshold to 3/4 of it after the start;
+# faultline asks for 256, libfuse leaves the kernel's 12) and prints its ratio to the default.
 #
 # faultline runs with its defaults, among them `--cpu-latency auto`: while its disk has
 # requests, idle CPUs poll instead of halting (frontend/cpu_latency.rs), which the peers do not
@@ -58,7 +60,7 @@ stop_faultline() { # $1 = name
   while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
 }
 cleanup() {
-  stop_faultline fl; stop_faultline flrules; stop_faultline flpc
+  stop_faultline fl; stop_faultline flrules; stop_faultline flpc; stop_faultline flbg
   for p in ceiling-loop peer-libfuse peer-nbdkit peer-libfuse-uring; do bash "$peers/$p.sh" stop >/dev/null 2>&1 || true; done
   rm -rf "$work"
 }
@@ -79,6 +81,15 @@ else
 fi
 if [ "${RING_THREADS_AB:-0}" = 1 ]; then
   dev[faultline-percpu]=$(start_faultline flpc '' --ring-threads 0); names+=(faultline-percpu)
+fi
+if [ -n "${MAX_BACKGROUND_AB:-}" ]; then
+  dev[faultline-bg]=$(start_faultline flbg ''); names+=(faultline-bg)
+  # the connection's id is the minor device number of the FUSE mount the loop device reads
+  back=$(losetup -nO BACK-FILE "${dev[faultline-bg]}")
+  conn=/sys/fs/fuse/connections/$(python3 -c 'import os, sys; print(os.minor(os.stat(sys.argv[1]).st_dev))' "$back")
+  echo "$MAX_BACKGROUND_AB" > "$conn/max_background"
+  echo $(( MAX_BACKGROUND_AB * 3 / 4 )) > "$conn/congestion_threshold"
+  echo "faultline-bg: $conn max_background=$(cat "$conn/max_background")" >&2
 fi
 for n in "${names[@]}"; do
   [ -b "${dev[$n]}" ] || { echo "$n did not start (got '${dev[$n]}')" >&2; exit 1; }
@@ -137,7 +148,7 @@ for line in open(sys.argv[1]):
         vals[point][r][k] = int(v)
 points = [p for p in ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"] if p in vals]
 first = next(iter(next(iter(vals.values())).values()))
-names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline+100k", "faultline-percpu"] if n in first]
+names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline+100k", "faultline-percpu", "faultline-bg"] if n in first]
 med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
 paired = lambda p, a, b: statistics.median(v[a] / v[b] for v in vals[p].values())
 print(f"{'IOPS (median)':<16}" + "".join(f"{p:>12}" for p in points))
@@ -163,6 +174,8 @@ if r3:
     print("ratio vs libfuse-uring " + " ".join(f"{p}={r3[p]:.2f}" for p in points))
 if "faultline-percpu" in names:
     print("percpu/default   " + " ".join(f"{p}={paired(p, 'faultline-percpu', 'faultline'):.2f}" for p in points))
+if "faultline-bg" in names:
+    print("bg/default       " + " ".join(f"{p}={paired(p, 'faultline-bg', 'faultline'):.2f}" for p in points))
 print("ratio vs nbdkit  " + " ".join(f"{p}={r2[p]:.2f}" for p in points))
 print("rules overhead % " + " ".join(f"{p}={ov[p]:.1f}" for p in points))
 print("  90% interval   " + " ".join(f"{p}=[{ci[p][0]:.1f},{ci[p][1]:.1f}]" for p in points))
