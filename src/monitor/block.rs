@@ -23,6 +23,7 @@ use skel::{BlockSkel, BlockSkelBuilder, OpenBlockSkel};
 const MAX_DEVS: usize = 16;
 const NR_LAYERS: usize = 2;
 const NR_OPS: usize = 5;
+const NR_SLOTS: u64 = 128;
 
 /// A watched block device.
 #[derive(Clone, Debug)]
@@ -133,10 +134,17 @@ pub(super) fn flavors(have_tracepoint: bool) -> Result<Vec<Flavor>> {
     }
 }
 
-fn open_flavor<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, flavor: Flavor, t0: u64, devs: &[Watched]) -> Result<OpenBlockSkel<'o>> {
+fn open_flavor<'o>(
+    storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    flavor: Flavor,
+    t0: u64,
+    interval: Duration,
+    devs: &[Watched],
+) -> Result<OpenBlockSkel<'o>> {
     let mut open = BlockSkelBuilder::default().open(storage).context("cannot open the block-layer BPF object")?;
     let rodata = open.maps.rodata_data.as_deref_mut().context("no rodata in the BPF object")?;
     rodata.t0_ns = t0;
+    rodata.interval_ns = interval.as_nanos() as u64;
     rodata.ndevs = devs.len() as u32;
     for (i, d) in devs.iter().enumerate() {
         rodata.devts[i] = d.kernel_dev();
@@ -145,6 +153,7 @@ fn open_flavor<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, flavor: 
     let n = devs.len() as u32;
     open.maps.hists.set_max_entries(n * (NR_LAYERS * NR_OPS) as u32)?;
     open.maps.devstats.set_max_entries(n)?;
+    open.maps.slots.set_max_entries(n * NR_SLOTS as u32)?;
     let p = &mut open.progs;
     p.btf_rq_complete.set_autoload(flavor == Flavor::TpBtf);
     p.btf_rq_issue.set_autoload(flavor == Flavor::TpBtf);
@@ -227,7 +236,7 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     let issue_needed = devs.iter().any(|d| !stamps_issue(d));
     let mut storage: Vec<MaybeUninit<libbpf_rs::OpenObject>> = (0..flavors.len()).map(|_| MaybeUninit::uninit()).collect();
     let ((skel, mut links), flavor, tried) = super::load_first("block", &mut storage, &flavors, &ready, |store, flavor| {
-        open_flavor(store, flavor, t0, devs).and_then(|o| load_attach(o, flavor, issue_needed))
+        open_flavor(store, flavor, t0, interval, devs).and_then(|o| load_attach(o, flavor, issue_needed))
     })?;
     if !tried.is_empty() {
         notes.push(format!("block layer attached as {}: {}", flavor.name(), tried.join("; ")));
@@ -241,34 +250,25 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     }
     let attach = flavor.name();
     let _ = ready.send(Ok(attach));
-    let mut reader = SeriesReader::new(devs.len(), interval);
+    let mut reader = SlotReader::new(devs.len(), interval);
     let mut depth = vec![DepthSampler::default(); devs.len()];
     let files: Vec<Inflight> = devs.iter().map(Inflight::open).collect();
-    let (iv_ns, every_ns) = (interval.as_nanos() as u64, depth_every(interval).as_nanos() as u64);
-    // wake-ups on absolute times after t0: each depth sample, and each interval's end (its
-    // figures are read then, so a request counts in the interval it completed in, give or
-    // take this thread's wake-up delay)
-    let (mut next_sample, mut next_end) = (every_ns, iv_ns);
-    loop {
-        let wait = next_sample.min(next_end).saturating_sub(monotonic_ns() - t0);
-        if !matches!(stop.recv_timeout(Duration::from_nanos(wait)), Err(mpsc::RecvTimeoutError::Timeout)) {
-            break; // stopped (or the monitor dropped)
-        }
-        let now = monotonic_ns() - t0;
-        if now >= next_end {
-            reader.read_to(&skel, now / iv_ns);
-            next_end = (now / iv_ns + 1) * iv_ns;
-        }
-        if now < next_sample {
-            continue;
-        }
-        next_sample = (now / every_ns + 1) * every_ns;
-        let epoch = (now / iv_ns) as usize;
+    let every = depth_every(interval);
+    let mut next_drain = Duration::ZERO;
+    // until stopped (or the monitor dropped)
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(every) {
+        let epoch = ((monotonic_ns() - t0) / interval.as_nanos() as u64) as usize;
         for (f, s) in files.iter().zip(depth.iter_mut()) {
             if let Some(n) = f.read() {
                 s.add(epoch, n);
             }
         }
+        if started.elapsed() < next_drain {
+            continue;
+        }
+        next_drain = started.elapsed() + interval.min(Duration::from_millis(250));
+        let done = (monotonic_ns() - t0) / interval.as_nanos() as u64;
+        reader.drain(&skel, done, &mut notes);
         // requests completing without the kernel's issue stamp: time the rest from an issue
         // program of our own
         if !issue_attached && (0..devs.len()).any(|i| devstat(&skel, i).map(|v| v[0]).unwrap_or(0) > 0) {
@@ -289,7 +289,8 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
         notes.push(format!("{missed} block events skipped by the kernel (a program of ours already running on that CPU): as many requests may be uncounted"));
     }
     // the interval in progress at detach, too
-    reader.read_to(&skel, (monotonic_ns() - t0) / iv_ns + 1);
+    let done = (monotonic_ns() - t0) / interval.as_nanos() as u64 + 1;
+    reader.drain(&skel, done, &mut notes);
     let backwards: u64 = (0..devs.len()).filter_map(|i| devstat(&skel, i).ok()).map(|v| v[4]).sum();
     if backwards > 0 {
         notes.push(format!(
@@ -443,31 +444,49 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
     })
 }
 
-/// The per-interval series: the differences of the histograms' running counts and sums
-/// (service count, bytes, service ns; queue count, queue ns, per op) between the reads at
-/// consecutive interval ends.
-struct SeriesReader {
+/// Drains finished intervals from the kernel's ring of per-interval slots.
+struct SlotReader {
     next: u64,
     interval: Duration,
-    prev: Vec<[[u64; 5]; NR_OPS]>,
     series: Vec<Vec<Interval>>,
+    lost: u64,
 }
 
-impl SeriesReader {
-    fn new(devs: usize, interval: Duration) -> SeriesReader {
-        SeriesReader { next: 0, interval, prev: vec![[[0; 5]; NR_OPS]; devs], series: vec![Vec::new(); devs] }
+impl SlotReader {
+    fn new(devs: usize, interval: Duration) -> SlotReader {
+        SlotReader { next: 0, interval, series: vec![Vec::new(); devs], lost: 0 }
     }
 
-    /// Close intervals [next, done): the first takes what completed since the last read, the
-    /// others (this thread held up past their end) are left empty.
-    fn read_to(&mut self, skel: &BlockSkel<'_>, done: u64) {
-        while self.next < done {
+    /// Read intervals [next, done) and zero their slots for reuse.
+    fn drain(&mut self, skel: &BlockSkel<'_>, done: u64, notes: &mut Vec<String>) {
+        if done > self.next + NR_SLOTS {
+            // the ring wrapped before we read it (this thread was held up)
+            self.lost += done - NR_SLOTS - self.next;
+            self.next = done - NR_SLOTS;
+        }
+        let ncpu = libbpf_rs::num_possible_cpus().unwrap_or(1);
+        let zero = vec![vec![0u8; skel.maps.slots.value_size() as usize]; ncpu];
+        for e in self.next..done {
             for (dev, series) in self.series.iter_mut().enumerate() {
-                let mut iv = Interval { t_s: self.next as f64 * self.interval.as_secs_f64(), ..Default::default() };
-                let Ok(now) = running(skel, dev) else { continue };
+                let key = (dev as u64 * NR_SLOTS + e % NR_SLOTS) as u32;
+                let Ok(Some(per)) = skel.maps.slots.lookup_percpu(&key.to_ne_bytes(), MapFlags::ANY) else { continue };
+                let _ = skel.maps.slots.update_percpu(&key.to_ne_bytes(), &zero, MapFlags::ANY);
+                let t_s = (e as f64) * self.interval.as_secs_f64();
+                let mut iv = Interval { t_s, ..Default::default() };
+                // this interval's counts, from the CPUs whose copy holds it
+                let mut v = [0u64; 1 + 5 * NR_OPS];
+                for cpu in per.iter().map(|c| words(c)) {
+                    if cpu[0] == e + 1 {
+                        for (s, w) in v.iter_mut().zip(cpu.iter()).skip(1) {
+                            *s += w;
+                        }
+                    } else if cpu[0] > e + 1 {
+                        self.lost += 1;
+                    }
+                }
+                let at = |field: usize, op: usize| v[1 + field * NR_OPS + op];
                 for (op, name) in OPS.iter().enumerate() {
-                    let d: Vec<u64> = now[op].iter().zip(self.prev[dev][op]).map(|(a, b)| a.saturating_sub(b)).collect();
-                    let (count, bytes, svc, queued, qns) = (d[0], d[1], d[2], d[3], d[4]);
+                    let (count, bytes, svc, queued, qns) = (at(0, op), at(1, op), at(2, op), at(3, op), at(4, op));
                     if count == 0 {
                         continue;
                     }
@@ -481,22 +500,12 @@ impl SeriesReader {
                         },
                     );
                 }
-                self.prev[dev] = now;
                 series.push(iv);
             }
-            self.next += 1;
+        }
+        self.next = self.next.max(done);
+        if self.lost > 0 && !notes.iter().any(|n| n.starts_with("series:")) {
+            notes.push("series: some intervals were overwritten before they were read and are left empty".into());
         }
     }
-}
-
-/// Device `dev`'s running figures per op: service count, bytes, service ns, queue count,
-/// queue ns (the histograms' first words, summed over the CPUs).
-fn running(skel: &BlockSkel<'_>, dev: usize) -> Result<[[u64; 5]; NR_OPS]> {
-    let mut out = [[0; 5]; NR_OPS];
-    for (op, o) in out.iter_mut().enumerate() {
-        let s = lookup_sum(&skel.maps.hists, ((dev * NR_LAYERS + 1) * NR_OPS + op) as u32)?;
-        let q = lookup_sum(&skel.maps.hists, ((dev * NR_LAYERS) * NR_OPS + op) as u32)?;
-        *o = [s[0], s[2], s[1], q[0], q[1]];
-    }
-    Ok(out)
 }

@@ -5,10 +5,8 @@
 // when it was allocated (start_time_ns, set when the queue keeps I/O statistics) and when the
 // driver was handed it (io_start_time_ns, set when the queue keeps blk-stat statistics, which
 // writeback throttling turns on), so queue time = io_start - start and service time = now -
-// io_start, added to per-CPU log-linear histograms per device x layer x op. User space only
-// reads the maps: the per-interval series are the differences of the histograms' running
-// counts and sums, read at each interval's end, which keeps the program to two histogram
-// updates per request (and samples the queue depth from sysfs).
+// io_start, added to per-CPU log-linear histograms per device x layer x op and per-interval
+// counters. User space only reads the maps (and samples the queue depth from sysfs).
 //
 // Where a device's requests carry no issue time, the loader also attaches an issue program
 // that stores it in a table. Three flavours of the same bodies: tp_btf (BTF-typed arguments,
@@ -25,6 +23,7 @@
 char LICENSE[] SEC("license") = "GPL";
 
 // Set by the loader before load.
+const volatile u64 interval_ns = 1000000000ULL;
 const volatile u64 t0_ns = 0;
 const volatile u32 ndevs = 0;
 // Watched devices, kernel dev_t (major << 20 | minor); the index is the device's slot below.
@@ -45,6 +44,15 @@ struct {
 	__type(key, u32);
 	__type(value, struct devstat);
 } devstats SEC(".maps");
+
+// Per-interval counters, index dev * NR_SLOTS + (interval % NR_SLOTS), per CPU. Only ever
+// added to here; user space reads a finished interval's slot and zeroes it for reuse.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_DEVS * NR_SLOTS);
+	__type(key, u32);
+	__type(value, struct slot);
+} slots SEC(".maps");
 
 // Issue times stored by the issue programs (only attached where the kernel does not stamp
 // requests), by request address. LRU: a request freed without completion must not fill it.
@@ -149,6 +157,26 @@ static __always_inline void account(int d, u32 op, u64 bytes, u64 start_ns, u64 
 		h = bpf_map_lookup_elem(&hists, &key);
 		if (h)
 			hist_add_cpu(h, q, 0);
+	}
+	if (now < t0_ns || !interval_ns)
+		return;
+	u64 epoch = (now - t0_ns) / interval_ns;
+	key = (u32)d * NR_SLOTS + (u32)(epoch % NR_SLOTS);
+	struct slot *s = bpf_map_lookup_elem(&slots, &key);
+	if (!s)
+		return;
+	if (s->epoch != epoch + 1) {
+		// this CPU's copy still holds an older interval (user space zeroes what it read,
+		// but may not have read this CPU's yet): start it over, so intervals never mix
+		__builtin_memset(s, 0, sizeof(*s));
+		s->epoch = epoch + 1; // 1-based: 0 marks a slot never written
+	}
+	s->count[op]++;
+	s->bytes[op] += bytes;
+	s->service_ns[op] += svc;
+	if (have_q) {
+		s->queued[op]++;
+		s->queue_ns[op] += q;
 	}
 }
 

@@ -16,6 +16,7 @@
 // everything above
 #define SUB_BITS 3
 #define NR_BUCKETS 328
+#define NR_SLOTS 128
 
 struct hist {
 	u64 count;
@@ -30,6 +31,15 @@ struct devstat {
 	u64 partial; // partial completions (their bytes counted, the request once at its end)
 	u64 early; // completions of requests issued before the monitor started (not counted)
 	u64 backwards; // completions whose clock read before their issue stamp (counted, service 0)
+};
+
+struct slot {
+	u64 epoch; // interval number + 1; 0: never written
+	u64 count[NR_OPS];
+	u64 bytes[NR_OPS];
+	u64 service_ns[NR_OPS];
+	u64 queued[NR_OPS];
+	u64 queue_ns[NR_OPS];
 };
 
 // Classic-tracepoint fallback: issue time by (device, sector).
