@@ -19,6 +19,9 @@
 #   monitor_overhead_pct=M ftrace_overhead_pct=F perf_overhead_pct=P driver_overhead_pct=D
 #   monitor_cpu_pct=... ftrace_cpu_pct=... perf_cpu_pct=... driver_cpu_pct=...
 # (P is "na" where perf is not installed.)
+# With MONITOR_BASE=BIN, a mode `base` runs `BIN monitor --device` as `monitor` does (an A/B of
+# two builds' default monitor, e.g. main's against a branch's); it is in the table, not in the
+# last line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -60,15 +63,17 @@ fio --name=pre --filename="$dev" --direct=1 --size=512M --rw=write --bs=1M --ioe
 [ -d "$tr/events" ] || mount -t tracefs nodev "$tr"
 modes=(bare monitor driver ftrace)
 if command -v perf >/dev/null 2>&1; then modes+=(perf); fi
+if [ -n "${MONITOR_BASE:-}" ]; then modes+=(base); fi
 
 start_mode() {
   mpid=""
   case $1 in
     bare) ;;
-    monitor|driver)
-      local extra=()
+    monitor|driver|base)
+      local extra=() bin=$fl
       [ "$1" = driver ] && extra=(--layers driver)
-      "$fl" monitor --device "$dev" "${extra[@]}" > "$work/mon.out" 2> "$work/mon.err" &
+      [ "$1" = base ] && bin=$MONITOR_BASE
+      "$bin" monitor --device "$dev" "${extra[@]}" > "$work/mon.out" 2> "$work/mon.err" &
       mpid=$!
       for _ in $(seq 100); do grep -q '^monitoring' "$work/mon.out" 2>/dev/null && return; sleep 0.05; done
       echo "monitor did not start: $(cat "$work/mon.err")" >&2; exit 1 ;;
@@ -91,7 +96,7 @@ start_mode() {
 stop_mode() {
   case $1 in
     bare) ;;
-    monitor|driver|perf) kill -INT "$mpid"; wait "$mpid" 2>/dev/null || true ;;
+    monitor|driver|base|perf) kill -INT "$mpid"; wait "$mpid" 2>/dev/null || true ;;
     ftrace)
       for e in "${events[@]}"; do echo 0 > "$inst/events/$e/enable"; done
       kill "$mpid"; wait "$mpid" 2>/dev/null || true ;;
@@ -155,9 +160,17 @@ for p in points:
         more = [(s[m][1] / s["bare"][1] - 1) * 100 for s in samples]
         (lo, hi), (clo, chi) = interval(loss), interval(more)
         for i, v in enumerate((st.median(loss), st.median(more))):
-            worst[m][i] = v if worst[m][i] is None else max(worst[m][i], v)
+            w = worst.setdefault(m, [None, None])
+            w[i] = v if w[i] is None else max(w[i], v)
         cells.append(f"{st.median(loss):>10.1f} [{lo:>5.1f},{hi:>5.1f}]      {st.median(more):>8.1f} [{clo:>5.1f},{chi:>5.1f}]")
     print(f"{p:<10} {st.median(s['bare'][0] for s in samples):>10.0f} {st.median(s['bare'][1] for s in samples):>9.2f}  " + "  ".join(cells))
+if "base" in modes:
+    for p in points:
+        samples = [{k: tuple(map(float, v.split("/"))) for k, v in (kv.split("=") for kv in r[1:])} for r in rows if r[0] == p]
+        d = [(s["monitor"][0] / s["base"][0] - 1) * 100 for s in samples]
+        c = [(s["monitor"][1] / s["base"][1] - 1) * 100 for s in samples]
+        (lo, hi), (clo, chi) = interval(d), interval(c)
+        print(f"{p:<10} monitor vs base: IOPS {st.median(d):+.1f}% [{lo:+.1f},{hi:+.1f}], CPU/IO {st.median(c):+.1f}% [{clo:+.1f},{chi:+.1f}]")
 print(f"({len(rows) // max(len(points), 1)} rounds; per-round paired ratios against the round's bare run; order rotated and reversed by round; intervals: bootstrap over rounds)")
 fmt = lambda v: "na" if v is None else f"{v:.1f}"
 print(" ".join(f"{m}_overhead_pct={fmt(worst[m][0])}" for m in ("monitor", "ftrace", "perf", "driver")) + " " +

@@ -491,14 +491,7 @@ fn monitor(
         },
     };
     if let Some(s) = sys {
-        let s = s.stop()?;
-        res.pids = pids.to_vec();
-        res.syscalls = s.layers;
-        res.syscall_errors = s.errors;
-        res.missed_events += s.missed_events;
-        if s.missed_events > 0 {
-            res.notes.push(format!("{} syscall events skipped by the kernel (a program of ours already running on that CPU)", s.missed_events));
-        }
+        res.add_syscalls(pids, s.stop()?);
     }
     if let Some(p) = pm {
         res.add_pairs(p.stop()?);

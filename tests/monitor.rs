@@ -347,6 +347,10 @@ fn syscall_layer_follows_forks_and_covers_the_block_layer() {
     let w = res.syscalls.iter().find(|l| l.op == "write").expect("write syscalls");
     assert!(w.count >= ios && w.bytes >= bytes && w.bytes - bytes < 256 * 1024, "syscall writes {} / {} B vs fio's {ios} / {bytes} B", w.count, w.bytes);
     assert!(res.syscalls.iter().any(|l| l.op == "open"), "fio's opens were not seen");
+    assert!(res.syscalls.iter().any(|l| l.op == "close"), "fio's closes were not seen");
+    // per-syscall tracepoints where the kernel has them (the forced fallbacks: below)
+    let events = std::path::Path::new("/sys/kernel/tracing/events/syscalls/sys_enter_read").exists();
+    assert_eq!(res.syscall_attach == "syscalls", events, "syscall layer attached as {}", res.syscall_attach);
     let b = res.row(&s.dev.display().to_string(), "block_service", "write").expect("block writes");
     assert_counted((b.count, b.bytes), (ios, bytes), &res, "block writes vs fio's");
     assert!(w.mean_us * w.count as f64 >= b.mean_us * b.count as f64, "time in write calls below the block service time they waited for");
@@ -513,22 +517,24 @@ fn block_service_mean_matches_the_daemons() {
     panic!("block service mean not within 5% of the daemon's in three rounds; last: {last}");
 }
 
-/// The fallback attach types, forced: raw_tp (BTF-less raw tracepoints, same programs) and
+/// The attach types, forced: tp_btf, raw_tp (BTF-less raw tracepoints, same programs) and
 /// classic tracepoints (issue and completion matched by device and sector) count the same
 /// requests as fio, and say which attach type ran; the syscall layer (this test process and
-/// what it forks: fio) sees at least fio's writes; the driver layer (raw_tp FUSE programs, or
-/// the classic pair) one FUSE write per 4 KiB block write.
+/// what it forks: fio), on its raw_syscalls fallback in the same attach type (forcing one
+/// skips the per-syscall tracepoints), sees at least fio's writes; the driver layer (the
+/// FUSE programs, or the classic pair) one FUSE write per 4 KiB block write.
 #[test]
 fn fallback_attach_types_count_the_same() {
     let s = Serve::start("256MiB", "rules: []\n");
     settle();
     let node = private_node(&s.dev, s.dir.path());
     let pid = std::process::id().to_string();
-    for attach in ["raw_tp", "tracepoint"] {
+    for attach in ["tp_btf", "raw_tp", "tracepoint"] {
         let Some(m) = Monitor::start_env(&s.dev, &["--pid", &pid, "--layers", "driver"], Some(attach)) else { return };
         let w = fio(&node, "randwrite", "1MiB");
         let res = m.stop();
         assert_eq!(res.attach, attach);
+        assert_eq!(res.syscall_attach, attach);
         let b = res.row(&s.dev.display().to_string(), "block_service", "write").cloned().unwrap_or_default();
         assert_counted((b.count, b.bytes), w, &res, &format!("{attach}: block writes vs fio's\n{}", res.table()));
         assert!(b.mean_us > 0.0);
@@ -537,7 +543,7 @@ fn fallback_attach_types_count_the_same() {
         let fw = res.pair("driver", "fuse:write").map_or(0, |r| r.count);
         assert!(fw <= w.0 && w.0 - fw <= res.missed_events, "{attach}: {fw} FUSE writes vs fio's {}\n{}", w.0, res.table());
         // the kernel's stamps give queue time; classic tracepoints have no request to read
-        assert_eq!(res.row(&s.dev.display().to_string(), "block_queue", "write").is_some(), attach == "raw_tp", "{}", res.table());
+        assert_eq!(res.row(&s.dev.display().to_string(), "block_queue", "write").is_some(), attach != "tracepoint", "{}", res.table());
     }
     s.stop();
 }

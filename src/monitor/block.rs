@@ -336,7 +336,8 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
 /// length. Exact where requests start and end inside the span; a request's whole service
 /// time counts in the span of its completion.
 fn littles_law(busy_us: f64, span_us: f64) -> f64 {
-    if span_us > 0.0 { busy_us / span_us } else { 0.0 }
+    // (an empty sum of f64 is -0.0: written as 0)
+    if span_us > 0.0 && busy_us > 0.0 { busy_us / span_us } else { 0.0 }
 }
 
 /// Queue-depth samples of one device: a histogram over the whole run, and per interval the

@@ -25,8 +25,13 @@ pub struct MonitorResults {
     /// Processes whose system calls were timed (forks after attach followed, not listed).
     pub pids: Vec<u32>,
     /// The syscall layer: one row per op (`read`, `write`, `fsync`, `open`, `fallocate`,
-    /// `io_uring_enter`) that saw calls, layer `syscall`; bytes for read and write only.
+    /// `io_uring_enter`, `close`, `unlink`, `rename`, `stat`) that saw calls, layer `syscall`;
+    /// bytes for read and write only.
     pub syscalls: Vec<LayerOp>,
+    /// How the syscall layer was attached: `syscalls` (per-syscall tracepoints), or
+    /// raw_syscalls as `tp_btf`, `raw_tp` or `tracepoint`; empty without it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub syscall_attach: String,
     /// op -> calls that returned an error.
     pub syscall_errors: BTreeMap<String, u64>,
     /// Tracepoint hits the kernel skipped because a program of the monitor was already
@@ -169,6 +174,19 @@ pub struct IntervalOp {
 }
 
 impl MonitorResults {
+    /// Take in the syscall layer's figures for processes `pids`.
+    pub fn add_syscalls(&mut self, pids: &[u32], s: super::syscall::SyscallResults) {
+        self.pids = pids.to_vec();
+        self.syscalls = s.layers;
+        self.syscall_errors = s.errors;
+        self.syscall_attach = s.attach.into();
+        self.missed_events += s.missed_events;
+        if s.missed_events > 0 {
+            self.notes.push(format!("{} syscall events skipped by the kernel (a program of ours already running on that CPU)", s.missed_events));
+        }
+        self.notes.extend(s.notes);
+    }
+
     /// The row of one device, layer and op, if it saw requests.
     pub fn row(&self, device: &str, layer: &str, op: &str) -> Option<&LayerOp> {
         self.devices.iter().find(|d| d.device == device)?.layers.iter().find(|r| r.layer == layer && r.op == op)

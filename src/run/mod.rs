@@ -385,12 +385,7 @@ fn stop_monitor(r: &mut Rep, m: Option<Monitors>, built: &Built) -> Option<crate
                 None => {}
             }
             match sys {
-                Some(Ok(s)) => {
-                    res.pids = vec![std::process::id()];
-                    res.syscalls = s.layers;
-                    res.syscall_errors = s.errors;
-                    res.missed_events += s.missed_events;
-                }
+                Some(Ok(s)) => res.add_syscalls(&[std::process::id()], s),
                 Some(Err(e)) => res.notes.push(format!("syscall layer failed: {e:#}")),
                 None => {}
             }

@@ -61,8 +61,23 @@ struct {
 	__type(value, struct sysop_stat);
 } sys_stats SEC(".maps");
 
-// Every system call of every process comes here: the cheapest test first (the syscall
-// number, an array read the verifier inlines), then the process (a hash lookup).
+// A timed call's entry: the process test (a hash lookup), then the start in the thread's
+// storage.
+static __always_inline int enter_op(u32 op)
+{
+	u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&tgids, &tgid))
+		return 0;
+	struct call *c = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!c)
+		return 0;
+	c->op = op;
+	c->ts = bpf_ktime_get_ns();
+	return 0;
+}
+
+// raw_syscalls (the fallback): every system call of every process comes here, so the
+// cheapest test first (the syscall number, an array read the verifier inlines).
 static __always_inline int on_enter(long id)
 {
 	if (id < 0 || id >= MAX_SYSCALL_NR)
@@ -71,15 +86,7 @@ static __always_inline int on_enter(long id)
 	u32 *op = bpf_map_lookup_elem(&sysops, &nr);
 	if (!op || !*op)
 		return 0;
-	u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (!bpf_map_lookup_elem(&tgids, &tgid))
-		return 0;
-	struct call *c = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!c)
-		return 0;
-	c->op = *op - 1;
-	c->ts = bpf_ktime_get_ns();
-	return 0;
+	return enter_op(*op - 1);
 }
 
 static __always_inline int on_exit(long ret)
@@ -126,6 +133,15 @@ SEC("raw_tp/sys_exit")
 int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret) { return on_exit(ret); }
 SEC("raw_tp/sched_process_fork")
 int BPF_PROG(raw_fork, struct task_struct *parent, struct task_struct *child) { return on_fork(parent, child); }
+
+// Per-syscall tracepoints (syscalls:sys_enter_pread64, ...; the default): attached only to
+// the calls timed, so the kernel runs nothing of ours for the others (it tests a bitmap). The
+// attachment's cookie is the op. The exit events' `ret` is at the same offset as raw_syscalls'
+// (after the common fields and the syscall number), so the exit reads it the same way.
+SEC("tracepoint")
+int sc_enter(void *ctx) { return enter_op(bpf_get_attach_cookie(ctx)); }
+SEC("tracepoint")
+int sc_exit(struct trace_event_raw_sys_exit *ctx) { return on_exit(ctx->ret); }
 
 // Classic tracepoints, where neither BTF-typed nor raw tracepoints load.
 SEC("tracepoint/raw_syscalls/sys_enter")

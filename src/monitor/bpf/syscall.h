@@ -4,7 +4,7 @@
 
 #include "block.h" // struct hist, NR_BUCKETS
 
-#define NR_SYS_OPS 6 // read, write, fsync, open, fallocate, io_uring_enter
+#define NR_SYS_OPS 10 // read, write, fsync, open, fallocate, io_uring_enter, close, unlink, rename, stat
 #define MAX_SYSCALL_NR 512
 
 struct sysop_stat {
