@@ -945,3 +945,44 @@ fn write_zeroes(disk: &Disk, off: u64, len: u64) -> Outcome {
     }
     o
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs one epoch of `n` steady requests `us` µs apart, `given` of whose polls handed the
+    /// CPU over.
+    fn epoch(t: &mut Tuner, now: &mut Instant, n: u32, given: u32, us: u64) {
+        for i in 0..n {
+            if i < given {
+                t.given += 1;
+            }
+            *now += Duration::from_micros(us);
+            t.tick(*now, true);
+        }
+    }
+
+    #[test]
+    fn crowded_polls_end_polling() {
+        let mut now = Instant::now();
+        let mut t = Tuner::new();
+        t.t0 = now;
+        epoch(&mut t, &mut now, EPOCH, EPOCH / 4, 10);
+        assert!(t.polls(), "a quarter of the polls crowded: polling goes on");
+        epoch(&mut t, &mut now, EPOCH, EPOCH / 2, 10);
+        assert!(!t.polls(), "half of the polls crowded: polling ends");
+        // the probe of polling, faster than sleeping but crowded, is not kept
+        for _ in 0..MAINS {
+            epoch(&mut t, &mut now, EPOCH, 0, 10);
+        }
+        assert!(t.polls(), "the probe epoch polls");
+        epoch(&mut t, &mut now, PROBE, PROBE, 5);
+        assert!(!t.polls(), "a crowded probe leaves the connection sleeping");
+        // the next probe, faster and not crowded, is kept
+        for _ in 0..MAINS {
+            epoch(&mut t, &mut now, EPOCH, 0, 10);
+        }
+        epoch(&mut t, &mut now, PROBE, 0, 5);
+        assert!(t.polls(), "a faster, uncrowded probe brings polling back");
+    }
+}
