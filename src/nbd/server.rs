@@ -49,9 +49,15 @@ const SPIN_GAP: Duration = Duration::from_millis(1);
 /// `PROBE` requests runs in the other mode, which is kept when its time per request is under
 /// 90% of the epoch just before it. Polling costs CPU a client on the same machine may need
 /// (our own client disk's chain on 2 CPUs): there not polling wins, across machines polling.
+/// An epoch in which most polls gave the CPU away (`SPIN_GIVEN`) ends polling whatever its
+/// time: the wall time of such an epoch hides the CPU the polls took from others.
 const EPOCH: u32 = 256;
 const PROBE: u32 = 128;
 const MAINS: u32 = 16;
+/// A poll stops (and the thread sleeps for the request) once this many of its yields gave
+/// the CPU to another thread: the CPU is wanted, by the client it waits for or by another
+/// tenant, so polling only takes turns with them (each turn a context switch).
+const SPIN_GIVEN: u64 = 2;
 
 /// The per-connection trial of polling against sleeping (see `EPOCH`).
 struct Tuner {
@@ -61,11 +67,13 @@ struct Tuner {
     t0: Instant,
     mains: u32,
     last_main: Duration,
+    /// Polls of the current epoch that stopped because the CPU was wanted (`SPIN_GIVEN`).
+    given: u32,
 }
 
 impl Tuner {
     fn new() -> Tuner {
-        Tuner { poll: true, probing: false, n: 0, t0: Instant::now(), mains: 0, last_main: Duration::ZERO }
+        Tuner { poll: true, probing: false, n: 0, t0: Instant::now(), mains: 0, last_main: Duration::ZERO, given: 0 }
     }
     /// Whether the connection polls now.
     fn polls(&self) -> bool {
@@ -76,6 +84,7 @@ impl Tuner {
     fn tick(&mut self, now: Instant, steady: bool) {
         if !steady {
             self.n = 0;
+            self.given = 0;
             self.t0 = now;
             return;
         }
@@ -84,11 +93,18 @@ impl Tuner {
             return;
         }
         let per = now.duration_since(self.t0) / self.n;
+        // polls that mostly handed the CPU over: polling lost, whatever the time says
+        let crowded = self.polls() && self.given * 2 >= self.n;
         if self.probing {
-            if per.as_nanos() * 10 < self.last_main.as_nanos() * 9 {
+            if crowded {
+                self.poll = false;
+            } else if per.as_nanos() * 10 < self.last_main.as_nanos() * 9 {
                 self.poll = !self.poll;
             }
             self.probing = false;
+        } else if crowded {
+            self.poll = false;
+            self.mains = 0;
         } else {
             self.last_main = per;
             self.mains += 1;
@@ -98,8 +114,19 @@ impl Tuner {
             }
         }
         self.n = 0;
+        self.given = 0;
         self.t0 = now;
     }
+}
+
+/// Involuntary context switches of the calling thread so far (a `sched_yield` that let
+/// another thread run counts one).
+fn switches_given() -> u64 {
+    // SAFETY: an all-zero rusage is valid; getrusage only writes into it
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a live rusage for the call to fill
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    ru.ru_nivcsw as u64
 }
 
 /// One spinning connection at a time, process-wide: on a small machine two spinners take the
@@ -590,6 +617,7 @@ impl Conn<'_> {
         if self.spin && self.tune.polls() && !budget.is_zero() && !SPINNING.swap(true, Ordering::Acquire) {
             let t = Instant::now();
             let fd = self.rd.as_raw_fd();
+            let given0 = switches_given();
             let got = loop {
                 let room = &mut self.inb[self.end..];
                 // SAFETY: `room` is a live, writable buffer of `room.len()` bytes
@@ -605,8 +633,12 @@ impl Conn<'_> {
                 if t.elapsed() >= budget {
                     break None;
                 }
-                // lets a client woken on this CPU run
+                // lets a client woken on this CPU run; a CPU wanted again and again ends the poll
                 std::thread::yield_now();
+                if switches_given() - given0 >= SPIN_GIVEN {
+                    self.tune.given += 1;
+                    break None;
+                }
             };
             SPINNING.store(false, Ordering::Release);
             if let Some(n) = got {
@@ -912,4 +944,45 @@ fn write_zeroes(disk: &Disk, off: u64, len: u64) -> Outcome {
         done += n as u64;
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs one epoch of `n` steady requests `us` µs apart, `given` of whose polls handed the
+    /// CPU over.
+    fn epoch(t: &mut Tuner, now: &mut Instant, n: u32, given: u32, us: u64) {
+        for i in 0..n {
+            if i < given {
+                t.given += 1;
+            }
+            *now += Duration::from_micros(us);
+            t.tick(*now, true);
+        }
+    }
+
+    #[test]
+    fn crowded_polls_end_polling() {
+        let mut now = Instant::now();
+        let mut t = Tuner::new();
+        t.t0 = now;
+        epoch(&mut t, &mut now, EPOCH, EPOCH / 4, 10);
+        assert!(t.polls(), "a quarter of the polls crowded: polling goes on");
+        epoch(&mut t, &mut now, EPOCH, EPOCH / 2, 10);
+        assert!(!t.polls(), "half of the polls crowded: polling ends");
+        // the probe of polling, faster than sleeping but crowded, is not kept
+        for _ in 0..MAINS {
+            epoch(&mut t, &mut now, EPOCH, 0, 10);
+        }
+        assert!(t.polls(), "the probe epoch polls");
+        epoch(&mut t, &mut now, PROBE, PROBE, 5);
+        assert!(!t.polls(), "a crowded probe leaves the connection sleeping");
+        // the next probe, faster and not crowded, is kept
+        for _ in 0..MAINS {
+            epoch(&mut t, &mut now, EPOCH, 0, 10);
+        }
+        epoch(&mut t, &mut now, PROBE, 0, 5);
+        assert!(t.polls(), "a faster, uncrowded probe brings polling back");
+    }
 }
