@@ -186,7 +186,8 @@ impl<'s, 'a> Worker<'s, 'a> {
             }
             written_before = n0 * CONTENT_BLOCK;
         }
-        Some(Op { is_write, slot, file, offset, len: w.block_size, t0: Instant::now(), ops_before: o, written_before })
+        // t0 is set by `announce`, right before the I/O (no clock read here)
+        Some(Op { is_write, slot, file, offset, len: w.block_size, t0: sh.start, ops_before: o, written_before })
     }
 
     /// Issue nothing more: a stop (error policy, Ctrl-C) or the duration is up. `draw` checks
