@@ -6,8 +6,10 @@
 //! hides most of the hashing (BENCHMARKS.md, "Injection overhead"). The result is standard
 //! XXH3-128 with the default secret and seed 0 (`content::block_hash`; tests check it against
 //! xxhash-rust). Only the long-input path (more than 240 bytes, whole stripes) is written here:
-//! blocks are 512 bytes or more, a power of two. AVX-512 where the CPU has it (one 64-byte
-//! store per stripe), else AVX2; `fits` says no on other CPUs and the store hashes, then copies.
+//! blocks are 512 bytes or more, a power of two. AVX2 (32-byte vectors) even where the CPU has
+//! AVX-512: 512-bit multiplies lower the core's clock for a while after them, which slowed the
+//! rest of each request more than the wider vectors saved (BENCHMARKS.md, examples/avxfreq.rs).
+//! `fits` says no on CPUs without AVX2, and the store hashes, then copies.
 
 /// The default secret of XXH3 (the reference's `XXH3_kSecret`).
 const SECRET: [u8; 192] = [
@@ -55,13 +57,8 @@ pub fn fits(dst: *const u8, len: usize) -> bool {
 /// `fits(dst, len)`; `src` readable and `dst` writable for `len` bytes, not overlapping.
 #[cfg(target_arch = "x86_64")]
 pub unsafe fn hash_copy<const STREAM: bool>(src: *const u8, dst: *mut u8, len: usize) -> u128 {
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: the caller's contract; AVX-512F checked just above
-        unsafe { hash_copy_avx512::<STREAM>(src, dst, len) }
-    } else {
-        // SAFETY: the caller's contract, which includes AVX2 (`fits`)
-        unsafe { hash_copy_avx2::<STREAM>(src, dst, len) }
-    }
+    // SAFETY: the caller's contract, which includes AVX2 (`fits`)
+    unsafe { hash_copy_avx2::<STREAM>(src, dst, len) }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -138,58 +135,6 @@ unsafe fn hash_copy_avx2<const STREAM: bool>(src: *const u8, dst: *mut u8, len: 
     finish(&acc, len)
 }
 
-/// `hash_copy_avx2` with 64-byte vectors: one store and one vector of arithmetic per stripe.
-/// The fewer store-buffer entries per stripe let more of the hashing run while the stores
-/// drain (BENCHMARKS.md).
-///
-/// # Safety
-/// As `hash_copy`, on a CPU with AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn hash_copy_avx512<const STREAM: bool>(src: *const u8, dst: *mut u8, len: usize) -> u128 {
-    use std::arch::x86_64::*;
-    let s = SECRET.as_ptr();
-    let mut acc = [PRIME32_3, PRIME64_1, PRIME64_2, PRIME64_3, PRIME64_4, PRIME32_2, PRIME64_5, PRIME32_1];
-    // SAFETY: as in `hash_copy_avx2`, with 64-byte stores at multiples of 64 from the 64-byte
-    // aligned dst (`fits`); AVX-512F is enabled here and the caller checked the CPU has it
-    unsafe {
-        let mut a = _mm512_loadu_si512(acc.as_ptr() as *const _);
-        macro_rules! stripe {
-            ($at:expr, $k:expr) => {{
-                let d = _mm512_loadu_si512(src.add($at) as *const _);
-                if STREAM {
-                    _mm512_stream_si512(dst.add($at) as *mut _, d);
-                } else {
-                    _mm512_store_si512(dst.add($at) as *mut _, d);
-                }
-                let key = _mm512_xor_si512(d, _mm512_loadu_si512(s.add($k) as *const _));
-                let product = _mm512_mul_epu32(key, _mm512_srli_epi64::<32>(key));
-                let swapped = _mm512_shuffle_epi32::<0b01_00_11_10>(d);
-                a = _mm512_add_epi64(_mm512_add_epi64(a, swapped), product);
-            }};
-        }
-        let prime = _mm512_set1_epi64(PRIME32_1 as i64);
-        let blocks = (len - 1) / BLOCK;
-        for b in 0..blocks {
-            for n in 0..STRIPES_PER_BLOCK {
-                stripe!(b * BLOCK + n * STRIPE, n * 8);
-            }
-            let x = _mm512_xor_si512(a, _mm512_srli_epi64::<47>(a));
-            let key = _mm512_xor_si512(x, _mm512_loadu_si512(s.add(SECRET.len() - STRIPE) as *const _));
-            let lo = _mm512_mul_epu32(key, prime);
-            let hi = _mm512_mul_epu32(_mm512_shuffle_epi32::<0b00_11_00_01>(key), prime);
-            a = _mm512_add_epi64(lo, _mm512_slli_epi64::<32>(hi));
-        }
-        let rest = ((len - 1) - blocks * BLOCK) / STRIPE;
-        for n in 0..rest {
-            stripe!(blocks * BLOCK + n * STRIPE, n * 8);
-        }
-        stripe!(len - STRIPE, SECRET.len() - STRIPE - 7);
-        _mm512_storeu_si512(acc.as_mut_ptr() as *mut _, a);
-    }
-    finish(&acc, len)
-}
-
 /// The 128-bit result from the accumulators.
 fn finish(acc: &[u64; 8], len: usize) -> u128 {
     let len = len as u64;
@@ -219,7 +164,7 @@ mod tests {
     use super::*;
 
     /// Standard XXH3-128 (xxhash-rust, the reference) and the same bytes at the destination, for
-    /// every length the fused path takes up to 16 KiB, over random and patterned data.
+    /// every length the fused path takes up to 16 KiB, over random and zero data.
     #[test]
     #[cfg(target_arch = "x86_64")]
     fn hash_copy_is_xxh3_128_and_copies() {
@@ -243,25 +188,14 @@ mod tests {
                     println!("SKIPPED: hash_copy_is_xxh3_128_and_copies: no AVX2 on this CPU");
                     return;
                 }
-                // both kernels where the CPU has them (the dispatch picks one), streaming or not
-                let avx512 = std::arch::is_x86_feature_detected!("avx512f");
-                for (kernel, stream) in [("avx2", false), ("avx2", true), ("avx512", false), ("avx512", true)] {
-                    if kernel == "avx512" && !avx512 {
-                        continue;
-                    }
+                // streaming or not
+                for stream in [false, true] {
                     dst.0.fill(0xEE);
                     let (d, sp) = (dst.0.as_mut_ptr(), s.as_ptr());
-                    // SAFETY: fits() checked (AVX2, alignment, length), AVX-512F where used;
-                    // s and dst are separate buffers of at least len bytes
-                    let h = unsafe {
-                        match (kernel, stream) {
-                            ("avx2", false) => hash_copy_avx2::<false>(sp, d, len),
-                            ("avx2", true) => hash_copy_avx2::<true>(sp, d, len),
-                            (_, false) => hash_copy_avx512::<false>(sp, d, len),
-                            (_, true) => hash_copy_avx512::<true>(sp, d, len),
-                        }
-                    };
-                    let k = format!("{kernel}{}", if stream { " streaming" } else { "" });
+                    // SAFETY: fits() checked (AVX2, alignment, length); s and dst are separate
+                    // buffers of at least len bytes
+                    let h = unsafe { if stream { hash_copy::<true>(sp, d, len) } else { hash_copy::<false>(sp, d, len) } };
+                    let k = if stream { "streaming" } else { "ordinary stores" };
                     assert_eq!(h, xxhash_rust::xxh3::xxh3_128(s), "{k}, {what}, {len} bytes");
                     assert_eq!(h, crate::content::block_hash(s), "{k}, {what}, {len} bytes");
                     assert_eq!(&dst.0[..len], s, "{k}, {what}, {len} bytes copied");
@@ -270,7 +204,6 @@ mod tests {
                 }
             }
         }
-        let kernels = 2 + 2 * usize::from(std::arch::is_x86_feature_detected!("avx512f"));
-        assert_eq!(tried, kernels * 2 * ((16384 - 256) / 64 + 1));
+        assert_eq!(tried, 2 * 2 * ((16384 - 256) / 64 + 1));
     }
 }
