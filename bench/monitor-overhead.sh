@@ -19,6 +19,7 @@
 #   monitor_overhead_pct=M ftrace_overhead_pct=F perf_overhead_pct=P driver_overhead_pct=D
 #   monitor_cpu_pct=... ftrace_cpu_pct=... perf_cpu_pct=... driver_cpu_pct=...
 # (P is "na" where perf is not installed.)
+# MODES="monitor base" limits the modes (bare always runs), POINTS="rr4k-qd1" the points.
 # With MONITOR_BASE=BIN, a mode `base` runs `BIN monitor --device` as `monitor` does (an A/B of
 # two builds' default monitor, e.g. main's against a branch's); it is in the table, not in the
 # last line.
@@ -64,6 +65,8 @@ fio --name=pre --filename="$dev" --direct=1 --size=512M --rw=write --bs=1M --ioe
 modes=(bare monitor driver ftrace)
 if command -v perf >/dev/null 2>&1; then modes+=(perf); fi
 if [ -n "${MONITOR_BASE:-}" ]; then modes+=(base); fi
+# MODES="monitor base" measures only those (bare always runs: every ratio is against it)
+if [ -n "${MODES:-}" ]; then read -r -a modes <<< "bare ${MODES//bare/}"; fi
 
 start_mode() {
   mpid=""
@@ -107,6 +110,12 @@ stop_mode() {
 
 points=("w4k-qd1|--rw=write --bs=4k --ioengine=psync" "rr4k-qd1|--rw=randread --bs=4k --ioengine=psync"
         "rr4k-qd32|--rw=randread --bs=4k --ioengine=libaio --iodepth=32" "w128k-qd1|--rw=write --bs=128k --ioengine=psync")
+# POINTS="rr4k-qd1 w128k-qd1" runs only those points
+if [ -n "${POINTS:-}" ]; then
+  sel=()
+  for p in "${points[@]}"; do [[ " $POINTS " == *" ${p%%|*} "* ]] && sel+=("$p"); done
+  points=("${sel[@]}")
+fi
 # CPU time of a process's threads in ns (their schedstat: exact, not in clock ticks)
 cpu_ns() { [ -n "$1" ] && cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}' || echo 0; }
 measure() { # fio-args... -> "IOPS/CPU-µs-per-I/O"

@@ -291,7 +291,12 @@ fn io_uring_errors_are_recorded_and_retried() {
     w.on_error = ErrorPolicy::Stop;
     let r = run(&w, &Maps::new(&w).unwrap(), None, None).unwrap();
     assert!(r.stopped_on_error);
-    assert!(r.write.ops < 16 + 8, "{} writes after a failure at write 16 with 8 in flight", r.write.ops);
+    // nothing is issued once the failure is seen; before that, writes after it may complete
+    // first (io_uring can punt a write to its workers, the device completes out of order) and
+    // each frees a slot that is refilled, so the count is not bounded by failing write +
+    // depth (24-30 seen alone on a quiet machine); what holds is a run ended far short of the
+    // 256 writes it makes without the policy
+assert!(r.write.ops < 64, "{} writes after a failure at write 16 with 8 in flight", r.write.ops);
     s.stop();
 }
 
