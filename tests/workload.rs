@@ -296,7 +296,7 @@ fn io_uring_errors_are_recorded_and_retried() {
     // each frees a slot that is refilled, so the count is not bounded by failing write +
     // depth (24-30 seen alone on a quiet machine); what holds is a run ended far short of the
     // 256 writes it makes without the policy
-assert!(r.write.ops < 64, "{} writes after a failure at write 16 with 8 in flight", r.write.ops);
+    assert!(r.write.ops < 64, "{} writes after a failure at write 16 with 8 in flight", r.write.ops);
     s.stop();
 }
 
