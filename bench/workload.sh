@@ -3,7 +3,10 @@
 # loop device of ../shared/bench (no interception), at fio-points.sh's four points plus 4 KiB
 # random write QD32 io_uring. IOPS from each tool's own report; CPU per I/O = user+system CPU
 # seconds of the whole process (wait4 rusage, the same for both) / I/Os completed.
-# Each point runs REPS times (default 3) per tool, alternating; best IOPS and best CPU/IO kept.
+# Each point runs REPS times (default 3) per tool, alternating (which tool goes first swaps every
+# rep); best IOPS and best CPU/IO kept. HOLD_CPU_LATENCY=1 holds a 0 us CPU wake-up latency
+# (/dev/cpu_dma_latency) for the whole run, the same for both tools: at QD1 a VM's idle CPUs
+# otherwise halt between I/Os and the points measure the host's wake-ups more than the engines.
 # Last line: min_iops_ratio_vs_fio=R cpu_per_io_ratio_vs_fio=C (R: worst point; C: worst point).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +14,12 @@ top=$(pwd)
 . scripts/env.sh
 secs=${1:-3}
 reps=${REPS:-3}
+if [ "${HOLD_CPU_LATENCY:-0}" = 1 ]; then
+  # the request lives as long as this fd (text "0": a 0 us limit), i.e. this script
+  exec 9>/dev/cpu_dma_latency
+  printf 0 >&9
+  echo "HOLD_CPU_LATENCY=1: both tools measured with the CPU latency limit held at 0 us" >&2
+fi
 # the shared folder (peers, fio points) sits beside the repository
 shared=${FAULTLINE_SHARED:-$(dirname "$top")/shared}
 [ -d "$shared/bench" ] || { echo "workload.sh: shared bench scripts not found at $shared/bench (expected beside the repository; set FAULTLINE_SHARED to the shared folder)" >&2; exit 2; }
@@ -73,11 +82,13 @@ summary=$tmp/summary
 for p in "${points[@]}"; do
   IFS='|' read -r name fargs largs <<< "$p"
   : > "$tmp/f"; : > "$tmp/l"
-  for _ in $(seq "$reps"); do
+  for r in $(seq "$reps"); do
+    # shellcheck disable=SC2086
+    if (( r % 2 == 0 )); then fl_point $largs >> "$tmp/l"; fi
     # shellcheck disable=SC2086
     fio_point $fargs >> "$tmp/f"
     # shellcheck disable=SC2086
-    fl_point $largs >> "$tmp/l"
+    if (( r % 2 == 1 )); then fl_point $largs >> "$tmp/l"; fi
   done
   read -r fi fc < <(best < "$tmp/f")
   read -r li lc < <(best < "$tmp/l")
