@@ -35,12 +35,8 @@ secs=${2:-3}
 [ -d "$peers" ] || { echo "device.sh: peer scripts not found at $peers (expected in the shared folder beside the repository; set FAULTLINE_PEERS to its bench/)" >&2; exit 2; }
 bash "$top/scripts/setup.sh"
 fl="$top/target/release/faultline"
-if [ "${HOLD_CPU_LATENCY:-0}" = 1 ]; then
-  # the request lives as long as this fd (hex text "0": a 0 us limit), i.e. this script
-  exec 9>/dev/cpu_dma_latency
-  printf 0 >&9
-  echo "HOLD_CPU_LATENCY=1: every candidate measured with the CPU latency limit held at 0 us" >&2
-fi
+. "$here/lib.sh"
+hold_cpu_latency "every candidate"
 work=$(mktemp -d)
 python3 "$here/gen-rules.py" 50000 > "$work/rules.yaml"
 
@@ -104,13 +100,8 @@ echo "devices: $(for n in "${names[@]}"; do printf '%s=%s ' "$n" "${dev[$n]}"; d
 # fio exactly as fio-points.sh runs each point
 points=("w4k-qd1|--rw=write --bs=4k --ioengine=psync" "rr4k-qd1|--rw=randread --bs=4k --ioengine=psync"
         "rr4k-qd32|--rw=randread --bs=4k --ioengine=libaio --iodepth=32" "w128k-qd1|--rw=write --bs=128k --ioengine=psync")
-if [ -n "${POINTS:-}" ]; then
-  # a subset, e.g. POINTS="w128k-qd1 rr4k-qd32" (the last line then covers only these)
-  sel=()
-  for p in "${points[@]}"; do [[ " $POINTS " == *" ${p%%|*} "* ]] && sel+=("$p"); done
-  [ ${#sel[@]} -gt 0 ] || { echo "device.sh: POINTS=\"$POINTS\" names none of w4k-qd1 rr4k-qd1 rr4k-qd32 w128k-qd1" >&2; exit 2; }
-  points=("${sel[@]}")
-fi
+# a subset, e.g. POINTS="w128k-qd1 rr4k-qd32" (the last line then covers only these)
+select_points device.sh
 iops() { # dev fio-args...
   local d=$1; shift
   fio --name=p --filename="$d" --direct=1 --size=512M --runtime="$secs" --time_based --output-format=json "$@" 2>/dev/null |

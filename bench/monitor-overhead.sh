@@ -111,11 +111,8 @@ stop_mode() {
 points=("w4k-qd1|--rw=write --bs=4k --ioengine=psync" "rr4k-qd1|--rw=randread --bs=4k --ioengine=psync"
         "rr4k-qd32|--rw=randread --bs=4k --ioengine=libaio --iodepth=32" "w128k-qd1|--rw=write --bs=128k --ioengine=psync")
 # POINTS="rr4k-qd1 w128k-qd1" runs only those points
-if [ -n "${POINTS:-}" ]; then
-  sel=()
-  for p in "${points[@]}"; do [[ " $POINTS " == *" ${p%%|*} "* ]] && sel+=("$p"); done
-  points=("${sel[@]}")
-fi
+. "$here/lib.sh"
+select_points monitor-overhead.sh
 # CPU time of a process's threads in ns (their schedstat: exact, not in clock ticks)
 cpu_ns() { [ -n "$1" ] && cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}' || echo 0; }
 measure() { # fio-args... -> "IOPS/CPU-µs-per-I/O"

@@ -32,11 +32,8 @@ secs=${2:-3}
 size=${SIZE:-1GiB}
 bash "$top/scripts/setup.sh"
 fl="$top/target/release/faultline"
-if [ "${HOLD_CPU_LATENCY:-0}" = 1 ]; then
-  exec 9>/dev/cpu_dma_latency
-  printf 0 >&9
-  echo "HOLD_CPU_LATENCY=1: every candidate measured with the CPU latency limit held at 0 us" >&2
-fi
+. "$here/lib.sh"
+hold_cpu_latency "every candidate"
 work=$(mktemp -d /dev/shm/faultline-nbd-bench.XXXXXX)
 pids=()
 cleanup() {

@@ -14,12 +14,8 @@ top=$(pwd)
 . scripts/env.sh
 secs=${1:-3}
 reps=${REPS:-3}
-if [ "${HOLD_CPU_LATENCY:-0}" = 1 ]; then
-  # the request lives as long as this fd (text "0": a 0 us limit), i.e. this script
-  exec 9>/dev/cpu_dma_latency
-  printf 0 >&9
-  echo "HOLD_CPU_LATENCY=1: both tools measured with the CPU latency limit held at 0 us" >&2
-fi
+. bench/lib.sh
+hold_cpu_latency "both tools"
 # the shared folder (peers, fio points) sits beside the repository
 shared=${FAULTLINE_SHARED:-$(dirname "$top")/shared}
 [ -d "$shared/bench" ] || { echo "workload.sh: shared bench scripts not found at $shared/bench (expected beside the repository; set FAULTLINE_SHARED to the shared folder)" >&2; exit 2; }

@@ -287,8 +287,8 @@ fn io_uring_errors_are_recorded_and_retried() {
     assert!(maps.maps[0].get(64).is_some());
     // stop: in-flight I/Os finish, nothing new is issued once the failure is seen. Writes
     // after the failing one are held 50 ms, so none of them completes (and is refilled)
-    // before the failure is reaped: io_uring may punt a write to its workers and the device
-    // completes out of order, which without the delay let 24-137 writes through
+    // before the failure is reaped (io_uring may punt a write to its workers, and the device
+    // completes out of order: without the delay later writes could finish first and refill)
     s.clear();
     s.add("rules:\n  - {type: error, op: write, target: {block: 64}}\n  - {type: delay, delay: 50ms, op: write, target: {block: 68, count: 956}}\n");
     w.on_error = ErrorPolicy::Stop;

@@ -1,0 +1,24 @@
+# Shared by the bench scripts (sourced): settings every candidate of a run gets alike.
+
+# HOLD_CPU_LATENCY=1: hold a 0 us CPU wake-up latency (/dev/cpu_dma_latency) for the rest of
+# the calling script, so idle CPUs poll instead of halting for every candidate alike. The
+# request lives as long as fd 9 (text "0": a 0 us limit), i.e. the script.
+hold_cpu_latency() { # who: what the message says is measured with the hold
+  [ "${HOLD_CPU_LATENCY:-0}" = 1 ] || return 0
+  exec 9>/dev/cpu_dma_latency
+  printf 0 >&9
+  echo "HOLD_CPU_LATENCY=1: $1 measured with the CPU latency limit held at 0 us" >&2
+}
+
+# POINTS="w128k-qd1 rr4k-qd32": keep only the named entries of the array `points`
+# ("name|fio args" each); an error naming the choices if none matches.
+select_points() { # script name, for the error
+  [ -n "${POINTS:-}" ] || return 0
+  local p sel=() all=()
+  for p in "${points[@]}"; do
+    all+=("${p%%|*}")
+    [[ " $POINTS " == *" ${p%%|*} "* ]] && sel+=("$p")
+  done
+  [ ${#sel[@]} -gt 0 ] || { echo "$1: POINTS=\"$POINTS\" names none of ${all[*]}" >&2; exit 2; }
+  points=("${sel[@]}")
+}
