@@ -14,9 +14,9 @@
 #   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 min_ratio_vs_libfuse_uring=R3 rules_overhead_pct=P qd32_vs_ceiling=C
 # The libfuse 3.19 FUSE-over-io_uring peer (one queue and thread per CPU) is skipped, with the
 # reason printed and R3 reported as "skipped", where the kernel lacks FUSE over io_uring.
-# RING_THREADS_AB=1 adds `faultline-percpu` (faultline with --ring-threads 0: one ring thread per
-# CPU queue, pinned, without busy poll) to compare with the default (one ring thread) in the
-# same rounds. MAX_BACKGROUND_AB=N adds `faultline-bg` (faultline's defaults, its FUSE
+# RING_THREADS_AB=1 adds `faultline-1thread` (faultline with --ring-threads 1: one ring thread for
+# every CPU queue, busy-polling between serial requests) to compare with the default (one ring
+# per CPU queue, frontend/uring/shared.rs) in the same rounds. MAX_BACKGROUND_AB=N adds `faultline-bg` (faultline's defaults, its FUSE
 # connection's max_background set to N and congestion_threshold to 3/4 of it after the start;
 # faultline asks for 256, libfuse leaves the kernel's 12) and prints its ratio to the default.
 #
@@ -56,7 +56,7 @@ stop_faultline() { # $1 = name
   while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
 }
 cleanup() {
-  stop_faultline fl; stop_faultline flrules; stop_faultline flpc; stop_faultline flbg
+  stop_faultline fl; stop_faultline flrules; stop_faultline fl1; stop_faultline flbg
   for p in ceiling-loop peer-libfuse peer-nbdkit peer-libfuse-uring; do bash "$peers/$p.sh" stop >/dev/null 2>&1 || true; done
   rm -rf "$work"
 }
@@ -76,7 +76,7 @@ else
   echo "skipped: $(tail -1 "$work/uring.err")" > "$work/uring.skipped"
 fi
 if [ "${RING_THREADS_AB:-0}" = 1 ]; then
-  dev[faultline-percpu]=$(start_faultline flpc '' --ring-threads 0); names+=(faultline-percpu)
+  dev[faultline-1thread]=$(start_faultline fl1 '' --ring-threads 1); names+=(faultline-1thread)
 fi
 if [ -n "${MAX_BACKGROUND_AB:-}" ]; then
   dev[faultline-bg]=$(start_faultline flbg ''); names+=(faultline-bg)
@@ -139,7 +139,7 @@ for line in open(sys.argv[1]):
         vals[point][r][k] = int(v)
 points = [p for p in ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"] if p in vals]
 first = next(iter(next(iter(vals.values())).values()))
-names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline+100k", "faultline-percpu", "faultline-bg"] if n in first]
+names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline+100k", "faultline-1thread", "faultline-bg"] if n in first]
 med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
 paired = lambda p, a, b: statistics.median(v[a] / v[b] for v in vals[p].values())
 print(f"{'IOPS (median)':<16}" + "".join(f"{p:>12}" for p in points))
@@ -163,8 +163,8 @@ qd32 = f'{paired("rr4k-qd32", "faultline", "ceiling"):.2f}' if "rr4k-qd32" in va
 print("ratio vs libfuse " + " ".join(f"{p}={r1[p]:.2f}" for p in points))
 if r3:
     print("ratio vs libfuse-uring " + " ".join(f"{p}={r3[p]:.2f}" for p in points))
-if "faultline-percpu" in names:
-    print("percpu/default   " + " ".join(f"{p}={paired(p, 'faultline-percpu', 'faultline'):.2f}" for p in points))
+if "faultline-1thread" in names:
+    print("1thread/default  " + " ".join(f"{p}={paired(p, 'faultline-1thread', 'faultline'):.2f}" for p in points))
 if "faultline-bg" in names:
     print("bg/default       " + " ".join(f"{p}={paired(p, 'faultline-bg', 'faultline'):.2f}" for p in points))
 print("ratio vs nbdkit  " + " ".join(f"{p}={r2[p]:.2f}" for p in points))

@@ -6,7 +6,7 @@
 # IOPS ratio (A / B) and of the daemon CPU time per I/O ratio (what A's extra speed costs).
 #   bash bench/serve-ab.sh 10 2                  # busy polling vs none
 #   bash bench/serve-ab.sh 10 2 --ring off       # FUSE over io_uring vs classic /dev/fuse
-# Last line:
+# HOLD_CPU_LATENCY=1 and POINTS="..." as in device.sh (bench/lib.sh). Last line:
 #   min_iops_ratio=X max_cpu_per_io_ratio=Y
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +18,8 @@ b_args=("$@")
 [ ${#b_args[@]} -gt 0 ] || b_args=(--busy-poll 0)
 echo "A: serve (defaults)   B: serve ${b_args[*]}" >&2
 bash "$top/scripts/setup.sh"
+. "$here/lib.sh"
+hold_cpu_latency "both disks"
 fl="$top/target/release/faultline"
 work=$(mktemp -d)
 declare -A dev pid
@@ -44,6 +46,7 @@ ticks() { # CPU ticks (user+system) of a pid
 }
 points=("w4k-qd1|--rw=write --bs=4k --ioengine=psync" "rr4k-qd1|--rw=randread --bs=4k --ioengine=psync"
         "rr4k-qd32|--rw=randread --bs=4k --ioengine=libaio --iodepth=32" "w128k-qd1|--rw=write --bs=128k --ioengine=psync")
+select_points serve-ab.sh
 for r in $(seq "$rounds"); do
   echo "== round $r/$rounds" >&2
   if (( r % 2 )); then order=(poll nopoll); else order=(nopoll poll); fi
@@ -77,7 +80,7 @@ for line in open(sys.argv[1]):
         iops[point][k].append(ios / secs)
     (pi, pt), (ni, nt) = d["poll"], d["nopoll"]
     rows[point].append((pi / ni, (pt / pi) / (nt / ni)))
-points = ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"]
+points = [p for p in ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"] if p in rows]
 print(f"{'':<24}" + "".join(f"{p:>12}" for p in points))
 for n, label in [("nopoll", "B"), ("poll", "A")]:
     print(f"{'IOPS ' + label + ' (median)':<24}" + "".join(f"{statistics.median(iops[p][n]):>12.0f}" for p in points))

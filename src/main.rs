@@ -82,8 +82,9 @@ enum Cmd {
         /// while held: what runs on the disk gets the faster wake-ups too.
         #[arg(long, value_enum, default_value_t = FrontendOptions::default().cpu_latency)]
         cpu_latency: CpuLatency,
-        /// Threads serving FUSE over io_uring: 0 = one per CPU queue, each pinned to its CPU
-        /// (as libfuse does; no busy poll there); N = N threads sharing the queues.
+        /// Threads serving FUSE over io_uring: 0 = one ring per CPU queue, its thread pinned to
+        /// that CPU (as libfuse does), one thread busy-polling every ring while requests come
+        /// one at a time; N = N threads sharing the queues (1: one thread sees every request).
         #[arg(long, default_value_t = FrontendOptions::default().ring_threads)]
         ring_threads: usize,
         /// Also serve the disk over NBD: tcp://HOST:PORT (port 0: any free port) or unix:PATH

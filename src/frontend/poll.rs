@@ -51,6 +51,12 @@ impl Drop for InFlight {
     }
 }
 
+/// No thread of the process spins now: a hint for a caller deciding whether a spin is worth
+/// preparing (`idle_until` decides).
+pub fn spinner_free() -> bool {
+    !SPINNING.load(Relaxed)
+}
+
 impl Poller {
     /// `budget` zero: never spin.
     pub fn new(budget: Duration) -> Poller {

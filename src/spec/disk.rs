@@ -97,8 +97,9 @@ pub struct FrontendOptions {
     pub rq_affinity: RqAffinity,
     /// Idle CPUs poll instead of halting while the disk is busy (`frontend::cpu_latency`).
     pub cpu_latency: CpuLatency,
-    /// Threads serving the FUSE ring (`frontend::uring`): 0 = one per CPU queue, each pinned
-    /// to its CPU (as libfuse does); n = n threads sharing the queues.
+    /// Threads serving the FUSE ring (`frontend::uring`): 0 = one ring per CPU queue, its
+    /// thread pinned to that CPU (as libfuse does), all rings driven by one busy-polling
+    /// thread while requests come one at a time; n = n threads sharing the queues.
     pub ring_threads: usize,
 }
 
@@ -106,8 +107,9 @@ pub struct FrontendOptions {
 /// small VM: 50 µs catches nearly every next request and gives up soon on an idle disk.
 pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(50);
 
-/// One ring thread sees every request, so its busy poll catches the next one wherever it lands.
-pub const DEFAULT_RING_THREADS: usize = 1;
+/// One ring per CPU queue: each queue served on its CPU under a deep queue, and one thread
+/// busy-polling all of them at queue depth 1 (BENCHMARKS.md: ahead of one thread at every point).
+pub const DEFAULT_RING_THREADS: usize = 0;
 
 impl Default for FrontendOptions {
     fn default() -> FrontendOptions {

@@ -73,11 +73,13 @@ impl Serve {
         Self::start_args(&["--size", size], rules)
     }
 
-    /// Over one transport: `ring` is a `--ring` value, or `per-cpu` for the ring served by
-    /// one thread per CPU queue (`--ring on --ring-threads 0`).
+    /// Over one transport: `ring` is a `--ring` value (`on`: served by one ring thread,
+    /// `--ring-threads 1`), or `per-cpu` for one ring per CPU queue (`--ring on
+    /// --ring-threads 0`, the default).
     pub fn start_ring(size: &str, ring: &str, rules: &str) -> Serve {
         match ring {
             "per-cpu" => Self::start_args(&["--size", size, "--ring", "on", "--ring-threads", "0"], rules),
+            "on" => Self::start_args(&["--size", size, "--ring", "on", "--ring-threads", "1"], rules),
             _ => Self::start_args(&["--size", size, "--ring", ring], rules),
         }
     }

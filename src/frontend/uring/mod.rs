@@ -6,14 +6,13 @@
 //!
 //! The kernel keeps one queue per possible CPU and puts a request on the queue of the CPU
 //! that issued it; the ring takes over only when every queue has an entry registered. By
-//! default one thread serves all queues from one ring: on 2 CPUs the client and the loop
-//! worker need the other CPU, and one thread sees every request, so its busy poll (`poll.rs`)
-//! catches the next one whichever queue it lands on. `ring_threads` gives several threads,
-//! each with its own ring and every n-th queue (one per queue: pinned to that queue's CPU, as
-//! libfuse does, and then not busy-polling: see `Server::spins`); the busy poll stays one
-//! spinner per process (`poll.rs`). Each entry owns a header buffer and a 1 MiB payload
-//! buffer (max_write); READ data is produced straight into the payload the kernel copies
-//! from, WRITE data is consumed from it: no copy of our own on either path.
+//! default (`ring_threads` 0) each queue has its own ring and thread, pinned to the queue's
+//! CPU as libfuse does, and while requests come one at a time one thread drives all rings
+//! and busy-polls them (`shared.rs`). `ring_threads` n gives n threads, each with its own ring
+//! and every n-th queue, busy-polling on their own (1: one thread sees every request); the
+//! busy poll stays one spinner per process (`poll.rs`). Each entry owns a header buffer and a
+//! 1 MiB payload buffer (max_write); READ data is produced straight into the payload the
+//! kernel copies from, WRITE data is consumed from it: no copy of our own on either path.
 //!
 //! Differences from the classic path, by construction of the protocol:
 //! - A reply is a commit of the entry, which also refills its payload with the next request,
@@ -26,6 +25,7 @@
 //!   than that wait in the kernel's queue, like requests on a device with that queue depth.
 
 pub mod abi;
+mod shared;
 
 use super::delay::Timed;
 use super::fuse::{self, NodeAttrs};
@@ -35,6 +35,7 @@ use crate::disk::{Disk, Outcome};
 use abi::RingHeader;
 use anyhow::{Context, Result, bail};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
+use shared::Shared;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -193,12 +194,14 @@ struct Worker {
 pub struct Prepared {
     workers: Vec<Worker>,
     stop: Arc<AtomicBool>,
+    shared: Option<Arc<Shared>>,
 }
 
 /// The rings serving a disk.
 pub struct RingServer {
     threads: Vec<(std::thread::JoinHandle<()>, Arc<OwnedFd>)>,
     stop: Arc<AtomicBool>,
+    shared: Option<Arc<Shared>>,
 }
 
 /// Which queues ring thread `t` of `threads` serves: every `threads`-th from `t`, so with one
@@ -231,17 +234,19 @@ impl Prepared {
         let queues = possible_cpus()?;
         let threads = if threads == 0 { queues } else { threads.min(queues) };
         let stop = Arc::new(AtomicBool::new(false));
-        let mut me = Prepared { workers: Vec::with_capacity(threads), stop };
-        for t in 0..threads {
-            let wake = Arc::new(eventfd()?);
+        let wakes = (0..threads).map(|_| eventfd().map(Arc::new)).collect::<Result<Vec<_>>>()?;
+        // one ring per queue: served together (`shared.rs`)
+        let shared = (threads == queues && threads > 1).then(|| Arc::new(Shared::new(wakes.clone())));
+        let mut me = Prepared { workers: Vec::with_capacity(threads), stop, shared: shared.clone() };
+        for (t, wake) in wakes.into_iter().enumerate() {
             let (start_tx, start_rx) = mpsc::channel();
             let (done_tx, done_rx) = mpsc::channel();
             let (w, s) = (wake.clone(), me.stop.clone());
             let qids = queues_of(t, threads, queues);
-            let pin = (threads == queues && threads > 1).then_some(t);
+            let sh = shared.as_ref().map(|sh| (sh.clone(), t));
             let thread = std::thread::Builder::new()
                 .name(if threads == 1 { "faultline-ring".into() } else { format!("faultline-ring{t}") })
-                .spawn(move || ring_thread(qids, pin, start_rx, done_tx, w, s))
+                .spawn(move || ring_thread(qids, sh, start_rx, done_tx, w, s))
                 .context("cannot start a ring thread")?;
             me.workers.push(Worker { start: start_tx, done: done_rx, thread, wake });
         }
@@ -274,7 +279,7 @@ impl Prepared {
                 result = r;
             }
         }
-        let server = RingServer { threads: self.workers.into_iter().map(|w| (w.thread, w.wake)).collect(), stop: self.stop };
+        let server = RingServer { threads: self.workers.into_iter().map(|w| (w.thread, w.wake)).collect(), stop: self.stop, shared: self.shared };
         result.map(|()| server)
     }
 }
@@ -286,6 +291,9 @@ impl RingServer {
         self.stop.store(true, Ordering::Release);
         for (_, wake) in &self.threads {
             poke(wake.as_raw_fd());
+        }
+        if let Some(sh) = &self.shared {
+            sh.unpark();
         }
         for (t, _) in self.threads.drain(..) {
             let _ = t.join();
@@ -299,8 +307,17 @@ impl Drop for RingServer {
     }
 }
 
-fn ring_thread(qids: Vec<u16>, pin: Option<usize>, start: mpsc::Receiver<Start>, done: mpsc::Sender<Result<()>>, wake: Arc<OwnedFd>, stop: Arc<AtomicBool>) {
-    if let Some(cpu) = pin {
+fn ring_thread(
+    qids: Vec<u16>,
+    shared: Option<(Arc<Shared>, usize)>,
+    start: mpsc::Receiver<Start>,
+    done: mpsc::Sender<Result<()>>,
+    wake: Arc<OwnedFd>,
+    stop: Arc<AtomicBool>,
+) {
+    // a per-queue ring's owner runs on its queue's CPU, where the kernel queues its requests
+    if let Some((_, cpu)) = &shared {
+        let cpu = *cpu;
         let mut set = nix::sched::CpuSet::new();
         // a CPU that cannot be pinned to (offline, outside our cpuset) leaves the thread free
         if set.set(cpu).is_ok() {
@@ -312,9 +329,12 @@ fn ring_thread(qids: Vec<u16>, pin: Option<usize>, start: mpsc::Receiver<Start>,
         let sq = (n + 2).next_power_of_two() as u32;
         // COOP_TASKRUN: no IPI per new request while this thread runs (it enters the kernel
         // soon anyway); SINGLE_ISSUER: only this thread submits. Older kernels: plain ring.
-        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
-            .setup_coop_taskrun()
-            .setup_single_issuer()
+        // Neither for per-queue rings, which several threads serve (`shared.rs`).
+        let mut b = IoUring::<squeue::Entry128, cqueue::Entry>::builder();
+        if shared.is_none() {
+            b.setup_coop_taskrun().setup_single_issuer();
+        }
+        let ring = b
             .build(sq)
             .or_else(|_| IoUring::<squeue::Entry128, cqueue::Entry>::builder().build(sq))
             .context("cannot create an io_uring with 128-byte entries (io_uring disabled, or a kernel before 5.19)")?;
@@ -353,20 +373,20 @@ fn ring_thread(qids: Vec<u16>, pin: Option<usize>, start: mpsc::Receiver<Start>,
             return;
         }
     };
-    let mut s = Server { disk, poller, attrs, fuse_fd: fuse_fd.as_raw_fd(), late: BinaryHeap::new(), seq: 0, wake, commits: Vec::new(), spins: pin.is_none() };
+    let server = Server { disk, poller, attrs, fuse_fd: fuse_fd.as_raw_fd(), late: BinaryHeap::new(), seq: 0, commits: Vec::new() };
     // the default 50 µs timer slack would make every timed wait for a delayed reply late
     // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
-    s.run(&mut ring, &mut slots, early, &stop);
-    // the kernel writes a request into an entry's buffers as long as it holds the entry's
-    // command: close the ring first, and if an entry was never given back (stopped before the
-    // unmount ended them), leave its buffers mapped rather than free memory the kernel may
-    // still write
-    let all_back = !slots.iter().any(|s| s.live);
-    drop(ring);
-    if !all_back {
-        std::mem::forget(slots);
-    }
+    let station = Station::new(ring, slots, server, early, wake);
+    let station = match shared {
+        Some((shared, t)) => shared.own(t, station, &stop),
+        None => {
+            let mut st = station;
+            st.run(true, &stop);
+            st
+        }
+    };
+    station.close();
     drop(fuse_fd);
 }
 
@@ -459,6 +479,7 @@ enum Reply {
     Sent,
 }
 
+/// What serving a ring needs besides the ring itself: the disk, and the replies it owes.
 struct Server {
     disk: Arc<Disk>,
     poller: Arc<Poller>,
@@ -467,98 +488,189 @@ struct Server {
     /// delayed replies, earliest first
     late: BinaryHeap<Reverse<Timed<Late>>>,
     seq: u64,
-    wake: Arc<OwnedFd>,
     commits: Vec<squeue::Entry128>,
-    /// Busy-poll between serial requests. Not for a thread pinned to its queue's CPU: that CPU
-    /// is the client's (the kernel queues a request where it was issued), so a spin there
-    /// takes the CPU the client needs next, while waking a thread on its own CPU is cheap.
-    spins: bool,
 }
 
-impl Server {
-    fn run(&mut self, ring: &mut Ring, slots: &mut [Slot], early: Vec<(u64, i32)>, stop: &AtomicBool) {
-        // the eventfd read stays queued when the loop ends, and a late poke completes it into
-        // this buffer, possibly after the ring thread is gone: it is never freed (8 bytes)
-        let wake_buf: &'static mut u64 = Box::leak(Box::new(0u64));
-        let wake_fd = self.wake.as_raw_fd();
-        let arm_wake = |ring: &mut Ring, buf: &mut u64| {
-            let e: squeue::Entry128 = opcode::Read::new(types::Fd(wake_fd), (buf as *mut u64).cast(), 8).build().user_data(WAKE).into();
-            // SAFETY: the buffer is boxed and outlives the read (the ring is dropped first)
-            unsafe { ring.submission().push(&e).expect("ring has room for the wake read") };
-        };
-        arm_wake(ring, wake_buf);
-        let mut cqes = early;
-        // entries the kernel still holds: the loop ends when the unmount has given all back
-        let mut live = slots.iter().filter(|s| s.live).count();
-        loop {
-            // requests taken in one sweep came in together (poll.rs: not serial)
-            let batch = cqes.iter().filter(|(ud, res)| *ud != WAKE && *res >= 0).count();
-            for (ud, res) in cqes.drain(..) {
-                if ud == WAKE {
-                    arm_wake(ring, wake_buf);
-                    continue;
-                }
-                let i = ud as usize;
-                if res < 0 {
-                    // ENOTCONN / ECANCELED: the connection is gone or the entry torn down
-                    if std::mem::replace(&mut slots[i].live, false) {
-                        live -= 1;
-                    }
-                    continue;
-                }
-                self.request(ring, &mut slots[i], i, batch);
+/// One ring with its entries and what it owes: all a thread needs to serve it, so that one
+/// thread can serve another's ring (`shared.rs`).
+struct Station {
+    ring: Ring,
+    slots: Vec<Slot>,
+    server: Server,
+    /// completions taken from the ring, not yet served
+    cqes: Vec<(u64, i32)>,
+    /// entries the kernel still holds: serving ends when the unmount has given all back
+    live: usize,
+    wake: Arc<OwnedFd>,
+    /// the eventfd read is queued; only the ring's own thread queues it (`rearm`): a request
+    /// belongs to the thread that submitted it, and its completion would need that thread
+    wake_armed: bool,
+    /// the eventfd read stays queued when serving ends, and a late poke completes it into
+    /// this buffer, possibly after the ring is gone: it is never freed (8 bytes)
+    wake_buf: &'static mut u64,
+}
+
+// SAFETY: the raw pointers a station holds (the entries' iovecs, the ring's mappings) point
+// into buffers it owns, which move with it; one thread at a time uses it (`&mut`, a mutex)
+unsafe impl Send for Station {}
+
+impl Station {
+    fn new(ring: Ring, slots: Vec<Slot>, server: Server, early: Vec<(u64, i32)>, wake: Arc<OwnedFd>) -> Station {
+        let live = slots.iter().filter(|s| s.live).count();
+        let mut st = Station { ring, slots, server, cqes: early, live, wake, wake_armed: false, wake_buf: Box::leak(Box::new(0u64)) };
+        st.rearm();
+        st
+    }
+
+    /// Queue the eventfd read that wakes this ring's own thread, if it is not queued. Only
+    /// that thread calls this.
+    fn rearm(&mut self) {
+        if self.wake_armed {
+            return;
+        }
+        self.wake_armed = true;
+        let buf: *mut u64 = &mut *self.wake_buf;
+        let e: squeue::Entry128 = opcode::Read::new(types::Fd(self.wake.as_raw_fd()), buf.cast(), 8).build().user_data(WAKE).into();
+        // SAFETY: the buffer is leaked: it outlives the read
+        unsafe { self.ring.submission().push(&e).expect("ring has room for the wake read") };
+    }
+
+    /// Requests among the completions taken; those taken in one sweep came in together
+    /// (poll.rs: not serial).
+    fn requests(&self) -> usize {
+        self.cqes.iter().filter(|(ud, res)| *ud != WAKE && *res >= 0).count()
+    }
+
+    /// Serve the completions taken, part of a sweep of `batch` requests.
+    fn serve(&mut self, batch: usize) {
+        let mut cqes = std::mem::take(&mut self.cqes);
+        for (ud, res) in cqes.drain(..) {
+            if ud == WAKE {
+                self.wake_armed = false;
+                continue;
             }
-            if stop.load(Ordering::Acquire) || live == 0 {
-                return;
-            }
-            let now = Instant::now();
-            while self.late.peek().is_some_and(|Reverse(l)| l.at <= now) {
-                let Reverse(l) = self.late.pop().unwrap();
-                self.disk.engine.log.delay_lateness.record(l.at.elapsed());
-                let l = l.item;
-                self.commit(&mut slots[l.slot], l.slot, l.unique, l.errno, l.len);
-            }
-            {
-                let mut sq = ring.submission();
-                for e in self.commits.drain(..) {
-                    // SAFETY: commit SQEs carry no pointers (the entries' buffers were registered)
-                    unsafe { sq.push(&e).expect("one commit per entry fits") };
+            let i = ud as usize;
+            if res < 0 {
+                // ENOTCONN / ECANCELED: the connection is gone or the entry torn down
+                if std::mem::replace(&mut self.slots[i].live, false) {
+                    self.live -= 1;
                 }
+                continue;
             }
-            let next = self.late.peek().map(|Reverse(l)| l.at);
-            let r = match next {
-                // a delayed reply is due soon: spin to its deadline, yielding (the yield is the
-                // kernel entry that runs task work, so new requests still come in meanwhile)
-                Some(at) if at.saturating_duration_since(Instant::now()) <= DELAY_SPIN => ring.submit().inspect(|_| {
-                    while ring.completion().is_empty() && Instant::now() < at {
-                        // SAFETY: a plain syscall without arguments
-                        unsafe { libc::sched_yield() };
-                    }
-                }),
-                // later: sleep until shortly before it, or until a request comes
-                Some(at) => {
-                    let ts = types::Timespec::from(at.saturating_duration_since(Instant::now()).saturating_sub(DELAY_SPIN));
-                    ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
-                }
-                // at queue depth 1, poll for the next request instead of sleeping (poll.rs)
-                None if self.spins && self.poller.may_spin() => ring.submit().and_then(|_| {
-                    self.poller.idle_until(|| !ring.completion().is_empty());
-                    if ring.completion().is_empty() { ring.submit_and_wait(1) } else { Ok(0) }
-                }),
-                None => ring.submit_and_wait(1),
-            };
-            match r {
-                Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) | Some(libc::ETIME)) => {}
-                Err(e) => {
-                    eprintln!("faultline: ring: {e}");
-                    return;
-                }
-            }
-            cqes.extend(ring.completion().map(|c| (c.user_data(), c.result())));
+            self.server.request(&mut self.ring, &mut self.slots[i], i, batch);
+        }
+        self.cqes = cqes;
+    }
+
+    /// Make the delayed replies that are due, and queue every reply made so far on the ring.
+    fn due(&mut self) {
+        let now = Instant::now();
+        while self.server.late.peek().is_some_and(|Reverse(l)| l.at <= now) {
+            let Reverse(l) = self.server.late.pop().unwrap();
+            self.server.disk.engine.log.delay_lateness.record(l.at.elapsed());
+            let l = l.item;
+            self.server.commit(&mut self.slots[l.slot], l.slot, l.unique, l.errno, l.len);
+        }
+        let mut sq = self.ring.submission();
+        for e in self.server.commits.drain(..) {
+            // SAFETY: commit SQEs carry no pointers (the entries' buffers were registered)
+            unsafe { sq.push(&e).expect("one commit per entry fits") };
         }
     }
 
+    /// Take the ring's completions.
+    fn take(&mut self) {
+        self.cqes.extend(self.ring.completion().map(|c| (c.user_data(), c.result())));
+    }
+
+    fn pending(&mut self) -> bool {
+        !self.ring.completion().is_empty()
+    }
+
+    fn finished(&self) -> bool {
+        self.live == 0
+    }
+
+    /// Submit what is queued and wait: for a delayed reply due soon (spinning), until shortly
+    /// before a later one, or for a request (busy-polling first if `spin` and poll.rs allows)
+    /// but at most `bound`. False when the ring failed and serving must end. Only the ring's
+    /// own thread waits on it.
+    fn wait(&mut self, spin: bool, bound: Option<Duration>) -> bool {
+        self.rearm();
+        let Station { ring, server, .. } = self;
+        let r = match server.late.peek().map(|Reverse(l)| l.at) {
+            // a delayed reply is due soon: spin to its deadline, yielding (the yield is the
+            // kernel entry that runs task work, so new requests still come in meanwhile)
+            Some(at) if at.saturating_duration_since(Instant::now()) <= DELAY_SPIN => ring.submit().inspect(|_| {
+                while ring.completion().is_empty() && Instant::now() < at {
+                    // SAFETY: a plain syscall without arguments
+                    unsafe { libc::sched_yield() };
+                }
+            }),
+            // later: sleep until shortly before it, or until a request comes
+            Some(at) => {
+                let ts = types::Timespec::from(at.saturating_duration_since(Instant::now()).saturating_sub(DELAY_SPIN));
+                ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
+            }
+            // at queue depth 1, poll for the next request instead of sleeping (poll.rs)
+            None if spin && server.poller.may_spin() => ring.submit().and_then(|_| {
+                server.poller.idle_until(|| !ring.completion().is_empty());
+                if ring.completion().is_empty() { ring.submit_and_wait(1) } else { Ok(0) }
+            }),
+            None => match bound {
+                Some(b) => ring.submitter().submit_with_args(1, &types::SubmitArgs::new().timespec(&types::Timespec::from(b))),
+                None => ring.submit_and_wait(1),
+            },
+        };
+        ring_ok(r)
+    }
+
+    /// Submit what is queued without waiting; false as `wait`.
+    fn submit(&mut self) -> bool {
+        ring_ok(self.ring.submit())
+    }
+
+    /// Serve this ring alone until stopped or unmounted.
+    fn run(&mut self, spin: bool, stop: &AtomicBool) {
+        loop {
+            let batch = self.requests();
+            self.serve(batch);
+            if stop.load(Ordering::Acquire) || self.finished() {
+                return;
+            }
+            self.due();
+            if !self.wait(spin, None) {
+                return;
+            }
+            self.take();
+        }
+    }
+
+    /// Close the ring. The kernel writes a request into an entry's buffers as long as it holds
+    /// the entry's command: if an entry was never given back (stopped before the unmount ended
+    /// them), its buffers stay mapped rather than free memory the kernel may still write.
+    fn close(self) {
+        let all_back = !self.slots.iter().any(|s| s.live);
+        drop(self.ring);
+        if !all_back {
+            std::mem::forget(self.slots);
+        }
+    }
+}
+
+/// Whether a submit or wait leaves the ring usable (interruptions and timeouts do).
+fn ring_ok(r: std::io::Result<usize>) -> bool {
+    match r {
+        Ok(_) => true,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) | Some(libc::ETIME)) => true,
+        Err(e) => {
+            eprintln!("faultline: ring: {e}");
+            false
+        }
+    }
+}
+
+impl Server {
     /// Queue the reply to the request in `slot` (and the fetch of its next request).
     fn commit(&mut self, slot: &mut Slot, idx: usize, unique: u64, errno: Option<i32>, len: u32) {
         self.commits.push(commit_sqe(self.fuse_fd, &mut slot.header, slot.qid, idx, unique, errno, len));

@@ -1,0 +1,163 @@
+//! Per-queue rings served together (`--ring-threads 0` on a machine with several CPUs).
+//!
+//! Each CPU queue has its own ring and an owner thread pinned to that CPU. While requests
+//! overlap, each owner serves its own ring: a request is served on the CPU that queued it, and
+//! two queues are served at once. While requests come one at a time, one thread drives every
+//! ring and busy-polls them all (`poll.rs`), the other owners parked: the next request finds a
+//! running thread whichever queue it lands on, as with a single ring thread.
+//!
+//! The kernel delivers an entry's next request through task work of the thread that committed
+//! the entry. So these rings are made without SINGLE_ISSUER (several threads submit) and
+//! without COOP_TASKRUN: with it, a committer asleep elsewhere (parked, or waiting on its own
+//! ring) would not be woken to deliver. Without it the committer is woken (or interrupted),
+//! posts the completion on the entry's ring, and whoever serves that ring sees it.
+
+use super::{Station, poke};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// `driver` when no thread drives every ring.
+const NONE: usize = usize::MAX;
+/// An owner's longest sleep on its ring before it looks at the stop flag again: the wake-up
+/// at the stop is an eventfd read, and a lost one must not hang the teardown.
+const BOUND: Duration = Duration::from_millis(200);
+
+pub(super) struct Shared {
+    /// each owner's ring, present from registration until its owner ends
+    stations: Vec<Mutex<Option<Station>>>,
+    /// each owner's eventfd: a poke wakes it from its ring's wait
+    wakes: Vec<Arc<OwnedFd>>,
+    /// the owner that drives every ring, or `NONE`
+    driver: AtomicUsize,
+    /// stations present
+    ready: AtomicUsize,
+    /// parked owners wait here for the driver to let go (or for the stop)
+    gate: Mutex<()>,
+    unparked: Condvar,
+}
+
+impl Shared {
+    pub(super) fn new(wakes: Vec<Arc<OwnedFd>>) -> Shared {
+        Shared {
+            stations: wakes.iter().map(|_| Mutex::new(None)).collect(),
+            wakes,
+            driver: AtomicUsize::new(NONE),
+            ready: AtomicUsize::new(0),
+            gate: Mutex::new(()),
+            unparked: Condvar::new(),
+        }
+    }
+
+    fn station(&self, t: usize) -> MutexGuard<'_, Option<Station>> {
+        self.stations[t].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn driven_by_other(&self, t: usize) -> bool {
+        let d = self.driver.load(Acquire);
+        d != NONE && d != t
+    }
+
+    /// Wake parked owners (the driver let go, or the server stops).
+    pub(super) fn unpark(&self) {
+        let _g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        self.unparked.notify_all();
+    }
+
+    /// Serve station `t` as its owner until stopped, unmounted or its ring fails; returns it
+    /// for closing.
+    pub(super) fn own(&self, t: usize, station: Station, stop: &AtomicBool) -> Station {
+        *self.station(t) = Some(station);
+        self.ready.fetch_add(1, AcqRel);
+        loop {
+            {
+                let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+                while self.driven_by_other(t) && !stop.load(Acquire) {
+                    g = self.unparked.wait(g).unwrap_or_else(|e| e.into_inner());
+                }
+            }
+            let mut g = self.station(t);
+            let st = g.as_mut().expect("a station stays until its owner ends");
+            let ended = loop {
+                let batch = st.requests();
+                st.serve(batch);
+                if stop.load(Acquire) || st.finished() {
+                    break true;
+                }
+                st.due();
+                if self.driven_by_other(t) {
+                    // park: the driver serves this ring
+                    break !st.submit();
+                }
+                // a drive starts after a request, as a single thread's spin does; after it, wait
+                // (at once if a request came meanwhile)
+                if batch > 0 && st.server.late.is_empty() && st.server.poller.may_spin() && self.claim(t) && !self.drive(t, st, stop) {
+                    break true;
+                }
+                if !st.wait(false, Some(BOUND)) {
+                    break true;
+                }
+                st.take();
+            };
+            if ended {
+                self.ready.fetch_sub(1, AcqRel);
+                return g.take().expect("a station stays until its owner ends");
+            }
+        }
+    }
+
+    /// Become the driver, if every station is there, nobody drives, and no other thread of
+    /// the process spins (then a drive would end at once, after waking every owner).
+    fn claim(&self, t: usize) -> bool {
+        self.ready.load(Acquire) == self.stations.len()
+            && crate::frontend::poll::spinner_free()
+            && self.driver.compare_exchange(NONE, t, AcqRel, Acquire).is_ok()
+    }
+
+    /// Serve every ring from this thread while requests come one at a time, busy-polling all
+    /// of them between requests; the other owners park. False when `own`'s ring failed.
+    fn drive(&self, t: usize, own: &mut Station, stop: &AtomicBool) -> bool {
+        for (o, w) in self.wakes.iter().enumerate() {
+            if o != t {
+                poke(w.as_raw_fd());
+            }
+        }
+        let mut others: Vec<_> = (0..self.stations.len()).filter(|&o| o != t).map(|o| self.station(o)).collect();
+        let mut ok = true;
+        // a station already taken by its ended owner: nothing to drive
+        if others.iter().all(|g| g.is_some()) {
+            let mut rest: Vec<&mut Station> = others.iter_mut().map(|g| g.as_mut().expect("checked")).collect();
+            loop {
+                own.take();
+                rest.iter_mut().for_each(|s| s.take());
+                let batch = own.requests() + rest.iter().map(|s| s.requests()).sum::<usize>();
+                for s in std::iter::once(&mut *own).chain(rest.iter_mut().map(|s| &mut **s)) {
+                    s.serve(batch);
+                    s.due();
+                }
+                ok = own.submit();
+                // another ring's failure ends its own owner, once the drive lets go
+                let others_ok = rest.iter_mut().all(|s| s.submit());
+                if !ok || !others_ok || stop.load(Acquire) || own.finished() || rest.iter().any(|s| s.finished()) {
+                    break;
+                }
+                let poller = own.server.poller.clone();
+                if !poller.may_spin() {
+                    break;
+                }
+                poller.idle_until(|| own.pending() || rest.iter_mut().any(|s| s.pending()));
+                if !(own.pending() || rest.iter_mut().any(|s| s.pending())) {
+                    break;
+                }
+            }
+        }
+        drop(others);
+        {
+            let _g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+            self.driver.store(NONE, Release);
+            self.unparked.notify_all();
+        }
+        ok
+    }
+}
