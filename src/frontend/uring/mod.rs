@@ -52,6 +52,9 @@ const ENTRIES_PER_QUEUE: usize = 64;
 const PAYLOAD: usize = fuse::MAX_WRITE as usize;
 /// user_data of the eventfd read that wakes the ring to stop.
 const WAKE: u64 = u64::MAX;
+/// user_data of a poll, on this ring, of another ring's completion queue (`shared.rs`): this
+/// value minus the other ring's index. Entries' user_data (their index) stays far below.
+const WATCH: u64 = u64::MAX - 1;
 /// How long registration waits for the kernel to finish INIT (the REGISTER command answers
 /// EAGAIN until then).
 const INIT_WAIT: Duration = Duration::from_secs(5);
@@ -326,13 +329,16 @@ fn ring_thread(
     }
     let setup = || -> Result<(Ring, Vec<Slot>)> {
         let n = qids.len() * ENTRIES_PER_QUEUE;
-        let sq = (n + 2).next_power_of_two() as u32;
+        // every entry's command, the wake read, and a poll of each other ring (`shared.rs`)
+        let sq = (n + 1 + possible_cpus()?).next_power_of_two() as u32;
         // COOP_TASKRUN: no IPI per new request while this thread runs (it enters the kernel
-        // soon anyway); SINGLE_ISSUER: only this thread submits. Older kernels: plain ring.
-        // Neither for per-queue rings, which several threads serve (`shared.rs`).
+        // soon anyway; asleep, it is still woken); SINGLE_ISSUER: only this thread submits,
+        // not for per-queue rings, which several threads serve (`shared.rs`). Older kernels:
+        // plain ring.
         let mut b = IoUring::<squeue::Entry128, cqueue::Entry>::builder();
+        b.setup_coop_taskrun();
         if shared.is_none() {
-            b.setup_coop_taskrun().setup_single_issuer();
+            b.setup_single_issuer();
         }
         let ring = b
             .build(sq)
@@ -502,6 +508,8 @@ struct Station {
     /// entries the kernel still holds: serving ends when the unmount has given all back
     live: usize,
     wake: Arc<OwnedFd>,
+    /// the other rings whose completion queue this ring has a poll on (`watch`)
+    watching: Vec<bool>,
     /// the eventfd read is queued; only the ring's own thread queues it (`rearm`): a request
     /// belongs to the thread that submitted it, and its completion would need that thread
     wake_armed: bool,
@@ -517,7 +525,7 @@ unsafe impl Send for Station {}
 impl Station {
     fn new(ring: Ring, slots: Vec<Slot>, server: Server, early: Vec<(u64, i32)>, wake: Arc<OwnedFd>) -> Station {
         let live = slots.iter().filter(|s| s.live).count();
-        let mut st = Station { ring, slots, server, cqes: early, live, wake, wake_armed: false, wake_buf: Box::leak(Box::new(0u64)) };
+        let mut st = Station { ring, slots, server, cqes: early, live, wake, watching: Vec::new(), wake_armed: false, wake_buf: Box::leak(Box::new(0u64)) };
         st.rearm();
         st
     }
@@ -538,7 +546,7 @@ impl Station {
     /// Requests among the completions taken; those taken in one sweep came in together
     /// (poll.rs: not serial).
     fn requests(&self) -> usize {
-        self.cqes.iter().filter(|(ud, res)| *ud != WAKE && *res >= 0).count()
+        self.cqes.iter().filter(|(ud, res)| *ud < WATCH - u16::MAX as u64 && *res >= 0).count()
     }
 
     /// Serve the completions taken, part of a sweep of `batch` requests.
@@ -547,6 +555,12 @@ impl Station {
         for (ud, res) in cqes.drain(..) {
             if ud == WAKE {
                 self.wake_armed = false;
+                continue;
+            }
+            if ud >= WATCH - u16::MAX as u64 {
+                if let Some(w) = self.watching.get_mut((WATCH - ud) as usize) {
+                    *w = false;
+                }
                 continue;
             }
             let i = ud as usize;
@@ -576,6 +590,24 @@ impl Station {
             // SAFETY: commit SQEs carry no pointers (the entries' buffers were registered)
             unsafe { sq.push(&e).expect("one commit per entry fits") };
         }
+    }
+
+    /// Poll, on this ring, ring `o`'s completion queue (fd `fd`), if no such poll is queued:
+    /// a completion there then wakes this ring's wait.
+    fn watch(&mut self, o: usize, fd: RawFd) {
+        if self.watching.len() <= o {
+            self.watching.resize(o + 1, false);
+        }
+        if std::mem::replace(&mut self.watching[o], true) {
+            return;
+        }
+        let e: squeue::Entry128 = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32).build().user_data(WATCH - o as u64).into();
+        // SAFETY: a poll carries no buffer
+        unsafe { self.ring.submission().push(&e).expect("ring has room for a poll per ring") };
+    }
+
+    fn fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
     }
 
     /// Take the ring's completions.

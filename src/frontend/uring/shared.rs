@@ -7,10 +7,14 @@
 //! running thread whichever queue it lands on, as with a single ring thread.
 //!
 //! The kernel delivers an entry's next request through task work of the thread that committed
-//! the entry. So these rings are made without SINGLE_ISSUER (several threads submit) and
-//! without COOP_TASKRUN: with it, a committer asleep elsewhere (parked, or waiting on its own
-//! ring) would not be woken to deliver. Without it the committer is woken (or interrupted),
-//! posts the completion on the entry's ring, and whoever serves that ring sees it.
+//! the entry, so these rings are made without SINGLE_ISSUER (several threads submit). With
+//! COOP_TASKRUN that task work does not interrupt a running committer (it runs at its next
+//! system call: every thread here makes them all the time, a spinning one yields) and still
+//! wakes a sleeping one (parked, or waiting on its own ring), which posts the completion on
+//! the entry's ring, where whoever serves that ring sees it (a driver asleep polls the others'
+//! completion queues from its own ring). Without COOP_TASKRUN the interrupt per request halves
+//! queue-depth-1 IOPS here (BENCHMARKS.md). Only a ring's own thread queues its eventfd read
+//! (`Station::rearm`): the poke that wakes it must complete through that thread.
 
 use super::{Station, poke};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -20,6 +24,7 @@ use std::time::Duration;
 
 /// `driver` when no thread drives every ring.
 const NONE: usize = usize::MAX;
+
 /// An owner's longest sleep on its ring before it looks at the stop flag again: the wake-up
 /// at the stop is an eventfd read, and a lost one must not hang the teardown.
 const BOUND: Duration = Duration::from_millis(200);
@@ -115,19 +120,25 @@ impl Shared {
             && self.driver.compare_exchange(NONE, t, AcqRel, Acquire).is_ok()
     }
 
-    /// Serve every ring from this thread while requests come one at a time, busy-polling all
-    /// of them between requests; the other owners park. False when `own`'s ring failed.
+    /// Serve every ring from this thread while requests come one at a time, the other owners
+    /// parked: busy-poll them all between requests, and when the poll gives up, sleep on this
+    /// thread's ring with a poll of every other ring's completion queue on it (the driver stays
+    /// the driver: a drive's start wakes every owner). Ends when requests overlap (or a reply
+    /// is delayed: each owner keeps its own ring's timers), at the stop or an unmount. False
+    /// when `own`'s ring failed.
     fn drive(&self, t: usize, own: &mut Station, stop: &AtomicBool) -> bool {
         for (o, w) in self.wakes.iter().enumerate() {
             if o != t {
                 poke(w.as_raw_fd());
             }
         }
-        let mut others: Vec<_> = (0..self.stations.len()).filter(|&o| o != t).map(|o| self.station(o)).collect();
+        let ids: Vec<usize> = (0..self.stations.len()).filter(|&o| o != t).collect();
+        let mut others: Vec<_> = ids.iter().map(|&o| self.station(o)).collect();
         let mut ok = true;
         // a station already taken by its ended owner: nothing to drive
         if others.iter().all(|g| g.is_some()) {
             let mut rest: Vec<&mut Station> = others.iter_mut().map(|g| g.as_mut().expect("checked")).collect();
+            let poller = own.server.poller.clone();
             loop {
                 own.take();
                 rest.iter_mut().for_each(|s| s.take());
@@ -142,12 +153,19 @@ impl Shared {
                 if !ok || !others_ok || stop.load(Acquire) || own.finished() || rest.iter().any(|s| s.finished()) {
                     break;
                 }
-                let poller = own.server.poller.clone();
                 if !poller.may_spin() {
                     break;
                 }
+
                 poller.idle_until(|| own.pending() || rest.iter_mut().any(|s| s.pending()));
-                if !(own.pending() || rest.iter_mut().any(|s| s.pending())) {
+                if own.pending() || rest.iter_mut().any(|s| s.pending()) {
+                    continue;
+                }
+                for (s, &o) in rest.iter().zip(&ids) {
+                    own.watch(o, s.fd());
+                }
+                if !own.wait(false, Some(BOUND)) {
+                    ok = false;
                     break;
                 }
             }
