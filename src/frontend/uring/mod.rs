@@ -55,6 +55,8 @@ const WAKE: u64 = u64::MAX;
 /// user_data of a poll, on this ring, of another ring's completion queue (`shared.rs`): this
 /// value minus the other ring's index. Entries' user_data (their index) stays far below.
 const WATCH: u64 = u64::MAX - 1;
+/// user_data from here up is one of the above, not an entry's index.
+const TAGS: u64 = WATCH - u16::MAX as u64;
 /// How long registration waits for the kernel to finish INIT (the REGISTER command answers
 /// EAGAIN until then).
 const INIT_WAIT: Duration = Duration::from_secs(5);
@@ -546,7 +548,7 @@ impl Station {
     /// Requests among the completions taken; those taken in one sweep came in together
     /// (poll.rs: not serial).
     fn requests(&self) -> usize {
-        self.cqes.iter().filter(|(ud, res)| *ud < WATCH - u16::MAX as u64 && *res >= 0).count()
+        self.cqes.iter().filter(|(ud, res)| *ud < TAGS && *res >= 0).count()
     }
 
     /// Serve the completions taken, part of a sweep of `batch` requests.
@@ -557,7 +559,7 @@ impl Station {
                 self.wake_armed = false;
                 continue;
             }
-            if ud >= WATCH - u16::MAX as u64 {
+            if ud >= TAGS {
                 if let Some(w) = self.watching.get_mut((WATCH - ud) as usize) {
                     *w = false;
                 }

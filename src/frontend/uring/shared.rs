@@ -156,7 +156,6 @@ impl Shared {
                 if !poller.may_spin() {
                     break;
                 }
-
                 poller.idle_until(|| own.pending() || rest.iter_mut().any(|s| s.pending()));
                 if own.pending() || rest.iter_mut().any(|s| s.pending()) {
                     continue;
@@ -171,11 +170,9 @@ impl Shared {
             }
         }
         drop(others);
-        {
-            let _g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-            self.driver.store(NONE, Release);
-            self.unparked.notify_all();
-        }
+        // an owner checks `driver` under the gate before it waits: this notify reaches it
+        self.driver.store(NONE, Release);
+        self.unpark();
         ok
     }
 }
