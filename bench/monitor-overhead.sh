@@ -31,7 +31,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
-rounds=${1:-16}
+rounds=${1:-20}
 secs=${2:-1}
 bash "$top/scripts/setup.sh" >&2
 . "$here/lib.sh"
