@@ -14,9 +14,10 @@
 # runs: a mode starts, the window opens once it is attached (plus 0.2 s), closes SECONDS later,
 # and the mode stops before the next one starts; the transitions are outside every window. A
 # round gives every mode one window, in an order rotated by round and reversed every other
-# round. A window's IOPS come from fio's own IOPS log (100 ms averages, Unix-epoch stamps), its
-# CPU per I/O from the schedstat of fio's threads, the disk daemon's and the tracing tool's
-# (monitor, perf, or the ftrace buffer's reader). A mode's overhead at a point is the median over
+# round (balanced when ROUNDS, default 20, is a multiple of twice the number of modes). A
+# window's IOPS come from fio's own IOPS log (100 ms averages, Unix-epoch stamps), its CPU per
+# I/O from the schedstat of fio's threads, the disk daemon's and the tracing tool's (monitor,
+# perf, or the ftrace buffer's reader). A mode's overhead at a point is the median over
 # rounds of its window's paired ratio against the same round's bare window (seconds apart, so
 # the machine's slow drifts cancel), with a bootstrap 90% interval. Prints a table per point;
 # the last line holds the worst point of each mode (IOPS loss, then CPU per I/O added):
