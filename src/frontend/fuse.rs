@@ -18,6 +18,10 @@ pub(super) const ROOT: INodeNo = INodeNo(1);
 const FILE: INodeNo = INodeNo(2);
 pub(super) const TTL: Duration = Duration::from_secs(3600);
 pub const MAX_WRITE: u32 = 1 << 20;
+/// Asynchronous (background) requests the kernel keeps in flight on the connection (the loop
+/// device's direct I/O are all background requests): over io_uring, and on the classic path.
+const RING_MAX_BACKGROUND: u16 = 12;
+const CLASSIC_MAX_BACKGROUND: u16 = 256;
 
 pub struct DiskFs {
     disk: Arc<Disk>,
@@ -140,8 +144,13 @@ impl Filesystem for DiskFs {
         // (without it a deep queue gains little, ../shared/docs/FUSE-NOTES.md).
         let _ = config.add_capabilities(InitFlags::FUSE_ASYNC_DIO);
         let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.set_max_background(256);
-        let _ = config.set_congestion_threshold(192);
+        // Over io_uring, the kernel's own background limit (12, congestion at 9), as libfuse
+        // leaves it: with more async requests allowed the loop worker drains its list and
+        // sleeps, and each submission wakes it under the loop's lock; held at 12 it stays busy
+        // (BENCHMARKS.md, session 18). The classic path keeps its measured 256.
+        let bg = if self.ask_uring { RING_MAX_BACKGROUND } else { CLASSIC_MAX_BACKGROUND };
+        let _ = config.set_max_background(bg);
+        let _ = config.set_congestion_threshold(bg * 3 / 4);
         if self.ask_uring {
             // with it, the kernel holds new requests until the ring is registered (uring.rs),
             // and keeps the ring usable after the module switch goes back off
