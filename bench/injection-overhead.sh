@@ -65,8 +65,6 @@ wpid=$!
 for _ in $(seq 200); do [ -s "$work/series" ] && break; sleep 0.05; done
 [ -s "$work/series" ] || { echo "the workload did not start: $(cat "$work/workload.err")" >&2; exit 1; }
 sleep 1
-# CPU time of a process's threads in ns (their schedstat: exact, not in clock ticks)
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
 : > "$work/windows"
 echo "$rounds rounds of ${setups[*]}, ${secs}s windows, one workload on $dev" >&2
 for r in $(seq "$rounds"); do

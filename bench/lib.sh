@@ -22,3 +22,7 @@ select_points() { # script name, for the error
   [ ${#sel[@]} -gt 0 ] || { echo "$1: POINTS=\"$POINTS\" names none of ${all[*]}" >&2; exit 2; }
   points=("${sel[@]}")
 }
+
+# CPU time of a process's threads in ns, from their schedstat (exact, not in clock ticks);
+# 0 for no pid or a process gone.
+cpu_ns() { [ -n "$1" ] && cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}' || echo 0; }

@@ -125,8 +125,6 @@ points=("w4k-qd1|--rw=write --bs=4k --ioengine=psync --direct=1 --filename=$dev 
         "w128k-qd1|--rw=write --bs=128k --ioengine=psync --direct=1 --filename=$dev --size=512M"
         "fs-fileserver|--directory=$work/mnt --numjobs=4 --nrfiles=256 --filesize=128k --bs=4k --rw=randrw --rwmixwrite=67 --ioengine=psync --fdatasync=16 --file_service_type=random --openfiles=32")
 select_points monitor-overhead.sh
-# CPU time of a process's threads in ns (their schedstat: exact, not in clock ticks)
-cpu_ns() { [ -n "$1" ] && cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}' || echo 0; }
 # fio, the daemon and the tool together (the tool's part is read at open and close of its window)
 cpu_all() { echo $(( $(cpu_ns "$fpid") + $(cpu_ns "$spid") + $(cpu_ns "$mpid") )); }
 
