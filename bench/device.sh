@@ -2,15 +2,25 @@
 # bench/device.sh [ROUNDS] [SECONDS] -- faultline's disk vs its peers, side by side in one run.
 #
 # All candidates run at once, idle until measured: the peers of ../shared/bench (ceiling loop over
-# tmpfs, a minimal C libfuse RAM disk, nbdkit memory + error/delay filters via nbdfuse), faultline
-# without rules, and a second faultline disk holding 50,000 content + 50,000 offset rules that
-# never match. Each device's 512 MiB is written once before measuring (steady state). Each round runs each of fio-points.sh's four points (same fio arguments) on every
-# candidate back to back, in an order rotated per round, so the machine's slow drift (other
-# tenants; QD1 swings 20-30% over minutes here) lands on all candidates alike, then faultline
-# and faultline+100k once more (order alternating by round) for a second rules pair. Ratios
-# are the median over rounds of the per-round ratio (paired; for the rules overhead the mean of
-# the round's two pairs, with a bootstrap 90% interval over rounds: on a noisy machine that
-# shows whether the rounds can resolve the 3% target at all); IOPS tables are medians. Last line:
+# tmpfs, a minimal C libfuse RAM disk, nbdkit memory + error/delay filters via nbdfuse) and
+# faultline. Each device's 512 MiB is written once before measuring (steady state). Each round
+# runs each of fio-points.sh's four points (same fio arguments) on every candidate back to back,
+# in an order rotated per round, so the machine's slow drift (other tenants; QD1 swings 20-30%
+# over minutes here) lands on all candidates alike. Ratios are the median over rounds of the
+# per-round ratio (paired); IOPS tables are medians.
+#
+# The rules overhead is the smallest difference measured, too small for separate 3 s runs on
+# this machine, so it has a phase of its own: 100,000 rules that never match (50,000 content,
+# 50,000 offset: gen-rules.py) are armed on the faultline disk through its control socket, then
+# per point ONE fio run in which they are paused and resumed in turns (`fault pause`: the disk
+# matches nothing, as one without rules; `fault resume`: all 100k match again; both instant),
+# RULES_ROUNDS (default 100) rounds of a window with rules and one without, RULES_SECS (default
+# 0.5) each, order alternating by round. Short adjacent windows: this VM's throughput shifts by
+# 20-50% over seconds (other tenants), and windows a second or more apart (re-arming 100k rules
+# takes 1.5 s) differed by 16% sd per round. A window opens 50 ms after its toggle returned; its
+# IOPS come from fio's IOPS log (100 ms averages).
+# The overhead is the median over rounds of the paired loss, with a bootstrap 90% interval
+# (bench/windows.py) that shows whether the rounds resolve the 3% target. Last line:
 #   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 min_ratio_vs_libfuse_uring=R3 rules_overhead_pct=P qd32_vs_ceiling=C
 # The libfuse 3.19 FUSE-over-io_uring peer (one queue and thread per CPU) is skipped, with the
 # reason printed and R3 reported as "skipped", where the kernel lacks FUSE over io_uring.
@@ -39,6 +49,9 @@ fl="$top/target/release/faultline"
 hold_cpu_latency "every candidate"
 work=$(mktemp -d)
 python3 "$here/gen-rules.py" 50000 > "$work/rules.yaml"
+rules_rounds=${RULES_ROUNDS:-100}
+rules_secs=${RULES_SECS:-0.5}
+fpid=""
 
 start_faultline() { # $1 = name, $2 = rules file or empty, then extra serve arguments; prints the device
   local args=(serve --size 1GiB --socket "$work/$1.sock")
@@ -56,8 +69,11 @@ stop_faultline() { # $1 = name
   while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
 }
 cleanup() {
-  stop_faultline fl; stop_faultline flrules; stop_faultline fl1; stop_faultline flbg
+  [ -n "$fpid" ] && kill -INT "$fpid" 2>/dev/null && wait "$fpid" 2>/dev/null
+  stop_faultline fl; stop_faultline fl1; stop_faultline flbg
   for p in ceiling-loop peer-libfuse peer-nbdkit peer-libfuse-uring; do bash "$peers/$p.sh" stop >/dev/null 2>&1 || true; done
+  # KEEP=DIR keeps the raw results (rounds, windows, fio's IOPS logs) for a second look
+  [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$work"/results "$work"/rules-windows "$work"/iops.rules.* "$KEEP"/ 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -67,8 +83,7 @@ dev[ceiling]=$(bash "$peers/ceiling-loop.sh" start 1024)
 dev[libfuse]=$(bash "$peers/peer-libfuse.sh" start)
 dev[nbdkit]=$(bash "$peers/peer-nbdkit.sh" start)
 dev[faultline]=$(start_faultline fl '')
-dev[faultline+100k]=$(start_faultline flrules "$work/rules.yaml")
-names=(ceiling libfuse nbdkit faultline faultline+100k)
+names=(ceiling libfuse nbdkit faultline)
 if uring_dev=$(bash "$peers/peer-libfuse-uring.sh" start 2>"$work/uring.err"); then
   dev[libfuse-uring]=$uring_dev; names+=(libfuse-uring)
 else
@@ -117,20 +132,46 @@ for r in $(seq "$rounds"); do
       # shellcheck disable=SC2086
       line="$line $n=$(iops "${dev[$n]}" $pargs)"
     done
-    # a second rules pair per point, order alternating by round: the rules overhead is the
-    # smallest difference this bench measures, so it gets twice the samples
-    if (( r % 2 )); then pair=(faultline+100k faultline); else pair=(faultline faultline+100k); fi
-    for n in "${pair[@]}"; do
-      # shellcheck disable=SC2086
-      line="$line $n#2=$(iops "${dev[$n]}" $pargs)"
-    done
     echo "$r $line" | tee -a "$work/results" >&2
   done
 done
 
-python3 - "$work/results" "$work/uring.skipped" <<'PY'
+# the rules phase: 100k rules armed, then per point one fio run with them paused and resumed
+ctl() { "$fl" fault --socket "$work/fl.sock" "$@" > /dev/null; }
+ctl add "$work/rules.yaml"
+ctl pause
+: > "$work/rules-windows"
+for p in "${points[@]}"; do
+  IFS='|' read -r pname pargs <<< "$p"
+  echo "== rules: $pname, $rules_rounds rounds of ${rules_secs}s windows with 100k rules resumed and paused" >&2
+  rm -f "$work"/io_iops.*.log
+  # shellcheck disable=SC2086
+  fio --name=p --filename="${dev[faultline]}" --direct=1 --size=512M --runtime=100000 --time_based $pargs \
+    --write_iops_log="$work/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$work/fio.err" &
+  fpid=$!
+  sleep 1
+  for r in $(seq "$rules_rounds"); do
+    if (( r % 2 )); then order=(rules none); else order=(none rules); fi
+    for m in "${order[@]}"; do
+      if [ "$m" = rules ]; then ctl resume; fi
+      sleep 0.05
+      t0=$EPOCHREALTIME
+      sleep "$rules_secs"
+      t1=$EPOCHREALTIME
+      if [ "$m" = rules ]; then ctl pause; fi
+      echo "$pname $r $m $t0 $t1" >> "$work/rules-windows"
+    done
+  done
+  kill -INT "$fpid"; wait "$fpid" 2>/dev/null || true
+  fpid=""
+  cat "$work"/io_iops.*.log > "$work/iops.rules.$pname"
+done
+
+python3 - "$work/results" "$work/uring.skipped" "$work" "$here" <<'PY'
 import sys, statistics, os
 from collections import defaultdict
+sys.path.insert(0, sys.argv[4])
+from windows import fio_slots, window_iops, interval
 vals = defaultdict(lambda: defaultdict(dict))   # vals[point][round][name] = iops
 for line in open(sys.argv[1]):
     r, point, *kv = line.split()
@@ -139,7 +180,7 @@ for line in open(sys.argv[1]):
         vals[point][r][k] = int(v)
 points = [p for p in ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"] if p in vals]
 first = next(iter(next(iter(vals.values())).values()))
-names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline+100k", "faultline-1thread", "faultline-bg"] if n in first]
+names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline-1thread", "faultline-bg"] if n in first]
 med = lambda p, n: statistics.median(v[n] for v in vals[p].values())
 paired = lambda p, a, b: statistics.median(v[a] / v[b] for v in vals[p].values())
 print(f"{'IOPS (median)':<16}" + "".join(f"{p:>12}" for p in points))
@@ -147,17 +188,25 @@ for n in names:
     print(f"{n:<16}" + "".join(f"{med(p, n):>12.0f}" for p in points))
 r1 = {p: paired(p, "faultline", "libfuse") for p in points}
 r2 = {p: paired(p, "faultline", "nbdkit") for p in points}
-# rules overhead: per round the mean of the two paired ratios (first pass, second pair)
-ov = {p: 100 * (1 - statistics.median((v["faultline+100k"] / v["faultline"] + v["faultline+100k#2"] / v["faultline#2"]) / 2
-                                      for v in vals[p].values())) for p in points}
-# how well the rounds pin the overhead down: a bootstrap 90% interval of the median over rounds
-import random
-rng = random.Random(7)
-def interval(p):
-    per = [100 * (1 - (v["faultline+100k"] / v["faultline"] + v["faultline+100k#2"] / v["faultline#2"]) / 2) for v in vals[p].values()]
-    meds = sorted(statistics.median(rng.choices(per, k=len(per))) for _ in range(2000))
-    return meds[100], meds[1899]
-ci = {p: interval(p) for p in points}
+# rules overhead: per round of the rules phase, the loss of the window with 100k rules against
+# the same round's window without
+rw = defaultdict(dict)   # rw[point][round][mode] = (t0, t1)
+for line in open(os.path.join(sys.argv[3], "rules-windows")):
+    p, r, m, t0, t1 = line.split()
+    rw[p].setdefault(r, {})[m] = (float(t0), float(t1))
+ov, ci, rules_iops, none_iops = {}, {}, {}, {}
+for p in points:
+    slots = fio_slots(os.path.join(sys.argv[3], f"iops.rules.{p}"))
+    per, with_rules, without = [], [], []
+    for r, w in rw[p].items():
+        a, b = window_iops(slots, *w["rules"]), window_iops(slots, *w["none"])
+        if a is None or b is None:
+            sys.exit(f"no IOPS samples inside a rules-phase window of {p} round {r}: is fio's log empty?")
+        per.append(100 * (1 - a / b))
+        with_rules.append(a)
+        without.append(b)
+    ov[p], ci[p] = statistics.median(per), interval(per)
+    rules_iops[p], none_iops[p] = statistics.median(with_rules), statistics.median(without)
 r3 = {p: paired(p, "faultline", "libfuse-uring") for p in points} if "libfuse-uring" in names else None
 qd32 = f'{paired("rr4k-qd32", "faultline", "ceiling"):.2f}' if "rr4k-qd32" in vals else "skipped"
 print("ratio vs libfuse " + " ".join(f"{p}={r1[p]:.2f}" for p in points))
@@ -168,9 +217,10 @@ if "faultline-1thread" in names:
 if "faultline-bg" in names:
     print("bg/default       " + " ".join(f"{p}={paired(p, 'faultline-bg', 'faultline'):.2f}" for p in points))
 print("ratio vs nbdkit  " + " ".join(f"{p}={r2[p]:.2f}" for p in points))
+print("rules phase, median window IOPS without / with 100k rules: " + " ".join(f"{p}={none_iops[p]:.0f}/{rules_iops[p]:.0f}" for p in points))
 print("rules overhead % " + " ".join(f"{p}={ov[p]:.1f}" for p in points))
 print("  90% interval   " + " ".join(f"{p}=[{ci[p][0]:.1f},{ci[p][1]:.1f}]" for p in points))
-print("(ratios: median over rounds of the per-round ratio; interval: bootstrap over rounds)")
+print(f"(ratios: median over rounds of the per-round ratio; rules: median over {len(next(iter(rw.values())))} rounds of the paired window loss, interval: bootstrap over rounds)")
 r3s = f"{min(r3.values()):.2f}" if r3 else "skipped"
 print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} min_ratio_vs_libfuse_uring={r3s} rules_overhead_pct={max(ov.values()):.1f} qd32_vs_ceiling={qd32}")
 PY

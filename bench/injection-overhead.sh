@@ -84,9 +84,11 @@ done
 kill -TERM "$wpid"; wait "$wpid" 2>/dev/null || true
 wpid=""
 
-python3 - "$work" <<'PY'
-import json, sys, random, statistics as st, collections
+python3 - "$work" "$here" <<'PY'
+import json, sys, statistics as st, collections
 work = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+from windows import interval
 start, slots = None, []   # (end of a 100 ms interval in s since the epoch, blocks written in it)
 for l in open(f"{work}/series"):
     o = json.loads(l)
@@ -107,10 +109,6 @@ for l in open(f"{work}/windows"):
     ops_s = sum(inside) / (len(inside) * 0.1)
     blocks = ops_s * (float(t1) - float(t0))
     rows[r][s] = (ops_s * 4096 / 2**20, int(cpu) / 1e3 / max(blocks, 1))
-rng = random.Random(7)
-def interval(x):
-    meds = sorted(st.median(rng.choices(x, k=len(x))) for _ in range(2000))
-    return meds[100], meds[1899]
 for k in names:
     mib = [v[k][0] for v in rows.values()]; cpu = [v[k][1] for v in rows.values()]
     print(f"{k:9s} {st.mean(mib):8.1f} MiB/s (sd {st.pstdev(mib):5.1f})  {st.mean(cpu):6.2f} µs CPU/block (sd {st.pstdev(cpu):5.2f})")

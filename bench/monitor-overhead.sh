@@ -162,31 +162,21 @@ for p in "${points[@]}"; do
   cat "$work"/io_iops.*.log > "$work/iops.$pname"
 done
 
-python3 - "$work" "${modes[*]}" <<'PY'
-import sys, random, statistics as st, collections
+python3 - "$work" "${modes[*]}" "$here" <<'PY'
+import sys, statistics as st, collections
 work, modes = sys.argv[1], [m for m in sys.argv[2].split() if m != "bare"]
+sys.path.insert(0, sys.argv[3])
+from windows import fio_slots, window_iops, interval
 wins = [l.split() for l in open(f"{work}/windows") if l.strip()]
 points = list(dict.fromkeys(w[0] for w in wins))
-rng = random.Random(7)
-def interval(x):
-    meds = sorted(st.median(rng.choices(x, k=len(x))) for _ in range(2000))
-    return meds[100], meds[1899]
 samples = collections.defaultdict(dict)  # (point, round) -> mode -> (IOPS, CPU µs per I/O)
 for p in points:
-    # fio's log: "epoch ms, IOPS over the 100 ms ending there, direction, ..." per job thread;
-    # a window's IOPS: the sum over its 100 ms slots fully inside it, per second
-    slots = collections.Counter()
-    for l in open(f"{work}/iops.{p}"):
-        f = l.split(",")
-        if len(f) >= 2:
-            slots[int(f[0])] += float(f[1])
-    stamps = sorted(slots)
+    # a window's IOPS: fio's 100 ms slots fully inside it (all job threads summed)
+    slots = fio_slots(f"{work}/iops.{p}")
     for _, r, m, t0, t1, cpu in (w for w in wins if w[0] == p):
-        lo, hi = float(t0) * 1000 + 100, float(t1) * 1000
-        inside = [slots[t] for t in stamps if lo <= t <= hi]
-        if not inside:
+        iops = window_iops(slots, float(t0), float(t1))
+        if iops is None:
             sys.exit(f"no IOPS samples inside the {m} window of {p} round {r}: is fio's log empty?")
-        iops = sum(inside) / len(inside)
         ios = iops * (float(t1) - float(t0))
         samples[(p, r)][m] = (iops, int(cpu) / 1e3 / max(ios, 1))
 worst = {m: [None, None] for m in ("monitor", "ftrace", "perf", "driver")}

@@ -239,6 +239,10 @@ enum FaultCmd {
     Remove { ids: Vec<u64> },
     /// Disarm all rules.
     Clear,
+    /// Stop matching rules until `resume`, keeping them and their counters.
+    Pause,
+    /// Match the paused rules again.
+    Resume,
     /// Print fault log entries as JSON lines.
     Log {
         #[arg(long, default_value_t = 0)]
@@ -572,6 +576,8 @@ fn fault(socket: Option<PathBuf>, cmd: FaultCmd) -> Result<()> {
         FaultCmd::List => json!({"cmd": "list"}),
         FaultCmd::Remove { ids } => json!({"cmd": "remove", "ids": ids}),
         FaultCmd::Clear => json!({"cmd": "clear"}),
+        FaultCmd::Pause => json!({"cmd": "pause"}),
+        FaultCmd::Resume => json!({"cmd": "resume"}),
         FaultCmd::Log { since, max } => json!({"cmd": "log", "since": since, "max": max}),
         FaultCmd::Stats => json!({"cmd": "stats"}),
     };

@@ -270,5 +270,19 @@ fn control_socket_round_trip(ring: &str) {
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
+    // pause and resume through the CLI: paused, rule a (reads of block 1 fail) does not fire
+    let fault = |cmd: &str| std::process::Command::new(bin()).args(["fault", cmd, "--socket"]).arg(&s.socket).output().unwrap();
+    let d = s.open();
+    assert!(read_block(&d, 1).is_err());
+    let out = fault("pause");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["paused"], 2);
+    assert!(read_block(&d, 1).is_ok());
+    let again = fault("pause");
+    assert!(!again.status.success() && String::from_utf8_lossy(&again.stderr).contains("already paused"));
+    assert_eq!(s.rules().len(), 2, "paused rules stay listed");
+    assert!(fault("resume").status.success());
+    assert!(read_block(&d, 1).is_err());
+    drop(d);
     s.stop();
 }

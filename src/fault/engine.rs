@@ -284,8 +284,10 @@ impl RuleSet {
 }
 
 pub struct Engine {
+    /// The rules requests are matched against: the armed set, or an empty one while paused.
     set: ArcSwap<RuleSet>,
-    edit: Mutex<()>,
+    /// Serializes edits; holds the armed set while paused (`pause`), where edits then go.
+    edit: Mutex<Option<Arc<RuleSet>>>,
     next_id: AtomicU64,
     start: Instant,
     /// µs after `start` at which the current epoch began (see `reset_epoch`).
@@ -302,7 +304,10 @@ pub struct EngineStats {
     pub uptime_us: u64,
     pub requests: u64,
     pub bytes: u64,
+    /// Armed rules (matched or, while `paused`, set aside).
     pub rules: usize,
+    #[serde(default)]
+    pub paused: bool,
     pub faults_logged: u64,
     pub log_dropped: u64,
     /// Delayed replies: how late after their deadline they went out.
@@ -316,7 +321,7 @@ impl Engine {
     pub fn new(block_size: u32) -> Engine {
         Engine {
             set: ArcSwap::from_pointee(RuleSet::default()),
-            edit: Mutex::new(()),
+            edit: Mutex::new(None),
             next_id: AtomicU64::new(1),
             start: Instant::now(),
             epoch_us: AtomicU64::new(0),
@@ -343,7 +348,7 @@ impl Engine {
     /// Arm rules (one snapshot rebuild for the whole batch). Returns the armed rules so the
     /// caller can apply at-rest actions (`rot`).
     pub fn add(&self, rules: Vec<Rule>) -> Vec<Arc<ArmedRule>> {
-        let _g = self.edit.lock().unwrap();
+        let mut paused = self.edit.lock().unwrap();
         let new: Vec<Arc<ArmedRule>> = rules
             .into_iter()
             .map(|rule| {
@@ -357,45 +362,89 @@ impl Engine {
                 })
             })
             .collect();
-        let mut all = self.set.load().all.clone();
+        let mut all = self.armed(&paused).all.clone();
         all.extend(new.iter().cloned());
-        self.set.store(Arc::new(RuleSet::build(all)));
+        self.publish(&mut paused, RuleSet::build(all));
         new
+    }
+
+    /// The armed rules (set aside while paused).
+    fn armed(&self, paused: &Option<Arc<RuleSet>>) -> Arc<RuleSet> {
+        paused.clone().unwrap_or_else(|| self.set.load_full())
+    }
+
+    /// Make `set` the armed rules: live, or set aside while paused.
+    fn publish(&self, paused: &mut Option<Arc<RuleSet>>, set: RuleSet) {
+        match paused {
+            Some(p) => *p = Arc::new(set),
+            None => self.set.store(Arc::new(set)),
+        }
+    }
+
+    /// Stop matching any rule until `resume`, keeping the armed rules and their counters (rules
+    /// armed, removed or cleared meanwhile change the set that resumes). Requests then take the
+    /// path of a disk without rules. Returns how many rules are set aside; None if already paused.
+    pub fn pause(&self) -> Option<usize> {
+        let mut paused = self.edit.lock().unwrap();
+        if paused.is_some() {
+            return None;
+        }
+        let set = self.set.swap(Arc::new(RuleSet::default()));
+        let n = set.all.len();
+        *paused = Some(set);
+        Some(n)
+    }
+
+    /// Match the armed rules again. Returns how many; None if not paused.
+    pub fn resume(&self) -> Option<usize> {
+        let set = self.edit.lock().unwrap().take()?;
+        let n = set.all.len();
+        self.set.store(set);
+        Some(n)
+    }
+
+    pub fn paused(&self) -> bool {
+        self.edit.lock().unwrap().is_some()
     }
 
     /// Disarm rules by id; returns how many were removed.
     pub fn remove(&self, ids: &[RuleId]) -> usize {
-        let _g = self.edit.lock().unwrap();
-        let cur = self.set.load();
+        let mut paused = self.edit.lock().unwrap();
+        let cur = self.armed(&paused);
         let all: Vec<_> = cur.all.iter().filter(|r| !ids.contains(&r.id)).cloned().collect();
         let n = cur.all.len() - all.len();
-        self.set.store(Arc::new(RuleSet::build(all)));
+        self.publish(&mut paused, RuleSet::build(all));
         n
     }
 
     pub fn clear(&self) -> usize {
-        let _g = self.edit.lock().unwrap();
-        let n = self.set.load().all.len();
-        self.set.store(Arc::new(RuleSet::default()));
+        let mut paused = self.edit.lock().unwrap();
+        let n = self.armed(&paused).all.len();
+        self.publish(&mut paused, RuleSet::default());
         n
     }
 
+    /// The armed rules, paused or not.
     pub fn list(&self) -> Vec<RuleStatus> {
-        self.set.load().all.iter().map(|r| r.status()).collect()
+        let armed = self.armed(&self.edit.lock().unwrap());
+        armed.all.iter().map(|r| r.status()).collect()
     }
 
     pub fn stats(&self) -> EngineStats {
+        let (armed, paused) = {
+            let g = self.edit.lock().unwrap();
+            (self.armed(&g), g.is_some())
+        };
         EngineStats {
             uptime_us: self.elapsed_us(),
             requests: self.requests.load(Relaxed),
             bytes: self.bytes.load(Relaxed),
-            rules: self.set.load().all.len(),
+            rules: armed.all.len(),
+            paused,
             faults_logged: self.log.total(),
             log_dropped: self.log.dropped(),
             delay_lateness: self.log.delay_lateness.summary(),
-            rule_firing: self
-                .set
-                .load()
+            rule_firing: armed
                 .all
                 .iter()
                 .filter(|r| r.rule.pattern.is_some() || r.rule.probability.is_some())
@@ -705,6 +754,32 @@ mod tests {
         assert_eq!(p.edits, vec![Edit::Flip { pos: 8192, bit: 0 }]);
         assert!(e.plan(Op::Read, 0, 16384, None).is_clean());
         assert!(e.plan(Op::Write, 12288, 4096, None).is_clean());
+    }
+
+    #[test]
+    fn pause_sets_rules_aside_and_resume_restores_them() {
+        let e = eng();
+        let range = |start| Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Range { start, end: start + 4096 });
+        e.add(vec![range(0)]);
+        assert!(e.plan(Op::Read, 0, 4096, None).errno.is_some());
+        assert_eq!(e.pause(), Some(1));
+        assert_eq!(e.pause(), None);
+        assert!(e.plan(Op::Read, 0, 4096, None).is_clean());
+        assert!(e.paused() && e.stats().paused);
+        // edits while paused go to the set that resumes, and are not matched before it does
+        e.add(vec![range(8192)]);
+        assert!(e.plan(Op::Read, 8192, 4096, None).is_clean());
+        assert_eq!(e.list().len(), 2);
+        assert_eq!(e.list()[0].matched, 1, "paused requests are not counted against the rules");
+        assert_eq!(e.resume(), Some(2));
+        assert_eq!(e.resume(), None);
+        assert!(e.plan(Op::Read, 0, 4096, None).errno.is_some());
+        assert!(e.plan(Op::Read, 8192, 4096, None).errno.is_some());
+        // clear while paused leaves nothing to resume
+        e.pause();
+        assert_eq!(e.clear(), 2);
+        assert_eq!(e.resume(), Some(0));
+        assert!(e.plan(Op::Read, 0, 4096, None).is_clean());
     }
 
     #[test]

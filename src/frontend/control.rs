@@ -1,7 +1,8 @@
 //! The control socket: JSON lines over a Unix socket, one request per line, one reply per line.
 //!
 //! Requests: {"cmd":"add","rules":"<YAML rules document>"} | {"cmd":"list"} |
-//! {"cmd":"remove","ids":[1,2]} | {"cmd":"clear"} | {"cmd":"log","since":0,"max":1000} |
+//! {"cmd":"remove","ids":[1,2]} | {"cmd":"clear"} | {"cmd":"pause"} | {"cmd":"resume"} |
+//! {"cmd":"log","since":0,"max":1000} |
 //! {"cmd":"stats"} | {"cmd":"arm","rules":[<Rule as JSON>]} | {"cmd":"reset_epoch"} |
 //! {"cmd":"info"}. Replies: {"ok":true,"result":...} or {"ok":false,"error":"..."}.
 
@@ -9,7 +10,7 @@ use crate::disk::Disk;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
@@ -33,6 +34,9 @@ enum Request {
         ids: Vec<u64>,
     },
     Clear,
+    /// Stop matching rules, keeping them (`Engine::pause`).
+    Pause,
+    Resume,
     Log {
         #[serde(default)]
         since: u64,
@@ -72,7 +76,7 @@ fn serve_client(s: UnixStream, disk: &Disk, info: &Value) {
             Ok(v) => json!({"ok": true, "result": v}),
             Err(e) => json!({"ok": false, "error": format!("{e:#}")}),
         };
-        if writeln!(w, "{reply}").is_err() {
+        if crate::sys::write_json_line(&mut w, &reply).is_err() {
             return;
         }
     }
@@ -107,6 +111,14 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
             json!({"removed": n})
         }
         Request::Clear => json!({"removed": disk.engine.clear()}),
+        Request::Pause => match disk.engine.pause() {
+            Some(n) => json!({"paused": n}),
+            None => bail!("the rules are already paused (`faultline fault resume` resumes them)"),
+        },
+        Request::Resume => match disk.engine.resume() {
+            Some(n) => json!({"resumed": n}),
+            None => bail!("the rules are not paused (`faultline fault pause` pauses them)"),
+        },
         Request::Log { since, max } => serde_json::to_value(disk.engine.log.since(since, max))?,
         Request::Stats => {
             let mut v = serde_json::to_value(disk.engine.stats())?;
@@ -132,7 +144,7 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
 /// Client side: send one request, return its result.
 pub fn call(path: &Path, req: &Value) -> Result<Value> {
     let mut s = UnixStream::connect(path).with_context(|| format!("cannot connect to {} (is `faultline serve` running?)", path.display()))?;
-    writeln!(s, "{req}")?;
+    crate::sys::write_json_line(&mut s, req)?;
     let mut line = String::new();
     BufReader::new(&s).read_line(&mut line)?;
     let v: Value = serde_json::from_str(&line).context("bad reply from the control socket")?;

@@ -10,7 +10,7 @@ use crate::spec::net::NetRule;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::sync::Arc;
@@ -52,7 +52,7 @@ fn serve_client(s: UnixStream, relay: &Relay) {
             Ok(v) => json!({"ok": true, "result": v}),
             Err(e) => json!({"ok": false, "error": format!("{e:#}")}),
         };
-        if writeln!(w, "{reply}").is_err() {
+        if crate::sys::write_json_line(&mut w, &reply).is_err() {
             return;
         }
     }
@@ -70,7 +70,7 @@ fn handle(line: &str, relay: &Relay) -> Result<Value> {
 /// Client side: send one request, return its result.
 pub fn call(path: &Path, req: &Value) -> Result<Value> {
     let mut s = UnixStream::connect(path).with_context(|| format!("cannot connect to {} (is `faultline net up` running?)", path.display()))?;
-    writeln!(s, "{req}")?;
+    crate::sys::write_json_line(&mut s, req)?;
     let mut line = String::new();
     BufReader::new(&s).read_line(&mut line)?;
     let v: Value = serde_json::from_str(&line).context("bad reply from the control socket")?;

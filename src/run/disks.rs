@@ -12,7 +12,7 @@ use crate::spec::disk::DiskSpec;
 use crate::spec::rule::RuleId;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
@@ -133,7 +133,7 @@ impl DiskServer {
             *conn = Some((BufReader::new(s.try_clone()?), s));
         }
         let (r, w) = conn.as_mut().unwrap();
-        writeln!(w, "{req}").context("the disk server is gone")?;
+        crate::sys::write_json_line(w, &req).context("the disk server is gone")?;
         let mut line = String::new();
         if r.read_line(&mut line)? == 0 {
             bail!("the disk server closed its control socket");

@@ -25,3 +25,11 @@ pub fn mem_total() -> Option<u64> {
     let kib: u64 = text.lines().find_map(|l| l.strip_prefix("MemTotal:"))?.trim().strip_suffix("kB")?.trim().parse().ok()?;
     kib.checked_mul(1024)
 }
+
+/// Send one JSON value as a line in a single write. `writeln!` on an unbuffered socket sends each
+/// token of the JSON on its own (a syscall each), which made large control replies take seconds.
+pub fn write_json_line(w: &mut impl std::io::Write, v: &serde_json::Value) -> std::io::Result<()> {
+    let mut buf = serde_json::to_vec(v)?;
+    buf.push(b'\n');
+    w.write_all(&buf)
+}
