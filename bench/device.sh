@@ -144,11 +144,8 @@ ctl pause
 for p in "${points[@]}"; do
   IFS='|' read -r pname pargs <<< "$p"
   echo "== rules: $pname, $rules_rounds rounds of ${rules_secs}s windows with 100k rules resumed and paused" >&2
-  rm -f "$work"/io_iops.*.log
   # shellcheck disable=SC2086
-  fio --name=p --filename="${dev[faultline]}" --direct=1 --size=512M --runtime=100000 --time_based $pargs \
-    --write_iops_log="$work/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$work/fio.err" &
-  fpid=$!
+  start_window_fio "$work" --filename="${dev[faultline]}" --direct=1 --size=512M $pargs
   sleep 1
   for r in $(seq "$rules_rounds"); do
     if (( r % 2 )); then order=(rules none); else order=(none rules); fi
@@ -162,9 +159,7 @@ for p in "${points[@]}"; do
       echo "$pname $r $m $t0 $t1" >> "$work/rules-windows"
     done
   done
-  kill -INT "$fpid"; wait "$fpid" 2>/dev/null || true
-  fpid=""
-  cat "$work"/io_iops.*.log > "$work/iops.rules.$pname"
+  stop_window_fio "$work" "$work/iops.rules.$pname"
 done
 
 python3 - "$work/results" "$work/uring.skipped" "$work" "$here" <<'PY'

@@ -26,3 +26,19 @@ select_points() { # script name, for the error
 # CPU time of a process's threads in ns, from their schedstat (exact, not in clock ticks);
 # 0 for no pid or a process gone.
 cpu_ns() { [ -n "$1" ] && cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}' || echo 0; }
+
+# One long fio run whose throughput is read in windows (bench/windows.py): fio with ARGS in the
+# background, its IOPS log (100 ms averages, Unix-epoch stamps) in DIR; sets fpid. Then
+# stop_window_fio DIR DEST ends it and gathers its threads' logs into DEST.
+start_window_fio() { # DIR fio-args...
+  local dir=$1; shift
+  rm -f "$dir"/io_iops.*.log
+  fio --name=p "$@" --runtime=100000 --time_based --write_iops_log="$dir/io" \
+    --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$dir/fio.err" &
+  fpid=$!
+}
+stop_window_fio() { # DIR DEST
+  kill -INT "$fpid"; wait "$fpid" 2>/dev/null || true
+  fpid=""
+  cat "$1"/io_iops.*.log > "$2"
+}

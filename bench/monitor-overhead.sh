@@ -137,11 +137,8 @@ for p in "${points[@]}"; do
     # shellcheck disable=SC2086
     fio --name=p --thread $pargs --runtime=1 --time_based > /dev/null 2>&1
   fi
-  rm -f "$work"/io_iops.*.log
   # shellcheck disable=SC2086
-  fio --name=p --thread $pargs --runtime=100000 --time_based --write_iops_log="$work/io" \
-    --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$work/fio.err" &
-  fpid=$!
+  start_window_fio "$work" --thread $pargs
   sleep 1
   echo "== $pname: $rounds rounds of ${modes[*]}, ${secs}s windows" >&2
   for r in $(seq "$rounds"); do
@@ -157,9 +154,7 @@ for p in "${points[@]}"; do
       echo "$pname $r $m $t0 $t1 $(( c1 - c0 ))" >> "$work/windows"
     done
   done
-  kill -INT "$fpid"; wait "$fpid" 2>/dev/null || true
-  fpid=""
-  cat "$work"/io_iops.*.log > "$work/iops.$pname"
+  stop_window_fio "$work" "$work/iops.$pname"
 done
 
 python3 - "$work" "${modes[*]}" "$here" <<'PY'
