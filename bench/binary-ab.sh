@@ -11,8 +11,8 @@
 #   SERVE_ARGS=.. extra `serve` arguments for both (e.g. "--busy-poll 0 --cpu-latency keep",
 #                 so the CPU figure counts work, not polling)
 #   MAX_BACKGROUND_A=N / MAX_BACKGROUND_B=N  set that candidate's FUSE connection's
-#                 max_background (/sys/fs/fuse/connections/ID/; faultline asks for 256, the
-#                 kernel's default is 12) after it starts, with congestion_threshold at 3/4 of it;
+#                 max_background (/sys/fs/fuse/connections/ID/; faultline asks for 12 over
+#                 io_uring, 256 on the classic path) after it starts, with congestion_threshold at 3/4 of it;
 #                 with BIN_A = BIN_B this compares the setting alone
 # Last line: iops_ratio_b_vs_a=R cpu_per_io_a_us=X cpu_per_io_b_us=Y (medians over rounds)
 set -euo pipefail

@@ -15,10 +15,11 @@
 # per point ONE fio run in which they are paused and resumed in turns (`fault pause`: the disk
 # matches nothing, as one without rules; `fault resume`: all 100k match again; both instant),
 # RULES_ROUNDS (default 100) rounds of a window with rules and one without, RULES_SECS (default
-# 0.5) each, order alternating by round. Short adjacent windows: this VM's throughput shifts by
-# 20-50% over seconds (other tenants), and windows a second or more apart (re-arming 100k rules
-# takes 1.5 s) differed by 16% sd per round. A window opens 50 ms after its toggle returned; its
-# IOPS come from fio's IOPS log (100 ms averages).
+# 0.5) each, order alternating by round. Short adjacent windows and instant toggles: this VM's
+# throughput moves fast (other tenants), so only more measured time narrows the interval, and
+# re-arming the rules per window (a parse of 100k rules) would spend it on transitions
+# (BENCHMARKS.md, session 19). A window opens 50 ms after its toggle returned; its IOPS come from
+# fio's IOPS log (100 ms averages).
 # The overhead is the median over rounds of the paired loss, with a bootstrap 90% interval
 # (bench/windows.py) that shows whether the rounds resolve the 3% target. Last line:
 #   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 min_ratio_vs_libfuse_uring=R3 rules_overhead_pct=P qd32_vs_ceiling=C
@@ -28,7 +29,7 @@
 # every CPU queue, busy-polling between serial requests) to compare with the default (one ring
 # per CPU queue, frontend/uring/shared.rs) in the same rounds. MAX_BACKGROUND_AB=N adds `faultline-bg` (faultline's defaults, its FUSE
 # connection's max_background set to N and congestion_threshold to 3/4 of it after the start;
-# faultline asks for 256, libfuse leaves the kernel's 12) and prints its ratio to the default.
+# faultline asks for 12 over io_uring, as libfuse leaves it) and prints its ratio to the default.
 #
 # faultline runs with its defaults, among them `--cpu-latency auto`: while its disk has
 # requests, idle CPUs poll instead of halting (frontend/cpu_latency.rs), which the peers do not
