@@ -132,14 +132,23 @@ fn delay_is_realized_per_packet() {
     if !need_net(&["ping"]) {
         return;
     }
-    let net = NetUp::start("client,target");
+    // through the relay both times, so the difference is the delay and not the relay's own path
+    // against the kernel's veth (which moves with the machine's load)
+    let net = NetUp::start_with("client,target", &["--always-relay"]);
     let t = target_addr(&net);
     let base = median(ping(&net, "client", &t, 60, "0.01").into_iter().map(|p| p.1).collect());
     net.set(&["--from", "client", "--to", "target", "--both", "--delay", "1ms"]);
     let with = ping(&net, "client", &t, 60, "0.01");
-    assert_eq!(with.len(), 60, "no ping may be lost to a delay");
+    // A delay loses nothing itself. The relay drops a delayed packet only when it was kept off the
+    // CPU for more than 10 ms past the packet's due time (`overdue`, docs/net.md), which a busy VM
+    // does now and then; every missing ping must be one of those.
+    let (out, back) = (net.link("client", "target"), net.link("target", "client"));
+    let overdue = out["overdue"].as_u64().unwrap() + back["overdue"].as_u64().unwrap();
+    let dropped = out["dropped"].as_u64().unwrap() + back["dropped"].as_u64().unwrap();
+    let missing: Vec<u32> = (1..=60).filter(|s| !with.iter().any(|p| p.0 == *s)).collect();
+    assert!(missing.len() as u64 == overdue && dropped == overdue && overdue <= 3, "missing icmp_seq {missing:?}: {out} {back}");
     let added = median(with.into_iter().map(|p| p.1).collect()) - base;
-    // 1 ms each way: the round trip is 2 ms longer (timer lateness adds microseconds)
+    // 1 ms each way: the round trip is 2 ms longer (timer lateness adds tens of microseconds)
     assert!((1.95..2.6).contains(&added), "added round-trip time {added:.3} ms, expected ~2 ms");
     let l = net.link("client", "target");
     assert!(l["delayed"].as_u64().unwrap() >= 60, "{l}");
