@@ -23,6 +23,12 @@
 # The overhead is the median over rounds of the paired loss, with a bootstrap 90% interval
 # (bench/windows.py) that shows whether the rounds resolve the 3% target. Last line:
 #   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 min_ratio_vs_libfuse_uring=R3 rules_overhead_pct=P qd32_vs_ceiling=C
+# QD32 against the ceiling loop has a phase of its own for the same reason: the ceiling's QD32
+# IOPS move by a quarter between 3 s runs here. Two fio runs of the rr4k-qd32 point (threads, so
+# one signal stops a run whole), one on the ceiling loop and one on faultline, take turns: one
+# runs for a window while the other is stopped (SIGSTOP), QD32_ROUNDS (default 60) rounds of
+# QD32_SECS (default 0.5) each, order alternating by round; qd32_vs_ceiling is the median over
+# rounds of faultline's window IOPS over the same round's ceiling window, with its 90% interval.
 # The libfuse 3.19 FUSE-over-io_uring peer (one queue and thread per CPU) is skipped, with the
 # reason printed and R3 reported as "skipped", where the kernel lacks FUSE over io_uring.
 # RING_THREADS_AB=1 adds `faultline-1thread` (faultline with --ring-threads 1: one ring thread for
@@ -52,7 +58,10 @@ work=$(mktemp -d)
 python3 "$here/gen-rules.py" 50000 > "$work/rules.yaml"
 rules_rounds=${RULES_ROUNDS:-100}
 rules_secs=${RULES_SECS:-0.5}
+qd32_rounds=${QD32_ROUNDS:-60}
+qd32_secs=${QD32_SECS:-0.5}
 fpid=""
+declare -A qpid
 
 start_faultline() { # $1 = name, $2 = rules file or empty, then extra serve arguments; prints the device
   local args=(serve --size 1GiB --socket "$work/$1.sock")
@@ -71,10 +80,11 @@ stop_faultline() { # $1 = name
 }
 cleanup() {
   [ -n "$fpid" ] && kill -INT "$fpid" 2>/dev/null && wait "$fpid" 2>/dev/null
+  for q in "${qpid[@]}"; do kill -CONT "$q" 2>/dev/null; kill -INT "$q" 2>/dev/null; wait "$q" 2>/dev/null; done
   stop_faultline fl; stop_faultline fl1; stop_faultline flbg
   for p in ceiling-loop peer-libfuse peer-nbdkit peer-libfuse-uring; do bash "$peers/$p.sh" stop >/dev/null 2>&1 || true; done
   # KEEP=DIR keeps the raw results (rounds, windows, fio's IOPS logs) for a second look
-  [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$work"/results "$work"/rules-windows "$work"/iops.rules.* "$KEEP"/ 2>/dev/null
+  [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$work"/results "$work"/rules-windows "$work"/iops.rules.* "$work"/qd32-windows "$work"/iops.qd32.* "$KEEP"/ 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -163,6 +173,36 @@ for p in "${points[@]}"; do
   stop_window_fio "$work" "$work/iops.rules.$pname"
 done
 
+# the QD32 phase: the ceiling loop and faultline take turns at rr4k-qd32, one fio run each
+: > "$work/qd32-windows"
+if [[ " ${points[*]} " == *" rr4k-qd32|"* ]]; then
+  echo "== qd32: $qd32_rounds rounds of ${qd32_secs}s windows, ceiling loop and faultline in turns" >&2
+  for n in ceiling faultline; do
+    mkdir -p "$work/q.$n"
+    fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M --rw=randread --bs=4k --ioengine=libaio --iodepth=32 \
+      --runtime=100000 --time_based --write_iops_log="$work/q.$n/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$work/q.$n/err" &
+    qpid[$n]=$!
+    kill -STOP "${qpid[$n]}"
+  done
+  for r in $(seq "$qd32_rounds"); do
+    if (( r % 2 )); then order=(ceiling faultline); else order=(faultline ceiling); fi
+    for n in "${order[@]}"; do
+      kill -CONT "${qpid[$n]}"
+      sleep 0.05
+      t0=$EPOCHREALTIME
+      sleep "$qd32_secs"
+      t1=$EPOCHREALTIME
+      kill -STOP "${qpid[$n]}"
+      echo "$r $n $t0 $t1" >> "$work/qd32-windows"
+    done
+  done
+  for n in ceiling faultline; do
+    kill -CONT "${qpid[$n]}"; kill -INT "${qpid[$n]}"; wait "${qpid[$n]}" 2>/dev/null || true
+    cat "$work/q.$n"/io_iops.*.log > "$work/iops.qd32.$n"
+  done
+  qpid=()
+fi
+
 python3 - "$work/results" "$work/uring.skipped" "$work" "$here" <<'PY'
 import sys, statistics, os
 from collections import defaultdict
@@ -204,7 +244,26 @@ for p in points:
     ov[p], ci[p] = statistics.median(per), interval(per)
     rules_iops[p], none_iops[p] = statistics.median(with_rules), statistics.median(without)
 r3 = {p: paired(p, "faultline", "libfuse-uring") for p in points} if "libfuse-uring" in names else None
-qd32 = f'{paired("rr4k-qd32", "faultline", "ceiling"):.2f}' if "rr4k-qd32" in vals else "skipped"
+# QD32 vs the ceiling: per round of the QD32 phase, faultline's window over the ceiling's
+qw = defaultdict(dict)   # qw[round][name] = (t0, t1)
+for line in open(os.path.join(sys.argv[3], "qd32-windows")):
+    r, n, t0, t1 = line.split()
+    qw[r][n] = (float(t0), float(t1))
+qd32, qd32_line = "skipped", None
+if qw:
+    qs = {n: fio_slots(os.path.join(sys.argv[3], f"iops.qd32.{n}")) for n in ("ceiling", "faultline")}
+    per, wi = [], {"ceiling": [], "faultline": []}
+    for r, w in qw.items():
+        a, b = window_iops(qs["faultline"], *w["faultline"]), window_iops(qs["ceiling"], *w["ceiling"])
+        if a is None or b is None:
+            sys.exit(f"no IOPS samples inside a QD32-phase window of round {r}: is fio's log empty?")
+        per.append(a / b)
+        wi["faultline"].append(a)
+        wi["ceiling"].append(b)
+    lo, hi = interval(per)
+    qd32 = f"{statistics.median(per):.2f}"
+    qd32_line = (f"qd32 phase, median window IOPS ceiling / faultline: {statistics.median(wi['ceiling']):.0f}/{statistics.median(wi['faultline']):.0f}, "
+                 f"faultline/ceiling {qd32} [{lo:.2f},{hi:.2f}] over {len(per)} rounds (the rounds above: {paired('rr4k-qd32', 'faultline', 'ceiling'):.2f})")
 print("ratio vs libfuse " + " ".join(f"{p}={r1[p]:.2f}" for p in points))
 if r3:
     print("ratio vs libfuse-uring " + " ".join(f"{p}={r3[p]:.2f}" for p in points))
@@ -216,6 +275,8 @@ print("ratio vs nbdkit  " + " ".join(f"{p}={r2[p]:.2f}" for p in points))
 print("rules phase, median window IOPS without / with 100k rules: " + " ".join(f"{p}={none_iops[p]:.0f}/{rules_iops[p]:.0f}" for p in points))
 print("rules overhead % " + " ".join(f"{p}={ov[p]:.1f}" for p in points))
 print("  90% interval   " + " ".join(f"{p}=[{ci[p][0]:.1f},{ci[p][1]:.1f}]" for p in points))
+if qd32_line:
+    print(qd32_line)
 print(f"(ratios: median over rounds of the per-round ratio; rules: median over {len(next(iter(rw.values())))} rounds of the paired window loss, interval: bootstrap over rounds)")
 r3s = f"{min(r3.values()):.2f}" if r3 else "skipped"
 print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} min_ratio_vs_libfuse_uring={r3s} rules_overhead_pct={max(ov.values()):.1f} qd32_vs_ceiling={qd32}")

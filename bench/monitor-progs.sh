@@ -3,7 +3,7 @@
 # event, for faultline binaries side by side (e.g. a build of main and one of a branch):
 # `kernel.bpf_stats_enabled=1` (restored after), then per round, for each binary (order
 # reversed every other round), `BIN monitor --device DEV` with LAYER's options on one faultline
-# disk while fio does 3 s of 4 KiB QD1 random reads; prints each program's run time per run
+# disk while fio does 3 s of 4 KiB random reads (QD1 with psync, or IODEPTH=N with io_uring); prints each program's run time per run
 # (run_time_ns / run_cnt over the fio run, from `bpftool prog show`) and its run count, beside
 # fio's I/O count and IOPS. LAYER: block (the default monitor), driver (`--layers driver`) or
 # syscall (`--pid` of fio's launcher: fio is forked after attach and timed).
@@ -34,7 +34,10 @@ dev=$(head -1 "$work/serve.out")
 [ -b "$dev" ] || { echo "serve did not start: $(cat "$work/serve.err")" >&2; exit 1; }
 fio --name=pre --filename="$dev" --direct=1 --size=512M --rw=write --bs=1M --ioengine=psync >/dev/null 2>&1
 sysctl -q kernel.bpf_stats_enabled=1
-fio_args=(--name=p --filename="$dev" --direct=1 --size=512M --runtime=3 --time_based --rw=randread --bs=4k --ioengine=psync --output-format=json)
+qd=${IODEPTH:-1}
+engine=(--ioengine=psync)
+(( qd > 1 )) && engine=(--ioengine=io_uring --iodepth="$qd")
+fio_args=(--name=p --filename="$dev" --direct=1 --size=512M --runtime=3 --time_based --rw=randread --bs=4k "${engine[@]}" --output-format=json)
 # "ID NAME RUN_TIME_NS RUN_CNT" of the programs loaded since the ids in file $1 were listed
 # (the monitor's: bpftool may not name a program's process)
 progs() {
