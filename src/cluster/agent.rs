@@ -136,13 +136,7 @@ pub fn control(socket: &str, request: &serde_json::Value) -> Result<serde_json::
     let s = std::os::unix::net::UnixStream::connect(socket).with_context(|| format!("cannot connect to the disk server at {socket}"))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut w = s.try_clone()?;
-    crate::sys::write_json_line(&mut w, request).context("the disk server is gone")?;
-    let mut line = String::new();
-    if BufReader::new(s).read_line(&mut line)? == 0 {
-        anyhow::bail!("the disk server closed its control socket");
-    }
-    let v: serde_json::Value = serde_json::from_str(&line).context("bad reply from the disk server")?;
-    if v["ok"] == serde_json::json!(true) { Ok(v["result"].clone()) } else { anyhow::bail!("disk server: {}", v["error"].as_str().unwrap_or("unknown error")) }
+    crate::sys::json_exchange(&mut w, &mut BufReader::new(s), request, "the disk server").map_err(|e| anyhow::anyhow!("disk server: {e:#}"))
 }
 
 impl Agent {

@@ -143,10 +143,5 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
 
 /// Client side: send one request, return its result.
 pub fn call(path: &Path, req: &Value) -> Result<Value> {
-    let mut s = UnixStream::connect(path).with_context(|| format!("cannot connect to {} (is `faultline serve` running?)", path.display()))?;
-    crate::sys::write_json_line(&mut s, req)?;
-    let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line)?;
-    let v: Value = serde_json::from_str(&line).context("bad reply from the control socket")?;
-    if v["ok"] == json!(true) { Ok(v["result"].clone()) } else { bail!("{}", v["error"].as_str().unwrap_or("unknown error")) }
+    crate::sys::json_call(path, req, "the disk server", "is `faultline serve` running?")
 }

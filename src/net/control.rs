@@ -7,7 +7,7 @@
 
 use super::relay::Relay;
 use crate::spec::net::NetRule;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -69,10 +69,5 @@ fn handle(line: &str, relay: &Relay) -> Result<Value> {
 
 /// Client side: send one request, return its result.
 pub fn call(path: &Path, req: &Value) -> Result<Value> {
-    let mut s = UnixStream::connect(path).with_context(|| format!("cannot connect to {} (is `faultline net up` running?)", path.display()))?;
-    crate::sys::write_json_line(&mut s, req)?;
-    let mut line = String::new();
-    BufReader::new(&s).read_line(&mut line)?;
-    let v: Value = serde_json::from_str(&line).context("bad reply from the control socket")?;
-    if v["ok"] == json!(true) { Ok(v["result"].clone()) } else { bail!("{}", v["error"].as_str().unwrap_or("unknown error")) }
+    crate::sys::json_call(path, req, "the network relay", "is `faultline net up` running?")
 }

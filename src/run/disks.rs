@@ -133,13 +133,7 @@ impl DiskServer {
             *conn = Some((BufReader::new(s.try_clone()?), s));
         }
         let (r, w) = conn.as_mut().unwrap();
-        crate::sys::write_json_line(w, &req).context("the disk server is gone")?;
-        let mut line = String::new();
-        if r.read_line(&mut line)? == 0 {
-            bail!("the disk server closed its control socket");
-        }
-        let v: Value = serde_json::from_str(&line).context("bad reply from the disk server")?;
-        if v["ok"] == json!(true) { Ok(v["result"].clone()) } else { bail!("{}", v["error"].as_str().unwrap_or("unknown error")) }
+        crate::sys::json_exchange(w, r, &req, "the disk server")
     }
 
     pub fn arm(&self, rules: Vec<Rule>) -> Result<Vec<RuleId>> {

@@ -33,3 +33,26 @@ pub fn write_json_line(w: &mut impl std::io::Write, v: &serde_json::Value) -> st
     buf.push(b'\n');
     w.write_all(&buf)
 }
+
+/// One exchange on a JSON-lines control connection (docs/control.md): `req` out as one line,
+/// one reply line back; the reply's `result`, or its `error` as an error. `server` names the
+/// other end in errors.
+pub fn json_exchange(w: &mut impl std::io::Write, r: &mut impl std::io::BufRead, req: &serde_json::Value, server: &str) -> anyhow::Result<serde_json::Value> {
+    use anyhow::Context;
+    write_json_line(w, req).with_context(|| format!("{server} is gone"))?;
+    let mut line = String::new();
+    if r.read_line(&mut line).with_context(|| format!("no reply from {server}"))? == 0 {
+        anyhow::bail!("{server} closed its control socket");
+    }
+    let v: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("bad reply from {server}"))?;
+    if v["ok"] == serde_json::json!(true) { Ok(v["result"].clone()) } else { anyhow::bail!("{}", v["error"].as_str().unwrap_or("unknown error")) }
+}
+
+/// Connect to a JSON-lines control socket and make one exchange (`json_exchange`); `connect`
+/// says what to check when the socket does not answer.
+pub fn json_call(path: &std::path::Path, req: &serde_json::Value, server: &str, connect: &str) -> anyhow::Result<serde_json::Value> {
+    use anyhow::Context;
+    let s = std::os::unix::net::UnixStream::connect(path).with_context(|| format!("cannot connect to {} ({connect})", path.display()))?;
+    let mut w = s.try_clone()?;
+    json_exchange(&mut w, &mut std::io::BufReader::new(s), req, server)
+}
