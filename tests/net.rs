@@ -118,11 +118,6 @@ fn parse_ping(text: &str) -> Vec<(u32, f64, f64)> {
         .collect()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn target_addr(net: &NetUp) -> String {
     net.hosts.iter().find(|h| h.0 == "target").unwrap().2.clone()
 }
@@ -136,7 +131,7 @@ fn delay_is_realized_per_packet() {
     // against the kernel's veth (which moves with the machine's load)
     let net = NetUp::start_with("client,target", &["--always-relay"]);
     let t = target_addr(&net);
-    let base = median(ping(&net, "client", &t, 60, "0.01").into_iter().map(|p| p.1).collect());
+    let base = ping(&net, "client", &t, 60, "0.01").into_iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
     net.set(&["--from", "client", "--to", "target", "--both", "--delay", "1ms"]);
     let with = ping(&net, "client", &t, 60, "0.01");
     // A delay loses nothing itself. The relay drops a delayed packet only when it was kept off the
@@ -147,9 +142,12 @@ fn delay_is_realized_per_packet() {
     let dropped = out["dropped"].as_u64().unwrap() + back["dropped"].as_u64().unwrap();
     let missing: Vec<u32> = (1..=60).filter(|s| !with.iter().any(|p| p.0 == *s)).collect();
     assert!(missing.len() as u64 == overdue && dropped == overdue && overdue <= 3, "missing icmp_seq {missing:?}: {out} {back}");
-    let added = median(with.into_iter().map(|p| p.1).collect()) - base;
-    // 1 ms each way: the round trip is 2 ms longer (timer lateness adds tens of microseconds)
-    assert!((1.95..2.6).contains(&added), "added round-trip time {added:.3} ms, expected ~2 ms");
+    // 1 ms each way: every round trip is at least 2 ms longer than the fastest one without the
+    // delay. Minima, not medians: other tests running beside this one only ever add time, so the
+    // fastest round trips are the ones that show the relay's precision (timer lateness adds tens of
+    // microseconds).
+    let added = with.iter().map(|p| p.1 - base).fold(f64::INFINITY, f64::min);
+    assert!((1.95..2.6).contains(&added), "added round-trip time {added:.3} ms at least, expected ~2 ms: {with:?}");
     let l = net.link("client", "target");
     assert!(l["delayed"].as_u64().unwrap() >= 60, "{l}");
     assert!(l["lateness_us"]["p50"].as_f64().is_some(), "{l}");
