@@ -445,9 +445,9 @@ fn ext4_layers_fsync_pair_journal_and_fuse() {
     assert!(field("blocks_logged").total > 0.0);
     let dev = h.dev.display().to_string();
     let block = |op| res.row(&dev, "block_service", op).map_or(0, |r| r.count);
-    // requests issued before the monitor started are left out of the block layer (a note says
-    // how many) while their FUSE requests, sent later, are timed
-    let early: u64 = res.notes.iter().filter_map(|n| n.split_once(" requests issued before the monitor started")?.0.parse::<u64>().ok()).sum();
+    // requests issued before the monitor started are left out of the block layer (`early`)
+    // while their FUSE requests, sent later, are timed
+    let early: u64 = res.devices.iter().map(|d| d.early).sum();
     let slack = res.missed_events + not_timed(&res) + early;
     for (f, b) in [("fuse:write", block("write")), ("fuse:read", block("read"))] {
         assert!(

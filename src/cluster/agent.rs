@@ -133,10 +133,7 @@ fn exec(argv: &[String], input: Option<&str>) -> Result<serde_json::Value> {
 
 /// Send one request to a disk server's control socket on this host and return its result.
 pub fn control(socket: &str, request: &serde_json::Value) -> Result<serde_json::Value> {
-    let s = std::os::unix::net::UnixStream::connect(socket).with_context(|| format!("cannot connect to the disk server at {socket}"))?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut w = s.try_clone()?;
-    crate::sys::json_exchange(&mut w, &mut BufReader::new(s), request, "the disk server").map_err(|e| anyhow::anyhow!("disk server: {e:#}"))
+    crate::sys::json_call(socket.as_ref(), request, "the disk server", "is its `faultline serve` running?", Some(Duration::from_secs(30)))
 }
 
 impl Agent {

@@ -143,5 +143,5 @@ fn handle(line: &str, disk: &Disk, info: &Value) -> Result<Value> {
 
 /// Client side: send one request, return its result.
 pub fn call(path: &Path, req: &Value) -> Result<Value> {
-    crate::sys::json_call(path, req, "the disk server", "is `faultline serve` running?")
+    crate::sys::json_call(path, req, "the disk server", "is `faultline serve` running?", None)
 }

@@ -439,6 +439,7 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
         unmatched: ds[0],
         lost_completions: 0,
         inflight_at_end: 0,
+        early: ds[3],
         series,
         daemon: Default::default(),
     })

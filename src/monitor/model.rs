@@ -91,6 +91,9 @@ pub struct DeviceResults {
     /// Requests seen issued and not seen completed at detach: in flight then, or completion
     /// events not delivered.
     pub inflight_at_end: u64,
+    /// Requests issued before the monitor started that completed while it ran: left out of the
+    /// block figures (their issue time is not known).
+    pub early: u64,
     pub series: Vec<Interval>,
     /// The disk daemon's own figures for the device over the monitored span, by op (`faultline
     /// run` on its disks; empty elsewhere): its part of `block_service`.

@@ -69,5 +69,5 @@ fn handle(line: &str, relay: &Relay) -> Result<Value> {
 
 /// Client side: send one request, return its result.
 pub fn call(path: &Path, req: &Value) -> Result<Value> {
-    crate::sys::json_call(path, req, "the network relay", "is `faultline net up` running?")
+    crate::sys::json_call(path, req, "the network relay", "is `faultline net up` running?", None)
 }

@@ -49,10 +49,17 @@ pub fn json_exchange(w: &mut impl std::io::Write, r: &mut impl std::io::BufRead,
 }
 
 /// Connect to a JSON-lines control socket and make one exchange (`json_exchange`); `connect`
-/// says what to check when the socket does not answer.
-pub fn json_call(path: &std::path::Path, req: &serde_json::Value, server: &str, connect: &str) -> anyhow::Result<serde_json::Value> {
+/// says what to check when the socket does not answer, `timeout` bounds the wait for the reply.
+pub fn json_call(
+    path: &std::path::Path,
+    req: &serde_json::Value,
+    server: &str,
+    connect: &str,
+    timeout: Option<std::time::Duration>,
+) -> anyhow::Result<serde_json::Value> {
     use anyhow::Context;
     let s = std::os::unix::net::UnixStream::connect(path).with_context(|| format!("cannot connect to {} ({connect})", path.display()))?;
+    s.set_read_timeout(timeout)?;
     let mut w = s.try_clone()?;
     json_exchange(&mut w, &mut std::io::BufReader::new(s), req, server)
 }
