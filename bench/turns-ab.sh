@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# bench/turns-ab.sh [ROUNDS] [SECONDS] -- two faultline disks (A and B) at one fio point, in turns:
+# one long fio run per disk (threads, so one signal stops a run whole), one running a window while
+# the other is stopped (SIGSTOP), ROUNDS (default 60) rounds of SECONDS (default 0.5) windows,
+# order alternating by round, as device.sh's QD32 phase. For differences of a few percent that
+# separate 3 s runs on this VM cannot resolve (BENCHMARKS.md, session 20). Per round: B's window
+# IOPS over A's, and each daemon's CPU per I/O in its window (schedstat of all its threads).
+#   A_BIN / B_BIN     the builds (default target/release/faultline for both)
+#   A_ARGS / B_ARGS   extra `serve` arguments (e.g. B_ARGS="--ring-threads 1")
+#   A_ENV / B_ENV     extra environment for the serve process (e.g. B_ENV="FAULTLINE_X=1")
+#   MAX_BACKGROUND_A / MAX_BACKGROUND_B  that disk's FUSE connection's max_background, written
+#                     after the start (congestion_threshold at 3/4 of it)
+#   CEILING=1         also run the ceiling loop (../shared/bench) as a third in the turns
+#   FIO="..."         the point (default rr4k-qd32: --rw=randread --bs=4k --ioengine=libaio --iodepth=32)
+#   HOLD_CPU_LATENCY=1 as in device.sh (bench/lib.sh)
+# Last line: b_vs_a=R [lo,hi] cpu_per_io_a_us=X cpu_per_io_b_us=Y (medians; 90% bootstrap interval)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/.." && pwd)
+peers=${FAULTLINE_PEERS:-$(dirname "$top")/shared/bench}
+rounds=${1:-60}
+secs=${2:-0.5}
+bash "$top/scripts/setup.sh"
+. "$here/lib.sh"
+hold_cpu_latency "both disks"
+def="$top/target/release/faultline"
+declare -A bin=([a]="${A_BIN:-$def}" [b]="${B_BIN:-$def}") args=([a]="${A_ARGS:-}" [b]="${B_ARGS:-}") envs=([a]="${A_ENV:-}" [b]="${B_ENV:-}")
+declare -A mbg=([a]="${MAX_BACKGROUND_A:-}" [b]="${MAX_BACKGROUND_B:-}")
+read -r -a fio_args <<< "${FIO:---rw=randread --bs=4k --ioengine=libaio --iodepth=32}"
+work=$(mktemp -d)
+declare -A dev pid qpid
+names=(a b)
+cleanup() {
+  for n in "${!qpid[@]}"; do kill -CONT "${qpid[$n]}" 2>/dev/null; kill -INT "${qpid[$n]}" 2>/dev/null; wait "${qpid[$n]}" 2>/dev/null || true; done
+  for n in a b; do
+    [ -n "${pid[$n]:-}" ] || continue
+    kill -TERM "${pid[$n]}" 2>/dev/null || true
+    while kill -0 "${pid[$n]}" 2>/dev/null; do sleep 0.1; done
+  done
+  [ "${CEILING:-0}" = 1 ] && bash "$peers/ceiling-loop.sh" stop > /dev/null 2>&1
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+for n in a b; do
+  # shellcheck disable=SC2086
+  env ${envs[$n]} "${bin[$n]}" serve --size 1GiB --socket "$work/$n.sock" ${args[$n]} > "$work/$n.out" 2> "$work/$n.err" &
+  pid[$n]=$!
+  for _ in $(seq 600); do [ -s "$work/$n.out" ] && break; sleep 0.1; done
+  dev[$n]=$(head -1 "$work/$n.out")
+  [ -b "${dev[$n]}" ] || { echo "$n did not start: $(cat "$work/$n.err")" >&2; exit 1; }
+  if [ -n "${mbg[$n]}" ]; then
+    back=$(losetup -nO BACK-FILE "${dev[$n]}")
+    conn=/sys/fs/fuse/connections/$(python3 -c 'import os, sys; print(os.minor(os.stat(sys.argv[1]).st_dev))' "$back")
+    echo "${mbg[$n]}" > "$conn/max_background"
+    echo $(( ${mbg[$n]} * 3 / 4 )) > "$conn/congestion_threshold"
+  fi
+  echo "$n: ${envs[$n]} ${bin[$n]} serve ${args[$n]} -> ${dev[$n]}${mbg[$n]:+ max_background=${mbg[$n]}}" >&2
+done
+if [ "${CEILING:-0}" = 1 ]; then
+  dev[ceiling]=$(bash "$peers/ceiling-loop.sh" start 1024); names+=(ceiling)
+fi
+for n in "${names[@]}"; do
+  fio --name=pre --filename="${dev[$n]}" --direct=1 --size=512M --rw=write --bs=1M --ioengine=psync > /dev/null 2>&1
+done
+for n in "${names[@]}"; do
+  mkdir -p "$work/q.$n"
+  fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M "${fio_args[@]}" \
+    --runtime=100000 --time_based --write_iops_log="$work/q.$n/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$work/q.$n/err" &
+  qpid[$n]=$!
+  kill -STOP "${qpid[$n]}"
+done
+echo "== $rounds rounds of ${secs}s windows: ${names[*]} in turns, fio ${fio_args[*]}" >&2
+: > "$work/windows"
+for r in $(seq "$rounds"); do
+  if (( r % 2 )); then order=("${names[@]}"); else order=(); for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[$i]}"); done; fi
+  for n in "${order[@]}"; do
+    kill -CONT "${qpid[$n]}"
+    sleep 0.05
+    c0=$(cpu_ns "${pid[$n]:-}")
+    t0=$EPOCHREALTIME
+    sleep "$secs"
+    t1=$EPOCHREALTIME
+    c1=$(cpu_ns "${pid[$n]:-}")
+    kill -STOP "${qpid[$n]}"
+    echo "$r $n $t0 $t1 $((c1 - c0))" >> "$work/windows"
+  done
+done
+for n in "${names[@]}"; do
+  kill -CONT "${qpid[$n]}"; kill -INT "${qpid[$n]}"; wait "${qpid[$n]}" 2>/dev/null || true
+  cat "$work/q.$n"/io_iops.*.log > "$work/iops.$n"
+done
+qpid=()
+python3 - "$work" "$here" "${names[@]}" <<'PY'
+import sys, os, statistics
+from collections import defaultdict
+sys.path.insert(0, sys.argv[2])
+from windows import fio_slots, window_iops, interval
+work, names = sys.argv[1], sys.argv[3:]
+slots = {n: fio_slots(os.path.join(work, f"iops.{n}")) for n in names}
+w = defaultdict(dict)  # w[round][name] = (iops, cpu ns per I/O)
+for line in open(os.path.join(work, "windows")):
+    r, n, t0, t1, cpu = line.split()
+    t0, t1 = float(t0), float(t1)
+    iops = window_iops(slots[n], t0, t1)
+    if iops is None:
+        sys.exit(f"no IOPS samples inside round {r}'s window of {n}: is fio's log empty?")
+    w[r][n] = (iops, int(cpu) / (iops * (t1 - t0)))
+med = lambda n, k: statistics.median(v[n][k] for v in w.values())
+for n in names:
+    line = f"{n:<8} median window IOPS {med(n, 0):>9.0f}"
+    if n != "ceiling":
+        line += f"  daemon CPU per I/O {med(n, 1) / 1000:.2f} us"
+    print(line)
+per = [v["b"][0] / v["a"][0] for v in w.values()]
+lo, hi = interval(per)
+if "ceiling" in names:
+    for n in ("a", "b"):
+        pc = [v[n][0] / v["ceiling"][0] for v in w.values()]
+        l, h = interval(pc)
+        print(f"{n}/ceiling {statistics.median(pc):.3f} [{l:.3f},{h:.3f}]")
+print(f"b_vs_a={statistics.median(per):.3f} [{lo:.3f},{hi:.3f}] cpu_per_io_a_us={med('a', 1) / 1000:.2f} cpu_per_io_b_us={med('b', 1) / 1000:.2f}")
+PY
