@@ -61,7 +61,7 @@ rules_secs=${RULES_SECS:-0.5}
 qd32_rounds=${QD32_ROUNDS:-60}
 qd32_secs=${QD32_SECS:-0.5}
 fpid=""
-declare -A qpid
+declare -A qpid pid  # pid: none, fio_turns reads no daemon CPU here
 
 start_faultline() { # $1 = name, $2 = rules file or empty, then extra serve arguments; prints the device
   local args=(serve --size 1GiB --socket "$work/$1.sock")
@@ -84,7 +84,9 @@ cleanup() {
   stop_faultline fl; stop_faultline fl1; stop_faultline flbg
   for p in ceiling-loop peer-libfuse peer-nbdkit peer-libfuse-uring; do bash "$peers/$p.sh" stop >/dev/null 2>&1 || true; done
   # KEEP=DIR keeps the raw results (rounds, windows, fio's IOPS logs) for a second look
-  [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$work"/results "$work"/rules-windows "$work"/iops.rules.* "$work"/qd32-windows "$work"/iops.qd32.* "$KEEP"/ 2>/dev/null
+  if [ -n "${KEEP:-}" ]; then
+    mkdir -p "$KEEP" && cp -r "$work"/results "$work"/rules-windows "$work"/iops.rules.* "$work"/qd32 "$KEEP"/ 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -106,11 +108,7 @@ if [ "${RING_THREADS_AB:-0}" = 1 ]; then
 fi
 if [ -n "${MAX_BACKGROUND_AB:-}" ]; then
   dev[faultline-bg]=$(start_faultline flbg ''); names+=(faultline-bg)
-  # the connection's id is the minor device number of the FUSE mount the loop device reads
-  back=$(losetup -nO BACK-FILE "${dev[faultline-bg]}")
-  conn=/sys/fs/fuse/connections/$(python3 -c 'import os, sys; print(os.minor(os.stat(sys.argv[1]).st_dev))' "$back")
-  echo "$MAX_BACKGROUND_AB" > "$conn/max_background"
-  echo $(( MAX_BACKGROUND_AB * 3 / 4 )) > "$conn/congestion_threshold"
+  conn=$(set_max_background "${dev[faultline-bg]}" "$MAX_BACKGROUND_AB")
   echo "faultline-bg: $conn max_background=$(cat "$conn/max_background")" >&2
 fi
 for n in "${names[@]}"; do
@@ -174,33 +172,10 @@ for p in "${points[@]}"; do
 done
 
 # the QD32 phase: the ceiling loop and faultline take turns at rr4k-qd32, one fio run each
-: > "$work/qd32-windows"
 if [[ " ${points[*]} " == *" rr4k-qd32|"* ]]; then
   echo "== qd32: $qd32_rounds rounds of ${qd32_secs}s windows, ceiling loop and faultline in turns" >&2
-  for n in ceiling faultline; do
-    mkdir -p "$work/q.$n"
-    fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M --rw=randread --bs=4k --ioengine=libaio --iodepth=32 \
-      --runtime=100000 --time_based --write_iops_log="$work/q.$n/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$work/q.$n/err" &
-    qpid[$n]=$!
-    kill -STOP "${qpid[$n]}"
-  done
-  for r in $(seq "$qd32_rounds"); do
-    if (( r % 2 )); then order=(ceiling faultline); else order=(faultline ceiling); fi
-    for n in "${order[@]}"; do
-      kill -CONT "${qpid[$n]}"
-      sleep 0.05
-      t0=$EPOCHREALTIME
-      sleep "$qd32_secs"
-      t1=$EPOCHREALTIME
-      kill -STOP "${qpid[$n]}"
-      echo "$r $n $t0 $t1" >> "$work/qd32-windows"
-    done
-  done
-  for n in ceiling faultline; do
-    kill -CONT "${qpid[$n]}"; kill -INT "${qpid[$n]}"; wait "${qpid[$n]}" 2>/dev/null || true
-    cat "$work/q.$n"/io_iops.*.log > "$work/iops.qd32.$n"
-  done
-  qpid=()
+  fio_args=(--rw=randread --bs=4k --ioengine=libaio --iodepth=32)
+  fio_turns "$work/qd32" "$qd32_rounds" "$qd32_secs" ceiling faultline
 fi
 
 python3 - "$work/results" "$work/uring.skipped" "$work" "$here" <<'PY'
@@ -246,12 +221,13 @@ for p in points:
 r3 = {p: paired(p, "faultline", "libfuse-uring") for p in points} if "libfuse-uring" in names else None
 # QD32 vs the ceiling: per round of the QD32 phase, faultline's window over the ceiling's
 qw = defaultdict(dict)   # qw[round][name] = (t0, t1)
-for line in open(os.path.join(sys.argv[3], "qd32-windows")):
-    r, n, t0, t1 = line.split()
+qdir = os.path.join(sys.argv[3], "qd32")
+for line in open(os.path.join(qdir, "windows")) if os.path.isdir(qdir) else []:
+    r, n, t0, t1, _cpu = line.split()
     qw[r][n] = (float(t0), float(t1))
 qd32, qd32_line = "skipped", None
 if qw:
-    qs = {n: fio_slots(os.path.join(sys.argv[3], f"iops.qd32.{n}")) for n in ("ceiling", "faultline")}
+    qs = {n: fio_slots(os.path.join(qdir, f"iops.{n}")) for n in ("ceiling", "faultline")}
     per, wi = [], {"ceiling": [], "faultline": []}
     for r, w in qw.items():
         a, b = window_iops(qs["faultline"], *w["faultline"]), window_iops(qs["ceiling"], *w["ceiling"])

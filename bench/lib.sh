@@ -42,3 +42,57 @@ stop_window_fio() { # DIR DEST
   fpid=""
   cat "$1"/io_iops.*.log > "$2"
 }
+
+# Candidates in turns at one fio point: `fio_turns DIR ROUNDS SECS NAME...` starts one
+# time-based fio run per NAME on ${dev[NAME]} with the caller's array fio_args (IOPS log in
+# DIR/q.NAME), all stopped (SIGSTOP); each round then lets every NAME run alone for SECS
+# (SIGCONT, 50 ms to settle, the window, SIGSTOP), the order reversed every other round, and
+# appends "round name t0 t1 cpu_ns" to DIR/windows, cpu_ns being the CPU time of ${pid[NAME]}
+# in the window (0 where pid has no NAME). The logs end in DIR/iops.NAME (bench/windows.py
+# reads them). Uses the caller's associative arrays dev, pid and qpid (the stopped fio runs,
+# for the caller's cleanup; emptied at the end).
+fio_turns() {
+  local dir=$1 rounds=$2 secs=$3 n r i c0 c1 t0 t1
+  shift 3
+  local names=("$@") order
+  mkdir -p "$dir"
+  : > "$dir/windows"
+  for n in "${names[@]}"; do
+    mkdir -p "$dir/q.$n"
+    fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M "${fio_args[@]}" \
+      --runtime=100000 --time_based --write_iops_log="$dir/q.$n/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$dir/q.$n/err" &
+    qpid[$n]=$!
+    kill -STOP "${qpid[$n]}"
+  done
+  for r in $(seq "$rounds"); do
+    if (( r % 2 )); then order=("${names[@]}"); else order=(); for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[$i]}"); done; fi
+    for n in "${order[@]}"; do
+      kill -CONT "${qpid[$n]}"
+      sleep 0.05
+      c0=$(cpu_ns "${pid[$n]:-}")
+      t0=$EPOCHREALTIME
+      sleep "$secs"
+      t1=$EPOCHREALTIME
+      c1=$(cpu_ns "${pid[$n]:-}")
+      kill -STOP "${qpid[$n]}"
+      echo "$r $n $t0 $t1 $((c1 - c0))" >> "$dir/windows"
+    done
+  done
+  for n in "${names[@]}"; do
+    kill -CONT "${qpid[$n]}"; kill -INT "${qpid[$n]}"; wait "${qpid[$n]}" 2>/dev/null || true
+    cat "$dir/q.$n"/io_iops.*.log > "$dir/iops.$n"
+  done
+  qpid=()
+}
+
+# The FUSE background limit of the connection a faultline loop device reads through:
+# `set_max_background DEV N` (congestion threshold at 3/4 of it, as the kernel's defaults).
+set_max_background() {
+  local back conn
+  # the connection's id is the minor device number of the FUSE mount the loop device reads
+  back=$(losetup -nO BACK-FILE "$1")
+  conn=/sys/fs/fuse/connections/$(python3 -c 'import os, sys; print(os.minor(os.stat(sys.argv[1]).st_dev))' "$back")
+  echo "$2" > "$conn/max_background"
+  echo $(( $2 * 3 / 4 )) > "$conn/congestion_threshold"
+  echo "$conn"
+}

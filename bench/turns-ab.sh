@@ -49,10 +49,7 @@ for n in a b; do
   dev[$n]=$(head -1 "$work/$n.out")
   [ -b "${dev[$n]}" ] || { echo "$n did not start: $(cat "$work/$n.err")" >&2; exit 1; }
   if [ -n "${mbg[$n]}" ]; then
-    back=$(losetup -nO BACK-FILE "${dev[$n]}")
-    conn=/sys/fs/fuse/connections/$(python3 -c 'import os, sys; print(os.minor(os.stat(sys.argv[1]).st_dev))' "$back")
-    echo "${mbg[$n]}" > "$conn/max_background"
-    echo $(( ${mbg[$n]} * 3 / 4 )) > "$conn/congestion_threshold"
+    set_max_background "${dev[$n]}" "${mbg[$n]}" > /dev/null
   fi
   echo "$n: ${envs[$n]} ${bin[$n]} serve ${args[$n]} -> ${dev[$n]}${mbg[$n]:+ max_background=${mbg[$n]}}" >&2
 done
@@ -62,34 +59,8 @@ fi
 for n in "${names[@]}"; do
   fio --name=pre --filename="${dev[$n]}" --direct=1 --size=512M --rw=write --bs=1M --ioengine=psync > /dev/null 2>&1
 done
-for n in "${names[@]}"; do
-  mkdir -p "$work/q.$n"
-  fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M "${fio_args[@]}" \
-    --runtime=100000 --time_based --write_iops_log="$work/q.$n/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$work/q.$n/err" &
-  qpid[$n]=$!
-  kill -STOP "${qpid[$n]}"
-done
 echo "== $rounds rounds of ${secs}s windows: ${names[*]} in turns, fio ${fio_args[*]}" >&2
-: > "$work/windows"
-for r in $(seq "$rounds"); do
-  if (( r % 2 )); then order=("${names[@]}"); else order=(); for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[$i]}"); done; fi
-  for n in "${order[@]}"; do
-    kill -CONT "${qpid[$n]}"
-    sleep 0.05
-    c0=$(cpu_ns "${pid[$n]:-}")
-    t0=$EPOCHREALTIME
-    sleep "$secs"
-    t1=$EPOCHREALTIME
-    c1=$(cpu_ns "${pid[$n]:-}")
-    kill -STOP "${qpid[$n]}"
-    echo "$r $n $t0 $t1 $((c1 - c0))" >> "$work/windows"
-  done
-done
-for n in "${names[@]}"; do
-  kill -CONT "${qpid[$n]}"; kill -INT "${qpid[$n]}"; wait "${qpid[$n]}" 2>/dev/null || true
-  cat "$work/q.$n"/io_iops.*.log > "$work/iops.$n"
-done
-qpid=()
+fio_turns "$work" "$rounds" "$secs" "${names[@]}"
 python3 - "$work" "$here" "${names[@]}" <<'PY'
 import sys, os, statistics
 from collections import defaultdict

@@ -58,8 +58,7 @@ impl Monitor {
 
     /// SIGINT, then its monitor.json.
     fn stop(self) -> MonitorResults {
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        sigint(&self.child);
         let o = self.child.wait_with_output().unwrap();
         assert!(o.status.success(), "monitor failed: {}", String::from_utf8_lossy(&o.stderr));
         let text = std::fs::read_to_string(self.out.path().join("monitor.json")).unwrap();
@@ -69,6 +68,12 @@ impl Monitor {
 
 /// fio on the device, O_DIRECT 4 KiB at random offsets, one at a time (no merges possible):
 /// returns (ios, bytes) fio reports for the direction.
+/// SIGINT to a child of this test (how a user stops `faultline monitor`).
+fn sigint(child: &Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT to the child");
+}
+
 fn fio(dev: &std::path::Path, rw: &str, size: &str) -> (u64, u64) {
     let cwd = tempfile::tempdir().unwrap();
     let out = Command::new("fio")
@@ -336,8 +341,7 @@ fn syscall_layer_follows_forks_and_covers_the_block_layer() {
     }
     std::fs::write(&go, "go\n").unwrap();
     assert!(sh.wait().unwrap().success(), "fio failed");
-    // SAFETY: kill(2) on our own child's pid; no memory is involved.
-    unsafe { libc::kill(mon.id() as i32, libc::SIGINT) };
+    sigint(&mon);
     let o = mon.wait_with_output().unwrap();
     assert!(o.status.success(), "monitor failed: {}", String::from_utf8_lossy(&o.stderr));
     let res: MonitorResults = serde_json::from_str(&std::fs::read_to_string(out.path().join("monitor.json")).unwrap()).unwrap();
@@ -388,8 +392,7 @@ impl Hold {
     }
 
     fn stop(mut self) {
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        sigint(&self.child);
         assert!(self.child.wait().unwrap().success());
     }
 }
@@ -398,8 +401,7 @@ impl Drop for Hold {
     /// A test that failed before `stop` still tears its stack down (unmount, loop device).
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            // SAFETY: kill(2) on our own child's pid; no memory is involved.
-            unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+            sigint(&self.child);
             let _ = self.child.wait();
         }
     }

@@ -36,7 +36,7 @@ pub fn write_json_line(w: &mut impl std::io::Write, v: &serde_json::Value) -> st
 
 /// One exchange on a JSON-lines control connection (docs/control.md): `req` out as one line,
 /// one reply line back; the reply's `result`, or its `error` as an error. `server` names the
-/// other end in errors.
+/// other end in errors, those it replied with included ("the disk server: ...").
 pub fn json_exchange(w: &mut impl std::io::Write, r: &mut impl std::io::BufRead, req: &serde_json::Value, server: &str) -> anyhow::Result<serde_json::Value> {
     use anyhow::Context;
     write_json_line(w, req).with_context(|| format!("{server} is gone"))?;
@@ -45,7 +45,7 @@ pub fn json_exchange(w: &mut impl std::io::Write, r: &mut impl std::io::BufRead,
         anyhow::bail!("{server} closed its control socket");
     }
     let v: serde_json::Value = serde_json::from_str(&line).with_context(|| format!("bad reply from {server}"))?;
-    if v["ok"] == serde_json::json!(true) { Ok(v["result"].clone()) } else { anyhow::bail!("{}", v["error"].as_str().unwrap_or("unknown error")) }
+    if v["ok"] == serde_json::json!(true) { Ok(v["result"].clone()) } else { anyhow::bail!("{server}: {}", v["error"].as_str().unwrap_or("unknown error")) }
 }
 
 /// Connect to a JSON-lines control socket and make one exchange (`json_exchange`); `connect`
