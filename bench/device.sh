@@ -237,7 +237,7 @@ if qw:
         wi["faultline"].append(a)
         wi["ceiling"].append(b)
     lo, hi = interval(per)
-    qd32 = f"{statistics.median(per):.2f}"
+    qd32 = f"{statistics.median(per):.3f}"
     qd32_line = (f"qd32 phase, median window IOPS ceiling / faultline: {statistics.median(wi['ceiling']):.0f}/{statistics.median(wi['faultline']):.0f}, "
                  f"faultline/ceiling {qd32} [{lo:.2f},{hi:.2f}] over {len(per)} rounds (the rounds above: {paired('rr4k-qd32', 'faultline', 'ceiling'):.2f})")
 print("ratio vs libfuse " + " ".join(f"{p}={r1[p]:.2f}" for p in points))

@@ -1,19 +1,27 @@
 #!/bin/bash
-# bench/workload.sh [SECONDS] -- fio vs `faultline workload`, same run, same device: the ceiling
-# loop device of ../shared/bench (no interception), at fio-points.sh's four points plus 4 KiB
-# random write QD32 io_uring. IOPS from each tool's own report; CPU per I/O = user+system CPU
-# seconds of the whole process (wait4 rusage, the same for both) / I/Os completed.
-# Each point runs REPS times (default 3) per tool, alternating (which tool goes first swaps every
-# rep); best IOPS and best CPU/IO kept. HOLD_CPU_LATENCY=1 holds a 0 us CPU wake-up latency
-# (/dev/cpu_dma_latency) for the whole run, the same for both tools: at QD1 a VM's idle CPUs
-# otherwise halt between I/Os and the points measure the host's wake-ups more than the engines.
+# bench/workload.sh [ROUNDS] [SECONDS] -- fio vs `faultline workload`, same run, same device: the
+# ceiling loop device of ../shared/bench (no interception), at fio-points.sh's four points plus
+# 4 KiB random write QD32 io_uring.
+# Per point, ONE fio run (--thread, time-based, its 100 ms IOPS log) and ONE `faultline workload`
+# run (--jsonl, its 100 ms series) take turns on the device: both start and are stopped
+# (SIGSTOP), then each round gives each tool a window of SECONDS (default 0.5; SIGCONT, 50 ms to
+# settle, the window, SIGSTOP), which tool goes first swapping every round, ROUNDS rounds
+# (default 30). A window's IOPS is the mean of the 100 ms intervals wholly inside it; its CPU per
+# I/O is the CPU time of all the tool's threads in the window (schedstat, the same for both
+# tools) over its I/Os. Per point, the IOPS ratio and the CPU-per-I/O ratio are the medians over
+# rounds of the round's paired ratio (the two windows are a second apart, so the machine's
+# drifts cancel), with bootstrap 90% intervals. HOLD_CPU_LATENCY=1 holds a 0 us CPU wake-up
+# latency (/dev/cpu_dma_latency) for the whole run, the same for both tools: at QD1 a VM's idle
+# CPUs otherwise halt between I/Os and the points measure the host's wake-ups more than the
+# engines. POINTS="rr4k-qd1 w128k-qd1" runs only those points.
 # Last line: min_iops_ratio_vs_fio=R cpu_per_io_ratio_vs_fio=C (R: worst point; C: worst point).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$(pwd)
+here=$top/bench
 . scripts/env.sh
-secs=${1:-3}
-reps=${REPS:-3}
+rounds=${1:-30}
+secs=${2:-0.5}
 . bench/lib.sh
 hold_cpu_latency "both tools"
 # the shared folder (peers, fio points) sits beside the repository
@@ -24,43 +32,16 @@ cargo build --release --quiet --bin faultline --example contentspeed
 bin=target/release/faultline
 tmp=$(mktemp -d)
 dev=""
-cleanup() { [ -n "$dev" ] && "$shared/bench/ceiling-loop.sh" stop; rm -rf "$tmp"; }
-trap cleanup EXIT
+declare -A tpid
+cleanup() {
+  local p
+  for p in "${tpid[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  [ -n "$dev" ] && "$shared/bench/ceiling-loop.sh" stop
+  rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
 export FAULTLINE_PEER_STATE=$tmp/peers
 dev=$("$shared/bench/ceiling-loop.sh" start 1024)
-
-# run CMD...: prints "CPU_SECONDS" of the finished child (its stdout goes to $tmp/out)
-cpu_of() {
-  python3 - "$@" <<'PY'
-import os, sys
-pid = os.fork()
-if pid == 0:
-    fd = os.open(os.environ["OUTFILE"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    os.dup2(fd, 1)
-    os.execvp(sys.argv[1], sys.argv[1:])
-_, status, ru = os.wait4(pid, 0)
-if status != 0:
-    sys.exit("command failed: " + " ".join(sys.argv[1:]))
-print(ru.ru_utime + ru.ru_stime)
-PY
-}
-
-# fio exactly as fio-points.sh runs it (plus its own JSON); prints "IOPS IOS CPU"
-fio_point() {
-  local cpu
-  cpu=$(OUTFILE=$tmp/fio.json cpu_of fio --name=p --filename="$dev" --direct=1 --size=512M --runtime="$secs" --time_based --output-format=json "$@")
-  python3 -c 'import json,sys; j=json.load(open(sys.argv[1]))["jobs"][0]; r,w=j["read"],j["write"]; print(r["iops"]+w["iops"], r["total_ios"]+w["total_ios"], sys.argv[2])' "$tmp/fio.json" "$cpu"
-}
-# faultline over the same 512 MiB; prints "IOPS IOS CPU"
-fl_point() {
-  local cpu
-  cpu=$(OUTFILE=$tmp/fl.out cpu_of $bin workload --device "$dev" --span 512MiB --duration "${secs}s" --out "$tmp/flres" "$@")
-  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); r,w=j["read"],j["write"]; print(r["iops"]+w["iops"], r["ops"]+w["ops"], sys.argv[2])' "$tmp/flres/result.json" "$cpu"
-}
-
-best() { # best IOPS and best CPU per I/O over lines "IOPS IOS CPU"
-  python3 -c 'import sys; v=[tuple(map(float,l.split())) for l in sys.stdin if l.strip()]; print(max(x[0] for x in v), min(x[2]/x[1] for x in v))'
-}
 
 points=(
   "w4k-qd1|--rw=write --bs=4k --ioengine=psync|--pattern sequential --write-pct 100 --bs 4KiB --engine psync"
@@ -71,25 +52,74 @@ points=(
   # not in the summary: fio made to generate fresh data per write too (faultline always does)
   "(w128k-refill)|--rw=write --bs=128k --ioengine=psync --refill_buffers|--pattern sequential --write-pct 100 --bs 128KiB --engine psync"
 )
-echo "device $dev (ceiling loop over tmpfs), ${secs}s per run, $reps runs per tool and point"
-printf "%-16s %12s %12s %7s %12s %12s %7s\n" point fio_iops fl_iops ratio fio_us/io fl_us/io ratio
-summary=$tmp/summary
-: > "$summary"
+select_points workload.sh
+echo "device $dev (ceiling loop over tmpfs), $rounds rounds of ${secs}s windows per point, fio and faultline in turns"
+printf "%-16s %10s %10s %7s %-15s %9s %9s %7s %s\n" point fio_iops fl_iops ratio "[90%]" fio_us/io fl_us/io ratio "[90%]"
+: > "$tmp/summary"
 for p in "${points[@]}"; do
   IFS='|' read -r name fargs largs <<< "$p"
-  : > "$tmp/f"; : > "$tmp/l"
-  for r in $(seq "$reps"); do
-    # shellcheck disable=SC2086
-    if (( r % 2 == 0 )); then fl_point $largs >> "$tmp/l"; fi
-    # shellcheck disable=SC2086
-    fio_point $fargs >> "$tmp/f"
-    # shellcheck disable=SC2086
-    if (( r % 2 == 1 )); then fl_point $largs >> "$tmp/l"; fi
+  rm -rf "$tmp/p" && mkdir -p "$tmp/p"
+  # shellcheck disable=SC2086
+  fio --name=p --thread --filename="$dev" --direct=1 --size=512M $fargs --runtime=100000 --time_based \
+    --write_iops_log="$tmp/p/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$tmp/p/fio.err" &
+  tpid[fio]=$!
+  # shellcheck disable=SC2086
+  $bin workload --device "$dev" --span 512MiB $largs --duration 100000s --interval 100ms --jsonl > "$tmp/p/series" 2> "$tmp/p/fl.err" &
+  tpid[fl]=$!
+  for _ in $(seq 200); do [ -s "$tmp/p/series" ] && break; sleep 0.05; done
+  [ -s "$tmp/p/series" ] || { echo "faultline workload did not start: $(cat "$tmp/p/fl.err")" >&2; exit 1; }
+  kill -STOP "${tpid[fio]}" "${tpid[fl]}"
+  : > "$tmp/p/windows"
+  for r in $(seq "$rounds"); do
+    if (( r % 2 )); then order=(fio fl); else order=(fl fio); fi
+    for n in "${order[@]}"; do
+      kill -CONT "${tpid[$n]}"
+      sleep 0.05
+      c0=$(cpu_ns "${tpid[$n]}") t0=$EPOCHREALTIME
+      sleep "$secs"
+      t1=$EPOCHREALTIME c1=$(cpu_ns "${tpid[$n]}")
+      kill -STOP "${tpid[$n]}"
+      echo "$r $n $t0 $t1 $((c1 - c0))" >> "$tmp/p/windows"
+    done
   done
-  read -r fi fc < <(best < "$tmp/f")
-  read -r li lc < <(best < "$tmp/l")
-  python3 -c 'import sys; n,fi,li,fc,lc=sys.argv[1],*map(float,sys.argv[2:]); print(f"{n:<16} {fi:12.0f} {li:12.0f} {li/fi:7.3f} {fc*1e6:12.2f} {lc*1e6:12.2f} {lc/fc:7.3f}")' "$name" "$fi" "$li" "$fc" "$lc"
-  [[ $name == \(* ]] || echo "$fi $li $fc $lc" >> "$summary"
+  # fio stops on SIGINT; faultline, a background job of this non-interactive shell, ignores it
+  kill -CONT "${tpid[fio]}" "${tpid[fl]}"; kill -INT "${tpid[fio]}"; kill -TERM "${tpid[fl]}"
+  for n in fio fl; do wait "${tpid[$n]}" 2>/dev/null || true; done
+  tpid=()
+  cat "$tmp/p"/io_iops.*.log > "$tmp/p/iops.fio"
+  python3 - "$tmp/p" "$here" "$name" "$tmp/summary" <<'PY'
+import json, os, statistics as st, sys
+from collections import defaultdict
+d, name, summary = sys.argv[1], sys.argv[3], sys.argv[4]
+sys.path.insert(0, sys.argv[2])
+from windows import fio_slots, window_iops, interval
+fio = fio_slots(os.path.join(d, "iops.fio"))
+fl, start = {}, None   # faultline's series: end of each 100 ms interval (epoch ms) -> I/Os per second
+for line in open(os.path.join(d, "series")):
+    o = json.loads(line)
+    if "start_ns" in o:
+        start = o["start_ns"] / 1e6
+    elif "t_s" in o and start is not None:
+        fl[round(start + o["t_s"] * 1000)] = o["ops"] * 10
+w = defaultdict(dict)   # round -> tool -> (IOPS, ns CPU per I/O)
+for line in open(os.path.join(d, "windows")):
+    r, n, t0, t1, cpu = line.split()
+    t0, t1 = float(t0), float(t1)
+    iops = window_iops(fio if n == "fio" else fl, t0, t1)
+    if iops is None:
+        sys.exit(f"{name}: no 100 ms interval of {n} inside round {r}'s window: is its log empty?")
+    w[r][n] = (iops, int(cpu) / (iops * (t1 - t0)))
+ratio = [v["fl"][0] / v["fio"][0] for v in w.values()]
+cpu = [v["fl"][1] / v["fio"][1] for v in w.values()]
+med = lambda n, k: st.median(v[n][k] for v in w.values())
+(lo, hi), (clo, chi) = interval(ratio), interval(cpu)
+print(f"{name:<16} {med('fio', 0):10.0f} {med('fl', 0):10.0f} {st.median(ratio):7.3f} [{lo:.3f},{hi:.3f}]  "
+      f"{med('fio', 1) / 1e3:9.2f} {med('fl', 1) / 1e3:9.2f} {st.median(cpu):7.3f} [{clo:.3f},{chi:.3f}]")
+if not name.startswith("("):
+    with open(summary, "a") as f:
+        f.write(f"{st.median(ratio)} {st.median(cpu)}\n")
+PY
 done
 target/release/examples/contentspeed
-python3 -c 'import sys; v=[list(map(float,l.split())) for l in open(sys.argv[1])]; print("min_iops_ratio_vs_fio=%.3f cpu_per_io_ratio_vs_fio=%.3f" % (min(x[1]/x[0] for x in v), max(x[3]/x[2] for x in v)))' "$summary"
+echo "(ratios: faultline / fio, median over rounds of the round's paired ratio; intervals: bootstrap over rounds)"
+python3 -c 'import sys; v=[list(map(float,l.split())) for l in open(sys.argv[1])]; print("min_iops_ratio_vs_fio=%.3f cpu_per_io_ratio_vs_fio=%.3f" % (min(x[0] for x in v), max(x[1] for x in v)))' "$tmp/summary"
