@@ -43,27 +43,16 @@ stop_window_fio() { # DIR DEST
   cat "$1"/io_iops.*.log > "$2"
 }
 
-# Candidates in turns at one fio point: `fio_turns DIR ROUNDS SECS NAME...` starts one
-# time-based fio run per NAME on ${dev[NAME]} with the caller's array fio_args (IOPS log in
-# DIR/q.NAME), all stopped (SIGSTOP); each round then lets every NAME run alone for SECS
-# (SIGCONT, 50 ms to settle, the window, SIGSTOP), the order reversed every other round, and
-# appends "round name t0 t1 cpu_ns" to DIR/windows, cpu_ns being the CPU time of ${pid[NAME]}
-# in the window (0 where pid has no NAME). The logs end in DIR/iops.NAME (bench/windows.py
-# reads them). Uses the caller's associative arrays dev, pid and qpid (the stopped fio runs,
-# for the caller's cleanup; emptied at the end).
-fio_turns() {
-  local dir=$1 rounds=$2 secs=$3 n r i c0 c1 t0 t1
+# Stopped runs in turns: `take_turns FILE ROUNDS SECS NAME...`, each NAME's process ${qpid[NAME]}
+# stopped (SIGSTOP) beforehand; each round lets every NAME run alone for SECS (SIGCONT, 50 ms to
+# settle, the window, SIGSTOP), the order reversed every other round, and appends "round name
+# t0 t1 cpu_ns" to FILE, cpu_ns being the CPU time of process ${pid[NAME]} in the window (0 where
+# pid has no NAME). Uses the caller's associative arrays qpid and pid.
+take_turns() {
+  local file=$1 rounds=$2 secs=$3 n r i c0 c1 t0 t1
   shift 3
   local names=("$@") order
-  mkdir -p "$dir"
-  : > "$dir/windows"
-  for n in "${names[@]}"; do
-    mkdir -p "$dir/q.$n"
-    fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M "${fio_args[@]}" \
-      --runtime=100000 --time_based --write_iops_log="$dir/q.$n/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$dir/q.$n/err" &
-    qpid[$n]=$!
-    kill -STOP "${qpid[$n]}"
-  done
+  : > "$file"
   for r in $(seq "$rounds"); do
     if (( r % 2 )); then order=("${names[@]}"); else order=(); for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[$i]}"); done; fi
     for n in "${order[@]}"; do
@@ -75,10 +64,30 @@ fio_turns() {
       t1=$EPOCHREALTIME
       c1=$(cpu_ns "${pid[$n]:-}")
       kill -STOP "${qpid[$n]}"
-      echo "$r $n $t0 $t1 $((c1 - c0))" >> "$dir/windows"
+      echo "$r $n $t0 $t1 $((c1 - c0))" >> "$file"
     done
   done
-  for n in "${names[@]}"; do
+}
+
+# Candidates in turns at one fio point: `fio_turns DIR ROUNDS SECS NAME...` starts one
+# time-based fio run per NAME on ${dev[NAME]} with the caller's array fio_args (IOPS log in
+# DIR/q.NAME), stops them all, takes turns (`take_turns` into DIR/windows) and ends the runs;
+# their logs end in DIR/iops.NAME (bench/windows.py reads them). Uses the caller's associative
+# arrays dev, pid (whose CPU a window counts) and qpid (the stopped fio runs, for the caller's
+# cleanup; emptied at the end).
+fio_turns() {
+  local dir=$1 rounds=$2 secs=$3 n
+  shift 3
+  mkdir -p "$dir"
+  for n in "$@"; do
+    mkdir -p "$dir/q.$n"
+    fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M "${fio_args[@]}" \
+      --runtime=100000 --time_based --write_iops_log="$dir/q.$n/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$dir/q.$n/err" &
+    qpid[$n]=$!
+    kill -STOP "${qpid[$n]}"
+  done
+  take_turns "$dir/windows" "$rounds" "$secs" "$@"
+  for n in "$@"; do
     kill -CONT "${qpid[$n]}"; kill -INT "${qpid[$n]}"; wait "${qpid[$n]}" 2>/dev/null || true
     cat "$dir/q.$n"/io_iops.*.log > "$dir/iops.$n"
   done

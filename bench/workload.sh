@@ -32,10 +32,10 @@ cargo build --release --quiet --bin faultline --example contentspeed
 bin=target/release/faultline
 tmp=$(mktemp -d)
 dev=""
-declare -A tpid
+declare -A qpid pid  # the two stopped runs; whose CPU a window counts (the same)
 cleanup() {
   local p
-  for p in "${tpid[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  for p in "${qpid[@]}"; do kill -CONT "$p" 2>/dev/null; kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   [ -n "$dev" ] && "$shared/bench/ceiling-loop.sh" stop
   rm -rf "$tmp"
 }
@@ -62,30 +62,18 @@ for p in "${points[@]}"; do
   # shellcheck disable=SC2086
   fio --name=p --thread --filename="$dev" --direct=1 --size=512M $fargs --runtime=100000 --time_based \
     --write_iops_log="$tmp/p/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$tmp/p/fio.err" &
-  tpid[fio]=$!
+  qpid[fio]=$! pid[fio]=$!
   # shellcheck disable=SC2086
   $bin workload --device "$dev" --span 512MiB $largs --duration 100000s --interval 100ms --jsonl > "$tmp/p/series" 2> "$tmp/p/fl.err" &
-  tpid[fl]=$!
+  qpid[fl]=$! pid[fl]=$!
   for _ in $(seq 200); do [ -s "$tmp/p/series" ] && break; sleep 0.05; done
   [ -s "$tmp/p/series" ] || { echo "faultline workload did not start: $(cat "$tmp/p/fl.err")" >&2; exit 1; }
-  kill -STOP "${tpid[fio]}" "${tpid[fl]}"
-  : > "$tmp/p/windows"
-  for r in $(seq "$rounds"); do
-    if (( r % 2 )); then order=(fio fl); else order=(fl fio); fi
-    for n in "${order[@]}"; do
-      kill -CONT "${tpid[$n]}"
-      sleep 0.05
-      c0=$(cpu_ns "${tpid[$n]}") t0=$EPOCHREALTIME
-      sleep "$secs"
-      t1=$EPOCHREALTIME c1=$(cpu_ns "${tpid[$n]}")
-      kill -STOP "${tpid[$n]}"
-      echo "$r $n $t0 $t1 $((c1 - c0))" >> "$tmp/p/windows"
-    done
-  done
+  kill -STOP "${qpid[fio]}" "${qpid[fl]}"
+  take_turns "$tmp/p/windows" "$rounds" "$secs" fio fl
   # fio stops on SIGINT; faultline, a background job of this non-interactive shell, ignores it
-  kill -CONT "${tpid[fio]}" "${tpid[fl]}"; kill -INT "${tpid[fio]}"; kill -TERM "${tpid[fl]}"
-  for n in fio fl; do wait "${tpid[$n]}" 2>/dev/null || true; done
-  tpid=()
+  kill -CONT "${qpid[fio]}" "${qpid[fl]}"; kill -INT "${qpid[fio]}"; kill -TERM "${qpid[fl]}"
+  for n in fio fl; do wait "${qpid[$n]}" 2>/dev/null || true; done
+  qpid=() pid=()
   cat "$tmp/p"/io_iops.*.log > "$tmp/p/iops.fio"
   python3 - "$tmp/p" "$here" "$name" "$tmp/summary" <<'PY'
 import json, os, statistics as st, sys
