@@ -10,6 +10,12 @@ hold_cpu_latency() { # who: what the message says is measured with the hold
   echo "HOLD_CPU_LATENCY=1: $1 measured with the CPU latency limit held at 0 us" >&2
 }
 
+# The peers (../shared/bench, or FAULTLINE_PEERS): `need_peers SCRIPT` stops with the reason
+# when the caller's $peers is not there.
+need_peers() {
+  [ -d "$peers" ] || { echo "$1: peer scripts not found at $peers (expected in the shared folder beside the repository; set FAULTLINE_PEERS to its bench/)" >&2; exit 2; }
+}
+
 # POINTS="w128k-qd1 rr4k-qd32": keep only the named entries of the array `points`
 # ("name|fio args" each); an error naming the choices if none matches.
 select_points() { # script name, for the error
@@ -71,10 +77,11 @@ take_turns() {
 
 # Candidates in turns at one fio point: `fio_turns DIR ROUNDS SECS NAME...` starts one
 # time-based fio run per NAME on ${dev[NAME]} with the caller's array fio_args (IOPS log in
-# DIR/q.NAME), stops them all, takes turns (`take_turns` into DIR/windows) and ends the runs;
-# their logs end in DIR/iops.NAME (bench/windows.py reads them). Uses the caller's associative
-# arrays dev, pid (whose CPU a window counts) and qpid (the stopped fio runs, for the caller's
-# cleanup; emptied at the end).
+# DIR/q.NAME), lets each run 0.3 s (its start-up stays out of the first window) and stops it,
+# takes turns (`take_turns` into DIR/windows) and ends the runs; their logs end in
+# DIR/iops.NAME (bench/windows.py reads them). Uses the caller's associative arrays dev, pid
+# (whose CPU a window counts) and qpid (the stopped fio runs, for the caller's cleanup; emptied
+# at the end).
 fio_turns() {
   local dir=$1 rounds=$2 secs=$3 n
   shift 3
@@ -84,14 +91,32 @@ fio_turns() {
     fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M "${fio_args[@]}" \
       --runtime=100000 --time_based --write_iops_log="$dir/q.$n/io" --log_avg_msec=100 --log_unix_epoch=1 > /dev/null 2> "$dir/q.$n/err" &
     qpid[$n]=$!
+    sleep 0.3
     kill -STOP "${qpid[$n]}"
   done
   take_turns "$dir/windows" "$rounds" "$secs" "$@"
   for n in "$@"; do
-    kill -CONT "${qpid[$n]}"; kill -INT "${qpid[$n]}"; wait "${qpid[$n]}" 2>/dev/null || true
+    kill -CONT "${qpid[$n]}"; kill -INT "${qpid[$n]}"
+    end_or_kill "${qpid[$n]}" "fio on $n"
     cat "$dir/q.$n"/io_iops.*.log > "$dir/iops.$n"
   done
   qpid=()
+}
+
+# Wait for a child that was told to end (`end_or_kill PID WHAT`): after 30 s it is killed, with
+# a message (once, a fio run sat in its final sleep for minutes after SIGINT).
+end_or_kill() {
+  local i
+  for i in $(seq 300); do
+    # a child that exited stays a zombie until waited for: state Z counts as ended
+    [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ] || break
+    sleep 0.1
+  done
+  if [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; then
+    echo "$2 did not end 30 s after SIGINT; killed" >&2
+    kill -KILL "$1" 2>/dev/null || true
+  fi
+  wait "$1" 2>/dev/null || true
 }
 
 # The FUSE background limit of the connection a faultline loop device reads through:

@@ -20,8 +20,9 @@ top=$(cd "$here/.." && pwd)
 peers=${FAULTLINE_PEERS:-$(dirname "$top")/shared/bench}
 rounds=${1:-60}
 secs=${2:-0.5}
-bash "$top/scripts/setup.sh"
 . "$here/lib.sh"
+[ "${CEILING:-0}" = 1 ] && need_peers turns-ab.sh
+bash "$top/scripts/setup.sh"
 hold_cpu_latency "both disks"
 def="$top/target/release/faultline"
 declare -A bin=([a]="${A_BIN:-$def}" [b]="${B_BIN:-$def}") args=([a]="${A_ARGS:-}" [b]="${B_ARGS:-}") envs=([a]="${A_ENV:-}" [b]="${B_ENV:-}")
