@@ -163,26 +163,17 @@ python3 - "$work" "$here" <<'PY'
 import sys, statistics, os
 from collections import defaultdict
 sys.path.insert(0, sys.argv[2])
-from windows import fio_slots, window_iops, interval
+from windows import fio_slots, window_iops, interval, fio_turns
 work = sys.argv[1]
 order = ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"]
 points = [p for p in order if os.path.isdir(os.path.join(work, "turns", p))]
-win = {}   # win[point][round][name] = window IOPS
-for p in points:
-    d = os.path.join(work, "turns", p)
-    rows = [line.split() for line in open(os.path.join(d, "windows"))]
-    slots = {n: fio_slots(os.path.join(d, f"iops.{n}")) for n in {r[1] for r in rows}}
-    win[p] = defaultdict(dict)
-    for r, n, t0, t1, _cpu in rows:
-        v = window_iops(slots[n], float(t0), float(t1))
-        if v is None:
-            sys.exit(f"no IOPS samples inside the {n} window of {p} round {r}: is fio's log empty?")
-        win[p][r][n] = v
+# win[point][round][name] = (window IOPS, CPU per I/O: none counted here)
+win = {p: fio_turns(os.path.join(work, "turns", p), f"{p}: ") for p in points}
 names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline-1thread", "faultline-bg"]
          if n in next(iter(win[points[0]].values()))]
-med = lambda p, n: statistics.median(v[n] for v in win[p].values())
+med = lambda p, n: statistics.median(v[n][0] for v in win[p].values())
 def paired(p, a, b):
-    per = [v[a] / v[b] for v in win[p].values()]
+    per = [v[a][0] / v[b][0] for v in win[p].values()]
     return statistics.median(per), interval(per)
 print(f"{'IOPS (median)':<16}" + "".join(f"{p:>12}" for p in points))
 for n in names:

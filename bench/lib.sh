@@ -44,7 +44,7 @@ start_window_fio() { # DIR fio-args...
   fpid=$!
 }
 stop_window_fio() { # DIR DEST
-  kill -INT "$fpid"; wait "$fpid" 2>/dev/null || true
+  kill -INT "$fpid"; end_or_kill "$fpid" fio
   fpid=""
   cat "$1"/io_iops.*.log > "$2"
 }
@@ -108,16 +108,17 @@ fio_turns() {
 end_or_kill() {
   local i
   for i in $(seq 300); do
-    # a child that exited stays a zombie until waited for: state Z counts as ended
-    [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ] || break
+    running "$1" || break
     sleep 0.1
   done
-  if [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; then
-    echo "$2 did not end 30 s after SIGINT; killed" >&2
+  if running "$1"; then
+    echo "$2 did not end 30 s after it was told to; killed" >&2
     kill -KILL "$1" 2>/dev/null || true
   fi
   wait "$1" 2>/dev/null || true
 }
+# Whether a child still runs: one that exited stays a zombie (state Z) until waited for.
+running() { [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
 
 # The FUSE background limit of the connection a faultline loop device reads through:
 # `set_max_background DEV N` (congestion threshold at 3/4 of it, as the kernel's defaults).

@@ -63,20 +63,11 @@ done
 echo "== $rounds rounds of ${secs}s windows: ${names[*]} in turns, fio ${fio_args[*]}" >&2
 fio_turns "$work" "$rounds" "$secs" "${names[@]}"
 python3 - "$work" "$here" "${names[@]}" <<'PY'
-import sys, os, statistics
-from collections import defaultdict
+import sys, statistics
 sys.path.insert(0, sys.argv[2])
-from windows import fio_slots, window_iops, interval
+from windows import interval, fio_turns
 work, names = sys.argv[1], sys.argv[3:]
-slots = {n: fio_slots(os.path.join(work, f"iops.{n}")) for n in names}
-w = defaultdict(dict)  # w[round][name] = (iops, cpu ns per I/O)
-for line in open(os.path.join(work, "windows")):
-    r, n, t0, t1, cpu = line.split()
-    t0, t1 = float(t0), float(t1)
-    iops = window_iops(slots[n], t0, t1)
-    if iops is None:
-        sys.exit(f"no IOPS samples inside round {r}'s window of {n}: is fio's log empty?")
-    w[r][n] = (iops, int(cpu) / (iops * (t1 - t0)))
+w = fio_turns(work)  # w[round][name] = (iops, cpu ns per I/O)
 med = lambda n, k: statistics.median(v[n][k] for v in w.values())
 for n in names:
     line = f"{n:<8} median window IOPS {med(n, 0):>9.0f}"

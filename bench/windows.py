@@ -1,8 +1,11 @@
 """Shared by the bench scripts' Python summaries (imported with bench/ on sys.path): the
-throughput of time windows inside one fio run, and a bootstrap interval for a median."""
+throughput of time windows inside one fio run, the windows of runs taking turns, and a bootstrap
+interval for a median."""
 import collections
+import os
 import random
 import statistics
+import sys
 
 
 def fio_slots(path):
@@ -23,6 +26,28 @@ def window_iops(slots, t0, t1):
     lo, hi = t0 * 1000 + 100, t1 * 1000
     inside = [v for t, v in slots.items() if lo <= t <= hi]
     return sum(inside) / len(inside) if inside else None
+
+
+def turns(path, slots, where=""):
+    """The windows `take_turns` wrote (bench/lib.sh: lines "round name t0 t1 cpu_ns") read
+    against each name's 100 ms IOPS slots (`slots[name]`): {round: {name: (IOPS, CPU ns per
+    I/O)}}. Exits naming the window when a log has no slot inside it."""
+    w = collections.defaultdict(dict)
+    for line in open(path):
+        r, n, t0, t1, cpu = line.split()
+        t0, t1 = float(t0), float(t1)
+        iops = window_iops(slots[n], t0, t1)
+        if iops is None:
+            sys.exit(f"{where}no IOPS samples inside round {r}'s window of {n}: is its log empty?")
+        w[r][n] = (iops, int(cpu) / (iops * (t1 - t0)))
+    return w
+
+
+def fio_turns(d, where=""):
+    """`turns` of the folder `fio_turns` (bench/lib.sh) filled: DIR/windows and DIR/iops.NAME."""
+    path = os.path.join(d, "windows")
+    names = {line.split()[1] for line in open(path)}
+    return turns(path, {n: fio_slots(os.path.join(d, f"iops.{n}")) for n in names}, where)
 
 
 _rng = random.Random(7)

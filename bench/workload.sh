@@ -72,15 +72,14 @@ for p in "${points[@]}"; do
   take_turns "$tmp/p/windows" "$rounds" "$secs" fio fl
   # fio stops on SIGINT; faultline, a background job of this non-interactive shell, ignores it
   kill -CONT "${qpid[fio]}" "${qpid[fl]}"; kill -INT "${qpid[fio]}"; kill -TERM "${qpid[fl]}"
-  for n in fio fl; do wait "${qpid[$n]}" 2>/dev/null || true; done
+  for n in fio fl; do end_or_kill "${qpid[$n]}" "$n"; done
   qpid=() pid=()
   cat "$tmp/p"/io_iops.*.log > "$tmp/p/iops.fio"
   python3 - "$tmp/p" "$here" "$name" "$tmp/summary" <<'PY'
 import json, os, statistics as st, sys
-from collections import defaultdict
 d, name, summary = sys.argv[1], sys.argv[3], sys.argv[4]
 sys.path.insert(0, sys.argv[2])
-from windows import fio_slots, window_iops, interval
+from windows import fio_slots, interval, turns
 fio = fio_slots(os.path.join(d, "iops.fio"))
 fl, start = {}, None   # faultline's series: end of each 100 ms interval (epoch ms) -> I/Os per second
 for line in open(os.path.join(d, "series")):
@@ -89,14 +88,7 @@ for line in open(os.path.join(d, "series")):
         start = o["start_ns"] / 1e6
     elif "t_s" in o and start is not None:
         fl[round(start + o["t_s"] * 1000)] = o["ops"] * 10
-w = defaultdict(dict)   # round -> tool -> (IOPS, ns CPU per I/O)
-for line in open(os.path.join(d, "windows")):
-    r, n, t0, t1, cpu = line.split()
-    t0, t1 = float(t0), float(t1)
-    iops = window_iops(fio if n == "fio" else fl, t0, t1)
-    if iops is None:
-        sys.exit(f"{name}: no 100 ms interval of {n} inside round {r}'s window: is its log empty?")
-    w[r][n] = (iops, int(cpu) / (iops * (t1 - t0)))
+w = turns(os.path.join(d, "windows"), {"fio": fio, "fl": fl}, f"{name}: ")  # round -> tool -> (IOPS, ns CPU per I/O)
 ratio = [v["fl"][0] / v["fio"][0] for v in w.values()]
 cpu = [v["fl"][1] / v["fio"][1] for v in w.values()]
 med = lambda n, k: st.median(v[n][k] for v in w.values())
