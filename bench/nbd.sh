@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # bench/nbd.sh [ROUNDS] [SECONDS] -- faultline's NBD server vs nbdkit memory (and qemu-nbd on a
 # tmpfs file where qemu-utils is installed), same clients, side by side in one run.
+# `nbdkit null` runs beside them as a reference, not a peer: nbdkit's server with a plugin that
+# does no storage work (reads return zeroes, writes are dropped). Row `null/nbdkit`: what nbdkit
+# gains without its storage work (near 1: the client, the socket and the server's framework
+# bound the point, not the storage); `vs null` >= 1: faultline, storage included, is as fast
+# as nbdkit doing nothing.
 #
 # Every server listens on a Unix socket in a temp dir and holds SIZE (default 1GiB) in RAM:
 # `faultline serve --no-loop --nbd unix:...` (no rules), `nbdkit memory SIZE`, `qemu-nbd -t` on
@@ -9,7 +14,8 @@
 # server:
 #   copy-in    nbdcopy FILE -> server (MB/s; the file is in /dev/shm, nbdcopy's defaults:
 #              multi-conn where advertised, 64 requests of 256 KiB in flight per connection)
-#   copy-out   nbdcopy server -> null: (MB/s)
+#   copy-out   nbdcopy --no-extents server -> null: (MB/s; every byte read, whatever the server
+#              says of its extents: nbdkit null would otherwise report all zeroes)
 #   rr4k-qd1 rw4k-qd1 rr4k-qd32 rw4k-qd32 w128k-qd1   fio --ioengine=nbd (IOPS)
 #   cs-rr4k-qd1 cs-rw4k-qd1 cs-rr4k-qd32 cs-w128k-qd1   fio --ioengine=libaio --direct=1 on the
 #              /dev/loopN of a faultline client disk whose store is that server
@@ -59,6 +65,10 @@ nbdkit -f -U "$work/kit.nbd" memory "$bytes" &
 pids+=($!)
 wait_sock "$work/kit.nbd"
 uri[nbdkit]="nbd+unix:///?socket=$work/kit.nbd"
+nbdkit -f -U "$work/null.nbd" null "$bytes" &
+pids+=($!)
+wait_sock "$work/null.nbd"
+uri[null]="nbd+unix:///?socket=$work/null.nbd"
 names=(faultline nbdkit)
 if [ -n "${BASE:-}" ]; then
   "$BASE" serve --size "$size" --no-loop --nbd "unix:$work/base.nbd" --socket "$work/base.ctl" > "$work/base.out" 2> "$work/base.err" &
@@ -76,6 +86,7 @@ if command -v qemu-nbd >/dev/null; then
   uri[qemu-nbd]="nbd+unix:///?socket=$work/qemu.nbd"
   names+=(qemu-nbd)
 fi
+names+=(null)
 head -c "$bytes" /dev/urandom > "$work/src"
 for n in "${names[@]}"; do nbdcopy "$work/src" "${uri[$n]}"; done
 echo "servers: ${names[*]} ($size each, filled)" >&2
@@ -128,7 +139,7 @@ measure() { # point uri name
     cs-rr4k-qd32) dev_iops "${dev[$3]}" --rw=randread --bs=4k --iodepth=32 ;;
     cs-w128k-qd1) dev_iops "${dev[$3]}" --rw=write --bs=128k --iodepth=1 ;;
     copy-in) mbps "$(timed nbdcopy "$work/src" "$2")" ;;
-    copy-out) mbps "$(timed nbdcopy "$2" null:)" ;;
+    copy-out) mbps "$(timed nbdcopy --no-extents "$2" null:)" ;;
     rr4k-qd1) iops "$2" --rw=randread --bs=4k --iodepth=1 ;;
     rw4k-qd1) iops "$2" --rw=randwrite --bs=4k --iodepth=1 ;;
     rr4k-qd32) iops "$2" --rw=randread --bs=4k --iodepth=32 ;;
@@ -181,7 +192,11 @@ for n in names:
         r = {p: paired(p, n, cb) for p in cps}
         print(f"{'client/base':<12}" + "".join(f"{r[p]:>13.2f}" if p in cps else f"{'':>13}" for p in points) + f"   (over {n})")
         print(f"min_client_vs_base_over_{n}={min(r.values()):.2f}")
-print("(ratio: faultline / peer, median over rounds of the per-round ratio; cs-*: the same faultline client store over each server)")
+if "null" in names:
+    r = {p: paired(p, "null", "nbdkit") for p in points}
+    print(f"{'null/nbdkit':<12}" + "".join(f"{r[p]:>13.2f}" for p in points))
+print("(ratio: faultline / peer, median over rounds of the per-round ratio; cs-*: the same faultline client store over each server;")
+print(" null/nbdkit: nbdkit without storage work (its null plugin) over nbdkit memory, same client)")
 if "qemu-nbd" in ratios:
     print(f"min_ratio_vs_qemu_nbd={min(ratios['qemu-nbd'].values()):.2f}")
 if "base" in ratios:

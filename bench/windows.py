@@ -31,7 +31,8 @@ def window_iops(slots, t0, t1):
 def turns(path, slots, where=""):
     """The windows `take_turns` wrote (bench/lib.sh: lines "round name t0 t1 cpu_ns") read
     against each name's 100 ms IOPS slots (`slots[name]`): {round: {name: (IOPS, CPU ns per
-    I/O)}}. Exits naming the window when a log has no slot inside it."""
+    I/O)}}. Exits naming the window when a log has no slot inside it, or the candidate when it
+    completed nothing in a window (a ratio against it would divide by zero)."""
     w = collections.defaultdict(dict)
     for line in open(path):
         r, n, t0, t1, cpu = line.split()
@@ -39,6 +40,8 @@ def turns(path, slots, where=""):
         iops = window_iops(slots[n], t0, t1)
         if iops is None:
             sys.exit(f"{where}no IOPS samples inside round {r}'s window of {n}: is its log empty?")
+        if iops == 0:
+            sys.exit(f"{where}{n} completed no I/O in round {r}'s window ({t1 - t0:.2f} s): hung or stalled?")
         w[r][n] = (iops, int(cpu) / (iops * (t1 - t0)))
     return w
 

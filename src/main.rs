@@ -594,6 +594,13 @@ fn fault(socket: Option<PathBuf>, cmd: FaultCmd) -> Result<()> {
                 println!("{e}");
             }
         }
+        // one line however many rules (a 100k-rule file would print 100k lines pretty), the
+        // count first for a reader, every id after it for a script
+        (FaultCmd::Add { .. }, Value::Object(m)) => {
+            let ids = m.get("ids").cloned().unwrap_or_else(|| json!([]));
+            let n = ids.as_array().map_or(0, Vec::len);
+            println!("{}", json!({"armed": n, "ids": ids}));
+        }
         _ => println!("{}", serde_json::to_string_pretty(&res)?),
     }
     Ok(())

@@ -270,6 +270,23 @@ fn control_socket_round_trip(ring: &str) {
     assert!(out.status.success());
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
+    // `fault add` prints one line, the count and the new ids
+    let file = std::env::temp_dir().join(format!("faultline-add-{}.yaml", std::process::id()));
+    std::fs::write(
+        &file,
+        "rules:\n  - {type: delay, op: write, delay: 1us}\n  - {type: delay, op: write, delay: 2us}\n  - {type: delay, op: write, delay: 3us}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(bin()).args(["fault", "add", "--socket"]).arg(&s.socket).arg(&file).output().unwrap();
+    std::fs::remove_file(&file).unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.stdout.iter().filter(|&&b| b == b'\n').count(), 1, "{}", String::from_utf8_lossy(&out.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["armed"], 3);
+    let added: Vec<u64> = v["ids"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap()).collect();
+    assert_eq!(added.len(), 3);
+    s.call(json!({"cmd": "remove", "ids": added}));
+    assert_eq!(s.rules().len(), 2);
     // pause and resume through the CLI: paused, rule a (reads of block 1 fail) does not fire
     let fault = |cmd: &str| std::process::Command::new(bin()).args(["fault", cmd, "--socket"]).arg(&s.socket).output().unwrap();
     let d = s.open();

@@ -34,18 +34,18 @@ const MAX_OPTION_LEN: u32 = 64 << 10;
 /// Input and output buffer sizes per connection (allocated zeroed: pages appear when used).
 const IN_BUF: usize = 1 << 20;
 const OUT_BUF: usize = 2 << 20;
-/// Busy polling: after its replies are out, a connection whose requests come one at a time
-/// polls for the next one this long before sleeping (`FAULTLINE_NBD_BUSY_POLL_US` overrides;
-/// 0: never). A sleep and its wake-up cost more than the gap between a client's reply and its
-/// next request.
+/// Busy polling: after its replies are out, a connection whose requests come soon after each
+/// other polls for the next ones this long before sleeping (`FAULTLINE_NBD_BUSY_POLL_US`
+/// overrides; 0: never). A sleep and its wake-up cost more than the gap between a client's
+/// reply and its next request, and a client that sends to a sleeping server pays for the
+/// wake-up.
 const SPIN: Duration = Duration::from_micros(50);
 /// The request rate below which polling stops: a connection polls again only after a wait for
 /// its next request shorter than this. The wait measured while sleeping includes our own
 /// wake-up, so this is well above `SPIN`: a gate at `SPIN` itself stays shut once a slow
 /// wake-up has shut it.
 const SPIN_GAP: Duration = Duration::from_millis(1);
-/// Whether polling pays is found by trying, per connection: requests at queue depth 1 are
-/// counted in epochs of `EPOCH` in the current mode; after every `MAINS` epochs one epoch of
+/// Whether polling pays is found by trying, per connection: requests are counted in epochs of `EPOCH` in the current mode; after every `MAINS` epochs one epoch of
 /// `PROBE` requests runs in the other mode, which is kept when its time per request is under
 /// 90% of the epoch just before it. Polling costs CPU a client on the same machine may need
 /// (our own client disk's chain on 2 CPUs): there not polling wins, across machines polling.
@@ -315,7 +315,6 @@ fn session(sh: &Shared, sock: Sock) -> Res<()> {
         style,
         big: Vec::new(),
         spin: false,
-        served: 0,
         in_request: false,
         tune: Tuner::new(),
         t0: Instant::now(),
@@ -535,8 +534,6 @@ struct Conn<'a> {
     big: Vec<u8>,
     /// The last wait for input was short: poll before sleeping (see `SPIN`).
     spin: bool,
-    /// Requests served since the last wait for input.
-    served: u32,
     /// Between a request's header and its end: a wait for input is for its payload.
     in_request: bool,
     tune: Tuner,
@@ -606,13 +603,12 @@ impl Conn<'_> {
     }
 
     /// Read what the client has sent into the input buffer (0: closed), polling first when
-    /// requests have been coming one at a time. `mid`: the rest of a request is awaited; such a
+    /// requests have been coming soon after each other. `mid`: the rest of a request is awaited; such a
     /// wait polls when the gate is open but leaves the gate as it is, so a write whose payload
     /// comes in a second send is one wake-up, as a read is.
     fn receive(&mut self, mid: bool) -> Res<usize> {
         use std::os::fd::AsRawFd;
         let gate = self.spin;
-        let lone = if mid { false } else { std::mem::take(&mut self.served) == 1 };
         let budget = spin_budget();
         if self.spin && self.tune.polls() && !budget.is_zero() && !SPINNING.swap(true, Ordering::Acquire) {
             let t = Instant::now();
@@ -642,7 +638,7 @@ impl Conn<'_> {
             };
             SPINNING.store(false, Ordering::Release);
             if let Some(n) = got {
-                self.spin = if mid { gate } else { lone };
+                // the gate stays open: the request came within the poll
                 return Ok(n);
             }
         }
@@ -653,11 +649,12 @@ impl Conn<'_> {
             self.spin = gate;
             return Ok(n);
         }
-        // spin next time only for a connection whose client sends one request, waits for its
-        // reply, and sends the next soon (queue depth 1, a high rate): with requests in flight
-        // the CPUs are better left to the clients. Idle connections beside it (a client disk's
-        // pool) do not count; `SPINNING` keeps the spinners to one.
-        self.spin = t.elapsed() < SPIN_GAP && lone;
+        // spin next time only for a connection whose client sends its next requests soon (a
+        // high rate), at any queue depth: with requests in flight a client that is the
+        // bottleneck (libnbd's, one thread) sends cheaper to a server that is not asleep, and
+        // `tune` stops polling where it takes a CPU the client wants. Idle connections beside it
+        // (a client disk's pool) do not count; `SPINNING` keeps the spinners to one.
+        self.spin = t.elapsed() < SPIN_GAP;
         Ok(n)
     }
 
@@ -688,7 +685,6 @@ impl Conn<'_> {
                 c.in_flight.fetch_sub(1, Ordering::Relaxed);
             }
             r?;
-            self.served += 1;
             if self.out.len >= OUT_BUF / 2 {
                 self.flush()?;
             }
