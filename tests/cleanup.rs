@@ -157,6 +157,36 @@ fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
     assert!(text.contains(&format!("detached {}", dev.display())), "{text}");
 }
 
+/// The loop device's rq_affinity outlives its attachment: after kill -9 and a detach by hand
+/// (the user's `losetup -d`), `cleanup` still puts the value it found back, or the next disk
+/// on that device would start with the killed run's setting.
+#[test]
+fn cleanup_restores_rq_affinity_of_a_device_detached_by_hand() {
+    let run = RunDir::new("rqaff");
+    let mut s = std::process::Command::new(bin())
+        .args(["serve", "--size", "64MiB", "--rq-affinity", "2"])
+        .env("FAULTLINE_RUN_DIR", &run.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(s.stdout.take().unwrap()), &mut line).unwrap();
+    let dev = std::path::PathBuf::from(line.trim());
+    let led = std::fs::read_dir(run.0.join("runs")).unwrap().flatten().next().expect("a ledger").path();
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(led).unwrap()).unwrap();
+    let found = v["rq_affinity"][0][1].as_u64().expect("the ledger records the value found") as u8;
+    assert_ne!(found, 2, "test needs a device whose own value is not 2");
+    assert_eq!(faultline::sys::loopdev::rq_affinity(&dev).unwrap(), 2);
+    s.kill().unwrap();
+    s.wait().unwrap();
+    assert!(std::process::Command::new("losetup").arg("-d").arg(&dev).status().unwrap().success());
+    assert_eq!(faultline::sys::loopdev::rq_affinity(&dev).unwrap(), 2, "the setting outlives the attachment");
+    let (text, _) = run.cleanup();
+    assert_eq!(faultline::sys::loopdev::rq_affinity(&dev).unwrap(), found, "{text}");
+    assert!(text.contains(&format!("restored rq_affinity {found} on {}", dev.display())), "{text}");
+}
+
 /// A process in another mount namespace (`ip netns exec` makes one) holds a copy of the disk's
 /// FUSE mount, which keeps the connection alive after the server's own unmount: the teardown
 /// aborts it after a grace period instead of waiting as long as that process lives.

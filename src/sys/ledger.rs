@@ -365,7 +365,10 @@ pub fn release(l: &Ledger, log: &mut Vec<String>) -> bool {
                     }
                 }
             }
-            _ => {} // gone, or reused by someone else: not ours any more
+            // detached (by hand, or a teardown cut short): the setting outlives the
+            // attachment and a later `losetup` of the device inherits it, so put it back
+            None => restore_rq_affinity(l, dev, log),
+            Some(_) => {} // reused by someone else: not ours any more
         }
     }
     if !complete {
@@ -431,7 +434,8 @@ fn release_net(l: &Ledger, log: &mut Vec<String>) {
 /// Put back the rq_affinity found on one of our loop devices, if the run changed it.
 fn restore_rq_affinity(l: &Ledger, dev: &Path, log: &mut Vec<String>) {
     for (d, v) in l.rq_affinity.iter().filter(|(d, _)| d == dev) {
-        if loopdev::rq_affinity(d).ok() != Some(*v) {
+        // a device node that is gone has nothing to restore
+        if loopdev::rq_affinity(d).is_ok_and(|now| now != *v) {
             match loopdev::set_rq_affinity(d, *v) {
                 Ok(()) => log.push(format!("restored rq_affinity {v} on {}", d.display())),
                 Err(e) => log.push(format!("could not restore rq_affinity on {}: {e:#}", d.display())),
