@@ -40,6 +40,22 @@ impl RunDir {
         RunDir(p)
     }
 
+    /// `faultline serve --size 64MiB ARGS` recording into this run directory: the process and
+    /// its loop device.
+    fn serve(&self, args: &[&str]) -> (std::process::Child, std::path::PathBuf) {
+        let mut s = std::process::Command::new(bin())
+            .args(["serve", "--size", "64MiB"])
+            .args(args)
+            .env("FAULTLINE_RUN_DIR", &self.0)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(s.stdout.take().unwrap()), &mut line).unwrap();
+        (s, std::path::PathBuf::from(line.trim()))
+    }
+
     fn cleanup(&self) -> (String, std::time::Duration) {
         let t = std::time::Instant::now();
         let out = std::process::Command::new(bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output().unwrap();
@@ -126,16 +142,7 @@ fn cleanup_aborts_the_fuse_connection_a_killed_process_is_stuck_on() {
 #[test]
 fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
     let run = RunDir::new("usermount");
-    let mut s = std::process::Command::new(bin())
-        .args(["serve", "--size", "64MiB"])
-        .env("FAULTLINE_RUN_DIR", &run.0)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(s.stdout.take().unwrap()), &mut line).unwrap();
-    let dev = std::path::PathBuf::from(line.trim());
+    let (mut s, dev) = run.serve(&[]);
     // the user's own file system on the device, mounted where faultline recorded nothing
     assert!(std::process::Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev).status().unwrap().success());
     let mnt = tempfile::tempdir().unwrap();
@@ -163,16 +170,7 @@ fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
 #[test]
 fn cleanup_restores_rq_affinity_of_a_device_detached_by_hand() {
     let run = RunDir::new("rqaff");
-    let mut s = std::process::Command::new(bin())
-        .args(["serve", "--size", "64MiB", "--rq-affinity", "2"])
-        .env("FAULTLINE_RUN_DIR", &run.0)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(s.stdout.take().unwrap()), &mut line).unwrap();
-    let dev = std::path::PathBuf::from(line.trim());
+    let (mut s, dev) = run.serve(&["--rq-affinity", "2"]);
     let led = std::fs::read_dir(run.0.join("runs")).unwrap().flatten().next().expect("a ledger").path();
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(led).unwrap()).unwrap();
     let found = v["rq_affinity"][0][1].as_u64().expect("the ledger records the value found") as u8;
