@@ -45,9 +45,10 @@ const SPIN: Duration = Duration::from_micros(50);
 /// wake-up, so this is well above `SPIN`: a gate at `SPIN` itself stays shut once a slow
 /// wake-up has shut it.
 const SPIN_GAP: Duration = Duration::from_millis(1);
-/// Whether polling pays is found by trying, per connection: requests are counted in epochs of `EPOCH` in the current mode; after every `MAINS` epochs one epoch of
-/// `PROBE` requests runs in the other mode, which is kept when its time per request is under
-/// 90% of the epoch just before it. Polling costs CPU a client on the same machine may need
+/// Whether polling pays is found by trying, per connection: requests are counted in epochs of
+/// `EPOCH` in the current mode; after every `MAINS` epochs one epoch of `PROBE` requests runs
+/// in the other mode, which is kept when its time per request is under 90% of the epoch just
+/// before it. Polling costs CPU a client on the same machine may need
 /// (our own client disk's chain on 2 CPUs): there not polling wins, across machines polling.
 /// An epoch in which most polls gave the CPU away (`SPIN_GIVEN`) ends polling whatever its
 /// time: the wall time of such an epoch hides the CPU the polls took from others.
@@ -603,9 +604,9 @@ impl Conn<'_> {
     }
 
     /// Read what the client has sent into the input buffer (0: closed), polling first when
-    /// requests have been coming soon after each other. `mid`: the rest of a request is awaited; such a
-    /// wait polls when the gate is open but leaves the gate as it is, so a write whose payload
-    /// comes in a second send is one wake-up, as a read is.
+    /// requests have been coming soon after each other. `mid`: the rest of a request is
+    /// awaited; such a wait polls when the gate is open but leaves the gate as it is, so a
+    /// write whose payload comes in a second send is one wake-up, as a read is.
     fn receive(&mut self, mid: bool) -> Res<usize> {
         use std::os::fd::AsRawFd;
         let gate = self.spin;
