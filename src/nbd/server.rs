@@ -609,7 +609,6 @@ impl Conn<'_> {
     /// write whose payload comes in a second send is one wake-up, as a read is.
     fn receive(&mut self, mid: bool) -> Res<usize> {
         use std::os::fd::AsRawFd;
-        let gate = self.spin;
         let budget = spin_budget();
         if self.spin && self.tune.polls() && !budget.is_zero() && !SPINNING.swap(true, Ordering::Acquire) {
             let t = Instant::now();
@@ -646,8 +645,7 @@ impl Conn<'_> {
         let t = Instant::now();
         let n = (&self.rd).read(&mut self.inb[self.end..]).map_err(io_err("receive"))?;
         if mid {
-            // a request's tail says nothing about the client's rate
-            self.spin = gate;
+            // a request's tail says nothing about the client's rate: the gate stays as it is
             return Ok(n);
         }
         // spin next time only for a connection whose client sends its next requests soon (a
