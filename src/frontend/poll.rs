@@ -28,6 +28,11 @@ static SPINNING: AtomicBool = AtomicBool::new(false);
 /// Requests in a row, each alone in flight, before spinning starts.
 const SERIAL_RUN: u64 = 32;
 
+/// While requests overlap, how long a ring owner pinned to its queue's CPU polls its own ring
+/// before it sleeps (`uring/shared.rs`): a few µs, about the loop worker's time to queue the
+/// next request on this CPU. Longer polls gain nothing at QD32 (BENCHMARKS.md).
+pub const OWNER_POLL: Duration = Duration::from_micros(5);
+
 pub struct Poller {
     fd: OnceLock<OwnedFd>,
     budget: Duration,
@@ -128,6 +133,12 @@ impl Poller {
         let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd. Pending, or an error (unmounted: fuser's read will see it).
         self.idle_until(|| unsafe { libc::poll(&mut p, 1, 0) } != 0);
+    }
+
+    /// Requests overlap: one arrived while another was in flight within the last `SERIAL_RUN`
+    /// requests (a deep queue), and polling is not turned off (a zero budget).
+    pub fn overlapping(&self) -> bool {
+        !self.budget.is_zero() && self.seen.load(Relaxed).saturating_sub(self.last_overlap.load(Relaxed)) < SERIAL_RUN
     }
 
     /// Whether a spin after this request would be allowed (requests arriving one at a time,
@@ -240,6 +251,24 @@ mod tests {
         assert!(timed(&p) < Duration::from_millis(300), "a second thread spun too");
         assert!(timed(&other_disk) < Duration::from_millis(300), "a second disk's thread spun too");
         assert!(spinner.join().unwrap() >= Duration::from_millis(600));
+    }
+
+    #[test]
+    fn overlapping_until_a_serial_run_and_never_with_a_zero_budget() {
+        let (p, _tx) = poller(Duration::from_millis(1));
+        serial(&p, SERIAL_RUN);
+        assert!(!p.overlapping(), "a serial run read as overlapping");
+        let a = p.arrived();
+        drop((a, p.arrived()));
+        assert!(p.overlapping(), "two requests in flight together did not read as overlapping");
+        serial(&p, SERIAL_RUN - 1);
+        assert!(p.overlapping(), "overlap forgotten before a whole serial run");
+        serial(&p, 1);
+        assert!(!p.overlapping(), "overlap still reported after a whole serial run");
+        let (off, _tx2) = poller(Duration::ZERO);
+        let a = off.arrived();
+        drop((a, off.arrived()));
+        assert!(!off.overlapping(), "a zero budget must turn the owners' poll off too");
     }
 
     #[test]

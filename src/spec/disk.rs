@@ -88,8 +88,9 @@ pub fn check_block_size(bs: u64) -> Result<u32, String> {
 /// How the disk is served (not what it does: that is the disk's and the rules' business).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FrontendOptions {
-    /// After a request, poll for the next one this long before sleeping (`frontend::poll`);
-    /// zero never polls.
+    /// After a request, poll for the next one this long before sleeping (`frontend::poll`;
+    /// while requests overlap, per-CPU ring threads poll `OWNER_POLL` instead); zero never
+    /// polls.
     pub busy_poll: Duration,
     /// FUSE over io_uring (`frontend::uring`), classic /dev/fuse reads, or the first that works.
     pub ring: RingMode,
