@@ -129,8 +129,9 @@ impl Shared {
     /// Poll owner `t`'s own ring for `OWNER_POLL`, yielding: true when a completion came. The
     /// yield lets the loop worker that queues the next request run on this CPU (the owner is
     /// pinned there), and is the kernel entry that runs the ring's task work (a new request).
-    /// Each owner polls only its own CPU's ring, so two owners never poll on one CPU; unlike
-    /// `Poller::idle_until` it takes no process-wide turn and may overlap the other CPUs' polls.
+    /// A disk's owners are pinned to different CPUs, so they never poll on one CPU; two disks'
+    /// owners may, each for at most `OWNER_POLL` and yielding to the other. Unlike
+    /// `Poller::idle_until` it takes no process-wide turn.
     fn poll_own(&self, t: usize, st: &mut Station) -> bool {
         let end = Instant::now() + OWNER_POLL;
         while !st.pending() {
