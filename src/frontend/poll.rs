@@ -138,16 +138,19 @@ impl Poller {
     /// Requests overlap: one arrived while another was in flight within the last `SERIAL_RUN`
     /// requests (a deep queue), and polling is not turned off (a zero budget).
     pub fn overlapping(&self) -> bool {
-        !self.budget.is_zero() && self.seen.load(Relaxed).saturating_sub(self.last_overlap.load(Relaxed)) < SERIAL_RUN
+        !self.budget.is_zero() && !self.serial_run()
+    }
+
+    /// The last `SERIAL_RUN` requests each arrived with no other in flight.
+    fn serial_run(&self) -> bool {
+        // saturating: an overlap recorded between the two loads reads as "just now"
+        self.seen.load(Relaxed).saturating_sub(self.last_overlap.load(Relaxed)) >= SERIAL_RUN
     }
 
     /// Whether a spin after this request would be allowed (requests arriving one at a time,
     /// no reply pending, a budget); cheap, for callers that wait differently otherwise.
     pub fn may_spin(&self) -> bool {
-        !self.budget.is_zero()
-            && self.in_flight.load(Acquire) == 0
-            // saturating: an overlap recorded between the two loads reads as "just now"
-            && self.seen.load(Relaxed).saturating_sub(self.last_overlap.load(Relaxed)) >= SERIAL_RUN
+        !self.budget.is_zero() && self.in_flight.load(Acquire) == 0 && self.serial_run()
     }
 
     /// Spin until `pending()` says a request is there or the budget is spent, if `may_spin`
