@@ -33,7 +33,11 @@ fn verify_classifies_corruption_errors_and_misdirection() {
         "rules:\n  - {type: bitflip, op: write, target: {block: 100}}\n  - {type: misdirected-write, shift: -16KiB, target: {block: 200}}\n",
     );
     let map = Arc::new(ContentMap::new((64 << 20) / BS, 4096, 5));
-    let res = run_block(&workload(&s, 8 << 20, ErrorPolicy::Stop), map.clone()).unwrap();
+    // one thread: with two, the other may use up the shared size bound before blocks 100..203
+    // are written
+    let mut one = workload(&s, 8 << 20, ErrorPolicy::Stop);
+    one.threads = 1;
+    let res = run_block(&one, map.clone()).unwrap();
     assert_eq!(res.write.ops, (8 << 20) / 16384);
     assert!(res.failed_ios.is_empty());
     // behind its back: overwrite block 300 directly; then make block 400 unreadable
@@ -61,26 +65,38 @@ fn verify_classifies_corruption_errors_and_misdirection() {
 
 #[test]
 fn error_policies() {
-    let s = Serve::start("64MiB", "rules:\n  - {type: error, op: write, target: {block: 64}}\n");
+    // each of the two threads writes its own half in order, so the first request of each half
+    // fails whichever thread runs first (one may do all the work while the other still starts)
+    let starts = [0, (2 << 20) / BS];
+    let s = Serve::start(
+        "64MiB",
+        &format!(
+            "rules:\n  - {{type: error, op: write, target: {{block: {}}}}}\n  - {{type: error, op: write, target: {{block: {}}}}}\n",
+            starts[0], starts[1]
+        ),
+    );
     let map = Arc::new(ContentMap::new((64 << 20) / BS, 4096, 5));
     // continue: the failed request is recorded, the rest goes on
     let r = run_block(&workload(&s, 4 << 20, ErrorPolicy::Continue), map.clone()).unwrap();
-    // the size bound is shared: a thread that runs ahead wraps around its region and may hit
-    // block 64 again, so every failure is there, and at least one
+    // the size bound is shared: a thread that runs ahead wraps around its half and hits its
+    // start again, so every failure is at a start, and there is at least one
     let n = r.failed_ios.len() as u64;
-    assert!(n >= 1 && r.failed_ios.iter().all(|f| f.offset == 64 * BS), "{:?}", r.failed_ios);
+    assert!(n >= 1 && r.failed_ios.iter().all(|f| starts.iter().any(|b| f.offset == b * BS)), "{:?}", r.failed_ios);
     assert_eq!(r.errors.get("write:EIO"), Some(&n));
     assert_eq!(r.write.ops + n, (4 << 20) / 16384);
     assert!(!r.stopped_on_error);
-    assert_eq!(map.get(64), None, "a failed write leaves nothing to verify");
+    assert!(starts.iter().all(|b| map.get(*b).is_none()), "a failed write leaves nothing to verify");
     // stop: ends at the first failure
     let r = run_block(&workload(&s, 4 << 20, ErrorPolicy::Stop), map.clone()).unwrap();
     assert!(r.stopped_on_error);
     assert!(r.write.ops < (4 << 20) / 16384 - 1);
-    // retry: a transient error (times: 2) is retried away
+    // retry: a transient error (times: 2) is retried away; one thread, so the same request
+    // fails twice and waits out both backoffs (1 ms, then 2 ms)
     s.clear();
     s.add("rules:\n  - {type: error, op: write, times: 2, target: {block: 64}}\n");
-    let r = run_block(&workload(&s, 4 << 20, ErrorPolicy::Retry(3)), map.clone()).unwrap();
+    let mut one = workload(&s, 4 << 20, ErrorPolicy::Retry(3));
+    one.threads = 1;
+    let r = run_block(&one, map.clone()).unwrap();
     assert_eq!(r.retries, 2);
     assert!(r.failed_ios.is_empty());
     assert!(r.retry_seconds >= 0.003);
