@@ -29,7 +29,11 @@
 # (BENCHMARKS.md, session 19). The overhead is the median over rounds of the paired loss, with
 # its bootstrap 90% interval. Last line:
 #   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 min_ratio_vs_libfuse_uring=R3 rules_overhead_pct=P qd32_vs_ceiling=C
-# C is faultline's ratio to the ceiling loop at rr4k-qd32. The libfuse-over-io_uring peer is
+# C is faultline's ratio to the ceiling loop at rr4k-qd32. Each round also records where the host
+# placed the VM's two CPUs (bench/lib.sh xcpu_ns): `far_rounds=K/N` counts the rounds whose CPUs
+# shared no cache (cross-CPU round trip above XCPU_FAR_NS, default 200), and where there were
+# any, the ratios over each kind of round follow apart, "near/far" (every candidate slows down in
+# far rounds, by different amounts). The libfuse-over-io_uring peer is
 # skipped, with the reason printed and R3 reported as "skipped", where the kernel lacks FUSE over
 # io_uring. RING_THREADS_AB=1 adds `faultline-1thread` (faultline with --ring-threads 1: one ring
 # thread for every CPU queue) to compare with the default (one ring per CPU queue,
@@ -163,7 +167,7 @@ python3 - "$work" "$here" <<'PY'
 import sys, statistics, os
 from collections import defaultdict
 sys.path.insert(0, sys.argv[2])
-from windows import fio_slots, window_iops, interval, fio_turns
+from windows import fio_slots, window_iops, interval, fio_turns, placement, split_rounds
 work = sys.argv[1]
 order = ["w4k-qd1", "rr4k-qd1", "rr4k-qd32", "w128k-qd1"]
 points = [p for p in order if os.path.isdir(os.path.join(work, "turns", p))]
@@ -191,6 +195,25 @@ if "faultline-1thread" in names:
     ratio_line("1thread/default", "faultline-1thread", "faultline")
 if "faultline-bg" in names:
     ratio_line("bg/default", "faultline-bg", "faultline")
+# by host placement: the same ratios over the rounds whose CPUs shared a cache and over those
+# whose CPUs did not (bench/lib.sh xcpu_ns), where both kinds occurred
+split = {p: split_rounds(placement(os.path.join(work, "turns", p, "windows"))) for p in points}
+far_rounds = sum(len(f) for _, f in split.values())
+ns = {p: placement(os.path.join(work, "turns", p, "windows")) for p in points}
+fmt = lambda rs, p: f"{len(rs)}@{statistics.median(ns[p][r] for r in rs):.0f}ns" if rs else "0"
+if any(ns.values()):
+    print(f"{'host placement':<24}" + " ".join(f"{p}=near {fmt(n, p)}/far {fmt(f, p)}" for p, (n, f) in split.items()))
+if far_rounds:
+    def by_place(label, a, b):
+        def m(p, rs):
+            v = [win[p][r][a][0] / win[p][r][b][0] for r in rs if r in win[p]]
+            return f"{statistics.median(v):.2f}" if len(v) >= 3 else "-"
+        print(f"{'  ' + label + ' near/far':<26}" + " ".join(f"{p}={m(p, n)}/{m(p, f)}" for p, (n, f) in split.items()))
+    by_place("vs nbdkit", "faultline", "nbdkit")
+    by_place("vs libfuse", "faultline", "libfuse")
+    if "libfuse-uring" in names:
+        by_place("vs libfuse-uring", "faultline", "libfuse-uring")
+    by_place("vs ceiling", "faultline", "ceiling")
 # rules overhead: per round of the rules phase, the loss of the window with 100k rules against
 # the same round's window without
 rw = defaultdict(dict)   # rw[point][round][mode] = (t0, t1)
@@ -217,5 +240,5 @@ print(f"(ratios: median over {len(win[points[0]])} rounds of the same round's wi
       f"{len(next(iter(rw.values())))} rounds of the paired window loss; intervals: bootstrap over rounds)")
 r3s = f"{min(r3.values()):.2f}" if r3 else "skipped"
 qd32 = f"{rc['rr4k-qd32']:.3f}" if "rr4k-qd32" in rc else "skipped"
-print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} min_ratio_vs_libfuse_uring={r3s} rules_overhead_pct={max(ov.values()):.1f} qd32_vs_ceiling={qd32}")
+print(f"min_ratio_vs_libfuse={min(r1.values()):.2f} min_ratio_vs_nbdkit={min(r2.values()):.2f} min_ratio_vs_libfuse_uring={r3s} rules_overhead_pct={max(ov.values()):.1f} qd32_vs_ceiling={qd32} far_rounds={far_rounds}/{sum(len(n) + len(f) for n, f in split.values())}")
 PY

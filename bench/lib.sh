@@ -49,17 +49,32 @@ stop_window_fio() { # DIR DEST
   cat "$1"/io_iops.*.log > "$2"
 }
 
+# Where the host placed this VM's CPUs: the cross-CPU cache-line round trip in ns
+# (examples/xcpu.rs), "-" where it cannot run (one CPU). On the VMs here it is tens of ns while
+# the two vCPUs share a cache and several hundred while they do not; the host moves them between
+# the two every few seconds to minutes, and every candidate slows down in the second (by
+# different amounts: BENCHMARKS.md, session 26), so take_turns records it each round.
+# `xcpu_build` (the caller's $top) builds it; take_turns calls `xcpu_ns`.
+xcpu_bin=""
+xcpu_build() {
+  (cd "$top" && cargo build --release --quiet --example xcpu) && xcpu_bin="$top/target/release/examples/xcpu"
+}
+xcpu_ns() { { [ -n "$xcpu_bin" ] && "$xcpu_bin" 2>/dev/null; } || echo -; }
+
 # Stopped runs in turns: `take_turns FILE ROUNDS SECS NAME...`, each NAME's process ${qpid[NAME]}
 # stopped (SIGSTOP) beforehand; each round lets every NAME run alone for SECS (SIGCONT, 50 ms to
 # settle, the window, SIGSTOP), the order reversed every other round, and appends "round name
 # t0 t1 cpu_ns" to FILE, cpu_ns being the CPU time of process ${pid[NAME]} in the window (0 where
-# pid has no NAME). Uses the caller's associative arrays qpid and pid.
+# pid has no NAME), and "round ns" to FILE.xcpu (`xcpu_ns` before the round's windows). Uses the
+# caller's associative arrays qpid and pid.
 take_turns() {
   local file=$1 rounds=$2 secs=$3 n r i c0 c1 t0 t1
   shift 3
   local names=("$@") order
   : > "$file"
+  : > "$file.xcpu"
   for r in $(seq "$rounds"); do
+    echo "$r $(xcpu_ns)" >> "$file.xcpu"
     if (( r % 2 )); then order=("${names[@]}"); else order=(); for ((i = ${#names[@]} - 1; i >= 0; i--)); do order+=("${names[$i]}"); done; fi
     for n in "${order[@]}"; do
       kill -CONT "${qpid[$n]}"
@@ -86,6 +101,7 @@ fio_turns() {
   local dir=$1 rounds=$2 secs=$3 n
   shift 3
   mkdir -p "$dir"
+  [ -n "$xcpu_bin" ] || xcpu_build || echo "fio_turns: examples/xcpu did not build; host placement not recorded" >&2
   for n in "$@"; do
     mkdir -p "$dir/q.$n"
     fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M "${fio_args[@]}" \

@@ -13,7 +13,9 @@
 #   CEILING=1         also run the ceiling loop (../shared/bench) as a third in the turns
 #   FIO="..."         the point (default rr4k-qd32: --rw=randread --bs=4k --ioengine=libaio --iodepth=32)
 #   HOLD_CPU_LATENCY=1 as in device.sh (bench/lib.sh)
-# Last line: b_vs_a=R [lo,hi] cpu_per_io_a_us=X cpu_per_io_b_us=Y (medians; 90% bootstrap interval)
+# Last line: b_vs_a=R [lo,hi] cpu_per_io_a_us=X cpu_per_io_b_us=Y far_rounds=K/N (medians; 90% bootstrap
+# interval; K of the N rounds had CPUs sharing no cache, bench/lib.sh xcpu_ns, and where some did and
+# some did not, b_vs_a over each kind of round is printed before)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -65,7 +67,7 @@ fio_turns "$work" "$rounds" "$secs" "${names[@]}"
 python3 - "$work" "$here" "${names[@]}" <<'PY'
 import sys, statistics
 sys.path.insert(0, sys.argv[2])
-from windows import interval, fio_turns
+from windows import interval, fio_turns, placement, split_rounds
 work, names = sys.argv[1], sys.argv[3:]
 w = fio_turns(work)  # w[round][name] = (iops, cpu ns per I/O)
 med = lambda n, k: statistics.median(v[n][k] for v in w.values())
@@ -81,5 +83,12 @@ if "ceiling" in names:
         pc = [v[n][0] / v["ceiling"][0] for v in w.values()]
         l, h = interval(pc)
         print(f"{n}/ceiling {statistics.median(pc):.3f} [{l:.3f},{h:.3f}]")
-print(f"b_vs_a={statistics.median(per):.3f} [{lo:.3f},{hi:.3f}] cpu_per_io_a_us={med('a', 1) / 1000:.2f} cpu_per_io_b_us={med('b', 1) / 1000:.2f}")
+near, far = split_rounds(placement(work + "/windows"))
+if near and far:
+    for kind, rs in (("near", near), ("far", far)):
+        v = [w[r]["b"][0] / w[r]["a"][0] for r in rs if r in w]
+        if len(v) >= 3:
+            l, h = interval(v)
+            print(f"host placement {kind} ({len(v)} rounds): a {statistics.median(w[r]['a'][0] for r in rs if r in w):.0f} IOPS, b_vs_a {statistics.median(v):.3f} [{l:.3f},{h:.3f}]")
+print(f"b_vs_a={statistics.median(per):.3f} [{lo:.3f},{hi:.3f}] cpu_per_io_a_us={med('a', 1) / 1000:.2f} cpu_per_io_b_us={med('b', 1) / 1000:.2f} far_rounds={len(far)}/{len(near) + len(far)}")
 PY

@@ -60,3 +60,25 @@ def interval(x, n=2000):
     """Bootstrap 90% interval of the median of x (how well the rounds pin it down)."""
     meds = sorted(statistics.median(_rng.choices(x, k=len(x))) for _ in range(n))
     return meds[n // 20], meds[n - 1 - n // 20]
+
+
+def placement(windows_path):
+    """The host placement `take_turns` recorded beside its windows (FILE.xcpu: "round ns", the
+    cross-CPU cache-line round trip before the round): {round: ns}, {} where not recorded."""
+    p = windows_path + ".xcpu"
+    if not os.path.exists(p):
+        return {}
+    out = {}
+    for line in open(p):
+        f = line.split()
+        if len(f) == 2 and f[1].isdigit():
+            out[f[0]] = int(f[1])
+    return out
+
+
+def split_rounds(ns):
+    """Rounds whose CPUs shared a cache and rounds whose CPUs did not, from `placement`: (near,
+    far) lists of rounds. Far is a round trip above XCPU_FAR_NS (default 200: the VMs here
+    read 50-90 ns near and 320-400 ns far; a relative cut fails on a run that is all far)."""
+    cut = int(os.environ.get("XCPU_FAR_NS", "200"))
+    return [r for r, v in ns.items() if v <= cut], [r for r, v in ns.items() if v > cut]

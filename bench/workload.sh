@@ -53,6 +53,7 @@ points=(
   "(w128k-refill)|--rw=write --bs=128k --ioengine=psync --refill_buffers|--pattern sequential --write-pct 100 --bs 128KiB --engine psync"
 )
 select_points workload.sh
+xcpu_build || echo "examples/xcpu did not build; host placement not recorded" >&2
 echo "device $dev (ceiling loop over tmpfs), $rounds rounds of ${secs}s windows per point, fio and faultline in turns"
 printf "%-16s %10s %10s %7s %-15s %9s %9s %7s %s\n" point fio_iops fl_iops ratio "[90%]" fio_us/io fl_us/io ratio "[90%]"
 : > "$tmp/summary"
@@ -79,7 +80,7 @@ for p in "${points[@]}"; do
 import json, os, statistics as st, sys
 d, name, summary = sys.argv[1], sys.argv[3], sys.argv[4]
 sys.path.insert(0, sys.argv[2])
-from windows import fio_slots, interval, turns
+from windows import fio_slots, interval, turns, placement, split_rounds
 fio = fio_slots(os.path.join(d, "iops.fio"))
 fl, start = {}, None   # faultline's series: end of each 100 ms interval (epoch ms) -> I/Os per second
 for line in open(os.path.join(d, "series")):
@@ -95,6 +96,10 @@ med = lambda n, k: st.median(v[n][k] for v in w.values())
 (lo, hi), (clo, chi) = interval(ratio), interval(cpu)
 print(f"{name:<16} {med('fio', 0):10.0f} {med('fl', 0):10.0f} {st.median(ratio):7.3f} [{lo:.3f},{hi:.3f}]  "
       f"{med('fio', 1) / 1e3:9.2f} {med('fl', 1) / 1e3:9.2f} {st.median(cpu):7.3f} [{clo:.3f},{chi:.3f}]")
+near, far = split_rounds(placement(os.path.join(d, "windows")))
+if near and far:
+    sub = lambda rs: f"{st.median(w[r]['fl'][0] / w[r]['fio'][0] for r in rs if r in w):.3f}" if len(rs) >= 3 else "-"
+    print(f"{'':<16} host placement (bench/lib.sh xcpu_ns): {len(near)} rounds near, {len(far)} far; IOPS ratio near {sub(near)}, far {sub(far)}")
 if not name.startswith("("):
     with open(summary, "a") as f:
         f.write(f"{st.median(ratio)} {st.median(cpu)}\n")
