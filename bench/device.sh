@@ -208,7 +208,7 @@ if far_rounds:
         def m(p, rs):
             v = [win[p][r][a][0] / win[p][r][b][0] for r in rs if r in win[p]]
             return f"{statistics.median(v):.2f}" if len(v) >= 3 else "-"
-        print(f"{'  ' + label + ' near/far':<26}" + " ".join(f"{p}={m(p, n)}/{m(p, f)}" for p, (n, f) in split.items()))
+        print(f"{'  ' + label + ' near/far':<28}" + " ".join(f"{p}={m(p, n)}/{m(p, f)}" for p, (n, f) in split.items()))
     by_place("vs nbdkit", "faultline", "nbdkit")
     by_place("vs libfuse", "faultline", "libfuse")
     if "libfuse-uring" in names:

@@ -23,7 +23,9 @@
 # the last line holds the worst point of each mode (IOPS loss, then CPU per I/O added):
 #   monitor_overhead_pct=M ftrace_overhead_pct=F perf_overhead_pct=P driver_overhead_pct=D
 #   monitor_cpu_pct=... ftrace_cpu_pct=... perf_cpu_pct=... driver_cpu_pct=...
-# (P is "na" where perf is not installed.)
+# (P is "na" where perf is not installed.) Each round also records where the host placed the VM's
+# CPUs (bench/lib.sh xcpu_ns); where some rounds had them sharing a cache and some not, each
+# point's losses over the two kinds of round are printed apart.
 # MODES="monitor base" limits the modes (bare always runs), POINTS="rr4k-qd1 fs-fileserver" the
 # points. With MONITOR_BASE=BIN, a mode `base` runs `BIN monitor --device` as `monitor` does (an
 # A/B of two builds' default monitor); it is in the table, not in the last line.
@@ -129,6 +131,8 @@ select_points monitor-overhead.sh
 cpu_all() { echo $(( $(cpu_ns "$fpid") + $(cpu_ns "$spid") + $(cpu_ns "$mpid") )); }
 
 : > "$work/windows"
+: > "$work/windows.xcpu"
+xcpu_build || echo "examples/xcpu did not build; host placement not recorded" >&2
 for p in "${points[@]}"; do
   IFS='|' read -r pname pargs <<< "$p"
   if [[ $pname == fs-* ]] && ! mountpoint -q "$work/mnt" 2>/dev/null; then
@@ -142,6 +146,7 @@ for p in "${points[@]}"; do
   sleep 1
   echo "== $pname: $rounds rounds of ${modes[*]}, ${secs}s windows" >&2
   for r in $(seq "$rounds"); do
+    echo "$pname $r $(xcpu_ns)" >> "$work/windows.xcpu"
     for k in $(seq 0 $((${#modes[@]} - 1))); do
       (( r % 2 )) && k=$(( ${#modes[@]} - 1 - k ))
       m=${modes[$(( (k + r / 2) % ${#modes[@]} ))]}
@@ -189,6 +194,19 @@ for p in points:
             w[i] = v if w[i] is None else max(w[i], v)
         cells.append(f"{st.median(loss):>10.1f} [{lo:>5.1f},{hi:>5.1f}]      {st.median(more):>8.1f} [{clo:>5.1f},{chi:>5.1f}]")
     print(f"{p:<14} {st.median(s['bare'][0] for s in ss):>10.0f} {st.median(s['bare'][1] for s in ss):>9.2f}  " + "  ".join(cells))
+# the same losses over the rounds whose CPUs shared a cache and over those whose CPUs did not
+# (bench/lib.sh xcpu_ns), where both kinds occurred
+import os
+cut = int(os.environ.get("XCPU_FAR_NS", "200"))
+place = {(f[0], f[1]): int(f[2]) for f in (l.split() for l in open(f"{work}/windows.xcpu")) if len(f) == 3 and f[2].isdigit()}
+for p in points:
+    kinds = {"near": [s for (q, r), s in samples.items() if q == p and place.get((q, r), 0) and place[(q, r)] <= cut],
+             "far": [s for (q, r), s in samples.items() if q == p and place.get((q, r), 0) > cut]}
+    if all(len(v) >= 3 for v in kinds.values()):
+        print(f"{p:<14} by host placement: " + "; ".join(
+            f"{k} ({len(ss)} rounds, bare {st.median(s['bare'][0] for s in ss):.0f} IOPS): " + ", ".join(
+                f"{m} loss {st.median(l := [(1 - s[m][0] / s['bare'][0]) * 100 for s in ss]):.1f}% [{interval(l)[0]:.1f},{interval(l)[1]:.1f}]" for m in modes)
+            for k, ss in kinds.items()))
 if "base" in modes:
     for p in points:
         ss = per_point[p]
