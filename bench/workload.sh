@@ -97,9 +97,11 @@ med = lambda n, k: st.median(v[n][k] for v in w.values())
 print(f"{name:<16} {med('fio', 0):10.0f} {med('fl', 0):10.0f} {st.median(ratio):7.3f} [{lo:.3f},{hi:.3f}]  "
       f"{med('fio', 1) / 1e3:9.2f} {med('fl', 1) / 1e3:9.2f} {st.median(cpu):7.3f} [{clo:.3f},{chi:.3f}]")
 near, far = split_rounds(placement(os.path.join(d, "windows")))
-if near and far:
+if near or far:
     sub = lambda rs: f"{st.median(w[r]['fl'][0] / w[r]['fio'][0] for r in rs if r in w):.3f}" if len(rs) >= 3 else "-"
-    print(f"{'':<16} host placement (bench/lib.sh xcpu_ns): {len(near)} rounds near, {len(far)} far; IOPS ratio near {sub(near)}, far {sub(far)}")
+    subc = lambda rs: f"{st.median(w[r]['fl'][1] / w[r]['fio'][1] for r in rs if r in w):.3f}" if len(rs) >= 3 else "-"
+    print(f"{'':<16} host placement (bench/lib.sh xcpu_ns): {len(near)} rounds near, {len(far)} far; "
+          f"IOPS ratio near {sub(near)}, far {sub(far)}; CPU per I/O ratio near {subc(near)}, far {subc(far)}")
 if not name.startswith("("):
     with open(summary, "a") as f:
         f.write(f"{st.median(ratio)} {st.median(cpu)}\n")
