@@ -197,9 +197,9 @@ if "faultline-bg" in names:
     ratio_line("bg/default", "faultline-bg", "faultline")
 # by host placement: the same ratios over the rounds whose CPUs shared a cache and over those
 # whose CPUs did not (bench/lib.sh xcpu_ns), where both kinds occurred
-split = {p: split_rounds(placement(os.path.join(work, "turns", p, "windows"))) for p in points}
-far_rounds = sum(len(f) for _, f in split.values())
 ns = {p: placement(os.path.join(work, "turns", p, "windows")) for p in points}
+split = {p: split_rounds(ns[p]) for p in points}
+far_rounds = sum(len(f) for _, f in split.values())
 fmt = lambda rs, p: f"{len(rs)}@{statistics.median(ns[p][r] for r in rs):.0f}ns" if rs else "0"
 if any(ns.values()):
     print(f"{'host placement':<24}" + " ".join(f"{p}=near {fmt(n, p)}/far {fmt(f, p)}" for p, (n, f) in split.items()))

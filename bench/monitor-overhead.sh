@@ -163,7 +163,7 @@ for p in "${points[@]}"; do
 done
 
 python3 - "$work" "${modes[*]}" "$here" <<'PY'
-import sys, statistics as st, collections
+import sys, os, statistics as st, collections
 work, modes = sys.argv[1], [m for m in sys.argv[2].split() if m != "bare"]
 sys.path.insert(0, sys.argv[3])
 from windows import fio_slots, window_iops, interval
@@ -196,7 +196,6 @@ for p in points:
     print(f"{p:<14} {st.median(s['bare'][0] for s in ss):>10.0f} {st.median(s['bare'][1] for s in ss):>9.2f}  " + "  ".join(cells))
 # the same losses over the rounds whose CPUs shared a cache and over those whose CPUs did not
 # (bench/lib.sh xcpu_ns), where both kinds occurred
-import os
 cut = int(os.environ.get("XCPU_FAR_NS", "200"))
 place = {(f[0], f[1]): int(f[2]) for f in (l.split() for l in open(f"{work}/windows.xcpu")) if len(f) == 3 and f[2].isdigit()}
 for p in points:

@@ -43,7 +43,7 @@ fn main() {
             let h = std::thread::spawn(move || {
                 pin(b);
                 for i in 0..=TRIPS {
-                    // no spin_loop hint: a PAUSE takes longer than the hand-over it waits for
+                    // no spin_loop hint: a PAUSE would add its own delay to every hand-over measured
                     while LINE.0.load(Acquire) != 2 * i + 1 {}
                     LINE.0.store(2 * i + 2, Release);
                 }
