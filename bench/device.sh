@@ -176,8 +176,10 @@ win = {p: fio_turns(os.path.join(work, "turns", p), f"{p}: ") for p in points}
 names = [n for n in ["ceiling", "libfuse", "nbdkit", "libfuse-uring", "faultline", "faultline-1thread", "faultline-bg"]
          if n in next(iter(win[points[0]].values()))]
 med = lambda p, n: statistics.median(v[n][0] for v in win[p].values())
+def ratios(p, a, b, rounds=None):  # per round: a's window IOPS over b's (all rounds, or those named)
+    return [v[a][0] / v[b][0] for r, v in win[p].items() if rounds is None or r in rounds]
 def paired(p, a, b):
-    per = [v[a][0] / v[b][0] for v in win[p].values()]
+    per = ratios(p, a, b)
     return statistics.median(per), interval(per)
 print(f"{'IOPS (median)':<16}" + "".join(f"{p:>12}" for p in points))
 for n in names:
@@ -206,7 +208,7 @@ if any(ns.values()):
 if far_rounds:
     def by_place(label, a, b):
         def m(p, rs):
-            v = [win[p][r][a][0] / win[p][r][b][0] for r in rs if r in win[p]]
+            v = ratios(p, a, b, set(rs))
             return f"{statistics.median(v):.2f}" if len(v) >= 3 else "-"
         print(f"{'  ' + label + ' near/far':<28}" + " ".join(f"{p}={m(p, n)}/{m(p, f)}" for p, (n, f) in split.items()))
     by_place("vs nbdkit", "faultline", "nbdkit")
