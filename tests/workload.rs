@@ -127,23 +127,28 @@ fn psync_and_io_uring_write_identical_data() {
     use faultline::workload::{Engine, Maps, run};
     let s = Serve::start("32MiB", "rules: []\n");
     let size = 8 << 20;
-    let w = spec_on(&s, Engine::Psync, size);
-    let m1 = Maps::new(&w).unwrap();
-    let r1 = run(&w, &m1, None, None).unwrap();
-    let bytes1 = read_all(&s, size);
-    // wipe, then the same workload through io_uring at queue depth 8
-    s.open().write_at(&faultline::workload::direct::AlignedBuf::new(size as usize), 0).unwrap();
-    let w2 = spec_on(&s, Engine::IoUring, size);
-    let m2 = Maps::new(&w2).unwrap();
-    let r2 = run(&w2, &m2, None, None).unwrap();
-    assert_eq!((r1.write.ops, r2.write.ops), (size / 16384, size / 16384));
-    let bytes2 = read_all(&s, size);
-    assert!(bytes1.iter().any(|b| *b != 0));
-    assert!(bytes1 == bytes2, "device contents differ between psync and io_uring");
-    assert_eq!(m1.maps[0].written().collect::<Vec<_>>(), m2.maps[0].written().collect::<Vec<_>>());
-    // the profile's duplicates are really there: fewer distinct ids than blocks
-    let ids: std::collections::HashSet<u64> = m1.maps[0].written().map(|(_, id)| id).collect();
-    assert!(ids.len() < (size / BS) as usize, "{} distinct of {}", ids.len(), size / BS);
+    // 16 KiB writes fill buffers that keep their segments; 4 KiB ones go to their segment's own
+    for bs in [16384, 4096] {
+        let w = faultline::workload::Workload { block_size: bs, ..spec_on(&s, Engine::Psync, size) };
+        let m1 = Maps::new(&w).unwrap();
+        let r1 = run(&w, &m1, None, None).unwrap();
+        let bytes1 = read_all(&s, size);
+        assert!(verify_device(&s.dev, &m1.maps[0]).unwrap().is_clean(), "psync bs {bs}");
+        // wipe, then the same workload through io_uring at queue depth 8
+        s.open().write_at(&faultline::workload::direct::AlignedBuf::new(size as usize), 0).unwrap();
+        let w2 = faultline::workload::Workload { block_size: bs, ..spec_on(&s, Engine::IoUring, size) };
+        let m2 = Maps::new(&w2).unwrap();
+        let r2 = run(&w2, &m2, None, None).unwrap();
+        assert_eq!((r1.write.ops, r2.write.ops), (size / bs, size / bs));
+        let bytes2 = read_all(&s, size);
+        assert!(bytes1.iter().any(|b| *b != 0));
+        assert!(bytes1 == bytes2, "device contents differ between psync and io_uring, bs {bs}");
+        assert_eq!(m1.maps[0].written().collect::<Vec<_>>(), m2.maps[0].written().collect::<Vec<_>>());
+        // the profile's duplicates are really there: fewer distinct ids than blocks
+        let ids: std::collections::HashSet<u64> = m1.maps[0].written().map(|(_, id)| id).collect();
+        assert!(ids.len() < (size / BS) as usize, "{} distinct of {}", ids.len(), size / BS);
+        s.open().write_at(&faultline::workload::direct::AlignedBuf::new(size as usize), 0).unwrap();
+    }
     s.stop();
 }
 
@@ -346,8 +351,16 @@ fn io_uring_never_has_two_writes_to_one_block_in_flight() {
 fn reads_into_reused_buffers_do_not_leak_into_writes() {
     use faultline::workload::{Engine, Maps, run};
     let s = Serve::start("64MiB", "rules: []\n");
-    // psync at 4 KiB: the inline ring (its blocks keep their segment across writes)
-    for (engine, depth, bs) in [(Engine::Psync, 1, 128 << 10), (Engine::Psync, 1, 4096), (Engine::IoUring, 1, 128 << 10), (Engine::IoUring, 4, 128 << 10)] {
+    // at 4 KiB both engines write each block in its pool segment's own buffer, where reads
+    // must not land (psync) or land only in spares (io_uring)
+    for (engine, depth, bs) in [
+        (Engine::Psync, 1, 128 << 10),
+        (Engine::Psync, 1, 4096),
+        (Engine::IoUring, 1, 128 << 10),
+        (Engine::IoUring, 4, 128 << 10),
+        (Engine::IoUring, 1, 4096),
+        (Engine::IoUring, 8, 4096),
+    ] {
         let mut w = spec_on(&s, engine, if bs == 4096 { 16 << 20 } else { 48 << 20 });
         w.block_size = bs;
         w.span = Some(8 << 20);

@@ -5,8 +5,9 @@
 //! fill is a large part of the time per I/O (it writes cache lines the loop worker on another
 //! core has just read; BENCHMARKS.md); done beside the I/O it leaves the critical path. The
 //! I/O stays strictly synchronous: one pwrite at a time, the next issued only after the
-//! previous returned. Smaller writes are filled inline, into a ring of buffers that keeps
-//! each block on the pool segment it will hold next (`ring_slots`).
+//! previous returned. Smaller writes are filled inline: 4 KiB ones each into its pool segment's
+//! own buffer (`run_homes`), others into a ring of buffers that keeps each block on the pool
+//! segment it will hold next (`ring_slots`).
 
 use super::direct::AlignedBuf;
 use super::op::{Op, Worker, fill_held, fills_ahead, forget_held};
@@ -23,6 +24,9 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     }
     let bs = wk.sh.w.block_size as usize;
     let per = bs / CONTENT_BLOCK as usize;
+    if per == 1 && wk.sh.w.write_pct > 0 {
+        return run_homes(wk, files);
+    }
     let n = ring_slots(wk.sh.w);
     let mut buf = AlignedBuf::try_new(n * bs)?;
     let mut ids = vec![0u64; n * per];
@@ -46,6 +50,27 @@ fn ring_slots(w: &Workload) -> usize {
         return 1;
     }
     (SEGMENTS * CONTENT_BLOCK / w.block_size).max(1) as usize
+}
+
+/// 4 KiB writes: one buffer per pool segment, each write into its segment's, so it gets only its
+/// stamps whatever order the content ids come in (duplicates, several threads); reads into one
+/// more.
+fn run_homes(wk: &mut Worker, files: &[File]) -> Result<()> {
+    let bs = CONTENT_BLOCK as usize;
+    let homes = SEGMENTS as usize;
+    let mut buf = AlignedBuf::try_new((homes + 1) * bs)?;
+    let mut held = vec![HELD_NONE; homes + 1];
+    let mut id = [0u64; 1];
+    while let Some(mut op) = wk.draw(&mut id) {
+        let k = if op.is_write { (id[0] % SEGMENTS) as usize } else { homes };
+        let b = &mut buf[k * bs..(k + 1) * bs];
+        if op.is_write {
+            fill_held(wk.sh.maps.seed, &id, b, &mut held[k..k + 1]);
+        }
+        wk.announce(&mut op, &id);
+        issue(wk, files, &op, b, &id);
+    }
+    Ok(())
 }
 
 /// One synchronous I/O with the retry policy, then its accounting (and fsync:N).

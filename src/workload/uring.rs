@@ -5,11 +5,13 @@
 //! could not say which one the block holds. (Reads are not tracked: whatever a read returns,
 //! the map is unaffected.) With large writes, while the queue is full the next op is drawn and
 //! its content filled into a spare slot (`staged`), so the fill overlaps the I/Os in flight; it
-//! is announced to the write observer and submitted only when a slot frees.
+//! is announced to the write observer and submitted only when a slot frees. With 4 KiB blocks
+//! every pool segment has a home slot besides the spares: a write goes to its segment's home
+//! when that is free, where only its stamps are written (8 of 64 cache lines), not a 4 KiB copy.
 
 use super::direct::AlignedBuf;
 use super::op::{Op, Worker, fill_held, fills_ahead, forget_held, io_result};
-use crate::content::HELD_NONE;
+use crate::content::{HELD_NONE, SEGMENTS};
 use crate::spec::workload::config::CONTENT_BLOCK;
 use anyhow::{Context, Result};
 use io_uring::{IoUring, opcode, types};
@@ -28,6 +30,10 @@ struct Slots {
     /// What each buffer block holds (`fill_held`).
     held: Vec<u32>,
     ops: Vec<Option<Op>>,
+    /// Slots below `homes` are the home of the pool segment of their number (4 KiB writes
+    /// only, else 0): free or not in `home_free`. The others, the spares, when free in `free`.
+    homes: usize,
+    home_free: Vec<bool>,
     free: Vec<usize>,
     /// (file slot, offset) of every write in flight (ops are block-aligned and equal-sized).
     busy: HashSet<(usize, u64), BuildHasherDefault<SlotHasher>>,
@@ -44,6 +50,14 @@ impl Slots {
     /// SQEs the kernel has and has not completed (as far as we have reaped).
     fn submitted(&self) -> usize {
         self.flight - self.unsub
+    }
+
+    fn release(&mut self, s: usize) {
+        if s < self.homes {
+            self.home_free[s] = true;
+        } else {
+            self.free.push(s);
+        }
     }
 }
 
@@ -119,16 +133,50 @@ fn account(sl: &mut Slots, wk: &mut Worker, files: &[File]) -> bool {
     if op.is_write {
         sl.busy.remove(&(op.slot, op.offset));
     }
-    sl.free.push(s);
+    sl.release(s);
     true
 }
 
-/// A free slot, accounting a reaped completion for one if none is free.
+/// A free spare slot, accounting reaped completions until one is. There are depth + 1 spares
+/// and fewer than depth I/Os in flight, so one is free or among the reaped.
 fn take_slot(sl: &mut Slots, wk: &mut Worker, files: &[File]) -> usize {
-    if sl.free.is_empty() {
-        account(sl, wk, files);
+    while sl.free.is_empty() {
+        assert!(account(sl, wk, files), "a free or reaped spare slot below the queue depth");
     }
-    sl.free.pop().expect("a free or reaped slot below the queue depth")
+    sl.free.pop().expect("a free spare slot")
+}
+
+/// Draw the next op into a slot and fill it: a write of one content block into its segment's
+/// home slot when that is free, anything else into a spare.
+fn next_op(sl: &mut Slots, wk: &mut Worker, files: &[File]) -> Option<(usize, Op)> {
+    let per = sl.per;
+    if sl.homes == 0 {
+        let s = take_slot(sl, wk, files);
+        let bs = sl.bs;
+        let Some(op) = wk.next_op(&mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.ids[s * per..(s + 1) * per], &mut sl.held[s * per..(s + 1) * per]) else {
+            sl.free.push(s);
+            return None;
+        };
+        return Some((s, op));
+    }
+    let mut id = [0u64; 1];
+    let mut op = wk.draw(&mut id)?;
+    let home = (id[0] % SEGMENTS) as usize;
+    let s = if op.is_write && sl.home_free[home] {
+        sl.home_free[home] = false;
+        home
+    } else {
+        take_slot(sl, wk, files)
+    };
+    sl.ids[s] = id[0];
+    let held = &mut sl.held[s..s + 1];
+    if op.is_write {
+        fill_held(wk.sh.maps.seed, &id, &mut sl.bufs[s * sl.bs..(s + 1) * sl.bs], held);
+    } else {
+        forget_held(held);
+    }
+    wk.announce(&mut op, &id);
+    Some((s, op))
 }
 
 pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
@@ -141,8 +189,9 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     // this thread uses the ring. Kernels before 6.0 refuse them: fall back to a plain ring.
     let mut ring =
         IoUring::builder().setup_coop_taskrun().setup_single_issuer().build(entries).or_else(|_| IoUring::new(entries)).context("cannot set up an io_uring")?;
-    // one slot more than the depth: the staged op's
-    let slots = qd + 1;
+    // one spare more than the depth: the staged op's
+    let homes = if per == 1 && wk.sh.w.write_pct > 0 { SEGMENTS as usize } else { 0 };
+    let slots = homes + qd + 1;
     let mut sl = Slots {
         bs,
         per,
@@ -150,7 +199,9 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
         ids: vec![0u64; slots * per],
         held: vec![HELD_NONE; slots * per],
         ops: (0..slots).map(|_| None).collect(),
-        free: (0..slots).rev().collect(),
+        homes,
+        home_free: vec![true; homes],
+        free: (homes..slots).rev().collect(),
         busy: HashSet::with_capacity_and_hasher(qd * 2, Default::default()),
         done: VecDeque::with_capacity(slots),
         flight: 0,
@@ -191,14 +242,11 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
                     (s, op)
                 }
                 None => {
-                    let s = take_slot(&mut sl, wk, files);
-                    let Some(op) = wk.next_op(&mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.ids[s * per..(s + 1) * per], &mut sl.held[s * per..(s + 1) * per])
-                    else {
-                        sl.free.push(s);
+                    let Some(next) = next_op(&mut sl, wk, files) else {
                         exhausted = true;
                         break;
                     };
-                    (s, op)
+                    next
                 }
             };
             // a write to the same block is in flight: let it finish first
