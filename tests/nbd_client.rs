@@ -324,10 +324,10 @@ fn target_that_goes_away_and_comes_back_is_survived() {
 }
 
 /// `interface: nbd`: a workload straight to the export, verified through NBD; a block changed
-/// behind its back is found.
-fn interface_nbd(uri: &str) {
+/// behind its back is found. 4 KiB writes are filled in their pool segment's own buffer.
+fn interface_nbd(uri: &str, block_size: &str) {
     let y = format!(
-        "workload:\n  interface: nbd\n  target: '{uri}'\n  pattern: uniform\n  mix: {{read: 30, write: 70}}\n  block_size: 16KiB\n  threads: 3\n  size: 8MiB\n  content: {{seed: 11}}\n"
+        "workload:\n  interface: nbd\n  target: '{uri}'\n  pattern: uniform\n  mix: {{read: 30, write: 70}}\n  block_size: {block_size}\n  threads: 3\n  size: 8MiB\n  content: {{seed: 11, profile: linux-6.1-source}}\n"
     );
     let w = faultline::spec::workload::parse_workload(&y, "w.yaml", None).unwrap();
     let maps = faultline::workload::maps::Maps::new(&w).unwrap();
@@ -349,14 +349,15 @@ fn interface_nbd(uri: &str) {
 #[test]
 fn interface_nbd_workload_and_verify_against_nbdkit() {
     let Some(t) = Target::nbdkit_memory() else { return };
-    interface_nbd(&t.uri);
+    interface_nbd(&t.uri, "16KiB");
+    interface_nbd(&t.uri, "4KiB");
     t.stop();
 }
 
 #[test]
 fn interface_nbd_workload_and_verify_against_ours_with_retries() {
     let t = Target::ours("rules: []\n");
-    interface_nbd(&t.uri);
+    interface_nbd(&t.uri, "4KiB");
     // transient remote errors are retried away by the client's policy
     t.call(json!({"cmd": "add", "rules": "rules:\n  - {type: error, op: write, times: 2}\n"}));
     let y = format!(

@@ -55,19 +55,36 @@ fn ring_slots(w: &Workload) -> usize {
 /// 4 KiB writes: one buffer per pool segment, each write into its segment's, so it gets only its
 /// stamps whatever order the content ids come in (duplicates, several threads); reads into one
 /// more.
-fn run_homes(wk: &mut Worker, files: &[File]) -> Result<()> {
-    let bs = CONTENT_BLOCK as usize;
-    let homes = SEGMENTS as usize;
-    let mut buf = AlignedBuf::try_new((homes + 1) * bs)?;
-    let mut held = vec![HELD_NONE; homes + 1];
-    let mut id = [0u64; 1];
-    while let Some(mut op) = wk.draw(&mut id) {
-        let k = if op.is_write { (id[0] % SEGMENTS) as usize } else { homes };
-        let b = &mut buf[k * bs..(k + 1) * bs];
+struct Homes {
+    buf: AlignedBuf,
+    held: Vec<u32>,
+    id: [u64; 1],
+}
+
+impl Homes {
+    fn new() -> Result<Homes> {
+        let n = SEGMENTS as usize + 1;
+        Ok(Homes { buf: AlignedBuf::try_new(n * CONTENT_BLOCK as usize)?, held: vec![HELD_NONE; n], id: [0] })
+    }
+
+    /// The next op, announced, its content id (a write's) and its buffer, filled for a write.
+    fn next(&mut self, wk: &mut Worker) -> Option<(Op, [u64; 1], &mut [u8])> {
+        let mut op = wk.draw(&mut self.id)?;
+        let bs = CONTENT_BLOCK as usize;
+        // (the id is a write's; a read leaves the last one, which nothing reads)
+        let k = if op.is_write { (self.id[0] % SEGMENTS) as usize } else { SEGMENTS as usize };
+        let b = &mut self.buf[k * bs..(k + 1) * bs];
         if op.is_write {
-            fill_held(wk.sh.maps.seed, &id, b, &mut held[k..k + 1]);
+            fill_held(wk.sh.maps.seed, &self.id, b, &mut self.held[k..k + 1]);
         }
-        wk.announce(&mut op, &id);
+        wk.announce(&mut op, &self.id);
+        Some((op, self.id, b))
+    }
+}
+
+fn run_homes(wk: &mut Worker, files: &[File]) -> Result<()> {
+    let mut h = Homes::new()?;
+    while let Some((op, id, b)) = h.next(wk) {
         issue(wk, files, &op, b, &id);
     }
     Ok(())
@@ -88,20 +105,31 @@ fn issue(wk: &mut Worker, files: &[File], op: &Op, buf: &mut [u8], ids: &[u64]) 
 /// connections carry the threads' requests side by side); fsync:N becomes an NBD FLUSH.
 pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client) -> Result<()> {
     let bs = wk.sh.w.block_size as usize;
+    if bs == CONTENT_BLOCK as usize && wk.sh.w.write_pct > 0 {
+        let mut h = Homes::new()?;
+        while let Some((op, id, b)) = h.next(wk) {
+            issue_nbd(wk, c, &op, b, &id);
+        }
+        return Ok(());
+    }
     let mut buf = AlignedBuf::try_new(bs)?;
     let mut ids = vec![0u64; bs / CONTENT_BLOCK as usize];
     let mut held = vec![HELD_NONE; ids.len()];
     while let Some(op) = wk.next_op(&mut buf, &mut ids, &mut held) {
-        let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, false) } else { c.read(op.offset, buf) };
-        let first = io(&mut buf);
-        let res = if first.is_err() { wk.retry(first, || io(&mut buf)) } else { first };
-        if wk.complete(&op, &ids, res, op.t0.elapsed())
-            && let Err(e) = c.flush()
-        {
-            wk.fail("fsync", None, 0, 0, e.raw_os_error().unwrap_or(libc::EIO));
-        }
+        issue_nbd(wk, c, &op, &mut buf, &ids);
     }
     Ok(())
+}
+
+fn issue_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client, op: &Op, buf: &mut [u8], ids: &[u64]) {
+    let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, false) } else { c.read(op.offset, buf) };
+    let first = io(buf);
+    let res = if first.is_err() { wk.retry(first, || io(buf)) } else { first };
+    if wk.complete(op, ids, res, op.t0.elapsed())
+        && let Err(e) = c.flush()
+    {
+        wk.fail("fsync", None, 0, 0, e.raw_os_error().unwrap_or(libc::EIO));
+    }
 }
 
 /// A batch of drawn ops with their buffers and content ids, handed between the I/O thread and
