@@ -166,7 +166,7 @@ python3 - "$work" "${modes[*]}" "$here" <<'PY'
 import sys, os, statistics as st, collections
 work, modes = sys.argv[1], [m for m in sys.argv[2].split() if m != "bare"]
 sys.path.insert(0, sys.argv[3])
-from windows import fio_slots, window_iops, interval
+from windows import fio_slots, window_iops, interval, split_rounds
 wins = [l.split() for l in open(f"{work}/windows") if l.strip()]
 points = list(dict.fromkeys(w[0] for w in wins))
 samples = collections.defaultdict(dict)  # (point, round) -> mode -> (IOPS, CPU µs per I/O)
@@ -196,11 +196,11 @@ for p in points:
     print(f"{p:<14} {st.median(s['bare'][0] for s in ss):>10.0f} {st.median(s['bare'][1] for s in ss):>9.2f}  " + "  ".join(cells))
 # the same losses over the rounds whose CPUs shared a cache and over those whose CPUs did not
 # (bench/lib.sh xcpu_ns), where both kinds occurred
-cut = int(os.environ.get("XCPU_FAR_NS", "200"))
 place = {(f[0], f[1]): int(f[2]) for f in (l.split() for l in open(f"{work}/windows.xcpu")) if len(f) == 3 and f[2].isdigit()}
+near, far = (set(k) for k in split_rounds(place))
 for p in points:
-    kinds = {"near": [s for (q, r), s in samples.items() if q == p and place.get((q, r), 0) and place[(q, r)] <= cut],
-             "far": [s for (q, r), s in samples.items() if q == p and place.get((q, r), 0) > cut]}
+    kinds = {"near": [s for (q, r), s in samples.items() if q == p and (q, r) in near],
+             "far": [s for (q, r), s in samples.items() if q == p and (q, r) in far]}
     if all(len(v) >= 3 for v in kinds.values()):
         print(f"{p:<14} by host placement: " + "; ".join(
             f"{k} ({len(ss)} rounds, bare {st.median(s['bare'][0] for s in ss):.0f} IOPS): " + ", ".join(
