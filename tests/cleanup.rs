@@ -175,6 +175,15 @@ fn cleanup_restores_rq_affinity_of_a_device_detached_by_hand() {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(led).unwrap()).unwrap();
     let found = v["rq_affinity"][0][1].as_u64().expect("the ledger records the value found") as u8;
     assert_ne!(found, 2, "test needs a device whose own value is not 2");
+    // put it back however the test ends: a failed run must not leave the next disk on this
+    // device (and this test's next run) at 2
+    struct Restore<'a>(&'a std::path::Path, u8);
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            let _ = faultline::sys::loopdev::set_rq_affinity(self.0, self.1);
+        }
+    }
+    let _restore = Restore(&dev, found);
     assert_eq!(faultline::sys::loopdev::rq_affinity(&dev).unwrap(), 2);
     s.kill().unwrap();
     s.wait().unwrap();
