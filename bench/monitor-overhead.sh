@@ -163,7 +163,7 @@ for p in "${points[@]}"; do
 done
 
 python3 - "$work" "${modes[*]}" "$here" <<'PY'
-import sys, os, statistics as st, collections
+import sys, statistics as st, collections
 work, modes = sys.argv[1], [m for m in sys.argv[2].split() if m != "bare"]
 sys.path.insert(0, sys.argv[3])
 from windows import fio_slots, window_iops, interval, split_rounds
@@ -199,8 +199,7 @@ for p in points:
 place = {(f[0], f[1]): int(f[2]) for f in (l.split() for l in open(f"{work}/windows.xcpu")) if len(f) == 3 and f[2].isdigit()}
 near, far = (set(k) for k in split_rounds(place))
 for p in points:
-    kinds = {"near": [s for (q, r), s in samples.items() if q == p and (q, r) in near],
-             "far": [s for (q, r), s in samples.items() if q == p and (q, r) in far]}
+    kinds = {k: [s for (q, r), s in samples.items() if q == p and (q, r) in rs] for k, rs in (("near", near), ("far", far))}
     if all(len(v) >= 3 for v in kinds.values()):
         print(f"{p:<14} by host placement: " + "; ".join(
             f"{k} ({len(ss)} rounds, bare {st.median(s['bare'][0] for s in ss):.0f} IOPS): " + ", ".join(

@@ -98,10 +98,10 @@ print(f"{name:<16} {med('fio', 0):10.0f} {med('fl', 0):10.0f} {st.median(ratio):
       f"{med('fio', 1) / 1e3:9.2f} {med('fl', 1) / 1e3:9.2f} {st.median(cpu):7.3f} [{clo:.3f},{chi:.3f}]")
 near, far = split_rounds(placement(os.path.join(d, "windows")))
 if near or far:
-    sub = lambda rs: f"{st.median(w[r]['fl'][0] / w[r]['fio'][0] for r in rs if r in w):.3f}" if len(rs) >= 3 else "-"
-    subc = lambda rs: f"{st.median(w[r]['fl'][1] / w[r]['fio'][1] for r in rs if r in w):.3f}" if len(rs) >= 3 else "-"
+    # k: 0 IOPS, 1 CPU per I/O
+    sub = lambda rs, k: f"{st.median(w[r]['fl'][k] / w[r]['fio'][k] for r in rs if r in w):.3f}" if len(rs) >= 3 else "-"
     print(f"{'':<16} host placement (bench/lib.sh xcpu_ns): {len(near)} rounds near, {len(far)} far; "
-          f"IOPS ratio near {sub(near)}, far {sub(far)}; CPU per I/O ratio near {subc(near)}, far {subc(far)}")
+          f"IOPS ratio near {sub(near, 0)}, far {sub(far, 0)}; CPU per I/O ratio near {sub(near, 1)}, far {sub(far, 1)}")
 if not name.startswith("("):
     with open(summary, "a") as f:
         f.write(f"{st.median(ratio)} {st.median(cpu)}\n")

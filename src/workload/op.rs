@@ -137,11 +137,7 @@ impl<'s, 'a> Worker<'s, 'a> {
     /// first and wait for completions instead).
     pub fn next_op(&mut self, buf: &mut [u8], ids: &mut [u64], held: &mut [u32]) -> Option<Op> {
         let mut op = self.draw(ids)?;
-        if op.is_write {
-            fill_held(self.sh.maps.seed, ids, buf, held);
-        } else {
-            forget_held(held);
-        }
+        fill_for(&op, self.sh.maps.seed, ids, buf, held);
         self.announce(&mut op, ids);
         Some(op)
     }
@@ -346,6 +342,22 @@ pub fn fill_held(seed: u64, ids: &[u64], buf: &mut [u8], held: &mut [u32]) {
 /// A read lands in this buffer: it no longer holds pool segments.
 pub fn forget_held(held: &mut [u32]) {
     held.fill(HELD_NONE);
+}
+
+/// Step 2 of `next_op`: a buffer about to carry `op`, filled with a write's bytes
+/// (`fill_held`), or for a read marked as holding no segment (`forget_held`).
+pub fn fill_for(op: &Op, seed: u64, ids: &[u64], buf: &mut [u8], held: &mut [u32]) {
+    if op.is_write {
+        fill_held(seed, ids, buf, held);
+    } else {
+        forget_held(held);
+    }
+}
+
+/// The engines keep one buffer per pool segment and write each 4 KiB block in its segment's,
+/// so it gets only its stamps, not a 4 KiB copy (docs/workload.md).
+pub fn segment_buffers(w: &Workload) -> bool {
+    w.block_size == CONTENT_BLOCK && w.write_pct > 0
 }
 
 /// Map an io_uring / short-transfer result to io::Result.

@@ -10,7 +10,7 @@
 //! segment it will hold next (`ring_slots`).
 
 use super::direct::AlignedBuf;
-use super::op::{Op, Worker, fill_held, fills_ahead, forget_held};
+use super::op::{Op, Worker, fill_for, fills_ahead, forget_held, segment_buffers};
 use crate::content::{HELD_NONE, SEGMENTS};
 use crate::spec::workload::config::{CONTENT_BLOCK, Workload};
 use anyhow::Result;
@@ -24,7 +24,7 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     }
     let bs = wk.sh.w.block_size as usize;
     let per = bs / CONTENT_BLOCK as usize;
-    if per == 1 && wk.sh.w.write_pct > 0 {
+    if segment_buffers(wk.sh.w) {
         return run_homes(wk, files);
     }
     let n = ring_slots(wk.sh.w);
@@ -74,9 +74,7 @@ impl Homes {
         // (the id is a write's; a read leaves the last one, which nothing reads)
         let k = if op.is_write { (self.id[0] % SEGMENTS) as usize } else { SEGMENTS as usize };
         let b = &mut self.buf[k * bs..(k + 1) * bs];
-        if op.is_write {
-            fill_held(wk.sh.maps.seed, &self.id, b, &mut self.held[k..k + 1]);
-        }
+        fill_for(&op, wk.sh.maps.seed, &self.id, b, &mut self.held[k..k + 1]);
         wk.announce(&mut op, &self.id);
         Some((op, self.id, b))
     }
@@ -105,7 +103,7 @@ fn issue(wk: &mut Worker, files: &[File], op: &Op, buf: &mut [u8], ids: &[u64]) 
 /// connections carry the threads' requests side by side); fsync:N becomes an NBD FLUSH.
 pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client) -> Result<()> {
     let bs = wk.sh.w.block_size as usize;
-    if bs == CONTENT_BLOCK as usize && wk.sh.w.write_pct > 0 {
+    if segment_buffers(wk.sh.w) {
         let mut h = Homes::new()?;
         while let Some((op, id, b)) = h.next(wk) {
             issue_nbd(wk, c, &op, b, &id);
@@ -152,13 +150,7 @@ fn run_prefilled(wk: &mut Worker, files: &[File]) -> Result<()> {
     let seed = wk.sh.maps.seed;
     let fill_batch = move |b: &mut Batch| {
         for (k, op) in b.ops.iter().enumerate() {
-            let held = &mut b.held[k * per..(k + 1) * per];
-            if op.is_write {
-                fill_held(seed, &b.ids[k * per..(k + 1) * per], &mut b.buf[k * bs..(k + 1) * bs], held);
-            } else {
-                // its read will land here
-                forget_held(held);
-            }
+            fill_for(op, seed, &b.ids[k * per..(k + 1) * per], &mut b.buf[k * bs..(k + 1) * bs], &mut b.held[k * per..(k + 1) * per]);
         }
     };
     let draw_batch = |wk: &mut Worker, b: &mut Batch| {

@@ -10,7 +10,7 @@
 //! when that is free, where only its stamps are written (8 of 64 cache lines), not a 4 KiB copy.
 
 use super::direct::AlignedBuf;
-use super::op::{Op, Worker, fill_held, fills_ahead, forget_held, io_result};
+use super::op::{Op, Worker, fill_for, fills_ahead, io_result, segment_buffers};
 use crate::content::{HELD_NONE, SEGMENTS};
 use crate::spec::workload::config::CONTENT_BLOCK;
 use anyhow::{Context, Result};
@@ -149,33 +149,30 @@ fn take_slot(sl: &mut Slots, wk: &mut Worker, files: &[File]) -> usize {
 /// Draw the next op into a slot and fill it: a write of one content block into its segment's
 /// home slot when that is free, anything else into a spare.
 fn next_op(sl: &mut Slots, wk: &mut Worker, files: &[File]) -> Option<(usize, Op)> {
-    let per = sl.per;
-    if sl.homes == 0 {
+    let (bs, per) = (sl.bs, sl.per);
+    let (s, mut op) = if sl.homes == 0 {
         let s = take_slot(sl, wk, files);
-        let bs = sl.bs;
-        let Some(op) = wk.next_op(&mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.ids[s * per..(s + 1) * per], &mut sl.held[s * per..(s + 1) * per]) else {
+        let Some(op) = wk.draw(&mut sl.ids[s * per..(s + 1) * per]) else {
             sl.free.push(s);
             return None;
         };
-        return Some((s, op));
-    }
-    let mut id = [0u64; 1];
-    let mut op = wk.draw(&mut id)?;
-    let home = (id[0] % SEGMENTS) as usize;
-    let s = if op.is_write && sl.home_free[home] {
-        sl.home_free[home] = false;
-        home
+        (s, op)
     } else {
-        take_slot(sl, wk, files)
+        let mut id = [0u64; 1];
+        let op = wk.draw(&mut id)?;
+        let home = (id[0] % SEGMENTS) as usize;
+        let s = if op.is_write && sl.home_free[home] {
+            sl.home_free[home] = false;
+            home
+        } else {
+            take_slot(sl, wk, files)
+        };
+        sl.ids[s] = id[0];
+        (s, op)
     };
-    sl.ids[s] = id[0];
-    let held = &mut sl.held[s..s + 1];
-    if op.is_write {
-        fill_held(wk.sh.maps.seed, &id, &mut sl.bufs[s * sl.bs..(s + 1) * sl.bs], held);
-    } else {
-        forget_held(held);
-    }
-    wk.announce(&mut op, &id);
+    let ids = &sl.ids[s * per..(s + 1) * per];
+    fill_for(&op, wk.sh.maps.seed, ids, &mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.held[s * per..(s + 1) * per]);
+    wk.announce(&mut op, ids);
     Some((s, op))
 }
 
@@ -190,7 +187,7 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
     let mut ring =
         IoUring::builder().setup_coop_taskrun().setup_single_issuer().build(entries).or_else(|_| IoUring::new(entries)).context("cannot set up an io_uring")?;
     // one spare more than the depth: the staged op's
-    let homes = if per == 1 && wk.sh.w.write_pct > 0 { SEGMENTS as usize } else { 0 };
+    let homes = if segment_buffers(wk.sh.w) { SEGMENTS as usize } else { 0 };
     let slots = homes + qd + 1;
     let mut sl = Slots {
         bs,
@@ -306,12 +303,7 @@ pub fn run_thread(wk: &mut Worker, files: &[File]) -> Result<()> {
             let s = take_slot(&mut sl, wk, files);
             match wk.draw(&mut sl.ids[s * per..(s + 1) * per]) {
                 Some(op) => {
-                    let held = &mut sl.held[s * per..(s + 1) * per];
-                    if op.is_write {
-                        fill_held(wk.sh.maps.seed, &sl.ids[s * per..(s + 1) * per], &mut sl.bufs[s * bs..(s + 1) * bs], held);
-                    } else {
-                        forget_held(held);
-                    }
+                    fill_for(&op, wk.sh.maps.seed, &sl.ids[s * per..(s + 1) * per], &mut sl.bufs[s * bs..(s + 1) * bs], &mut sl.held[s * per..(s + 1) * per]);
                     staged = Some((s, op));
                 }
                 None => {
