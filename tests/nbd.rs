@@ -464,6 +464,9 @@ fn hostile_clients_get_errors_or_closed_connections_never_a_crash() {
     assert_eq!(chunk(&mut c, false), (1, 0x8001, 75), "oversized structured read: EOVERFLOW error chunk");
     request(&mut c, false, rq(0, 0, 2, size - 1, 2), &[]);
     assert_eq!(chunk(&mut c, false).2, 22);
+    request(&mut c, false, rq(0, 1, 3, 13 * MIB, 4096), &[0x66; 4096]);
+    assert_eq!(simple(&mut c, 0), (0, 3, vec![]), "a successful write under structured replies: a simple reply");
+    expect[13 * MIB as usize..13 * MIB as usize + 4096].fill(0x66);
     let mut c = open(&addr, true, true);
     request(&mut c, true, rq(0, 0, 1, 0, 1 << 40), &[]);
     assert_eq!(chunk(&mut c, true).2, 75, "a 1 TiB read with extended headers: EOVERFLOW");

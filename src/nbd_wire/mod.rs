@@ -311,10 +311,14 @@ pub fn chunk_header(out: &mut impl Sink, style: Style, flags: u16, typ: u16, coo
 }
 
 /// Append the reply to a request without data: success or an error, in the connection's style
-/// (structured errors carry a message for the human at the client).
+/// (structured errors carry a message for the human at the client). A success under structured
+/// replies is a simple reply, as the protocol allows for every command but a read (16 bytes that
+/// libnbd takes in one receive, where a chunk header takes it two). Extended headers allow no
+/// simple reply.
 pub fn status_reply(out: &mut impl Sink, style: Style, req: &Request, error: u32, msg: &str) {
     match (style, error) {
         (Style::Simple, _) => simple_reply(out, error, req.cookie),
+        (Style::Structured, 0) if req.cmd != CMD_READ => simple_reply(out, 0, req.cookie),
         (_, 0) => chunk_header(out, style, REPLY_FLAG_DONE, REPLY_TYPE_NONE, req.cookie, req.offset, 0),
         _ => {
             let msg = &msg.as_bytes()[..msg.len().min(4096)];
@@ -380,6 +384,17 @@ mod tests {
         let mut v = Vec::new();
         status_reply(&mut v, Style::Simple, &req, EIO, "x");
         assert_eq!(v, [0x67, 0x44, 0x66, 0x98, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 7]);
+        v.clear();
+        let write = Request { cmd: CMD_WRITE, ..req };
+        status_reply(&mut v, Style::Structured, &write, 0, "");
+        assert_eq!(v, [0x67, 0x44, 0x66, 0x98, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7], "a success: simple reply");
+        v.clear();
+        status_reply(&mut v, Style::Structured, &req, 0, "");
+        assert_eq!(v.len(), 20, "an empty read: a chunk, never a simple reply");
+        v.clear();
+        status_reply(&mut v, Style::Extended, &write, 0, "");
+        assert_eq!(v.len(), 32, "extended headers: a chunk even for a success");
+        assert_eq!(&v[4..8], &[0, 1, 0, 0]); // DONE, TYPE_NONE
         v.clear();
         status_reply(&mut v, Style::Structured, &req, EIO, "bad");
         assert_eq!(v.len(), 20 + 6 + 3);
