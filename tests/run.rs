@@ -188,8 +188,8 @@ fn experiment_errors_name_line_and_allowed() {
         ),
         ("name: x\ncolour: red\n", "exp.yaml", "colour"),
         ("stack: raw\n", "exp.yaml", "missing `name`"),
-        ("name: x\ndisk: {busy_poll: 5ms}\n", "line 2 column 19", "up to 1ms"),
-        ("name: x\ndisk: {busy_poll: 20}\n", "line 2 column 19", "no unit"),
+        ("name: x\ndisk: {busy_poll: 5ms}\n", "exp.yaml:2:19:", "up to 1ms"),
+        ("name: x\ndisk: {busy_poll: 20}\n", "exp.yaml:2:19:", "no unit"),
     ];
     for (yaml, at, what) in cases {
         let f = dir.path().join("exp.yaml");

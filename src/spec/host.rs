@@ -97,7 +97,7 @@ struct HostFaultsFile {
 
 /// Parse a document `host_faults: [...]`; `source` names it in errors.
 pub fn parse_host_faults(text: &str, source: &str) -> Result<Vec<HostFault>, String> {
-    let file: HostFaultsFile = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
+    let file: HostFaultsFile = serde_saphyr::from_str(text).map_err(|e| super::yaml_error(source, &e))?;
     if let Some(f) = file.host_faults.iter().find(|f| f.value.target.is_some()) {
         return Err(format!(
             "{source}:{}:{}: `target` belongs to experiment files; here --pid names the processes",

@@ -83,7 +83,7 @@ fn at<T>(source: &str, s: &Spanned<T>, key: &str, what: impl std::fmt::Display) 
 
 /// Parse a document whose top level is `workload:`. `source` names it in errors.
 pub fn parse_workload(text: &str, source: &str, target: Option<Where>) -> Result<Workload, String> {
-    let f: WorkloadFile = serde_saphyr::from_str(text).map_err(|e| format!("{source}: {e}"))?;
+    let f: WorkloadFile = serde_saphyr::from_str(text).map_err(|e| crate::spec::yaml_error(source, &e))?;
     let l = &f.workload.referenced;
     // errors about the whole mapping get its line and column
     resolve(&f.workload.value, source, target)
@@ -479,7 +479,7 @@ mod tests {
     #[test]
     fn errors_name_line_column_and_allowed() {
         let cases = [
-            ("workload:\n  device: /dev/x\n  ops: 1\n  colour: red\n", "line 4 column 3: unknown field `colour`, expected one of interface, device"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  colour: red\n", "w.yaml:4:3: unknown field `colour`, expected one of interface, device"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  pattern: spiral\n", "w.yaml:4:12: pattern: `spiral` is not a pattern; allowed: sequential"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  engine: aio\n", "w.yaml:4:11: engine: `aio` is not an engine; allowed: psync, io_uring"),
             (
