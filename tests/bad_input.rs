@@ -60,6 +60,14 @@ fn bad_units_and_values() {
     assert!(e.contains("--busy-poll") && e.contains("up to 1ms"), "{e}");
     let e = serve_fails("rules: []\n", &["--size", "16MiB", "--busy-poll", "50"]);
     assert!(e.contains("no unit"), "{e}");
+    let e = serve_fails("rules: []\n", &["--size", "0"]);
+    assert!(e.contains("disk size 0") && e.contains("at least 16 blocks"), "{e}");
+    // a bad size is refused before the file store's file is created
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("new.img");
+    let e = serve_fails("rules: []\n", &["--size", "1000", "--store", &format!("file:{}", img.display())]);
+    assert!(e.contains("disk size 1000") && e.contains("multiple of the block size"), "{e}");
+    assert!(!img.exists(), "a refused disk created its file");
 }
 
 #[test]

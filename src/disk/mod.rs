@@ -50,6 +50,16 @@ pub struct Disk {
 impl Disk {
     pub fn open(cfg: &DiskConfig) -> Result<Disk> {
         let bs = crate::spec::disk::check_block_size(cfg.block_size as u64).map_err(anyhow::Error::msg)?;
+        let check_size = |size: u64| {
+            if size < bs as u64 * 16 || !size.is_multiple_of(bs as u64) {
+                bail!("disk size {size} must be a multiple of the block size ({bs}) and at least 16 blocks");
+            }
+            Ok(())
+        };
+        // a size given is checked before any store is reserved or any file created
+        if let Some(size) = cfg.size {
+            check_size(size)?;
+        }
         let store: Box<dyn Store> = match &cfg.store {
             StoreSpec::Ram => {
                 let Some(size) = cfg.size else { bail!("a RAM disk needs --size (e.g. --size 8GiB)") };
@@ -71,10 +81,7 @@ impl Disk {
                 Box::new(d)
             }
         };
-        let size = store.size();
-        if size < bs as u64 * 16 || !size.is_multiple_of(bs as u64) {
-            bail!("disk size {size} must be a multiple of the block size ({bs}) and at least 16 blocks");
-        }
+        check_size(store.size())?;
         if cfg.populates() {
             store.populate()?;
         }
