@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 
 /// `faultline monitor` on one device until stopped.
 struct Monitor {
-    child: Child,
+    /// None once stopped.
+    child: Option<Child>,
     out: tempfile::TempDir,
 }
 
@@ -53,27 +54,38 @@ impl Monitor {
             }
             panic!("faultline monitor did not start: {line}{err}");
         }
-        Some(Monitor { child, out })
+        Some(Monitor { child: Some(child), out })
     }
 
     /// SIGINT, then its monitor.json.
-    fn stop(self) -> MonitorResults {
-        sigint(&self.child);
-        let o = self.child.wait_with_output().unwrap();
+    fn stop(mut self) -> MonitorResults {
+        let child = self.child.take().unwrap();
+        sigint(&child);
+        let o = child.wait_with_output().unwrap();
         assert!(o.status.success(), "monitor failed: {}", String::from_utf8_lossy(&o.stderr));
         let text = std::fs::read_to_string(self.out.path().join("monitor.json")).unwrap();
         serde_json::from_str(&text).unwrap()
     }
 }
 
-/// fio on the device, O_DIRECT 4 KiB at random offsets, one at a time (no merges possible):
-/// returns (ios, bytes) fio reports for the direction.
+impl Drop for Monitor {
+    /// A test that failed before `stop` does not leave its monitor (and its programs) running.
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            sigint(&c);
+            let _ = c.wait();
+        }
+    }
+}
+
 /// SIGINT to a child of this test (how a user stops `faultline monitor`).
 fn sigint(child: &Child) {
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("SIGINT to the child");
 }
 
+/// fio on the device, O_DIRECT 4 KiB at random offsets, one at a time (no merges possible):
+/// returns (ios, bytes) fio reports for the direction.
 fn fio(dev: &std::path::Path, rw: &str, size: &str) -> (u64, u64) {
     let cwd = tempfile::tempdir().unwrap();
     let out = Command::new("fio")

@@ -82,6 +82,17 @@ impl Server {
     }
 }
 
+impl Drop for Server {
+    /// A test that failed before `stop` does not leave its server running.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            // SAFETY: signalling our own child by its pid, not yet reaped
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn run(cmd: &mut Command) -> String {
     let o = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e} (scripts/setup.sh installs the NBD clients)"));
     assert!(o.status.success(), "{cmd:?} failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
