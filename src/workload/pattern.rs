@@ -100,5 +100,8 @@ mod tests {
         assert!(top_share(u) < 0.15);
         assert_eq!("zipf:0.9".parse::<Pattern>().unwrap(), Pattern::Zipf(0.9));
         assert!("zigzag".parse::<Pattern>().is_err());
+        for bad in ["zipf:inf", "zipf:NaN", "zipf:0", "zipf:-1"] {
+            assert!(bad.parse::<Pattern>().unwrap_err().contains("allowed: sequential"), "{bad}");
+        }
     }
 }

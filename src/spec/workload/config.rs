@@ -29,11 +29,12 @@ impl std::str::FromStr for Pattern {
                 if let Some(t) = s.strip_prefix("zipf:").or_else(|| s.strip_prefix("zipf")) {
                     let theta: f64 =
                         t.trim_start_matches(['(', ':']).trim_end_matches(')').parse().map_err(|_| format!("`{s}`: zipf needs a theta, e.g. zipf:1.2"))?;
-                    if theta > 0.0 {
+                    // the sampler never returned for an infinite theta (the workload hung)
+                    if theta > 0.0 && theta.is_finite() {
                         return Ok(Pattern::Zipf(theta));
                     }
                 }
-                Err(format!("`{s}` is not a pattern; allowed: sequential, uniform, hotspot, zipf:THETA"))
+                Err(format!("`{s}` is not a pattern; allowed: sequential, uniform, hotspot, zipf:THETA (a finite THETA > 0, e.g. zipf:1.2)"))
             }
         }
     }
