@@ -524,6 +524,9 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
                 OneOrMany::One(s) => vec![s.as_str()],
                 OneOrMany::Many(v) => v.iter().map(|s| s.as_str()).collect(),
             };
+            if words.is_empty() {
+                return Err(format!("`op: []` names no operation, so the rule would never match; allowed: {OPS}, or a list of them"));
+            }
             let mut ops = Vec::new();
             for w in words {
                 match w {
@@ -823,6 +826,9 @@ mod tests {
         assert!(e.contains("type rot"), "{e}");
         let e = one("rules:\n  - {type: delay}\n").unwrap_err();
         assert!(e.contains("needs `delay`"), "{e}");
+        // an empty op list matched nothing, silently
+        let e = one("rules:\n  - {type: error}\n  - {type: error, op: []}\n").unwrap_err();
+        assert!(e.starts_with("t.yaml:3:") && e.contains("`op: []` names no operation") && e.contains("allowed: read, write"), "{e}");
     }
 
     /// Numbers at the ends of their types: an error naming the key, never an overflow (which
