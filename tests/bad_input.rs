@@ -71,6 +71,33 @@ fn bad_units_and_values() {
 }
 
 #[test]
+fn control_socket_path_is_checked_before_anything_is_built() {
+    let dir = tempfile::tempdir().unwrap();
+    // under `timeout`: a serve that took the path would serve until killed
+    let serve = |socket: &std::path::Path| {
+        let before = (loops(), faultline_mounts());
+        let out = Command::new("timeout").args(["20", bin(), "serve", "--size", "16MiB", "--socket"]).arg(socket).output().unwrap();
+        check_failed(&out, before)
+    };
+    // a missing directory is an error, not created (it was made, and left behind)
+    let missing = dir.path().join("no/such/dir");
+    let e = serve(&missing.join("s.sock"));
+    assert!(e.contains("directory") && e.contains("does not exist"), "{e}");
+    assert!(!dir.path().join("no").exists(), "the socket's directory was created");
+    // a file in the way is the user's: it was removed to bind the socket
+    let file = dir.path().join("notes.txt");
+    std::fs::write(&file, "keep").unwrap();
+    let e = serve(&file);
+    assert!(e.contains("exists and is not a socket"), "{e}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+    let before = (loops(), faultline_mounts());
+    let out = Command::new("timeout").args(["20", bin(), "net", "--socket"]).arg(&file).args(["up", "--hosts", "a,b"]).output().unwrap();
+    let e = check_failed(&out, before);
+    assert!(e.contains("exists and is not a socket"), "{e}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();

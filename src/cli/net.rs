@@ -169,8 +169,11 @@ fn socket(given: Option<PathBuf>) -> Result<PathBuf> {
 fn up(hosts: &[String], opts: RelayOptions, veth: bool, socket: Option<PathBuf>) -> Result<()> {
     // catch signals from the start so a Ctrl-C during set-up still tears down
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    let mut net = if veth { Network::up_veth(hosts)? } else { Network::up(hosts, opts)? };
     let path = socket.unwrap_or_else(|| ledger::run_dir().join(format!("net-{}.sock", std::process::id())));
+    if !veth {
+        crate::sys::check_new_socket(&path)?;
+    }
+    let mut net = if veth { Network::up_veth(hosts)? } else { Network::up(hosts, opts)? };
     if !veth {
         std::fs::create_dir_all(ledger::run_dir())?;
         net.serve_control(&path)?;

@@ -51,6 +51,9 @@ impl ServedDisk {
         } else if how.nbd.is_none() {
             anyhow::bail!("without the loop device the disk needs --nbd ADDRESS, or it is exposed nowhere");
         }
+        if let Some(s) = socket {
+            crate::sys::check_new_socket(s)?;
+        }
         let disk = Arc::new(Disk::open(cfg)?);
         disk.arm(rules(&disk)?)?;
         let mut ledger = LedgerFile::create()?;
@@ -71,9 +74,6 @@ impl ServedDisk {
             me.nbd = Some(NbdServer::start(disk.clone(), a)?);
         }
         if let Some(s) = socket {
-            if let Some(parent) = s.parent() {
-                std::fs::create_dir_all(parent)?;
-            }
             me.ledger.as_mut().unwrap().update(|l| l.socket = Some(s.to_owned()))?;
             let e = me.exposed.as_ref();
             let info = serde_json::json!({

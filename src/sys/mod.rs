@@ -19,6 +19,27 @@ pub fn file_size(p: &std::path::Path) -> anyhow::Result<u64> {
     f.seek(std::io::SeekFrom::End(0)).with_context(|| format!("cannot find the size of {}", p.display()))
 }
 
+/// A control socket's path, checked before anything is built: its directory exists (the run
+/// directory comes with the ledger), and what is there already is a stale socket. A live socket
+/// is another server's; a file or directory is the user's, and binding would have removed it.
+pub fn check_new_socket(s: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(s) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(s).is_ok() {
+                anyhow::bail!("control socket {} is in use by a running server; give another --socket", s.display());
+            }
+        }
+        Ok(_) => anyhow::bail!("control socket {}: the path exists and is not a socket (binding would remove it); give a new path", s.display()),
+        Err(_) => {}
+    }
+    let dir = s.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() && dir != ledger::run_dir() {
+        anyhow::bail!("control socket {}: directory {} does not exist; create it or give a socket in an existing directory", s.display(), dir.display());
+    }
+    Ok(())
+}
+
 /// The machine's memory in bytes (MemTotal in /proc/meminfo), if it can be read.
 pub fn mem_total() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
