@@ -98,6 +98,27 @@ fn control_socket_path_is_checked_before_anything_is_built() {
 }
 
 #[test]
+fn workload_flags_of_the_other_interface() {
+    // they were ignored and the run went on; a spec file's keys are errors
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev.img");
+    std::fs::write(&dev, vec![0u8; 1 << 20]).unwrap();
+    let out = dir.path().join("res");
+    let run = |args: &[&str]| {
+        let o = Command::new(bin()).arg("workload").args(args).arg("--out").arg(&out).output().unwrap();
+        assert!(!o.status.success() && !out.exists(), "must fail before running: {args:?}");
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
+    let d = dev.display().to_string();
+    let e = run(&["--device", &d, "--ops", "10", "--files", "2"]);
+    assert!(e.contains("--files and --file-size apply to files in a directory (--dir)"), "{e}");
+    let e = run(&["--device", &d, "--ops", "10", "--file-size", "64KiB"]);
+    assert!(e.contains("--files and --file-size apply"), "{e}");
+    let e = run(&["--dir", &dir.path().display().to_string(), "--file-size", "64KiB", "--ops", "10", "--span", "1MiB"]);
+    assert!(e.contains("--span applies to a device"), "{e}");
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();

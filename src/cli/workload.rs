@@ -130,9 +130,19 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
             (None, None) => bail!("give --device DEV, --dir DIR, or --spec FILE"),
         },
     };
-    if let Interface::File { count, size, .. } = &mut w.interface {
-        *count = a.files.unwrap_or(*count);
-        *size = a.file_size.unwrap_or(*size);
+    // flags of the other interface were ignored without a word (a spec file's keys are errors)
+    match &mut w.interface {
+        Interface::File { count, size, .. } => {
+            if a.span.is_some() {
+                bail!("--span applies to a device (--device, --nbd); the files' bytes are --files x --file-size");
+            }
+            *count = a.files.unwrap_or(*count);
+            *size = a.file_size.unwrap_or(*size);
+        }
+        _ if a.files.is_some() || a.file_size.is_some() => {
+            bail!("--files and --file-size apply to files in a directory (--dir); a device's bytes used are bounded by --span")
+        }
+        _ => {}
     }
     macro_rules! set {
         ($($f:ident => $t:ident),*) => { $( if let Some(v) = a.$f.clone() { w.$t = v; } )* };
