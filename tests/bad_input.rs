@@ -119,6 +119,21 @@ fn workload_flags_of_the_other_interface() {
 }
 
 #[test]
+fn workload_bound_of_zero() {
+    // it ran nothing and reported success
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev.img");
+    std::fs::write(&dev, vec![0u8; 1 << 20]).unwrap();
+    let out = dir.path().join("res");
+    for b in [["--ops", "0"], ["--size", "0"], ["--duration", "0s"]] {
+        let o = Command::new(bin()).arg("workload").arg("--device").arg(&dev).args(b).arg("--out").arg(&out).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && !out.exists(), "must fail before running: {b:?}");
+        assert!(e.contains("a bound of 0") && e.contains("allowed: more than 0"), "{e}");
+    }
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();

@@ -221,6 +221,9 @@ impl Workload {
         if self.size.is_none() && self.ops.is_none() && self.duration.is_none() {
             bail!("a workload needs a bound: size, ops or duration");
         }
+        if self.size == Some(0) || self.ops == Some(0) || self.duration == Some(Duration::ZERO) {
+            bail!("a bound of 0 (size, ops or duration) ends the run before its first I/O; allowed: more than 0");
+        }
         if self.threads == 0 || self.iodepth == 0 {
             bail!("threads and iodepth must be at least 1");
         }

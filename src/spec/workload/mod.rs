@@ -231,6 +231,7 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
         }
         w.threads = t.value;
     }
+    zero_bounds(y, source)?;
     w.size = y.size.as_ref().map(|s| s.value.0);
     w.span = y.span.as_ref().map(|s| s.value.0);
     w.duration = y.duration.as_ref().map(|d| d.value.0);
@@ -317,6 +318,7 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
         w.threads = t.value;
     }
     w.sync = SyncMode::None;
+    zero_bounds(y, source)?;
     w.duration = y.duration.as_ref().map(|d| d.value.0);
     w.ops = y.ops.as_ref().map(|o| o.value);
     if w.ops.is_none() && w.duration.is_none() {
@@ -332,6 +334,17 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
     w.personality = Some(spec);
     w.fit_profile();
     Ok(w)
+}
+
+/// A bound of 0 ended the run before its first I/O, and the run reported success.
+fn zero_bounds(y: &WorkloadYaml, source: &str) -> Result<(), String> {
+    let what = "0 ends the run before its first I/O; allowed: more than 0 (or leave it out)";
+    match (&y.size, &y.ops, &y.duration) {
+        (Some(s), _, _) if s.value.0 == 0 => Err(at(source, s, "size", what)),
+        (_, Some(o), _) if o.value == 0 => Err(at(source, o, "ops", what)),
+        (_, _, Some(d)) if d.value.0.is_zero() => Err(at(source, d, "duration", what)),
+        _ => Ok(()),
+    }
 }
 
 /// A profile by name (`none`, or NAME for profiles/NAME.profile shipped with faultline) or path
@@ -490,6 +503,10 @@ mod tests {
             ("workload:\n  device: /dev/x\n", "w.yaml:2:3: workload: no bound"),
             ("workload:\n  interface: block\n  ops: 1\n", "w.yaml:2:3: workload: no `device`"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  interval: 1ms\n", "w.yaml:4:13: interval: is below the minimum; allowed: 10ms"),
+            ("workload:\n  device: /dev/x\n  ops: 0\n", "w.yaml:3:8: ops: 0 ends the run before its first I/O; allowed: more than 0"),
+            ("workload:\n  device: /dev/x\n  size: 0\n  duration: 1s\n", "w.yaml:3:9: size: 0 ends the run before its first I/O"),
+            ("workload:\n  personality: varmail\n  dir: /x\n  duration: 0s\n", "w.yaml:4:13: duration: 0 ends the run before its first I/O"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  pattern: zipf:inf\n", "w.yaml:4:12: pattern: `zipf:inf` is not a pattern"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  iodepth: 32\n", "iodepth: psync has one I/O in flight"),
             ("workload:\n  interface: file\n  dir: /x\n  ops: 1\n", "no `file_size`"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  content: {profile: nosuch}\n", "allowed: none, a profile file, or one of: debian12-usr"),
