@@ -134,6 +134,15 @@ fn workload_bound_of_zero() {
 }
 
 #[test]
+fn host_faults_on_faultline_itself() {
+    // a freeze of itself hung for good (its cgroup left frozen); a kill ended it mid-way
+    let script = format!("exec {} host --pid $$ --fault '{{type: cpu, share: 50%}}' --duration 1s", bin());
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && e.contains("is this faultline process itself"), "{e}");
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();

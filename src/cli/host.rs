@@ -22,6 +22,11 @@ pub fn run(file: Option<&Path>, inline: &[String], pids: &[u32], duration: Optio
         bail!("no host faults: give a file with `host_faults: [...]` or --fault '{{type: cpu, share: 50%}}'");
     }
     for p in pids {
+        // frozen, it could never thaw itself (it hung, its cgroup left frozen); killed, it
+        // could not revert the rest
+        if *p == std::process::id() {
+            bail!("--pid {p} is this faultline process itself; give the processes to act on");
+        }
         if crate::sys::process::start_time(*p).is_none() {
             bail!("process {p} is not running");
         }
