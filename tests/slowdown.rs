@@ -98,7 +98,7 @@ fn bad_matrices_say_where_and_what_is_allowed() {
         ("stack: ext4\nmatrix:\n  fs: [{name: x, colour: red}]\n", "unknown field `colour`"),
         ("stack: ext4\nmatrix:\n  fs: [{stack: xfs}]\n", "missing field `name`"),
         ("stack: ext4\nsetups: [{name: a}]\nmatrix:\n  fs: [{name: x}]\n", "give `setups` (a list) or `matrix` (a cross product), not both"),
-        ("stack: ext4\nmatrix: [a, b]\n", "m.yaml:5:9: expected mapping"),
+        ("stack: ext4\nmatrix: [a, b]\n", "m.yaml:5:9: expected a map here"),
         (
             "stack: ext4\nmatrix:\n  fs: [{name: x, faults: [{type: delay, delay: 1us, target: {block: 99999999}}]}]\n",
             "m.yaml:6:27: fault #1: target [409599995904, 409600000000) lies beyond the end of the disk",

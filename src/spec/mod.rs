@@ -20,13 +20,63 @@ pub mod workload;
 /// what is wrong, what is allowed`, then the lines around it under the file's name (the parser's
 /// own first line reads `error: line L column C: ...` and its snippet names no file).
 pub fn yaml_error(source: &str, e: &serde_saphyr::Error) -> String {
-    let r = e.render_with_options(serde_saphyr::render_options! { source_name: Some(source) });
+    let r = e.render_with_options(serde_saphyr::render_options! { source_name: Some(source), formatter: &Words });
     let (at, head) = match e.location() {
         Some(l) => (format!("{source}:{}:{}: ", l.line(), l.column()), format!("error: line {} column {}: ", l.line(), l.column())),
         None => (format!("{source}: "), "error: ".to_string()),
     };
     let body = r.strip_prefix(&head).or_else(|| r.strip_prefix("error: ")).unwrap_or(&r);
     format!("{at}{body}")
+}
+
+/// The parser's messages, with the type errors in the user's words and what is allowed: it said
+/// `invalid u32` (a Rust type, no range), `invalid boolean`, `expected mapping start` (a parser
+/// event), `expected string scalar`, and named its own API (`set DuplicateKeyPolicy in
+/// Options`, `use from_str_multiple`).
+struct Words;
+
+/// No ` at line L, column C` after a message without a snippet: `yaml_error` puts the place first.
+struct NoSuffix;
+
+impl serde_saphyr::Localizer for NoSuffix {
+    fn attach_location<'a>(&self, base: std::borrow::Cow<'a, str>, _: serde_saphyr::Location) -> std::borrow::Cow<'a, str> {
+        base
+    }
+}
+
+impl serde_saphyr::MessageFormatter for Words {
+    fn localizer(&self) -> &dyn serde_saphyr::Localizer {
+        &NoSuffix
+    }
+
+    fn format_message<'a>(&self, err: &'a serde_saphyr::Error) -> std::borrow::Cow<'a, str> {
+        use serde_saphyr::Error as E;
+        let whole = |lo: i128, hi: u128| format!("not a whole number in range; allowed: {lo}..{hi}, without a unit");
+        let m = match err {
+            E::InvalidScalar { ty, .. } => match *ty {
+                "u8" => whole(0, u8::MAX.into()),
+                "u16" => whole(0, u16::MAX.into()),
+                "u32" => whole(0, u32::MAX.into()),
+                "u64" | "usize" => whole(0, u64::MAX.into()),
+                "i8" => whole(i8::MIN.into(), i8::MAX as u128),
+                "i16" => whole(i16::MIN.into(), i16::MAX as u128),
+                "i32" => whole(i32::MIN.into(), i32::MAX as u128),
+                "i64" | "isize" => whole(i64::MIN.into(), i64::MAX as u128),
+                "boolean" => "not a boolean; allowed: true or false".into(),
+                "floating point" => "not a number; allowed: a finite number, e.g. 0.5".into(),
+                _ => return serde_saphyr::DefaultMessageFormatter.format_message(err),
+            },
+            E::Unexpected { expected: "mapping start", .. } => "expected a map here: `{key: value, ...}`, or `key: value` lines indented below the key".into(),
+            E::Unexpected { expected: "sequence start", .. } => "expected a list here: `[a, b]`, or `- item` lines indented below the key".into(),
+            E::Unexpected { expected: "string scalar", .. } => "expected a single value here (a word, number or quoted text), not a list or a map".into(),
+            E::DuplicateMappingKey { key: Some(k), .. } => format!("`{k}` is given twice in this map; allowed: each key once"),
+            E::DuplicateMappingKey { key: None, .. } => "a key is given twice in this map; allowed: each key once".into(),
+            E::MultipleDocuments { .. } => "a second YAML document (after `---`); allowed: one document per file".into(),
+            E::Eof { .. } => "the document ends where a value was expected (an empty file?)".into(),
+            _ => return serde_saphyr::DefaultMessageFormatter.format_message(err),
+        };
+        m.into()
+    }
 }
 
 #[cfg(test)]
@@ -44,5 +94,45 @@ mod tests {
         assert!(m.starts_with("exp.yaml:2:1: unknown field `sise`"), "{m}");
         assert!(m.contains("--> exp.yaml:2:1"), "{m}");
         assert!(!m.contains("<input>") && !m.contains("error:"), "{m}");
+    }
+
+    #[test]
+    fn type_errors_say_what_is_allowed() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct S {
+            n: Option<u32>,
+            b: Option<bool>,
+            m: Option<std::collections::BTreeMap<String, u8>>,
+            l: Option<Vec<u8>>,
+            s: Option<String>,
+        }
+        let err = |y: &str| super::yaml_error("exp.yaml", &serde_saphyr::from_str::<S>(y).unwrap_err());
+        for (y, want) in [
+            ("n: -1\n", "exp.yaml:1:4: not a whole number in range; allowed: 0..4294967295"),
+            ("n: 99999999999\n", "exp.yaml:1:4: not a whole number in range; allowed: 0..4294967295"),
+            ("n: three\n", "exp.yaml:1:4: not a whole number"),
+            ("n: 1\nn: 2\n", "exp.yaml:2:1: `n` is given twice in this map; allowed: each key once"),
+            ("n: 1\n---\nn: 2\n", "exp.yaml:3:1: a second YAML document (after `---`); allowed: one document per file"),
+            ("b: maybe\n", "exp.yaml:1:4: not a boolean; allowed: true or false"),
+            ("m: word\n", "exp.yaml:1:4: expected a map here"),
+            ("l: {a: 1}\n", "exp.yaml:1:4: expected a list here"),
+            ("s: [a]\n", "exp.yaml:1:4: expected a single value here"),
+        ] {
+            let m = err(y);
+            assert!(m.starts_with(want), "{y:?}: {m}");
+            assert!(!m.contains("invalid u32") && !m.contains("mapping start") && !m.contains("string scalar") && !m.contains("Options"), "{m}");
+        }
+        // said `unexpected end of input at line 1, column 1` after the place
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct R {
+            rules: Vec<u8>,
+        }
+        let m = super::yaml_error("r.yaml", &serde_saphyr::from_str::<R>("").unwrap_err());
+        assert!(m.starts_with("r.yaml:1:1: the document ends") && !m.contains("at line"), "{m}");
+        // the others keep the parser's words
+        assert!(err("n: 1\nx: 2\n").contains("unknown field `x`"));
     }
 }
