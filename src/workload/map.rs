@@ -86,8 +86,10 @@ impl ContentMap {
 
     pub fn load(path: &Path) -> Result<ContentMap> {
         let mut f = std::io::BufReader::new(std::fs::File::open(path).with_context(|| format!("cannot open content map {}", path.display()))?);
+        // a file shorter than the header said only `failed to fill whole buffer`
+        let short = || format!("{} is not a faultline content map: shorter than its {HEADER}-byte header", path.display());
         let mut magic = [0u8; 8];
-        f.read_exact(&mut magic)?;
+        f.read_exact(&mut magic).with_context(short)?;
         if &magic == b"FLTMAP01" {
             bail!(
                 "{} is a content map of an older faultline, whose generated block content differs from this one's: it cannot be verified; run the workload again to make a new map",
@@ -99,11 +101,11 @@ impl ContentMap {
         }
         let mut b4 = [0u8; 4];
         let mut b8 = [0u8; 8];
-        f.read_exact(&mut b4)?;
+        f.read_exact(&mut b4).with_context(short)?;
         let block_size = u32::from_le_bytes(b4);
-        f.read_exact(&mut b8)?;
+        f.read_exact(&mut b8).with_context(short)?;
         let seed = u64::from_le_bytes(b8);
-        f.read_exact(&mut b8)?;
+        f.read_exact(&mut b8).with_context(short)?;
         let n = u64::from_le_bytes(b8);
         if !block_size.is_power_of_two() || !(512..=1 << 20).contains(&block_size) {
             bail!("{} is not a faultline content map (block size {block_size})", path.display());
@@ -166,5 +168,11 @@ mod tests {
         std::fs::write(&p, &b).unwrap();
         let e = ContentMap::load(&p).err().expect("a damaged map").to_string();
         assert!(e.contains("truncated or damaged") && e.contains("18446744073709551615 blocks"), "{e}");
+        // cut inside the header: the file is named (it said only `failed to fill whole buffer`)
+        for cut in [3, 10, 20] {
+            std::fs::write(&p, &b[..cut]).unwrap();
+            let e = format!("{:#}", ContentMap::load(&p).err().expect("a cut map"));
+            assert!(e.contains(&p.display().to_string()) && e.contains("shorter than its 28-byte header"), "{e}");
+        }
     }
 }
