@@ -625,6 +625,10 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackSpec, Strin
         if cmd.trim().is_empty() {
             return Err(format!("{source}:{at}: `command` is empty"));
         }
+        // the command was killed as soon as it started
+        if r.timeout.is_some_and(|t| t.0.is_zero()) {
+            return Err(format!("{source}:{at}: `timeout: 0s` kills the command at once; allowed: more than 0 (e.g. 10m), or leave it out"));
+        }
         if kind.is_none() && (!mkfs.is_empty() || !mount.is_empty()) {
             return Err(format!("{source}:{at}: `mkfs`/`mount` options need `fs`"));
         }
@@ -710,6 +714,13 @@ mod tests {
             let e = parse_experiment(&y, "t.yaml").unwrap_err();
             assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
         }
+    }
+
+    #[test]
+    fn command_timeout_of_zero_is_an_error() {
+        let e = parse_experiment("name: x\nstack: {command: 'true', timeout: 0s}\n", "t.yaml").unwrap_err();
+        assert!(e.starts_with("t.yaml:2:8: `timeout: 0s` kills the command at once; allowed: more than 0"), "{e}");
+        assert!(parse_experiment("name: x\nstack: {command: 'true', timeout: 1s}\n", "t.yaml").is_ok());
     }
 
     #[test]
