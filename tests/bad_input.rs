@@ -143,6 +143,29 @@ fn host_faults_on_faultline_itself() {
 }
 
 #[test]
+fn failed_run_leaves_no_results_directory() {
+    // a store file in a missing directory passes validation and fails when the disk starts
+    let dir = tempfile::tempdir().unwrap();
+    let exp = dir.path().join("exp.yaml");
+    let store = dir.path().join("no/such/dir/disk.img");
+    std::fs::write(&exp, format!("name: t\ndisk: {{size: 64MiB, store: 'file:{}'}}\nworkload: {{size: 1MiB}}\nmonitor: off\n", store.display())).unwrap();
+    let before = (loops(), faultline_mounts());
+    for out in [dir.path().join("made/res"), dir.path().join("given")] {
+        if out.ends_with("given") {
+            std::fs::create_dir(&out).unwrap();
+        }
+        let o = Command::new(bin()).args(["run", "-q"]).arg(&exp).arg("--out").arg(&out).output().unwrap();
+        let e = check_failed(&o, before.clone());
+        assert!(e.contains("cannot open store file"), "{e}");
+        if out.ends_with("given") {
+            assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "the given empty directory was left with files");
+        } else {
+            assert!(!dir.path().join("made").exists(), "the results directory (and its parent) were left behind");
+        }
+    }
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();

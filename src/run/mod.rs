@@ -41,7 +41,28 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     if out.exists() && std::fs::read_dir(&out).map(|mut d| d.next().is_some()).unwrap_or(false) {
         bail!("results directory {} exists and is not empty; choose another with --out (nothing is overwritten)", out.display());
     }
+    // on an error the directory goes again (or, given empty, is emptied again): a run that
+    // failed left a half-made one behind
+    let made = out.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let r = run_in(exp, opts, &out, started);
+    if r.is_err() {
+        match &made {
+            Some(m) => {
+                let _ = std::fs::remove_dir_all(m);
+            }
+            None => {
+                for e in std::fs::read_dir(&out).into_iter().flatten().flatten() {
+                    let _ = if e.file_type().is_ok_and(|t| t.is_dir()) { std::fs::remove_dir_all(e.path()) } else { std::fs::remove_file(e.path()) };
+                }
+            }
+        }
+    }
+    r.map(|()| out)
+}
+
+/// `run` once its results directory `out` exists.
+fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64) -> Result<()> {
     // Ctrl-C / SIGTERM stop the workload; everything built is then torn down in order
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -96,7 +117,7 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
                 } else if exp.hosts.is_some() {
                     hosts::run_one(exp, s, rep, &label, &stop, opts.quiet)
                 } else {
-                    run_one(exp, s, rep, baseline, &out, &label, &stop, opts.quiet)
+                    run_one(exp, s, rep, baseline, out, &label, &stop, opts.quiet)
                 };
                 let mut r = r.with_context(|| format!("setup `{}`, repetition {}{kind}", setup.name, rep + 1))?;
                 r.sequence = n;
@@ -132,10 +153,10 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         s.aggregate_now();
         results.setups.push(s);
     }
-    crate::report::write_dir(&out, &results)?;
+    crate::report::write_dir(out, &results)?;
     print!("{}", crate::report::summary_table(&results));
     println!("results: {}", out.display());
-    Ok(out)
+    Ok(())
 }
 
 /// Progress line on stderr: setup, bytes, ops, errors, elapsed.
