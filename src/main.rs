@@ -170,8 +170,8 @@ enum Cmd {
         /// How long to watch (default: until Ctrl-C).
         #[arg(long, value_parser = faultline::spec::units::parse_duration)]
         duration: Option<Duration>,
-        /// Length of one interval of the time series.
-        #[arg(long, default_value = "1s", value_parser = faultline::spec::units::parse_duration)]
+        /// Length of one interval of the time series (10ms or more).
+        #[arg(long, default_value = "1s", value_parser = monitor_interval)]
         interval: Duration,
         /// Directory for monitor.json (created if missing).
         #[arg(long, short)]
@@ -455,6 +455,15 @@ fn quiet_if_stderr_closed() {
     }
 }
 
+/// `monitor --interval`: at least 10ms, as an experiment's `monitor: {interval}` (a 0 was taken).
+fn monitor_interval(s: &str) -> Result<Duration, String> {
+    let d = faultline::spec::units::parse_duration(s)?;
+    if d < Duration::from_millis(10) {
+        return Err(format!("`{s}` is too short; allowed: 10ms or more"));
+    }
+    Ok(d)
+}
+
 fn monitor(
     devices: &[PathBuf],
     pids: &[u32],
@@ -464,6 +473,10 @@ fn monitor(
     pairs: Vec<faultline::monitor::pairs::Pair>,
     layers: &[String],
 ) -> Result<()> {
+    // found out only after the whole watch
+    if let Some(o) = out.as_ref().filter(|o| o.exists() && !o.is_dir()) {
+        bail!("--out {}: exists and is not a directory; give a directory for monitor.json (created if missing)", o.display());
+    }
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let (pm, pair_notes) = faultline::monitor::start_pairs(devices, pids, pairs, layers)?;
     let sys = if pids.is_empty() { None } else { Some(faultline::monitor::SyscallMonitor::start(pids)?) };

@@ -166,6 +166,20 @@ fn failed_run_leaves_no_results_directory() {
 }
 
 #[test]
+fn monitor_interval_and_out() {
+    // an interval of 0 was taken; a file as --out failed only after the whole watch
+    let o = Command::new(bin()).args(["monitor", "--device", "/dev/null", "--duration", "1s", "--interval", "0s"]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--interval") && e.contains("allowed: 10ms or more"), "{e}");
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("monitor.json");
+    std::fs::write(&f, "{}").unwrap();
+    let o = Command::new(bin()).args(["monitor", "--device", "/dev/null", "--duration", "1s", "--out"]).arg(&f).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && o.stdout.is_empty() && e.contains("exists and is not a directory"), "{e}");
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();
