@@ -598,7 +598,11 @@ fn fault(socket: Option<PathBuf>, cmd: FaultCmd) -> Result<()> {
     let res = control::call(&sock, &req).map_err(|e| {
         // name the file in rule errors
         match &cmd {
-            FaultCmd::Add { file } => anyhow::anyhow!("{}", e.to_string().replacen("rules:", &format!("{}:", file.display()), 1)),
+            // the snippet's ` --> rules:L:C` too (it kept the server's name for the text)
+            FaultCmd::Add { file } => anyhow::anyhow!(
+                "{}",
+                e.to_string().replacen("rules:", &format!("{}:", file.display()), 1).replacen(" --> rules:", &format!(" --> {}:", file.display()), 1)
+            ),
             _ => e,
         }
     })?;

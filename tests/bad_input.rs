@@ -180,6 +180,19 @@ fn monitor_interval_and_out() {
 }
 
 #[test]
+fn fault_add_names_the_file_in_the_snippet_too() {
+    let s = Serve::start("16MiB", "rules: []\n");
+    let bad = s.dir.path().join("more.yaml");
+    std::fs::write(&bad, "rules:\n  - {type: error, dealy: 1}\n").unwrap();
+    let o = Command::new(bin()).arg("fault").arg("--socket").arg(&s.socket).arg("add").arg(&bad).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    s.stop();
+    let name = bad.display().to_string();
+    assert!(!o.status.success() && e.contains(&format!("{name}:2:")) && e.contains(&format!("--> {name}:2:")), "{e}");
+    assert!(!e.contains("rules:2:"), "the snippet named the server's `rules`: {e}");
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();
