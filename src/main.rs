@@ -583,7 +583,7 @@ fn fault(socket: Option<PathBuf>, cmd: FaultCmd) -> Result<()> {
             let text = if file.as_os_str() == "-" {
                 std::io::read_to_string(std::io::stdin())?
             } else {
-                std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?
+                faultline::spec::read_text(file, "rules file").map_err(anyhow::Error::msg)?
             };
             json!({"cmd": "add", "rules": text})
         }

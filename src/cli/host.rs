@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 pub fn run(file: Option<&Path>, inline: &[String], pids: &[u32], duration: Option<Duration>, restart: Option<String>, json: bool) -> Result<()> {
     let mut faults: Vec<HostFault> = Vec::new();
     if let Some(f) = file {
-        let text = std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display()))?;
+        let text = crate::spec::read_text(f, "host faults file").map_err(anyhow::Error::msg)?;
         faults.extend(parse_host_faults(&text, &f.display().to_string()).map_err(anyhow::Error::msg)?);
     }
     for (i, y) in inline.iter().enumerate() {

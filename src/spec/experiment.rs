@@ -368,7 +368,7 @@ fn loc<T>(s: &Spanned<T>) -> String {
 }
 
 pub fn parse_experiment_file(path: &std::path::Path) -> Result<Experiment, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read experiment file: {e}", path.display()))?;
+    let text = super::read_text(path, "experiment file")?;
     parse_experiment(&text, &path.display().to_string())
 }
 

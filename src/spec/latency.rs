@@ -174,7 +174,7 @@ pub fn parse_latency(text: &str, source: &str) -> Result<LatencyModel, String> {
 }
 
 pub fn parse_latency_file(path: &std::path::Path) -> Result<LatencyModel, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read latency file: {e}", path.display()))?;
+    let text = super::read_text(path, "latency file")?;
     parse_latency(&text, &path.display().to_string())
 }
 

@@ -16,6 +16,21 @@ pub mod study;
 pub mod units;
 pub mod workload;
 
+/// The text of an input file; `what` names it in errors (`rules file`). Bytes that are not UTF-8
+/// are an error at their line and column (it said only `stream did not contain valid UTF-8`).
+pub fn read_text(path: &std::path::Path, what: &str) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read {what}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|e| {
+        let b = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let before = &b[..at];
+        let line = before.iter().filter(|&&c| c == b'\n').count() + 1;
+        let start = before.iter().rposition(|&c| c == b'\n').map_or(0, |i| i + 1);
+        let column = String::from_utf8_lossy(&before[start..]).chars().count() + 1;
+        format!("{}:{line}:{column}: byte 0x{:02x} is not UTF-8 text; allowed: a {what} in UTF-8", path.display(), b[at])
+    })
+}
+
 /// A YAML error of file `source`, in the form of every other input error: `SOURCE:LINE:COLUMN:
 /// what is wrong, what is allowed`, then the lines around it under the file's name (the parser's
 /// own first line reads `error: line L column C: ...` and its snippet names no file).
@@ -94,6 +109,17 @@ mod tests {
         assert!(m.starts_with("exp.yaml:2:1: unknown field `sise`"), "{m}");
         assert!(m.contains("--> exp.yaml:2:1"), "{m}");
         assert!(!m.contains("<input>") && !m.contains("error:"), "{m}");
+    }
+
+    #[test]
+    fn non_utf8_is_an_error_at_its_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.yaml");
+        std::fs::write(&p, b"rules:\n  - {type: \xc3\xa9rror\xff}\n").unwrap();
+        let e = super::read_text(&p, "rules file").unwrap_err();
+        assert_eq!(e, format!("{}:2:17: byte 0xff is not UTF-8 text; allowed: a rules file in UTF-8", p.display()));
+        let e = super::read_text(&dir.path().join("none"), "rules file").unwrap_err();
+        assert!(e.contains("none: cannot read rules file: No such file"), "{e}");
     }
 
     #[test]

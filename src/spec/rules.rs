@@ -252,7 +252,7 @@ pub fn parse_rules(text: &str, source: &str, geo: DiskGeometry) -> Result<Vec<Ru
 }
 
 pub fn parse_rules_file(path: &std::path::Path, geo: DiskGeometry) -> Result<Vec<Rule>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read rules file: {e}", path.display()))?;
+    let text = super::read_text(path, "rules file")?;
     parse_rules(&text, &path.display().to_string(), geo)
 }
 

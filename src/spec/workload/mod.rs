@@ -91,7 +91,7 @@ pub fn parse_workload(text: &str, source: &str, target: Option<Where>) -> Result
 }
 
 pub fn parse_workload_file(path: &Path, target: Option<Where>) -> Result<Workload, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read workload file: {e}", path.display()))?;
+    let text = crate::spec::read_text(path, "workload file")?;
     parse_workload(&text, &path.display().to_string(), target)
 }
 
