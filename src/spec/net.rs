@@ -233,6 +233,14 @@ impl NetRule {
                 return Err(format!("unknown host `{h}`; the hosts are: {}", hosts.join(", ")));
             }
         }
+        // taken, and it never matched: the relay sees only packets between two hosts
+        if let (Some(f), Some(t)) = (&self.from, &self.to)
+            && f == t
+        {
+            return Err(format!(
+                "from and to are the same host `{f}`: its packets to itself never pass the relay; allowed: two different hosts (or leave one out for any)"
+            ));
+        }
         if let Some(w) = self.window
             && w.to.is_some_and(|t| t <= w.from)
         {
@@ -310,6 +318,9 @@ mod tests {
         assert!(r.covers("target", "client"));
         r.fault = NetFault::default();
         assert!(r.validate(&hosts).is_err());
+        r.fault.partition = true;
+        r.to = Some("client".into());
+        assert!(r.validate(&hosts).unwrap_err().contains("from and to are the same host `client`"));
     }
 
     #[test]
