@@ -658,10 +658,11 @@ fn parse_errno(e: Option<&NumOrWord>) -> Result<i32, String> {
 }
 
 /// A delay as a rule's `delay:` value, given as YAML text (`1ms` or `{distribution: ...}`):
-/// the network relay's delays take the same forms (docs/net.md).
-pub fn parse_delay_yaml(text: &str) -> Result<DelayDist, String> {
-    let d: WordOr<RawDelay> = serde_saphyr::from_str(text).map_err(|e| format!("delay `{text}`: {e}"))?;
-    parse_delay(d)
+/// the network relay's delays take the same forms (docs/net.md). `source` names the text in
+/// errors (e.g. `--delay-dist`).
+pub fn parse_delay_yaml(text: &str, source: &str) -> Result<DelayDist, String> {
+    let d: WordOr<RawDelay> = serde_saphyr::from_str(text).map_err(|e| super::yaml_error(source, &e))?;
+    parse_delay(d).map_err(|e| format!("{source}: {e}"))
 }
 
 pub(crate) fn parse_delay(d: WordOr<RawDelay>) -> Result<DelayDist, String> {
@@ -826,6 +827,11 @@ mod tests {
         assert!(e.contains("type rot"), "{e}");
         let e = one("rules:\n  - {type: delay}\n").unwrap_err();
         assert!(e.contains("needs `delay`"), "{e}");
+        // the parser's own rendering, `error: line 1 column 1` over `<input>`
+        let e = parse_delay_yaml("{distribution: lognormal", "--delay-dist").unwrap_err();
+        assert!(e.starts_with("--delay-dist:1:") && !e.contains("<input>") && !e.contains("error:"), "{e}");
+        let e = parse_delay_yaml("{distribution: gamma}", "--delay-dist").unwrap_err();
+        assert!(e.starts_with("--delay-dist: unknown distribution `gamma`; allowed: fixed"), "{e}");
         // an empty op list matched nothing, silently
         let e = one("rules:\n  - {type: error}\n  - {type: error, op: []}\n").unwrap_err();
         assert!(e.starts_with("t.yaml:3:") && e.contains("`op: []` names no operation") && e.contains("allowed: read, write"), "{e}");
