@@ -90,6 +90,10 @@ fn bad_matrices_say_where_and_what_is_allowed() {
         ("stack: ext4\nmatrix:\n  fs: [{name: a}, {name: a}]\n", "m.yaml:6:19: matrix axis `fs`: entry name `a` is used twice"),
         ("stack: ext4\nmatrix:\n  fs: [{name: a/b}]\n", "entry name `a/b` must be non-empty and contain no `/`"),
         (
+            "stack: ext4\nmatrix:\n  fs: [{name: a}]\n  b: [{name: '..'}]\n",
+            "m.yaml:7:7: matrix axis `b`: entry name `..` must be non-empty and contain no `/` (nor be `.` or `..`)",
+        ),
+        (
             "stack: ext4\nmatrix:\n  fs: [{name: x, stack: xfs}]\n  other: [{name: y, stack: btrfs}]\n",
             "`stack.fs` is set by axis `fs` entry `x` (m.yaml:6:8) and by axis `other` entry `y` (m.yaml:7:11); only one axis may set it",
         ),

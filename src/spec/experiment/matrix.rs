@@ -71,8 +71,10 @@ pub(super) fn expand_matrix(m: &Spanned<RawMatrix>, base: &MatrixBase, source: &
         }
         for (j, e) in entries.iter().enumerate() {
             let n = &e.value.name;
-            if n.is_empty() || n.contains('/') {
-                return Err(format!("{source}:{}: matrix axis `{axis}`: entry name `{n}` must be non-empty and contain no `/`", loc(e)));
+            // setup names are paths under the results' maps/ (joined with `/`): `..` entries
+            // made `../../x` and its maps went above the results directory
+            if n.is_empty() || n.contains('/') || n == "." || n == ".." {
+                return Err(format!("{source}:{}: matrix axis `{axis}`: entry name `{n}` must be non-empty and contain no `/` (nor be `.` or `..`)", loc(e)));
             }
             if entries[..j].iter().any(|x| &x.value.name == n) {
                 return Err(format!("{source}:{}: matrix axis `{axis}`: entry name `{n}` is used twice; names must be unique within an axis", loc(e)));
