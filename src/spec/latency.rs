@@ -310,7 +310,11 @@ fn percentile_points(t: &BTreeMap<String, Dur>) -> Result<Vec<(f64, Duration)>, 
 fn histogram_points(bins: &[RawBin]) -> Result<Vec<(f64, Duration)>, String> {
     let mut b: Vec<&RawBin> = bins.iter().collect();
     b.sort_by_key(|b| b.from.0);
-    let total: u64 = b.iter().map(|b| b.count).sum();
+    // a sum past 2^64 wrapped, and the cumulative points went backwards without a word
+    let total = b
+        .iter()
+        .try_fold(0u64, |t, b| t.checked_add(b.count))
+        .ok_or("the bins' counts add up to more than 2^64 - 1; allowed: counts whose sum fits in 64 bits (only their ratios matter)")?;
     if total == 0 {
         return Err("`bins` hold no counts; give at least one bin with `count` > 0".into());
     }
@@ -406,5 +410,12 @@ mod tests {
         assert!(e.contains("m.yaml") && e.contains("no unit"), "{e}");
         let e = parse_latency("read: {distribution: uniform, min: 3us, max: 5us, median: 4us}\n", "m.yaml").unwrap_err();
         assert!(e.contains("`median` does not belong"), "{e}");
+        let max = u64::MAX;
+        let e = parse_latency(
+            &format!("read:\n  distribution: histogram\n  bins: [{{from: 1us, to: 2us, count: {max}}}, {{from: 2us, to: 3us, count: 2}}]\n"),
+            "m.yaml",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("m.yaml:2:") && e.contains("add up to more than 2^64 - 1"), "{e}");
     }
 }
