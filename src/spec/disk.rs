@@ -168,7 +168,9 @@ fn de_keyword<'de, T: Keyword, D: serde::Deserializer<'de>>(d: D) -> Result<T, D
         N(u64),
         S(String),
     }
-    let s = match Raw::deserialize(d)? {
+    // a list or map said `data did not match any variant of untagged enum Raw`
+    let raw = Raw::deserialize(d).map_err(|_| serde::de::Error::custom(format!("not a {} setting; allowed: {}", T::WHAT, T::NAMES.join(", "))))?;
+    let s = match raw {
         Raw::B(b) => b.to_string(),
         Raw::N(n) => n.to_string(),
         Raw::S(s) => s,

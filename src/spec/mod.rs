@@ -88,6 +88,17 @@ impl serde_saphyr::MessageFormatter for Words {
             E::DuplicateMappingKey { key: None, .. } => "a key is given twice in this map; allowed: each key once".into(),
             E::MultipleDocuments { .. } => "a second YAML document (after `---`); allowed: one document per file".into(),
             E::Eof { .. } => "the document ends where a value was expected (an empty file?)".into(),
+            E::NonFiniteFloat { value, .. } => format!("`{value}` is not a finite number; allowed: a finite number, e.g. 0.5"),
+            // serde's words for a value none of a key's forms takes, naming a Rust type
+            E::Message { msg, .. } if msg.starts_with("data did not match any variant of untagged enum ") => match msg.rsplit(' ').next().unwrap_or_default() {
+                "OneOrMany" => "not an op or a list of ops; allowed: read, write, flush, discard (or trim), any, or a list of them".into(),
+                "NumOrWord" => "not a number or a word; allowed: a number or a name, e.g. `errno: EIO` or `errno: 5`, `shift: -8KiB`".into(),
+                "NumOrStr" => "not a number or a value with its unit; allowed: e.g. 4KiB, 10us, 25%".into(),
+                "RawMonitorValue" | "RawFlag" => "not a monitor setting; allowed: auto, on, off, or a map {enabled, interval, extra, layers}".into(),
+                "RawTarget" => "not a target; allowed: faultline, or {command: CMD}".into(),
+                "Cmdline" => "not a command; allowed: a shell command as one string, or a list of arguments".into(),
+                _ => "not a value this key takes (a list or map where one value belongs, or the other way round)".into(),
+            },
             _ => return serde_saphyr::DefaultMessageFormatter.format_message(err),
         };
         m.into()
@@ -158,6 +169,24 @@ mod tests {
         }
         let m = super::yaml_error("r.yaml", &serde_saphyr::from_str::<R>("").unwrap_err());
         assert!(m.starts_with("r.yaml:1:1: the document ends") && !m.contains("at line"), "{m}");
+        // untagged enums named themselves: `data did not match any variant of untagged enum OneOrMany`
+        let geo = super::rules::DiskGeometry { size: 1 << 30, block_size: 4096 };
+        for (y, want) in [
+            ("rules:\n  - {type: error, op: 5}\n", "r.yaml:2:23: not an op or a list of ops; allowed: read, write"),
+            ("rules:\n  - {type: error, errno: 5.5}\n", "r.yaml:2:26: not a number or a word; allowed:"),
+            ("rules:\n  - {type: error, probability: [1]}\n", "r.yaml:2:32: not a number or a value with its unit"),
+            ("rules:\n  - {type: error, probability: .nan}\n", "r.yaml:2:32: `.nan` is not a finite number"),
+        ] {
+            let m = super::rules::parse_rules(y, "r.yaml", geo).unwrap_err();
+            assert!(m.starts_with(want) && !m.contains("untagged") && !m.contains("policy"), "{y:?}: {m}");
+        }
+        for (d, want) in [("busy_poll: [1]", "not a busy-poll budget; expected 0, off"), ("rq_affinity: [1]", "allowed: auto, keep, 0, 1, 2")] {
+            let y = format!("name: x\ndisk: {{{d}}}\nworkload: {{size: 1MiB}}\n");
+            let m = super::experiment::parse_experiment(&y, "e.yaml").unwrap_err();
+            assert!(m.starts_with("e.yaml:2:") && m.contains(want) && !m.contains("untagged"), "{d}: {m}");
+        }
+        let m = super::experiment::parse_experiment("name: x\nmonitor: 5\nworkload: {size: 1MiB}\n", "e.yaml").unwrap_err();
+        assert!(m.starts_with("e.yaml:2:10: not a monitor setting; allowed: auto, on, off"), "{m}");
         // the others keep the parser's words
         assert!(err("n: 1\nx: 2\n").contains("unknown field `x`"));
     }
