@@ -193,6 +193,24 @@ fn fault_add_names_the_file_in_the_snippet_too() {
 }
 
 #[test]
+fn workload_span_below_one_block_per_thread() {
+    // it said `the device span (0 bytes) is too small`, not the span given
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev.img");
+    std::fs::write(&dev, vec![0u8; 1 << 20]).unwrap();
+    let o = Command::new(bin())
+        .arg("workload")
+        .arg("--device")
+        .arg(&dev)
+        .args(["--ops", "1", "--span", "3000", "--out"])
+        .arg(dir.path().join("res"))
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("span 3000 holds fewer blocks of 4096 than there are threads (1)"), "{e}");
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();

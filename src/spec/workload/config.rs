@@ -261,6 +261,9 @@ impl Workload {
         if let Some(p) = &self.personality {
             return p.check();
         }
+        if let Some(s) = self.span.filter(|s| s / self.block_size < self.threads as u64) {
+            bail!("span {s} holds fewer blocks of {} than there are threads ({}); allowed: at least one block per thread", self.block_size, self.threads);
+        }
         if let Interface::File { count, size, .. } = &self.interface {
             if *count < self.threads {
                 bail!("{count} files for {} threads: each thread needs at least one file", self.threads);

@@ -257,6 +257,22 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     {
         return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
     }
+    // both were found only when the run started, without the file's line (a span below one
+    // block said `the device span (0 bytes) is too small`)
+    let bs = Size(w.block_size);
+    if let (Interface::File { size, .. }, Some(f)) = (&w.interface, &y.file_size)
+        && *size < w.block_size
+    {
+        return Err(at(source, f, "file_size", format!("{} is smaller than one block ({bs}); allowed: at least block_size", Size(*size))));
+    }
+    if let Some(s) = y.span.as_ref().filter(|s| s.value.0 / w.block_size < w.threads as u64) {
+        return Err(at(
+            source,
+            s,
+            "span",
+            format!("{} holds fewer blocks of {bs} than there are threads ({}); allowed: at least one block per thread", s.value, w.threads),
+        ));
+    }
     w.fit_profile();
     Ok(w)
 }
@@ -504,6 +520,11 @@ mod tests {
             ("workload:\n  interface: block\n  ops: 1\n", "w.yaml:2:3: workload: no `device`"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  interval: 1ms\n", "w.yaml:4:13: interval: is below the minimum; allowed: 10ms"),
             ("workload:\n  device: /dev/x\n  ops: 0\n", "w.yaml:3:8: ops: 0 ends the run before its first I/O; allowed: more than 0"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  span: 3000\n", "w.yaml:4:9: span: 3000B holds fewer blocks of 4KiB than there are threads (1)"),
+            (
+                "workload:\n  interface: file\n  dir: /x\n  file_size: 64KiB\n  block_size: 128KiB\n  ops: 1\n",
+                "w.yaml:4:14: file_size: 64KiB is smaller than one block (128KiB)",
+            ),
             ("workload:\n  device: /dev/x\n  size: 0\n  duration: 1s\n", "w.yaml:3:9: size: 0 ends the run before its first I/O"),
             ("workload:\n  personality: varmail\n  dir: /x\n  duration: 0s\n", "w.yaml:4:13: duration: 0 ends the run before its first I/O"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  pattern: zipf:inf\n", "w.yaml:4:12: pattern: `zipf:inf` is not a pattern"),
