@@ -211,6 +211,21 @@ fn workload_span_below_one_block_per_thread() {
 }
 
 #[test]
+fn workload_out_that_is_a_file() {
+    // refused only after the workload had written the device
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev.img");
+    std::fs::write(&dev, vec![0u8; 1 << 20]).unwrap();
+    let out = dir.path().join("notes.txt");
+    std::fs::write(&out, "keep").unwrap();
+    let o = Command::new(bin()).arg("workload").arg("--device").arg(&dev).args(["--ops", "16", "--out"]).arg(&out).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("exists and is not a directory"), "{e}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "keep");
+    assert!(std::fs::read(&dev).unwrap().iter().all(|&b| b == 0), "the workload ran before the error");
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();

@@ -175,6 +175,10 @@ pub fn workload(a: WorkloadArgs) -> Result<()> {
     if a.jsonl {
         return workload_jsonl(&w);
     }
+    // found only after the workload had written the device
+    if a.out.exists() && !a.out.is_dir() {
+        bail!("--out {}: exists and is not a directory; give a directory for the results (created if missing)", a.out.display());
+    }
     let mut maps = Maps::new(&w)?;
     let progress = Progress::new();
     let total = w.size.map(|s| (s, "bytes")).or(w.ops.map(|o| (o, "ops"))).or(w.duration.map(|d| (d.as_millis() as u64, "ms")));
