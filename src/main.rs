@@ -535,6 +535,14 @@ fn profile(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<(
     for p in paths {
         m.add_path(p)?;
     }
+    // a profile of nothing said `1 blocks, 1 distinct` and was written as if measured
+    if m.bytes == 0 {
+        bail!(
+            "{}: no data to measure ({} files, 0 bytes); give files, directories or block devices that hold data",
+            paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "),
+            m.files
+        );
+    }
     let prof = m.profile();
     let header = format!(
         "measured by `faultline profile --block-size {}` from: {}\n{} files, {} bytes",

@@ -226,6 +226,18 @@ fn workload_out_that_is_a_file() {
 }
 
 #[test]
+fn profile_of_no_data() {
+    // it wrote a profile of `1 blocks, 1 distinct` from nothing
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    std::fs::write(dir.path().join("empty/zero"), "").unwrap();
+    let out = dir.path().join("p.profile");
+    let o = Command::new(bin()).arg("profile").arg(dir.path().join("empty")).arg("-o").arg(&out).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("no data to measure (1 files, 0 bytes)") && !out.exists(), "{e}");
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();
