@@ -168,7 +168,7 @@ enum Cmd {
         #[arg(long)]
         pid: Vec<u32>,
         /// How long to watch (default: until Ctrl-C).
-        #[arg(long, value_parser = faultline::spec::units::parse_duration)]
+        #[arg(long, value_parser = positive_duration)]
         duration: Option<Duration>,
         /// Length of one interval of the time series (10ms or more).
         #[arg(long, default_value = "1s", value_parser = monitor_interval)]
@@ -200,7 +200,7 @@ enum Cmd {
         #[arg(long, required = true)]
         pid: Vec<u32>,
         /// How long to run (default: until the last window ends, or Ctrl-C if a fault is sticky).
-        #[arg(long, value_parser = faultline::spec::units::parse_duration)]
+        #[arg(long, value_parser = positive_duration)]
         duration: Option<Duration>,
         /// Shell command that restarts the target after a `kill` whose window ends.
         #[arg(long)]
@@ -453,6 +453,15 @@ fn quiet_if_stderr_closed() {
     if broken && let Ok(null) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
         let _ = nix::unistd::dup2_stderr(null.as_fd());
     }
+}
+
+/// `monitor --duration`, `host --duration`: 0 watched or applied nothing and reported success.
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    let d = faultline::spec::units::parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("`{s}` ends before anything is done; allowed: more than 0 (or leave it out: until Ctrl-C)"));
+    }
+    Ok(d)
 }
 
 /// `monitor --interval`: at least 10ms, as an experiment's `monitor: {interval}` (a 0 was taken).

@@ -238,6 +238,20 @@ fn profile_of_no_data() {
 }
 
 #[test]
+fn monitor_and_host_duration_of_zero() {
+    // they watched or applied nothing and reported success
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = sleeper.id().to_string();
+    for args in [&["monitor", "--device", "/dev/null"][..], &["host", "--pid", &pid, "--fault", "{type: cpu, share: 50%}"][..]] {
+        let o = Command::new(bin()).args(args).args(["--duration", "0s"]).output().unwrap();
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && o.stdout.is_empty() && e.contains("--duration") && e.contains("allowed: more than 0"), "{args:?}: {e}");
+    }
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+#[test]
 fn device_store_needs_destructive_and_refuses_signatures() {
     // a real block device: a loop device over a file carrying an ext4 signature
     let dir = tempfile::tempdir().unwrap();
