@@ -41,11 +41,15 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     if out.exists() && std::fs::read_dir(&out).map(|mut d| d.next().is_some()).unwrap_or(false) {
         bail!("results directory {} exists and is not empty; choose another with --out (nothing is overwritten)", out.display());
     }
-    // on an error the directory goes again (or, given empty, is emptied again): a run that
-    // failed left a half-made one behind
+    // a run that fails before any repetition finished takes its directory away again (or, given
+    // empty, empties it): it holds nothing of use. Once one finished, its maps are kept.
     let made = out.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-    let r = run_in(exp, opts, &out, started);
+    let mut finished = 0;
+    let r = run_in(exp, opts, &out, started, &mut finished);
+    if r.is_err() && finished > 0 {
+        return r.map(|()| out.clone()).with_context(|| format!("the maps of the {finished} repetition(s) that finished are kept in {}", out.display()));
+    }
     if r.is_err() {
         match &made {
             Some(m) => {
@@ -61,8 +65,8 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     r.map(|()| out)
 }
 
-/// `run` once its results directory `out` exists.
-fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64) -> Result<()> {
+/// `run` once its results directory `out` exists; `finished` counts the repetitions that ended well.
+fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finished: &mut u32) -> Result<()> {
     // Ctrl-C / SIGTERM stop the workload; everything built is then torn down in order
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -136,6 +140,7 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64) -> Resu
                 if stop.load(Relaxed) {
                     bail!("interrupted during {label}; everything built was torn down");
                 }
+                *finished += 1;
                 if baseline { done[si].0.push(r) } else { done[si].1.push(r) }
             }
         }

@@ -74,6 +74,10 @@ impl ServedDisk {
             me.nbd = Some(NbdServer::start(disk.clone(), a)?);
         }
         if let Some(s) = socket {
+            // `check_new_socket` let a missing directory through only where it is a run directory
+            if let Some(parent) = s.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
             me.ledger.as_mut().unwrap().update(|l| l.socket = Some(s.to_owned()))?;
             let e = me.exposed.as_ref();
             let info = serde_json::json!({
