@@ -159,6 +159,12 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 /// could not be released and why (its ledger is then kept for the next `cleanup`).
 pub fn cleanup() -> Vec<String> {
     let mut done = Vec::new();
+    // a dead run may have frozen its own disk server (a host fault's freeze): thawed, the
+    // server sees its owner gone and tears itself down, instead of being killed frozen below
+    // and leaving its records for the next `cleanup`
+    for (_, l) in all().iter().filter(|(_, l)| !is_alive(l)) {
+        release_cgroups(l, &mut done);
+    }
     stop_orphans(&mut done);
     // a process group killed below may hold a faultline process with ledgers of its own (an
     // agent's command): once it is gone, its ledgers are dead too and get the next pass
