@@ -343,7 +343,7 @@ pub fn release_owner(pid: u32, start_time: u64, log: &mut Vec<String>) {
 /// mounts, then socket and dirs. Returns false if something had to be left (said in `log`).
 pub fn release(l: &Ledger, log: &mut Vec<String>) -> bool {
     release_cgroups(l, log);
-    let mut complete = l.cgroups.iter().all(|c| !c.path.exists());
+    let mut complete = l.cgroups.iter().all(super::cgroup::gone);
     for (dev, backing) in &l.loops {
         match loopdev::backing_file(dev) {
             Some(b) if b == *backing => {
