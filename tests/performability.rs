@@ -269,6 +269,73 @@ host_faults:\n  - {type: cpu, share: 50%, host: target, window: {from: 500ms, to
     assert!(namespaces_of(pid).is_empty(), "namespaces left after cleanup: {:?}\n{text}", namespaces_of(pid));
 }
 
+/// kill -9 of a networked run: its disk server, in the target host, sees its run gone and
+/// tears itself down (its ledger and control socket go), rather than deleting the host it
+/// runs in and so killing itself after the grace of a namespace's processes; `cleanup` then
+/// deletes the hosts.
+#[test]
+fn kill9_of_the_run_lets_its_disk_server_end_by_its_own_teardown() {
+    if !need_net(&[]) {
+        return;
+    }
+    let run = std::path::PathBuf::from(format!("/run/faultline-perftest-{}-server", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        "name: k\nhosts: {}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(common::bin())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("-q")
+        .env("FAULTLINE_RUN_DIR", &run)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let ledgers = || -> Vec<Value> {
+        std::fs::read_dir(run.join("runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).ok()?).ok())
+            .collect()
+    };
+    let t = Instant::now();
+    let server = loop {
+        if let Some(s) = ledgers().iter().find(|v| v["owner"][0].as_u64() == Some(pid as u64)).and_then(|v| v["pid"].as_u64()) {
+            break Some(s as u32);
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = Instant::now();
+    while server.is_some_and(|s| ledgers().iter().any(|v| v["pid"].as_u64() == Some(s as u64))) && t.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = t.elapsed();
+    let sockets: Vec<_> = std::fs::read_dir(&run).unwrap().flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().ends_with(".sock")).collect();
+    let out = Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &run).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let _ = std::fs::remove_dir_all(&run);
+    assert!(server.is_some(), "the run never started its disk server");
+    assert!(took < Duration::from_secs(15), "the disk server did not tear itself down (its ledger stayed); cleanup:\n{text}");
+    assert!(sockets.is_empty(), "control sockets left by the disk server: {sockets:?}");
+    assert!(namespaces_of(pid).is_empty(), "namespaces left after cleanup: {:?}\n{text}", namespaces_of(pid));
+}
+
 #[test]
 fn ctrl_c_tears_everything_down() {
     if !need_net(&[]) {

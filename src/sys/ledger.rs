@@ -329,11 +329,13 @@ pub fn release_upper(l: &Ledger, log: &mut Vec<String>) {
 }
 
 /// Release what a dead owner built on top of its disks (process groups, file-system mounts)
-/// and forget its ledgers: a disk server does this before its own teardown.
+/// and forget its ledgers: a disk server does this before its own teardown. The owner's
+/// hosts (network namespaces) are left to `faultline cleanup`: the server may run in one,
+/// and deleting it stops every process inside, the server first.
 pub fn release_owner(pid: u32, start_time: u64, log: &mut Vec<String>) {
     for (path, l) in all().into_iter().filter(|(_, l)| l.pid == pid && l.start_time == start_time) {
         release_upper(&l, log);
-        if release(&l, log) {
+        if l.netns.is_empty() && release(&l, log) {
             let _ = std::fs::remove_file(path);
         }
     }
