@@ -336,6 +336,27 @@ fn kill9_of_the_run_lets_its_disk_server_end_by_its_own_teardown() {
     assert!(namespaces_of(pid).is_empty(), "namespaces left after cleanup: {:?}\n{text}", namespaces_of(pid));
 }
 
+/// A target command that fails before it listens ends the run's wait for it at once (it
+/// waited the full 20 s for a port nobody would open), and the run leaves no host behind.
+#[test]
+fn a_target_command_that_fails_at_once_is_reported_at_once() {
+    if !need_net(&[]) {
+        return;
+    }
+    let t = Instant::now();
+    let (_dir, _out, child) = start_run(
+        "name: f\nhosts: {target: {command: \"echo no such server >&2; exit 3\"}}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 5s}\n",
+    );
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("ended (exit status: 3) before it listened"), "{err}");
+    assert!(took < Duration::from_secs(10), "the run took {took:?} to see its target command fail:\n{err}");
+    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
+}
+
 #[test]
 fn ctrl_c_tears_everything_down() {
     if !need_net(&[]) {
