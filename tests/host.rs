@@ -1,7 +1,8 @@
 //! Host faults (`faultline host`) on real processes, through real cgroups: a CPU quota caps
 //! what busy processes get, a freeze stops them and the thaw resumes them, a memory limit
 //! makes an allocating process hit it, held memory is resident, kill + restart replaces the
-//! process, and a kill -9 of faultline while a freeze is on is undone by `faultline cleanup`.
+//! process, and a kill -9 of faultline while a freeze is on is undone by `faultline cleanup`
+//! (also when the frozen process is the killed run's own disk server).
 
 mod common;
 
@@ -248,4 +249,91 @@ host_faults:\n  - {type: freeze, window: {from: 1s, to: 2s}}\n",
     let ops = |a: f64, b: f64| -> f64 { rep.timeseries.iter().filter(|s| s.t_s > a && s.t_s <= b).map(|s| s.write_iops).sum() };
     assert_eq!(ops(on + 0.15, off - 0.05), 0.0, "writes completed while the disk server was frozen: {:?}", rep.timeseries);
     assert!(ops(0.0, on - 0.1) > 0.0 && ops(off + 0.2, 3.0) > 0.0, "no writes outside the window: {:?}", rep.timeseries);
+}
+
+/// kill -9 of a run while its host fault freezes the run's own disk server: the run cannot
+/// end (its I/O waits for the frozen server) and the server cannot tear down. One `cleanup`
+/// thaws the server first, so it sees its run gone and releases its disk itself: no loop
+/// device, mount or ledger is left for a second `cleanup`, and it does not take the 20 s of
+/// waiting for a frozen server to finish, then to die of SIGTERM, then of SIGKILL.
+#[test]
+fn cleanup_after_kill9_during_a_freeze_of_the_disk_server_leaves_nothing() {
+    if !has("freezer") {
+        return;
+    }
+    let run = std::path::PathBuf::from(format!("/run/faultline-hosttest-{}-freeze", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    std::fs::write(
+        &f,
+        "name: freeze9\ndisk: {size: 64MiB}\nstack: raw\n\
+workload: {pattern: sequential, mix: {write: 100}, block_size: 4KiB, duration: 30s, interval: 100ms}\n\
+host_faults:\n  - {type: freeze, window: {from: 1s, to: 25s}}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(bin())
+        .arg("run")
+        .arg(&f)
+        .arg("--out")
+        .arg(dir.path().join("results"))
+        .arg("-q")
+        .env("FAULTLINE_RUN_DIR", &run)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let cleanup = || {
+        let t = Instant::now();
+        let out = Command::new(bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &run).output().unwrap();
+        (String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr), t.elapsed())
+    };
+    // the server's ledger names the run as its owner; wait until its group is frozen
+    let t = Instant::now();
+    let server = loop {
+        let frozen = std::fs::read_dir(run.join("runs")).into_iter().flatten().flatten().find_map(|e| {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
+            let g = v["cgroups"][0]["path"].as_str()?.to_string();
+            std::fs::read_to_string(format!("{g}/freezer.state"))
+                .ok()
+                .filter(|s| s.trim() == "FROZEN")
+                .or_else(|| std::fs::read_to_string(format!("{g}/cgroup.freeze")).ok().filter(|s| s.trim() == "1"))
+        });
+        let server = std::fs::read_dir(run.join("runs")).into_iter().flatten().flatten().find_map(|e| {
+            let v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
+            v["owner"].is_array().then(|| v["pid"].as_u64().unwrap() as u32)
+        });
+        if let (Some(_), Some(s)) = (frozen, server) {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = cleanup();
+            let _ = std::fs::remove_dir_all(&run);
+            panic!("the run never froze its disk server");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    let (text, took) = cleanup();
+    let _ = child.wait();
+    let t = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{server}/stat")).is_ok_and(|s| !s.contains(") Z ")) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let me = run.to_string_lossy().to_string();
+    let losetup = String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout).to_string();
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&me);
+    let ledgers = std::fs::read_dir(run.join("runs")).map(|r| r.count()).unwrap_or(0);
+    // whatever the outcome, leave nothing for the next test
+    let (again, _) = cleanup();
+    let _ = std::fs::remove_dir_all(&run);
+    assert!(took < Duration::from_secs(10), "cleanup took {took:?}:\n{text}");
+    assert!(!text.contains("killed disk server"), "the frozen server was killed instead of tearing down:\n{text}");
+    assert!(!losetup.contains(&me), "loop device left after one cleanup: {losetup}\n{text}\nsecond cleanup:\n{again}");
+    assert!(!mounted, "mount left under {me} after one cleanup:\n{text}\nsecond cleanup:\n{again}");
+    assert_eq!(ledgers, 0, "ledgers left after one cleanup:\n{text}\nsecond cleanup:\n{again}");
 }

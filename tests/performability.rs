@@ -3,7 +3,8 @@
 //! client host. Asserts the mechanics: fault windows begin and end on time (relay drops only
 //! inside a partition window), the loss ratio realized on the link, a network delay shifting
 //! the NBD request latency, retries counted when the target's disk errs, per-window figures
-//! in windows.csv, and nothing left behind after the run and after kill -9 + `faultline cleanup`.
+//! in windows.csv, and nothing left behind after the run and after kill -9 + `faultline cleanup`
+//! (also no cgroup of a host fault on the target).
 
 mod common;
 
@@ -176,6 +177,184 @@ fn kill9_of_the_run_then_cleanup_leaves_nothing() {
     for p in &server {
         assert!(!Path::new(&format!("/proc/{p}")).exists(), "target server {p} survived kill -9 + cleanup");
     }
+}
+
+/// Control groups named for process `pid` (`faultline-PID-...`), in every hierarchy.
+fn cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
+    let name = format!("faultline-{pid}-");
+    let mut found = Vec::new();
+    let mut dirs = vec![std::path::PathBuf::from("/sys/fs/cgroup")];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                if e.file_name().to_string_lossy().starts_with(&name) {
+                    found.push(e.path());
+                }
+                dirs.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// kill -9 of a networked run while a host fault holds its target's disk server in a CPU
+/// group: the server, in the target host's namespace (a /sys of its own, without the cgroup
+/// mounts), releases what its dead run built; it must leave the group's record to `cleanup`,
+/// which removes the group (it forgot the record, and the group stayed for good).
+#[test]
+fn kill9_during_a_host_fault_window_then_cleanup_leaves_no_cgroup() {
+    if !need_net(&[]) || faultline::sys::cgroup::hierarchy("cpu").is_none() {
+        return;
+    }
+    let run = std::path::PathBuf::from(format!("/run/faultline-perftest-{}-cgroup", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        "name: k\nhosts: {}\ndisk: {size: 64MiB}\nmonitor: off\n\
+workload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n\
+host_faults:\n  - {type: cpu, share: 50%, host: target, window: {from: 500ms, to: 50s}}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(common::bin())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("-q")
+        .env("FAULTLINE_RUN_DIR", &run)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let cleanup = || {
+        let out = Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &run).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let t = Instant::now();
+    while cgroups_of(pid).is_empty() && t.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let groups = cgroups_of(pid);
+    // the disk server: the process whose ledger names the run as its owner
+    let server: Vec<u32> = std::fs::read_dir(run.join("runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).ok()?).ok())
+        .filter(|v| v["owner"][0].as_u64() == Some(pid as u64))
+        .filter_map(|v| v["pid"].as_u64().map(|p| p as u32))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // the disk server ends by itself (its run is gone), having released what it could
+    let running = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| !s.contains(") Z "));
+    let t = Instant::now();
+    while server.iter().any(running) && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = cleanup();
+    let left = cgroups_of(pid);
+    for g in &left {
+        let _ = std::fs::remove_dir(g);
+    }
+    let _ = cleanup();
+    let _ = std::fs::remove_dir_all(&run);
+    assert!(!groups.is_empty() && !server.is_empty(), "the run never put its disk server in a group");
+    assert!(left.is_empty(), "cgroups left after kill -9 + cleanup: {left:?}\n{text}");
+    assert!(namespaces_of(pid).is_empty(), "namespaces left after cleanup: {:?}\n{text}", namespaces_of(pid));
+}
+
+/// kill -9 of a networked run: its disk server, in the target host, sees its run gone and
+/// tears itself down (its ledger and control socket go), rather than deleting the host it
+/// runs in and so killing itself after the grace of a namespace's processes; `cleanup` then
+/// deletes the hosts.
+#[test]
+fn kill9_of_the_run_lets_its_disk_server_end_by_its_own_teardown() {
+    if !need_net(&[]) {
+        return;
+    }
+    let run = std::path::PathBuf::from(format!("/run/faultline-perftest-{}-server", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    std::fs::create_dir_all(&run).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        "name: k\nhosts: {}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
+    )
+    .unwrap();
+    let mut child = Command::new(common::bin())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .arg("-q")
+        .env("FAULTLINE_RUN_DIR", &run)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let ledgers = || -> Vec<Value> {
+        std::fs::read_dir(run.join("runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).ok()?).ok())
+            .collect()
+    };
+    let t = Instant::now();
+    let server = loop {
+        if let Some(s) = ledgers().iter().find(|v| v["owner"][0].as_u64() == Some(pid as u64)).and_then(|v| v["pid"].as_u64()) {
+            break Some(s as u32);
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = Instant::now();
+    while server.is_some_and(|s| ledgers().iter().any(|v| v["pid"].as_u64() == Some(s as u64))) && t.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let took = t.elapsed();
+    let sockets: Vec<_> = std::fs::read_dir(&run).unwrap().flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().ends_with(".sock")).collect();
+    let out = Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &run).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let _ = std::fs::remove_dir_all(&run);
+    assert!(server.is_some(), "the run never started its disk server");
+    assert!(took < Duration::from_secs(15), "the disk server did not tear itself down (its ledger stayed); cleanup:\n{text}");
+    assert!(sockets.is_empty(), "control sockets left by the disk server: {sockets:?}");
+    assert!(namespaces_of(pid).is_empty(), "namespaces left after cleanup: {:?}\n{text}", namespaces_of(pid));
+}
+
+/// A target command that fails before it listens ends the run's wait for it at once (it
+/// waited the full 20 s for a port nobody would open), and the run leaves no host behind.
+#[test]
+fn a_target_command_that_fails_at_once_is_reported_at_once() {
+    if !need_net(&[]) {
+        return;
+    }
+    let t = Instant::now();
+    let (_dir, _out, child) = start_run(
+        "name: f\nhosts: {target: {command: \"echo no such server >&2; exit 3\"}}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 5s}\n",
+    );
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("ended (exit status: 3) before it listened"), "{err}");
+    assert!(took < Duration::from_secs(10), "the run took {took:?} to see its target command fail:\n{err}");
+    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
 }
 
 #[test]

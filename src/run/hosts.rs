@@ -76,10 +76,12 @@ fn start_command(cmd: &str, ns: &str, port: u16, addr: std::net::Ipv4Addr, clien
     }
     let mut child = c.spawn().with_context(|| format!("cannot start the target command `{cmd}`"))?;
     let cns = client_ns.to_string();
+    let give_up = Arc::new(AtomicBool::new(false));
+    let g = give_up.clone();
     let ready = std::thread::spawn(move || -> Result<bool> {
         enter(&cns)?;
         let t = Instant::now();
-        while t.elapsed() < TARGET_START_LIMIT {
+        while t.elapsed() < TARGET_START_LIMIT && !g.load(Relaxed) {
             if std::net::TcpStream::connect_timeout(&(addr, port).into(), Duration::from_millis(200)).is_ok() {
                 return Ok(true);
             }
@@ -87,6 +89,19 @@ fn start_command(cmd: &str, ns: &str, port: u16, addr: std::net::Ipv4Addr, clien
         }
         Ok(false)
     });
+    // a command that fails before it listens will not listen: say so now, not after the limit
+    // (one that exits with success may have left a daemon to listen)
+    while !ready.is_finished() {
+        if let Some(status) = child.try_wait()?
+            && !status.success()
+        {
+            give_up.store(true, Relaxed);
+            let _ = ready.join();
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-(child.id() as i32)), nix::sys::signal::Signal::SIGKILL);
+            bail!("target command `{cmd}` ended ({status}) before it listened on {addr}:{port}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let ok = ready.join().map_err(|_| anyhow::anyhow!("the readiness probe panicked"))??;
     if !ok {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-(child.id() as i32)), nix::sys::signal::Signal::SIGKILL);

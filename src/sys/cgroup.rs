@@ -227,6 +227,21 @@ fn set_frozen(r: &CgroupRecord, frozen: bool) -> Result<()> {
     Ok(())
 }
 
+/// Is the group gone? Only where its hierarchy is mounted can one tell: a disk server in a
+/// host's namespace (`ip netns exec` mounts a /sys of its own, without the cgroup mounts) sees
+/// no group at all, and must leave the record to `faultline cleanup`.
+pub fn gone(r: &CgroupRecord) -> bool {
+    use nix::sys::statfs::{CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC, statfs};
+    if r.path.exists() {
+        return false;
+    }
+    // the nearest existing ancestor: a group of the hierarchy, or the hierarchy is not here
+    r.path.ancestors().find(|a| a.exists()).and_then(|a| statfs(a).ok()).is_some_and(|s| {
+        let t = s.filesystem_type();
+        t == CGROUP_SUPER_MAGIC || t == CGROUP2_SUPER_MAGIC
+    })
+}
+
 /// Undo a group: thaw it (a frozen process cannot be moved out on v1, and must never be left
 /// frozen), move its processes back, remove it. Used by `Group::release` and by cleanup.
 pub fn release(r: &CgroupRecord) -> Result<()> {

@@ -159,6 +159,12 @@ const ORPHAN_GRACE: Duration = Duration::from_secs(10);
 /// could not be released and why (its ledger is then kept for the next `cleanup`).
 pub fn cleanup() -> Vec<String> {
     let mut done = Vec::new();
+    // a dead run may have frozen its own disk server (a host fault's freeze): thawed, the
+    // server sees its owner gone and tears itself down, instead of being killed frozen below
+    // and leaving its records for the next `cleanup`
+    for (_, l) in all().iter().filter(|(_, l)| !is_alive(l)) {
+        release_cgroups(l, &mut done);
+    }
     stop_orphans(&mut done);
     // a process group killed below may hold a faultline process with ledgers of its own (an
     // agent's command): once it is gone, its ledgers are dead too and get the next pass
@@ -323,11 +329,13 @@ pub fn release_upper(l: &Ledger, log: &mut Vec<String>) {
 }
 
 /// Release what a dead owner built on top of its disks (process groups, file-system mounts)
-/// and forget its ledgers: a disk server does this before its own teardown.
+/// and forget its ledgers: a disk server does this before its own teardown. The owner's
+/// hosts (network namespaces) are left to `faultline cleanup`: the server may run in one,
+/// and deleting it stops every process inside, the server first.
 pub fn release_owner(pid: u32, start_time: u64, log: &mut Vec<String>) {
     for (path, l) in all().into_iter().filter(|(_, l)| l.pid == pid && l.start_time == start_time) {
         release_upper(&l, log);
-        if release(&l, log) {
+        if l.netns.is_empty() && release(&l, log) {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -337,7 +345,7 @@ pub fn release_owner(pid: u32, start_time: u64, log: &mut Vec<String>) {
 /// mounts, then socket and dirs. Returns false if something had to be left (said in `log`).
 pub fn release(l: &Ledger, log: &mut Vec<String>) -> bool {
     release_cgroups(l, log);
-    let mut complete = l.cgroups.iter().all(|c| !c.path.exists());
+    let mut complete = l.cgroups.iter().all(super::cgroup::gone);
     for (dev, backing) in &l.loops {
         match loopdev::backing_file(dev) {
             Some(b) if b == *backing => {
