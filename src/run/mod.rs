@@ -42,12 +42,13 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
         bail!("results directory {} exists and is not empty; choose another with --out (nothing is overwritten)", out.display());
     }
     // a run that fails before any repetition finished takes its directory away again (or, given
-    // empty, empties it): it holds nothing of use. Once one finished, its maps are kept.
+    // empty, empties it): it holds nothing of use. Once one finished, its maps (if any) are kept.
     let made = out.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut finished = 0;
     let r = run_in(exp, opts, &out, started, &mut finished);
-    if r.is_err() && finished > 0 {
+    let holds_files = std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some());
+    if r.is_err() && finished > 0 && holds_files {
         return r.map(|()| out.clone()).with_context(|| format!("the maps of the {finished} repetition(s) that finished are kept in {}", out.display()));
     }
     if r.is_err() {
