@@ -182,15 +182,10 @@ fn failed_run_keeps_the_maps_of_finished_repetitions() {
     let out = dir.path().join("res");
     // a run directory of its own: its loop device and mount must not show in the other tests'
     // before/after lists
-    let run = std::path::PathBuf::from(format!("/run/faultline-badinput-{}", std::process::id()));
-    let o = Command::new(bin()).args(["run", "-q"]).arg(&exp).arg("--out").arg(&out).env("FAULTLINE_RUN_DIR", &run).output().unwrap();
+    let run = RunDir::new("keptmaps");
+    let o = run.cmd(&["run", "-q"]).arg(&exp).arg("--out").arg(&out).output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr).to_string();
-    let me = run.to_string_lossy().to_string();
-    let left = String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout).contains(&me)
-        || std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&me)
-        || std::fs::read_dir(run.join("runs")).is_ok_and(|mut d| d.next().is_some());
-    let _ = std::fs::remove_dir_all(&run);
-    assert!(!o.status.success() && !left, "must fail and leave nothing: {e}");
+    assert!(!o.status.success() && run.leftovers().is_empty(), "must fail and leave nothing: {e}\n{:?}", run.leftovers());
     assert!(e.contains("cannot open store file") && e.contains("1 repetition(s) that finished are kept"), "{e}");
     assert!(out.join("maps").join("a-1").exists(), "the finished repetition's maps are gone");
     assert!(!out.join("results.json").exists());

@@ -28,47 +28,12 @@ fn cleanup_after_kill9() {
     assert!(!String::from_utf8_lossy(&out.stdout).contains(&format!("pid {pid}")));
 }
 
-/// A run directory of this test's own (FAULTLINE_RUN_DIR), so its `cleanup` touches nothing
-/// of other tests running on the machine.
-struct RunDir(std::path::PathBuf);
-
-impl RunDir {
-    fn new(tag: &str) -> RunDir {
-        let p = std::path::PathBuf::from(format!("/run/faultline-cleanuptest-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        RunDir(p)
-    }
-
-    /// `faultline serve --size 64MiB ARGS` recording into this run directory: the process and
-    /// its loop device.
-    fn serve(&self, args: &[&str]) -> (std::process::Child, std::path::PathBuf) {
-        let mut s = std::process::Command::new(bin())
-            .args(["serve", "--size", "64MiB"])
-            .args(args)
-            .env("FAULTLINE_RUN_DIR", &self.0)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(s.stdout.take().unwrap()), &mut line).unwrap();
-        (s, std::path::PathBuf::from(line.trim()))
-    }
-
-    fn cleanup(&self) -> (String, std::time::Duration) {
-        let t = std::time::Instant::now();
-        let out = std::process::Command::new(bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        (String::from_utf8_lossy(&out.stdout).into_owned(), t.elapsed())
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new(bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output();
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// `faultline serve --size 64MiB ARGS` recording into `run`: the process and its loop device.
+fn serve(run: &RunDir, args: &[&str]) -> (std::process::Child, std::path::PathBuf) {
+    let mut s = run.cmd(&["serve", "--size", "64MiB"]).args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(s.stdout.take().unwrap()), &mut line).unwrap();
+    (s, std::path::PathBuf::from(line.trim()))
 }
 
 /// In the child: serve a disk in this very process (the library allows it, though `run` uses
@@ -142,7 +107,7 @@ fn cleanup_aborts_the_fuse_connection_a_killed_process_is_stuck_on() {
 #[test]
 fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
     let run = RunDir::new("usermount");
-    let (mut s, dev) = run.serve(&[]);
+    let (mut s, dev) = serve(&run, &[]);
     // the user's own file system on the device, mounted where faultline recorded nothing
     assert!(std::process::Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&dev).status().unwrap().success());
     let mnt = tempfile::tempdir().unwrap();
@@ -170,7 +135,7 @@ fn cleanup_says_why_it_leaves_a_device_under_a_users_own_mount() {
 #[test]
 fn cleanup_restores_rq_affinity_of_a_device_detached_by_hand() {
     let run = RunDir::new("rqaff");
-    let (mut s, dev) = run.serve(&["--rq-affinity", "2"]);
+    let (mut s, dev) = serve(&run, &["--rq-affinity", "2"]);
     let led = std::fs::read_dir(run.0.join("runs")).unwrap().flatten().next().expect("a ledger").path();
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(led).unwrap()).unwrap();
     let found = v["rq_affinity"][0][1].as_u64().expect("the ledger records the value found") as u8;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{bin, skip};
+use common::{RunDir, bin, skip};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -261,9 +261,7 @@ fn cleanup_after_kill9_during_a_freeze_of_the_disk_server_leaves_nothing() {
     if !has("freezer") {
         return;
     }
-    let run = std::path::PathBuf::from(format!("/run/faultline-hosttest-{}-freeze", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run);
-    std::fs::create_dir_all(&run).unwrap();
+    let run = RunDir::new("freeze");
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("exp.yaml");
     std::fs::write(
@@ -273,67 +271,38 @@ workload: {pattern: sequential, mix: {write: 100}, block_size: 4KiB, duration: 3
 host_faults:\n  - {type: freeze, window: {from: 1s, to: 25s}}\n",
     )
     .unwrap();
-    let mut child = Command::new(bin())
-        .arg("run")
-        .arg(&f)
-        .arg("--out")
-        .arg(dir.path().join("results"))
-        .arg("-q")
-        .env("FAULTLINE_RUN_DIR", &run)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let cleanup = || {
-        let t = Instant::now();
-        let out = Command::new(bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &run).output().unwrap();
-        (String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr), t.elapsed())
-    };
+    let mut child = run.spawn_run(&f, &dir.path().join("results"));
     // the server's ledger names the run as its owner; wait until its group is frozen
     let t = Instant::now();
     let server = loop {
-        let frozen = std::fs::read_dir(run.join("runs")).into_iter().flatten().flatten().find_map(|e| {
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
-            let g = v["cgroups"][0]["path"].as_str()?.to_string();
-            std::fs::read_to_string(format!("{g}/freezer.state"))
-                .ok()
-                .filter(|s| s.trim() == "FROZEN")
-                .or_else(|| std::fs::read_to_string(format!("{g}/cgroup.freeze")).ok().filter(|s| s.trim() == "1"))
+        let ledgers = run.ledgers();
+        let frozen = ledgers.iter().any(|v| {
+            v["cgroups"][0]["path"].as_str().is_some_and(|g| {
+                std::fs::read_to_string(format!("{g}/freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
+                    || std::fs::read_to_string(format!("{g}/cgroup.freeze")).is_ok_and(|s| s.trim() == "1")
+            })
         });
-        let server = std::fs::read_dir(run.join("runs")).into_iter().flatten().flatten().find_map(|e| {
-            let v: Value = serde_json::from_str(&std::fs::read_to_string(e.path()).ok()?).ok()?;
-            v["owner"].is_array().then(|| v["pid"].as_u64().unwrap() as u32)
-        });
-        if let (Some(_), Some(s)) = (frozen, server) {
-            break s;
+        let server = ledgers.iter().find(|v| v["owner"].is_array()).and_then(|v| v["pid"].as_u64());
+        if let (true, Some(s)) = (frozen, server) {
+            break s as u32;
         }
         if t.elapsed() > Duration::from_secs(20) {
             let _ = child.kill();
             let _ = child.wait();
-            let _ = cleanup();
-            let _ = std::fs::remove_dir_all(&run);
             panic!("the run never froze its disk server");
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap();
-    let (text, took) = cleanup();
+    let (text, took) = run.cleanup();
     let _ = child.wait();
     let t = Instant::now();
     while std::fs::read_to_string(format!("/proc/{server}/stat")).is_ok_and(|s| !s.contains(") Z ")) && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let me = run.to_string_lossy().to_string();
-    let losetup = String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout).to_string();
-    let mounted = std::fs::read_to_string("/proc/self/mountinfo").unwrap().contains(&me);
-    let ledgers = std::fs::read_dir(run.join("runs")).map(|r| r.count()).unwrap_or(0);
-    // whatever the outcome, leave nothing for the next test
-    let (again, _) = cleanup();
-    let _ = std::fs::remove_dir_all(&run);
+    let left = run.leftovers();
     assert!(took < Duration::from_secs(10), "cleanup took {took:?}:\n{text}");
     assert!(!text.contains("killed disk server"), "the frozen server was killed instead of tearing down:\n{text}");
-    assert!(!losetup.contains(&me), "loop device left after one cleanup: {losetup}\n{text}\nsecond cleanup:\n{again}");
-    assert!(!mounted, "mount left under {me} after one cleanup:\n{text}\nsecond cleanup:\n{again}");
-    assert_eq!(ledgers, 0, "ledgers left after one cleanup:\n{text}\nsecond cleanup:\n{again}");
+    assert!(left.is_empty(), "left after one cleanup: {left:?}\n{text}");
 }

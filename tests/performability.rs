@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{namespaces_of, need_net, which};
+use common::{RunDir, namespaces_of, need_net, which};
 
 use serde_json::Value;
 use std::path::Path;
@@ -206,9 +206,7 @@ fn kill9_during_a_host_fault_window_then_cleanup_leaves_no_cgroup() {
     if !need_net(&[]) || faultline::sys::cgroup::hierarchy("cpu").is_none() {
         return;
     }
-    let run = std::path::PathBuf::from(format!("/run/faultline-perftest-{}-cgroup", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run);
-    std::fs::create_dir_all(&run).unwrap();
+    let run = RunDir::new("perf-cgroup");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("e.yaml");
     std::fs::write(
@@ -218,36 +216,16 @@ workload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60
 host_faults:\n  - {type: cpu, share: 50%, host: target, window: {from: 500ms, to: 50s}}\n",
     )
     .unwrap();
-    let mut child = Command::new(common::bin())
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .arg("-q")
-        .env("FAULTLINE_RUN_DIR", &run)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = run.spawn_run(&file, &dir.path().join("out"));
     let pid = child.id();
-    let cleanup = || {
-        let out = Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &run).output().unwrap();
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
-    };
     let t = Instant::now();
     while cgroups_of(pid).is_empty() && t.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let groups = cgroups_of(pid);
     // the disk server: the process whose ledger names the run as its owner
-    let server: Vec<u32> = std::fs::read_dir(run.join("runs"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).ok()?).ok())
-        .filter(|v| v["owner"][0].as_u64() == Some(pid as u64))
-        .filter_map(|v| v["pid"].as_u64().map(|p| p as u32))
-        .collect();
+    let server: Vec<u32> =
+        run.ledgers().iter().filter(|v| v["owner"][0].as_u64() == Some(pid as u64)).filter_map(|v| v["pid"].as_u64().map(|p| p as u32)).collect();
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -257,13 +235,11 @@ host_faults:\n  - {type: cpu, share: 50%, host: target, window: {from: 500ms, to
     while server.iter().any(running) && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let text = cleanup();
+    let (text, _) = run.cleanup();
     let left = cgroups_of(pid);
     for g in &left {
         let _ = std::fs::remove_dir(g);
     }
-    let _ = cleanup();
-    let _ = std::fs::remove_dir_all(&run);
     assert!(!groups.is_empty() && !server.is_empty(), "the run never put its disk server in a group");
     assert!(left.is_empty(), "cgroups left after kill -9 + cleanup: {left:?}\n{text}");
     assert!(namespaces_of(pid).is_empty(), "namespaces left after cleanup: {:?}\n{text}", namespaces_of(pid));
@@ -278,9 +254,7 @@ fn kill9_of_the_run_lets_its_disk_server_end_by_its_own_teardown() {
     if !need_net(&[]) {
         return;
     }
-    let run = std::path::PathBuf::from(format!("/run/faultline-perftest-{}-server", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run);
-    std::fs::create_dir_all(&run).unwrap();
+    let run = RunDir::new("perf-server");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("e.yaml");
     std::fs::write(
@@ -288,29 +262,11 @@ fn kill9_of_the_run_lets_its_disk_server_end_by_its_own_teardown() {
         "name: k\nhosts: {}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
     )
     .unwrap();
-    let mut child = Command::new(common::bin())
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .arg("-q")
-        .env("FAULTLINE_RUN_DIR", &run)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = run.spawn_run(&file, &dir.path().join("out"));
     let pid = child.id();
-    let ledgers = || -> Vec<Value> {
-        std::fs::read_dir(run.join("runs"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).ok()?).ok())
-            .collect()
-    };
     let t = Instant::now();
     let server = loop {
-        if let Some(s) = ledgers().iter().find(|v| v["owner"][0].as_u64() == Some(pid as u64)).and_then(|v| v["pid"].as_u64()) {
+        if let Some(s) = run.ledgers().iter().find(|v| v["owner"][0].as_u64() == Some(pid as u64)).and_then(|v| v["pid"].as_u64()) {
             break Some(s as u32);
         }
         if t.elapsed() > Duration::from_secs(60) {
@@ -322,14 +278,12 @@ fn kill9_of_the_run_lets_its_disk_server_end_by_its_own_teardown() {
     child.kill().unwrap();
     child.wait().unwrap();
     let t = Instant::now();
-    while server.is_some_and(|s| ledgers().iter().any(|v| v["pid"].as_u64() == Some(s as u64))) && t.elapsed() < Duration::from_secs(15) {
+    while server.is_some_and(|s| run.ledgers().iter().any(|v| v["pid"].as_u64() == Some(s as u64))) && t.elapsed() < Duration::from_secs(15) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let took = t.elapsed();
-    let sockets: Vec<_> = std::fs::read_dir(&run).unwrap().flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().ends_with(".sock")).collect();
-    let out = Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &run).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let _ = std::fs::remove_dir_all(&run);
+    let sockets: Vec<_> = std::fs::read_dir(&run.0).unwrap().flatten().map(|e| e.file_name()).filter(|n| n.to_string_lossy().ends_with(".sock")).collect();
+    let (text, _) = run.cleanup();
     assert!(server.is_some(), "the run never started its disk server");
     assert!(took < Duration::from_secs(15), "the disk server did not tear itself down (its ledger stayed); cleanup:\n{text}");
     assert!(sockets.is_empty(), "control sockets left by the disk server: {sockets:?}");

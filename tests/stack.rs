@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::RunDir;
 use faultline::content::{block_hash, fill_block};
 use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::spec::rule::{Action, FlipAt, Op, Rule, Target};
@@ -452,46 +453,6 @@ fn teardown_order_with_a_busy_file_system() {
     assert!(!mnt.exists());
 }
 
-/// A run directory of our own (FAULTLINE_RUN_DIR) for child faultline processes, so our
-/// `faultline cleanup` never races with other people's tests on the same machine.
-struct RunDir(PathBuf);
-
-impl RunDir {
-    fn new(tag: &str) -> RunDir {
-        let p = PathBuf::from(format!("/run/faultline-stacktest-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        RunDir(p)
-    }
-
-    fn cleanup(&self) -> String {
-        let out = std::process::Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output().unwrap();
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// No loop device backed by a file under this dir, no mount under it, no ledger left.
-    fn assert_empty(&self) {
-        let me = self.0.to_string_lossy().to_string();
-        let loops = std::process::Command::new("losetup").arg("-a").output().unwrap();
-        let loops = String::from_utf8_lossy(&loops.stdout);
-        assert!(!loops.contains(&me), "loop devices left: {loops}");
-        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        assert!(!info.lines().any(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&me))), "mounts left under {me}");
-        let runs = std::fs::read_dir(self.0.join("runs")).map(|r| r.count()).unwrap_or(0);
-        assert_eq!(runs, 0, "ledgers left in {me}/runs");
-    }
-}
-
-impl Drop for RunDir {
-    fn drop(&mut self) {
-        // after a failed assertion: release what is left, then the directory
-        let _ = std::process::Command::new(common::bin()).arg("cleanup").env("FAULTLINE_RUN_DIR", &self.0).output();
-        let _ = std::fs::remove_dir(self.0.join("runs"));
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// Start `faultline stack-hold`, wait for "ready", return (child, devices, mount).
 fn hold(run: &RunDir, stack: &str, busy: bool) -> (std::process::Child, Vec<PathBuf>, PathBuf) {
     let mut cmd = std::process::Command::new(common::bin());
@@ -534,7 +495,7 @@ fn cleanup_after_kill9(stack: &str, busy: bool) {
     if let Some(bg) = bg {
         assert!(pid_alive(bg), "the busy process should outlive faultline");
     }
-    let text = run.cleanup();
+    let text = run.cleanup().0;
     assert!(text.contains(&format!("unmounted {}\n", mnt.display())), "no clean unmount: {text}");
     if let Some(bg) = bg {
         assert!(text.contains("killed process group"), "{text}");
@@ -546,13 +507,13 @@ fn cleanup_after_kill9(stack: &str, busy: bool) {
     assert!(text.contains(&format!("forgot run of pid {pid}")), "{text}");
     assert!(!fs_mounted(&mnt), "{text}");
     assert!(!mnt.exists());
-    run.assert_empty();
+    assert!(run.leftovers().is_empty(), "left: {:?}", run.leftovers());
     // the fs unmount came before the first detach
     let unm = text.find(&format!("unmounted {}", mnt.display())).unwrap();
     let det = text.find("detached").unwrap();
     assert!(unm < det, "{text}");
     // and a second cleanup finds nothing
-    assert_eq!(run.cleanup().trim(), "nothing to clean up");
+    assert_eq!(run.cleanup().0.trim(), "nothing to clean up");
 }
 
 #[test]
@@ -624,8 +585,8 @@ fn ctrl_c_kills_the_command_group_and_tears_everything_down() {
     assert!(st.success(), "stack-hold exited with {st}: {err}");
     assert!(!pid_alive(bg), "the command's background process survived Ctrl-C");
     assert!(!fs_mounted(&mnt) && !mnt.exists(), "{err}");
-    run.assert_empty();
-    assert_eq!(run.cleanup().trim(), "nothing to clean up");
+    assert!(run.leftovers().is_empty(), "left: {:?}", run.leftovers());
+    assert_eq!(run.cleanup().0.trim(), "nothing to clean up");
 }
 
 #[test]
@@ -643,7 +604,7 @@ fn cleanup_reads_ledgers_of_older_versions() {
     let old = serde_json::json!({"pid": dead, "start_time": 1, "dirs": [dir], "mounts": [], "loops": [], "socket": null, "device": null});
     let path = run.0.join(format!("runs/{dead}.json"));
     std::fs::write(&path, old.to_string()).unwrap();
-    let text = run.cleanup();
+    let text = run.cleanup().0;
     assert!(text.contains(&format!("removed {}", dir.display())) && text.contains(&format!("forgot run of pid {dead}")), "{text}");
     assert!(!dir.exists() && !path.exists());
 }

@@ -245,3 +245,75 @@ pub fn namespaces_with(prefix: &str) -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with(prefix)).map(String::from).collect()
 }
+
+/// A run directory of a test's own (FAULTLINE_RUN_DIR) for the faultline processes it starts,
+/// so its `cleanup` never touches other tests' runs on the machine, and their loop devices and
+/// mounts are told from other tests'. Dropped (also after a failed assertion): cleaned up, then
+/// removed if nothing is left in it.
+pub struct RunDir(pub PathBuf);
+
+impl RunDir {
+    pub fn new(tag: &str) -> RunDir {
+        let p = PathBuf::from(format!("/run/faultline-test-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        RunDir(p)
+    }
+
+    /// `faultline ARGS` recording into this run directory.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(bin());
+        c.args(args).env("FAULTLINE_RUN_DIR", &self.0);
+        c
+    }
+
+    /// `faultline run EXPERIMENT --out OUT -q`, its output discarded.
+    pub fn spawn_run(&self, experiment: &Path, out: &Path) -> Child {
+        self.cmd(&["run"]).arg(experiment).arg("--out").arg(out).arg("-q").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
+    }
+
+    /// `faultline cleanup` here: what it printed, and how long it took.
+    pub fn cleanup(&self) -> (String, std::time::Duration) {
+        let t = std::time::Instant::now();
+        let out = self.cmd(&["cleanup"]).output().unwrap();
+        assert!(out.status.success(), "cleanup failed: {}", String::from_utf8_lossy(&out.stderr));
+        (String::from_utf8_lossy(&out.stdout).into_owned(), t.elapsed())
+    }
+
+    /// The ledgers of live or dead processes recorded here.
+    pub fn ledgers(&self) -> Vec<Value> {
+        std::fs::read_dir(self.0.join("runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).ok()?).ok())
+            .collect()
+    }
+
+    /// What is left of this directory's runs: loop devices over files under it, mounts under
+    /// it, ledgers (empty when nothing is).
+    pub fn leftovers(&self) -> Vec<String> {
+        let me = self.0.to_string_lossy().to_string();
+        let loops = Command::new("losetup").arg("-a").output().unwrap();
+        let mut left: Vec<String> = String::from_utf8_lossy(&loops.stdout).lines().filter(|l| l.contains(&me)).map(|l| format!("loop device: {l}")).collect();
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        left.extend(info.lines().filter_map(|l| l.split(' ').nth(4)).filter(|m| m.starts_with(&me)).map(|m| format!("mount: {m}")));
+        left.extend(std::fs::read_dir(self.0.join("runs")).into_iter().flatten().flatten().map(|e| format!("ledger: {}", e.path().display())));
+        left
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["cleanup"]).output();
+        // not recursive: a mount still under it (after a failed test) must not be walked into;
+        // a ledger cleanup could not release stays, as the record of what is left
+        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| !t.is_dir()) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(self.0.join("runs"));
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
