@@ -177,3 +177,47 @@ fn teardown_ends_even_while_another_mount_namespace_holds_the_mount() {
     let _ = std::process::Command::new("ip").args(["netns", "del", &ns]).status();
     assert!(took < std::time::Duration::from_secs(30), "teardown took {took:?} while a mount copy lived");
 }
+
+/// The network faults an agent made inside a namespace (`ip netns exec NS faultline agent`) are
+/// undone in that namespace, wherever `cleanup` runs: a device of the same name in cleanup's own
+/// namespace is someone else's and stays (it was deleted instead, and the agent's stayed).
+#[test]
+fn cleanup_undoes_network_faults_in_the_namespace_they_were_made_in() {
+    if !which("ip") {
+        skip("", "needs ip (iproute2)");
+        return;
+    }
+    let run = RunDir::new("netns");
+    let ns = format!("fl-cleanuptest-{}", std::process::id());
+    let dev = format!("flqt{}", std::process::id() % 100_000);
+    let ip = |args: &[&str]| std::process::Command::new("ip").args(args).stderr(std::process::Stdio::null()).status().unwrap().success();
+    // whatever the outcome: the namespace and the device of cleanup's own namespace go
+    struct Undo(String, String);
+    impl Drop for Undo {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip").args(["link", "del", &self.1]).stderr(std::process::Stdio::null()).status();
+            let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _undo = Undo(ns.clone(), dev.clone());
+    assert!(ip(&["netns", "add", &ns]));
+    assert!(ip(&["tuntap", "add", "dev", &dev, "mode", "tun"]), "cannot make a TUN device here");
+    assert!(ip(&["netns", "exec", &ns, "ip", "tuntap", "add", "dev", &dev, "mode", "tun"]));
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(format!("/run/netns/{ns}")).unwrap().ino();
+    // two dead agents' ledgers: one made in the namespace, one in a namespace that is gone
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let dead = c.id();
+    c.wait().unwrap();
+    std::fs::create_dir_all(run.0.join("runs")).unwrap();
+    for (seq, ino) in [(0, ino), (1, 1)] {
+        let l = serde_json::json!({"pid": dead, "start_time": 1, "net_devices": [dev], "net_ns": ino});
+        std::fs::write(run.0.join(format!("runs/{dead}-{seq}.json")), l.to_string()).unwrap();
+    }
+    let (text, _) = run.cleanup();
+    assert!(text.contains(&format!("deleted network device {dev}")), "{text}");
+    assert!(!ip(&["netns", "exec", &ns, "ip", "link", "show", &dev]), "the agent's device is left in its namespace: {text}");
+    assert!(ip(&["link", "show", &dev]), "cleanup deleted a device of its own namespace that no ledger of it names: {text}");
+    assert!(text.contains("network namespace 1 of pid") && text.contains("is gone"), "{text}");
+    assert!(run.leftovers().is_empty(), "ledgers kept: {:?}\n{text}", run.leftovers());
+}

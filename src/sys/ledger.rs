@@ -58,6 +58,9 @@ pub struct Ledger {
     pub net_devices: Vec<String>,
     /// Sysctl files changed, with the value found (put back).
     pub sysctls: Vec<(PathBuf, String)>,
+    /// The network namespace the ledger was made in (inode of its ns file): the nftables
+    /// tables, devices and sysctls above are that namespace's, wherever `cleanup` runs.
+    pub net_ns: Option<u64>,
 }
 
 pub struct LedgerFile {
@@ -91,7 +94,13 @@ impl LedgerFile {
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let pid = std::process::id();
         let seq = NEXT_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let data = Ledger { pid, start_time: process::start_time(pid).unwrap_or(0), owner: OWNER.get().copied(), ..Default::default() };
+        let data = Ledger {
+            pid,
+            start_time: process::start_time(pid).unwrap_or(0),
+            owner: OWNER.get().copied(),
+            net_ns: ns_inode(Path::new("/proc/thread-self/ns/net")),
+            ..Default::default()
+        };
         let path = dir.join(format!("{pid}-{seq}.json"));
         // a file of that name is left by a dead process whose pid we now have: release its
         // resources before our own records overwrite it
@@ -418,8 +427,58 @@ pub fn release(l: &Ledger, log: &mut Vec<String>) -> bool {
     complete
 }
 
-/// An agent's network faults on this host: its nftables tables, devices, changed sysctls.
+/// The inode of a namespace file (`/proc/PID/ns/net`, `/run/netns/NAME`): a namespace's identity.
+fn ns_inode(f: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(f).ok().map(|m| m.ino())
+}
+
+/// A file that opens network namespace `ino`: a named one's bind mount, or a process inside it.
+fn find_net_ns(ino: u64) -> Option<PathBuf> {
+    let named = std::fs::read_dir("/run/netns").into_iter().flatten().flatten().map(|e| e.path());
+    let procs = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .map(|e| e.path().join("ns/net"));
+    named.chain(procs).find(|f| ns_inode(f) == Some(ino))
+}
+
+/// An agent's network faults on a host: its nftables tables, devices, changed sysctls, undone
+/// in the namespace they were made in (an agent may run inside one, e.g. `ip netns exec`):
+/// entered from a thread of its own; none of it is done here, in another namespace, where
+/// a device of the same name may be someone else's.
 fn release_net(l: &Ledger, log: &mut Vec<String>) {
+    if l.nft_tables.is_empty() && l.net_devices.is_empty() && l.sysctls.is_empty() {
+        return;
+    }
+    let Some(ino) = l.net_ns.filter(|i| ns_inode(Path::new("/proc/thread-self/ns/net")) != Some(*i)) else {
+        return release_net_here(l, log);
+    };
+    let Some(f) = find_net_ns(ino) else {
+        // nothing holds the namespace open any more: it is gone, with its tables and devices
+        log.push(format!("network namespace {ino} of pid {}'s network faults is gone, and with it what they made", l.pid));
+        return;
+    };
+    let l2 = l.clone();
+    let entered = std::thread::spawn(move || -> Result<Vec<String>> {
+        let ns = std::fs::File::open(&f).with_context(|| format!("cannot open {}", f.display()))?;
+        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET).with_context(|| format!("cannot enter {}", f.display()))?;
+        let mut log = Vec::new();
+        release_net_here(&l2, &mut log);
+        Ok(log)
+    })
+    .join();
+    match entered {
+        Ok(Ok(done)) => log.extend(done),
+        Ok(Err(e)) => log.push(format!("could not undo pid {}'s network faults in namespace {ino}: {e:#}", l.pid)),
+        Err(_) => log.push(format!("could not undo pid {}'s network faults in namespace {ino}", l.pid)),
+    }
+}
+
+/// `release_net` in the calling thread's namespace.
+fn release_net_here(l: &Ledger, log: &mut Vec<String>) {
     for t in &l.nft_tables {
         let ok = std::process::Command::new("nft").args(["delete", "table", "inet", t]).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
         if ok {
