@@ -540,6 +540,9 @@ fn monitor(
 
 fn profile(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<()> {
     let bs = check_block_size(block_size).map_err(anyhow::Error::msg)? as usize;
+    if let Some(o) = &out {
+        faultline::sys::check_out_file(o, "-o")?;
+    }
     let mut m = faultline::content::profile::Measure::new(bs);
     for p in paths {
         m.add_path(p)?;

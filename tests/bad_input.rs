@@ -264,6 +264,26 @@ fn profile_of_no_data() {
 }
 
 #[test]
+fn output_paths_are_checked_before_the_work() {
+    // a missing directory or a directory as the file was found only once the work was done
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("data"), vec![7u8; 64 << 10]).unwrap();
+    let missing = dir.path().join("no/such/p.out");
+    for (args, flag) in [
+        (vec!["profile".into(), dir.path().join("data").display().to_string(), "-o".into()], "-o"),
+        (vec!["verify".into(), "--map".into(), dir.path().join("nomaps").display().to_string(), "--out".into()], "--out"),
+    ] {
+        for out in [missing.clone(), dir.path().to_path_buf()] {
+            let o = Command::new(bin()).args(&args).arg(&out).output().unwrap();
+            let e = String::from_utf8_lossy(&o.stderr);
+            let why = if out == missing { "does not exist" } else { "is a directory" };
+            assert!(!o.status.success() && e.contains(&format!("{flag} {}", out.display())) && e.contains(why), "{args:?} {}: {e}", out.display());
+        }
+    }
+    assert!(!dir.path().join("no").exists());
+}
+
+#[test]
 fn monitor_and_host_duration_of_zero() {
     // they watched or applied nothing and reported success
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();

@@ -300,6 +300,9 @@ fn progress_bar(p: &Progress, total: Option<(u64, &str)>, done: &std::sync::atom
 }
 
 pub fn verify(a: VerifyArgs) -> Result<()> {
+    if let Some(o) = &a.out {
+        crate::sys::check_out_file(o, "--out")?;
+    }
     let maps = if a.map.extension().is_some_and(|e| e == "bin") {
         // an old-style single map file: needs the device
         let Some(dev) = &a.device else { bail!("{} is a single map file: give --device", a.map.display()) };

@@ -42,6 +42,19 @@ pub fn check_new_socket(s: &std::path::Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// An output file's path, checked before the work that fills it (`flag` names it in errors):
+/// not a directory, in a directory that exists (it was found only once the work was done).
+pub fn check_out_file(o: &std::path::Path, flag: &str) -> anyhow::Result<()> {
+    if o.is_dir() {
+        anyhow::bail!("{flag} {}: is a directory; give a file path", o.display());
+    }
+    let dir = o.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        anyhow::bail!("{flag} {}: directory {} does not exist; create it or give a path in an existing one", o.display(), dir.display());
+    }
+    Ok(())
+}
+
 /// The machine's memory in bytes (MemTotal in /proc/meminfo), if it can be read.
 pub fn mem_total() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
