@@ -295,8 +295,30 @@ host_faults:\n  - {type: freeze, window: {from: 1s, to: 25s}}\n",
     };
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap();
+    // dead, though not yet gone (a thread of it waits for the frozen disk): a cleanup before
+    // the kill took effect would see it alive and leave it, and the run would wait for good
+    let pid = child.id();
+    let t = Instant::now();
+    while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z ")) && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (text, took) = run.cleanup();
-    let _ = child.wait();
+    // the run ends once its disk answers again; if cleanup did not thaw it, it never would:
+    // thaw by hand, so the test fails rather than hangs
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(30) {
+            for v in run.ledgers() {
+                if let Some(g) = v["cgroups"][0]["path"].as_str() {
+                    let _ = std::fs::write(format!("{g}/freezer.state"), "THAWED");
+                    let _ = std::fs::write(format!("{g}/cgroup.freeze"), "0");
+                }
+            }
+            let _ = child.wait();
+            panic!("the killed run did not end 30 s after cleanup: its disk server stayed frozen\n{text}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let t = Instant::now();
     while std::fs::read_to_string(format!("/proc/{server}/stat")).is_ok_and(|s| !s.contains(") Z ")) && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(50));
