@@ -44,14 +44,14 @@ struct RawExperiment {
 
 /// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "not a monitor setting; allowed: auto, on, off, or a map {enabled, interval, extra, layers}")]
 enum RawFlag {
     Flag(bool),
     Word(String),
 }
 
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "not a monitor setting; allowed: auto, on, off, or a map {enabled, interval, extra, layers}")]
 enum RawMonitorValue {
     Flag(RawFlag),
     Map(RawMonitor),

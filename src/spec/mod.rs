@@ -89,16 +89,11 @@ impl serde_saphyr::MessageFormatter for Words {
             E::MultipleDocuments { .. } => "a second YAML document (after `---`); allowed: one document per file".into(),
             E::Eof { .. } => "the document ends where a value was expected (an empty file?)".into(),
             E::NonFiniteFloat { value, .. } => format!("`{value}` is not a finite number; allowed: a finite number, e.g. 0.5"),
-            // serde's words for a value none of a key's forms takes, naming a Rust type
-            E::Message { msg, .. } if msg.starts_with("data did not match any variant of untagged enum ") => match msg.rsplit(' ').next().unwrap_or_default() {
-                "OneOrMany" => "not an op or a list of ops; allowed: read, write, flush, discard (or trim), any, or a list of them".into(),
-                "NumOrWord" => "not a number or a word; allowed: a number or a name, e.g. `errno: EIO` or `errno: 5`, `shift: -8KiB`".into(),
-                "NumOrStr" => "not a number or a value with its unit; allowed: e.g. 4KiB, 10us, 25%".into(),
-                "RawMonitorValue" | "RawFlag" => "not a monitor setting; allowed: auto, on, off, or a map {enabled, interval, extra, layers}".into(),
-                "RawTarget" => "not a target; allowed: faultline, or {command: CMD}".into(),
-                "Cmdline" => "not a command; allowed: a shell command as one string, or a list of arguments".into(),
-                _ => "not a value this key takes (a list or map where one value belongs, or the other way round)".into(),
-            },
+            // serde's words for a value none of an untagged enum's forms takes (each of ours says
+            // what it allows with `#[serde(expecting)]`), naming a Rust type
+            E::Message { msg, .. } if msg.starts_with("data did not match any variant of untagged enum ") => {
+                "not a value this key takes (a list or map where one value belongs, or the other way round)".into()
+            }
             _ => return serde_saphyr::DefaultMessageFormatter.format_message(err),
         };
         m.into()

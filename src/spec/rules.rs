@@ -57,7 +57,7 @@ impl<'de, M: Deserialize<'de>> Deserialize<'de> for WordOr<M> {
 
 /// `op: read` or `op: [read, write]`.
 #[derive(Deserialize, Clone)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "not an op or a list of ops; allowed: read, write, flush, discard (or trim), any, or a list of them")]
 enum OneOrMany {
     One(String),
     Many(Vec<String>),
@@ -65,7 +65,7 @@ enum OneOrMany {
 
 /// A number or a word (errno 5 / errno EIO; shift -4096 / shift -4KiB).
 #[derive(Deserialize, Clone)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "not a number or a word; allowed: a number or a name, e.g. `errno: EIO` or `errno: 5`, `shift: -8KiB`")]
 enum NumOrWord {
     Num(i64),
     Word(String),

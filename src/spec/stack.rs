@@ -83,7 +83,7 @@ impl StackSpec {
 
 /// `"shell string"` (run by `sh -c`) or `[argv, ...]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "not a command; allowed: a shell command as one string, or a list of arguments")]
 pub enum Cmdline {
     Shell(String),
     Argv(Vec<String>),

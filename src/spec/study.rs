@@ -85,7 +85,7 @@ impl StudyHosts {
 }
 
 #[derive(Deserialize, Clone)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "not a target; allowed: faultline, or {command: CMD}")]
 pub(crate) enum RawTarget {
     Word(String),
     Command { command: String },

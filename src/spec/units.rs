@@ -134,7 +134,7 @@ pub fn parse_ratio(text: &str) -> Result<f64, String> {
 
 /// Accept either a YAML number or a string for unit-bearing values.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "not a number or a value with its unit; allowed: e.g. 4KiB, 10us, 25%")]
 enum NumOrStr {
     U(u64),
     F(f64),
