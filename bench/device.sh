@@ -13,9 +13,9 @@
 # reversed every other round (bench/lib.sh fio_turns). A window's IOPS come from fio's IOPS log
 # (100 ms averages). Each ratio is the median over rounds of the same round's window ratio
 # (paired), with a bootstrap 90% interval (bench/windows.py); IOPS tables are median windows.
-# Whole 3 s runs per candidate, as earlier sessions ran, could not resolve the targets here:
-# this VM's throughput moves by a quarter between runs seconds apart (other tenants), faster
-# than rounds of whole runs can pair away (BENCHMARKS.md, "Measuring in turns"). The order of the turns
+# Windows, not whole runs per candidate: this VM's throughput moves by a quarter between runs
+# seconds apart (other tenants), faster than rounds of whole runs can pair away (BENCHMARKS.md,
+# "Measuring in turns"). The order of the turns
 # puts faultline next to the ceiling loop and the io_uring peer, whose ratios lie closest to
 # their targets.
 #

@@ -168,7 +168,8 @@ fn de_keyword<'de, T: Keyword, D: serde::Deserializer<'de>>(d: D) -> Result<T, D
         N(u64),
         S(String),
     }
-    // a list or map said `data did not match any variant of untagged enum Raw`
+    // any other shape (a list, a map) gets the setting's own words, not serde's, which name the
+    // private enum `Raw`
     let raw = Raw::deserialize(d).map_err(|_| serde::de::Error::custom(format!("not a {} setting; allowed: {}", T::WHAT, T::NAMES.join(", "))))?;
     let s = match raw {
         Raw::B(b) => b.to_string(),
