@@ -13,9 +13,9 @@
 # reversed every other round (bench/lib.sh fio_turns). A window's IOPS come from fio's IOPS log
 # (100 ms averages). Each ratio is the median over rounds of the same round's window ratio
 # (paired), with a bootstrap 90% interval (bench/windows.py); IOPS tables are median windows.
-# Whole 3 s runs per candidate, as earlier sessions ran, could not resolve the targets here:
-# this VM's throughput moves by a quarter between runs seconds apart (other tenants), faster
-# than rounds of whole runs can pair away (BENCHMARKS.md, session 22). The order of the turns
+# Windows, not whole runs per candidate: this VM's throughput moves by a quarter between runs
+# seconds apart (other tenants), faster than rounds of whole runs can pair away (BENCHMARKS.md,
+# "Measuring in turns"). The order of the turns
 # puts faultline next to the ceiling loop and the io_uring peer, whose ratios lie closest to
 # their targets.
 #
@@ -26,7 +26,7 @@
 # `fault resume`: all 100k match again; both instant), RULES_ROUNDS (default 100) rounds of a
 # window with rules and one without, RULES_SECS (default 0.5) each, order alternating by round.
 # Re-arming the rules per window (a parse of 100k rules) would spend the time on transitions
-# (BENCHMARKS.md, session 19). The overhead is the median over rounds of the paired loss, with
+# (BENCHMARKS.md, "Measuring in turns"). The overhead is the median over rounds of the paired loss, with
 # its bootstrap 90% interval. Last line:
 #   min_ratio_vs_libfuse=R1 min_ratio_vs_nbdkit=R2 min_ratio_vs_libfuse_uring=R3 rules_overhead_pct=P qd32_vs_ceiling=C
 # C is faultline's ratio to the ceiling loop at rr4k-qd32. Each round also records where the host

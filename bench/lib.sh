@@ -53,7 +53,7 @@ stop_window_fio() { # DIR DEST
 # (examples/xcpu.rs), "-" where it cannot run (one CPU). On the VMs here it is tens of ns while
 # the two vCPUs share a cache and several hundred while they do not; the host moves them between
 # the two every few seconds to minutes, and every candidate slows down in the second (by
-# different amounts: BENCHMARKS.md, session 26), so take_turns records it each round.
+# different amounts: BENCHMARKS.md, "Host placement"), so take_turns records it each round.
 # `xcpu_build` (the caller's $top) builds it; take_turns calls `xcpu_ns`.
 xcpu_bin=""
 xcpu_build() {

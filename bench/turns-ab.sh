@@ -3,7 +3,7 @@
 # one long fio run per disk (threads, so one signal stops a run whole), one running a window while
 # the other is stopped (SIGSTOP), ROUNDS (default 60) rounds of SECONDS (default 0.5) windows,
 # order alternating by round, as device.sh's QD32 phase. For differences of a few percent that
-# separate 3 s runs on this VM cannot resolve (BENCHMARKS.md, session 20). Per round: B's window
+# separate 3 s runs on this VM cannot resolve (BENCHMARKS.md, "Measuring in turns"). Per round: B's window
 # IOPS over A's, and each daemon's CPU per I/O in its window (schedstat of all its threads).
 #   A_BIN / B_BIN     the builds (default target/release/faultline for both)
 #   A_ARGS / B_ARGS   extra `serve` arguments (e.g. B_ARGS="--ring-threads 1")

@@ -625,7 +625,7 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackSpec, Strin
         if cmd.trim().is_empty() {
             return Err(format!("{source}:{at}: `command` is empty"));
         }
-        // the command was killed as soon as it started
+        // a zero timeout would kill the command as it starts
         if r.timeout.is_some_and(|t| t.0.is_zero()) {
             return Err(format!("{source}:{at}: `timeout: 0s` kills the command at once; allowed: more than 0 (e.g. 10m), or leave it out"));
         }

@@ -310,7 +310,7 @@ fn percentile_points(t: &BTreeMap<String, Dur>) -> Result<Vec<(f64, Duration)>, 
 fn histogram_points(bins: &[RawBin]) -> Result<Vec<(f64, Duration)>, String> {
     let mut b: Vec<&RawBin> = bins.iter().collect();
     b.sort_by_key(|b| b.from.0);
-    // a sum past 2^64 wrapped, and the cumulative points went backwards without a word
+    // the total must fit in a u64: a wrapped sum would make the cumulative points go backwards
     let total = b
         .iter()
         .try_fold(0u64, |t, b| t.checked_add(b.count))

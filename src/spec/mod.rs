@@ -17,7 +17,7 @@ pub mod units;
 pub mod workload;
 
 /// The text of an input file; `what` names it in errors (`rules file`). Bytes that are not UTF-8
-/// are an error at their line and column (it said only `stream did not contain valid UTF-8`).
+/// are an error at their line and column, so the user can find them.
 pub fn read_text(path: &std::path::Path, what: &str) -> Result<String, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read {what}: {e}", path.display()))?;
     String::from_utf8(bytes).map_err(|e| {
@@ -44,10 +44,10 @@ pub fn yaml_error(source: &str, e: &serde_saphyr::Error) -> String {
     format!("{at}{body}")
 }
 
-/// The parser's messages, with the type errors in the user's words and what is allowed: it said
-/// `invalid u32` (a Rust type, no range), `invalid boolean`, `expected mapping start` (a parser
-/// event), `expected string scalar`, and named its own API (`set DuplicateKeyPolicy in
-/// Options`, `use from_str_multiple`).
+/// The parser's messages in the user's words, with what is allowed. The parser's own words name
+/// Rust types without a range (`invalid u32`), parser events (`expected mapping start`,
+/// `expected string scalar`) and its own API (`set DuplicateKeyPolicy in Options`,
+/// `use from_str_multiple`), none of which a user can act on.
 struct Words;
 
 /// No ` at line L, column C` after a message without a snippet: `yaml_error` puts the place first.
@@ -156,7 +156,7 @@ mod tests {
             assert!(m.starts_with(want), "{y:?}: {m}");
             assert!(!m.contains("invalid u32") && !m.contains("mapping start") && !m.contains("string scalar") && !m.contains("Options"), "{m}");
         }
-        // said `unexpected end of input at line 1, column 1` after the place
+        // an empty document: the place once, first, and no parser position after the message
         #[derive(serde::Deserialize, Debug)]
         #[allow(dead_code)]
         struct R {
@@ -164,7 +164,8 @@ mod tests {
         }
         let m = super::yaml_error("r.yaml", &serde_saphyr::from_str::<R>("").unwrap_err());
         assert!(m.starts_with("r.yaml:1:1: the document ends") && !m.contains("at line"), "{m}");
-        // untagged enums named themselves: `data did not match any variant of untagged enum OneOrMany`
+        // a value none of an untagged enum's forms takes says what the key allows, never the
+        // enum's Rust name
         let geo = super::rules::DiskGeometry { size: 1 << 30, block_size: 4096 };
         for (y, want) in [
             ("rules:\n  - {type: error, op: 5}\n", "r.yaml:2:23: not an op or a list of ops; allowed: read, write"),

@@ -233,7 +233,8 @@ impl NetRule {
                 return Err(format!("unknown host `{h}`; the hosts are: {}", hosts.join(", ")));
             }
         }
-        // taken, and it never matched: the relay sees only packets between two hosts
+        // from and to must differ: the relay sees only packets between two hosts, so a rule from
+        // a host to itself would never match
         if let (Some(f), Some(t)) = (&self.from, &self.to)
             && f == t
         {

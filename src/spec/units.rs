@@ -111,7 +111,8 @@ impl<'de> Deserialize<'de> for BusyPoll {
             N(NumOrStr),
         }
         let help = format!("expected 0, off, or {DURATION_HELP}, at most 1ms");
-        // a list or map said `data did not match any variant of untagged enum Raw`
+        // any other shape (a list, a map) gets this message, not serde's, which names the private
+        // enum `Raw`
         match Raw::deserialize(d).map_err(|_| de::Error::custom(format!("not a busy-poll budget; {help}")))? {
             Raw::B(false) | Raw::N(NumOrStr::U(0)) => Ok(BusyPoll(Duration::ZERO)),
             Raw::B(true) => Err(de::Error::custom(format!("`true` is not a busy-poll budget; {help}"))),

@@ -43,7 +43,8 @@ pub fn check_new_socket(s: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// An output file's path, checked before the work that fills it (`flag` names it in errors):
-/// not a directory, in a directory that exists (it was found only once the work was done).
+/// not a directory, in a directory that exists. Checked first so a bad path costs nothing, not
+/// the measurement it would have held.
 pub fn check_out_file(o: &std::path::Path, flag: &str) -> anyhow::Result<()> {
     if o.is_dir() {
         anyhow::bail!("{flag} {}: is a directory; give a file path", o.display());

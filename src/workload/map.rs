@@ -86,7 +86,8 @@ impl ContentMap {
 
     pub fn load(path: &Path) -> Result<ContentMap> {
         let mut f = std::io::BufReader::new(std::fs::File::open(path).with_context(|| format!("cannot open content map {}", path.display()))?);
-        // a file shorter than the header said only `failed to fill whole buffer`
+        // a file shorter than the header is named as such, not by the read's `failed to fill
+        // whole buffer`
         let short = || format!("{} is not a faultline content map: shorter than its {HEADER}-byte header", path.display());
         let mut magic = [0u8; 8];
         f.read_exact(&mut magic).with_context(short)?;
@@ -168,7 +169,7 @@ mod tests {
         std::fs::write(&p, &b).unwrap();
         let e = ContentMap::load(&p).err().expect("a damaged map").to_string();
         assert!(e.contains("truncated or damaged") && e.contains("18446744073709551615 blocks"), "{e}");
-        // cut inside the header: the file is named (it said only `failed to fill whole buffer`)
+        // cut inside the header: the error names the file and its header's size
         for cut in [3, 10, 20] {
             std::fs::write(&p, &b[..cut]).unwrap();
             let e = format!("{:#}", ContentMap::load(&p).err().expect("a cut map"));

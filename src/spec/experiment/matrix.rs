@@ -71,8 +71,8 @@ pub(super) fn expand_matrix(m: &Spanned<RawMatrix>, base: &MatrixBase, source: &
         }
         for (j, e) in entries.iter().enumerate() {
             let n = &e.value.name;
-            // setup names are paths under the results' maps/ (joined with `/`): `..` entries
-            // made `../../x` and its maps went above the results directory
+            // setup names are paths under the results' maps/ (joined with `/`): a name with `/`,
+            // `.` or `..` would put a setup's maps outside its own directory, or above the results
             if n.is_empty() || n.contains('/') || n == "." || n == ".." {
                 return Err(format!("{source}:{}: matrix axis `{axis}`: entry name `{n}` must be non-empty and contain no `/` (nor be `.` or `..`)", loc(e)));
             }

@@ -29,7 +29,7 @@ impl std::str::FromStr for Pattern {
                 if let Some(t) = s.strip_prefix("zipf:").or_else(|| s.strip_prefix("zipf")) {
                     let theta: f64 =
                         t.trim_start_matches(['(', ':']).trim_end_matches(')').parse().map_err(|_| format!("`{s}`: zipf needs a theta, e.g. zipf:1.2"))?;
-                    // the sampler never returned for an infinite theta (the workload hung)
+                    // theta must be finite: the Zipf sampler never returns for an infinite one
                     if theta > 0.0 && theta.is_finite() {
                         return Ok(Pattern::Zipf(theta));
                     }

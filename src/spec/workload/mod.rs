@@ -257,8 +257,8 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     {
         return Err(at(source, t, "threads", format!("{} threads need at least as many files (files: {count})", t.value)));
     }
-    // both were found only when the run started, without the file's line (a span below one
-    // block said `the device span (0 bytes) is too small`)
+    // checked here, with the spec's line: a file below one block, or less than one block per
+    // thread, cannot run, and the run's own check would come after its setup, without the line
     let bs = Size(w.block_size);
     if let (Interface::File { size, .. }, Some(f)) = (&w.interface, &y.file_size)
         && *size < w.block_size
@@ -352,7 +352,8 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
     Ok(w)
 }
 
-/// A bound of 0 ended the run before its first I/O, and the run reported success.
+/// A bound (size, ops, duration) must be more than 0: a 0 would end the run before its first
+/// I/O, and an empty run would pass as a successful one.
 fn zero_bounds(y: &WorkloadYaml, source: &str) -> Result<(), String> {
     let what = "0 ends the run before its first I/O; allowed: more than 0 (or leave it out)";
     match (&y.size, &y.ops, &y.duration) {
