@@ -49,15 +49,24 @@ stop_window_fio() { # DIR DEST
   cat "$1"/io_iops.*.log > "$2"
 }
 
+# `micro_build NAME` builds the micro-benchmark bench/micro/NAME.rs (release) and prints the path
+# of its program, which runs like any other (`cargo bench --bench NAME` runs it once).
+micro_build() {
+  (cd "$top" && cargo bench --quiet --no-run --bench "$1" --message-format=json) |
+    python3 -c 'import json, sys
+exe = [m["executable"] for m in map(json.loads, sys.stdin) if m.get("executable") and m["target"]["name"] == sys.argv[1]]
+print(exe[0]) if exe else sys.exit(1)' "$1"
+}
+
 # Where the host placed this VM's CPUs: the cross-CPU cache-line round trip in ns
-# (examples/xcpu.rs), "-" where it cannot run (one CPU). On the VMs here it is tens of ns while
+# (bench/micro/xcpu.rs), "-" where it cannot run (one CPU). On the VMs here it is tens of ns while
 # the two vCPUs share a cache and several hundred while they do not; the host moves them between
 # the two every few seconds to minutes, and every candidate slows down in the second (by
 # different amounts: BENCHMARKS.md, "Host placement"), so take_turns records it each round.
 # `xcpu_build` (the caller's $top) builds it; take_turns calls `xcpu_ns`.
 xcpu_bin=""
 xcpu_build() {
-  (cd "$top" && cargo build --release --quiet --example xcpu) && xcpu_bin="$top/target/release/examples/xcpu"
+  xcpu_bin=$(micro_build xcpu)
 }
 xcpu_ns() { { [ -n "$xcpu_bin" ] && "$xcpu_bin" 2>/dev/null; } || echo -; }
 
@@ -101,7 +110,7 @@ fio_turns() {
   local dir=$1 rounds=$2 secs=$3 n
   shift 3
   mkdir -p "$dir"
-  [ -n "$xcpu_bin" ] || xcpu_build || echo "fio_turns: examples/xcpu did not build; host placement not recorded" >&2
+  [ -n "$xcpu_bin" ] || xcpu_build || echo "fio_turns: bench/micro/xcpu.rs did not build; host placement not recorded" >&2
   for n in "$@"; do
     mkdir -p "$dir/q.$n"
     fio --name=p --thread --filename="${dev[$n]}" --direct=1 --size=512M "${fio_args[@]}" \

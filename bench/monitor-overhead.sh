@@ -132,7 +132,7 @@ cpu_all() { echo $(( $(cpu_ns "$fpid") + $(cpu_ns "$spid") + $(cpu_ns "$mpid") )
 
 : > "$work/windows"
 : > "$work/windows.xcpu"
-xcpu_build || echo "examples/xcpu did not build; host placement not recorded" >&2
+xcpu_build || echo "bench/micro/xcpu.rs did not build; host placement not recorded" >&2
 for p in "${points[@]}"; do
   IFS='|' read -r pname pargs <<< "$p"
   if [[ $pname == fs-* ]] && ! mountpoint -q "$work/mnt" 2>/dev/null; then

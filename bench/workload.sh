@@ -28,7 +28,8 @@ hold_cpu_latency "both tools"
 shared=${FAULTLINE_SHARED:-$(dirname "$top")/shared}
 [ -d "$shared/bench" ] || { echo "workload.sh: shared bench scripts not found at $shared/bench (expected beside the repository; set FAULTLINE_SHARED to the shared folder)" >&2; exit 2; }
 . "$shared/bench/_deps.sh"
-cargo build --release --quiet --bin faultline --example contentspeed
+cargo build --release --quiet --bin faultline
+contentspeed=$(micro_build contentspeed)
 bin=target/release/faultline
 tmp=$(mktemp -d)
 dev=""
@@ -53,7 +54,7 @@ points=(
   "(w128k-refill)|--rw=write --bs=128k --ioengine=psync --refill_buffers|--pattern sequential --write-pct 100 --bs 128KiB --engine psync"
 )
 select_points workload.sh
-xcpu_build || echo "examples/xcpu did not build; host placement not recorded" >&2
+xcpu_build || echo "bench/micro/xcpu.rs did not build; host placement not recorded" >&2
 echo "device $dev (ceiling loop over tmpfs), $rounds rounds of ${secs}s windows per point, fio and faultline in turns"
 printf "%-16s %10s %10s %7s %-15s %9s %9s %7s %s\n" point fio_iops fl_iops ratio "[90%]" fio_us/io fl_us/io ratio "[90%]"
 : > "$tmp/summary"
@@ -107,6 +108,6 @@ if not name.startswith("("):
         f.write(f"{st.median(ratio)} {st.median(cpu)}\n")
 PY
 done
-target/release/examples/contentspeed
+"$contentspeed"
 echo "(ratios: faultline / fio, median over rounds of the round's paired ratio; intervals: bootstrap over rounds)"
 python3 -c 'import sys; v=[list(map(float,l.split())) for l in open(sys.argv[1])]; print("min_iops_ratio_vs_fio=%.3f cpu_per_io_ratio_vs_fio=%.3f" % (min(x[0] for x in v), max(x[1] for x in v)))' "$tmp/summary"

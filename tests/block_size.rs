@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use faultline::disk::{DiskConfig, StoreSpec};
-use faultline::stack::fs::{Built, FsKind, StackSpec};
+use faultline::stack::fs::{BuiltStack, FsKind, StackSpec};
 use faultline::stack::served::ServedDisk;
 use faultline::workload::direct::AlignedBuf;
 use std::path::Path;
@@ -145,7 +145,7 @@ fn fs_round_trip(bs: u32, size: u64, kind: FsKind, mkfs: &[&str]) {
     let d = ServedDisk::start(&cfg, &Default::default(), |_| Ok(vec![]), None).unwrap();
     let dev = d.device().to_owned();
     let spec = StackSpec::Fs { kind, mkfs: mkfs.iter().map(|s| s.to_string()).collect(), mount: vec![] };
-    let mut b = Built::build(&spec, std::slice::from_ref(&dev)).unwrap_or_else(|e| panic!("bs {bs}: {kind:?} {mkfs:?}: {e:#}"));
+    let mut b = BuiltStack::build(&spec, std::slice::from_ref(&dev)).unwrap_or_else(|e| panic!("bs {bs}: {kind:?} {mkfs:?}: {e:#}"));
     let mnt = b.mountpoint.clone().unwrap();
     // a file not a multiple of any block size, and small files that share blocks
     let big = pattern(3 * (1 << 20) + 12345, 77);

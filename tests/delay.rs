@@ -57,7 +57,7 @@ fn delays(ring: &str) {
             s.call(json!({"cmd": "remove", "ids": ids}));
             seen.push(with - base);
             // Client side: the client also pays its own wake-up after sleeping through the delay
-            // (WAKE_ALLOWANCE_US; examples/wakelat.rs measures it), which a short undelayed
+            // (WAKE_ALLOWANCE_US; bench/micro/wakelat.rs measures it), which a short undelayed
             // request does not.
             let tol = (want_us as f64 * 0.10).max(5.0) + WAKE_ALLOWANCE_US;
             if (with - base - want_us as f64).abs() <= tol {

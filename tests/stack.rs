@@ -9,7 +9,7 @@ use faultline::content::{block_hash, fill_block};
 use faultline::disk::{DiskConfig, StoreSpec};
 use faultline::spec::rule::{Action, FlipAt, Op, Rule, Target};
 use faultline::stack::command::{Cmdline, CommandEnv, CommandSpec, run_command, spawn_command};
-use faultline::stack::fs::{Built, FsKind, StackSpec, extents};
+use faultline::stack::fs::{BuiltStack, FsKind, StackSpec, extents};
 use faultline::stack::served::ServedDisk;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ use std::time::Duration;
 const BS: usize = 4096;
 
 /// kill -9 leaves FUSE mounts without a daemon until cleanup; mkfs.btrfs fails while one is
-/// mounted (see Built::build): those tests run alone, the others share.
+/// mounted (see BuiltStack::build): those tests run alone, the others share.
 static KILL9: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
 fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
@@ -94,7 +94,7 @@ fn ext4_options_and_cold_cache_rereads_the_disk() {
     let _g = shared();
     let d = disk(256 * MIB);
     let dev = d.device().to_owned();
-    let mut b = Built::build(&ext4(&["-b", "4096", "-I", "256"], &["data=journal"]), std::slice::from_ref(&dev)).unwrap();
+    let mut b = BuiltStack::build(&ext4(&["-b", "4096", "-I", "256"], &["data=journal"]), std::slice::from_ref(&dev)).unwrap();
     let mnt = b.mountpoint.clone().unwrap();
     let line = proc_mounts_line(&mnt);
     assert!(line.contains(" ext4 ") && line.contains("data=journal"), "{line}");
@@ -143,8 +143,8 @@ fn xfs_and_btrfs_with_options() {
     let d2 = disk(256 * MIB);
     let xfs = StackSpec::Fs { kind: FsKind::Xfs, mkfs: vec!["-b".into(), "size=4096".into(), "-i".into(), "size=512".into()], mount: vec!["noatime".into()] };
     let bt = StackSpec::Fs { kind: FsKind::Btrfs, mkfs: vec!["--nodesize".into(), "16384".into()], mount: vec!["nodatasum".into()] };
-    let b1 = Built::build(&xfs, &[d1.device().to_owned()]).unwrap();
-    let b2 = Built::build(&bt, &[d2.device().to_owned()]).unwrap();
+    let b1 = BuiltStack::build(&xfs, &[d1.device().to_owned()]).unwrap();
+    let b2 = BuiltStack::build(&bt, &[d2.device().to_owned()]).unwrap();
     let (m1, m2) = (b1.mountpoint.clone().unwrap(), b2.mountpoint.clone().unwrap());
     let l1 = proc_mounts_line(&m1);
     assert!(l1.contains(" xfs ") && l1.contains("noatime"), "{l1}");
@@ -179,24 +179,24 @@ fn mkfs_and_mount_errors_name_the_command() {
     let _g = shared();
     let d = disk(256 * MIB);
     let dev = d.device().to_owned();
-    let e = Built::build(&ext4(&["-I", "100"], &[]), std::slice::from_ref(&dev)).err().expect("bad inode size");
+    let e = BuiltStack::build(&ext4(&["-I", "100"], &[]), std::slice::from_ref(&dev)).err().expect("bad inode size");
     let msg = format!("{e:#}");
     assert!(msg.contains("mkfs.ext4 -F -q -I 100") && msg.contains("invalid inode size 100"), "{msg}");
-    let e = Built::build(&ext4(&[], &["data=nonsense"]), std::slice::from_ref(&dev)).err().expect("bad mount option");
+    let e = BuiltStack::build(&ext4(&[], &["data=nonsense"]), std::slice::from_ref(&dev)).err().expect("bad mount option");
     let msg = format!("{e:#}");
     assert!(msg.contains("mount -t ext4 -o data=nonsense"), "{msg}");
     // the kernel's reason is in the message too
     assert!(msg.contains("kernel: ext4: Bad value for 'data'"), "{msg}");
     // not a faultline device of this process: refused, nothing run
-    let e = Built::build(&ext4(&[], &[]), &[PathBuf::from("/dev/zero")]).err().unwrap();
+    let e = BuiltStack::build(&ext4(&[], &[]), &[PathBuf::from("/dev/zero")]).err().unwrap();
     assert!(format!("{e:#}").contains("refusing to use /dev/zero for a stack"), "{e:#}");
     let other = common::Serve::start("64MiB", "rules: []\n");
-    let e = Built::build(&ext4(&[], &[]), std::slice::from_ref(&other.dev)).err().unwrap();
+    let e = BuiltStack::build(&ext4(&[], &[]), std::slice::from_ref(&other.dev)).err().unwrap();
     assert!(format!("{e:#}").contains("not a faultline loop device of this process"), "{e:#}");
-    let e = Built::build(&StackSpec::Raw, std::slice::from_ref(&other.dev)).err().unwrap();
+    let e = BuiltStack::build(&StackSpec::Raw, std::slice::from_ref(&other.dev)).err().unwrap();
     assert!(format!("{e:#}").contains("not a faultline loop device of this process"), "{e:#}");
     other.stop();
-    let e = Built::build(&StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }, std::slice::from_ref(&dev)).err().unwrap();
+    let e = BuiltStack::build(&StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }, std::slice::from_ref(&dev)).err().unwrap();
     assert!(format!("{e:#}").contains("needs 2 device(s)"), "{e:#}");
     d.teardown().unwrap();
 }
@@ -205,7 +205,7 @@ fn mkfs_and_mount_errors_name_the_command() {
 fn btrfs_checksums_turn_a_flipped_block_into_eio() {
     let _g = shared();
     let d = disk(256 * MIB);
-    let mut b = Built::build(&StackSpec::Fs { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![] }, &[d.device().to_owned()]).unwrap();
+    let mut b = BuiltStack::build(&StackSpec::Fs { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![] }, &[d.device().to_owned()]).unwrap();
     let f = b.mountpoint.clone().unwrap().join("f");
     let data = content(50_000, 32, 3);
     write_synced(&f, &data);
@@ -231,7 +231,7 @@ fn btrfs_raid1_heals_rot_on_one_leg() {
     let a = disk(256 * MIB);
     let bdisk = disk(256 * MIB);
     let devs = vec![a.device().to_owned(), bdisk.device().to_owned()];
-    let mut b = Built::build(&StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }, &devs).unwrap();
+    let mut b = BuiltStack::build(&StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }, &devs).unwrap();
     let out = std::process::Command::new("btrfs").args(["filesystem", "df"]).arg(b.mountpoint.as_ref().unwrap()).output().unwrap();
     let df = String::from_utf8_lossy(&out.stdout);
     assert!(df.contains("Data, RAID1") && df.contains("Metadata, RAID1"), "{df}");
@@ -281,7 +281,7 @@ fn btrfs_raid1_heals_rot_on_one_leg() {
 /// shared, rot that single physical block, and see both files hit.
 fn dedup_blast_radius(kind: FsKind, size: u64) {
     let d = disk(size);
-    let mut b = Built::build(&StackSpec::Dedup { kind, mkfs: vec![], mount: vec![], with_duperemove: true }, &[d.device().to_owned()]).unwrap();
+    let mut b = BuiltStack::build(&StackSpec::Dedup { kind, mkfs: vec![], mount: vec![], with_duperemove: true }, &[d.device().to_owned()]).unwrap();
     let mnt = b.mountpoint.clone().unwrap();
     let dup = content(90_000, 256, 5);
     let uniq = content(95_000, 256, 5);
@@ -346,7 +346,7 @@ fn command_stack_env_exit_and_kills() {
     let d = disk(256 * MIB);
     let dev = d.device().to_owned();
     // raw: device variables, no mount
-    let raw = Built::build(&StackSpec::Raw, std::slice::from_ref(&dev)).unwrap();
+    let raw = BuiltStack::build(&StackSpec::Raw, std::slice::from_ref(&dev)).unwrap();
     let o = raw
         .run_command(Some(&shell("echo dev=$FAULTLINE_DEVICE devs=$FAULTLINE_DEVICES mnt=${FAULTLINE_MOUNT-unset}; echo oops >&2; exit 3", None)), None)
         .unwrap();
@@ -364,7 +364,7 @@ fn command_stack_env_exit_and_kills() {
             cwd: None,
         },
     };
-    let b = Built::build(&spec, std::slice::from_ref(&dev)).unwrap();
+    let b = BuiltStack::build(&spec, std::slice::from_ref(&dev)).unwrap();
     let mnt = b.mountpoint.clone().unwrap();
     let o = b.run_command(None, None).unwrap();
     assert!(o.success(), "{o:?}");
@@ -419,7 +419,7 @@ fn teardown_order_with_a_busy_file_system() {
     let d = disk(256 * MIB);
     let dev = d.device().to_owned();
     // busy for a moment: the retried plain unmount succeeds, no lazy unmount
-    let b = Built::build(&ext4(&[], &[]), std::slice::from_ref(&dev)).unwrap();
+    let b = BuiltStack::build(&ext4(&[], &[]), std::slice::from_ref(&dev)).unwrap();
     let mnt = b.mountpoint.clone().unwrap();
     let file = std::fs::File::create(mnt.join("open")).unwrap();
     let t = std::thread::spawn(move || {
@@ -431,7 +431,7 @@ fn teardown_order_with_a_busy_file_system() {
     assert!(notes.is_empty(), "{notes:?}");
     assert_torn_down(&mnt);
     // busy throughout: lazy unmount as the last resort, and it says so
-    let b = Built::build(&ext4(&[], &[]), std::slice::from_ref(&dev)).unwrap();
+    let b = BuiltStack::build(&ext4(&[], &[]), std::slice::from_ref(&dev)).unwrap();
     let mnt = b.mountpoint.clone().unwrap();
     let file = std::fs::File::create(mnt.join("open")).unwrap();
     let notes = b.teardown().unwrap();
@@ -439,7 +439,7 @@ fn teardown_order_with_a_busy_file_system() {
     assert!(!fs_mounted(&mnt));
     drop(file);
     // the disk torn down while its file system is still mounted: the fs goes first
-    let b = Built::build(&ext4(&[], &[]), std::slice::from_ref(&dev)).unwrap();
+    let b = BuiltStack::build(&ext4(&[], &[]), std::slice::from_ref(&dev)).unwrap();
     let mnt = b.mountpoint.clone().unwrap();
     write_synced(&mnt.join("f"), b"x");
     let name = dev.file_name().unwrap().to_string_lossy().to_string();
@@ -533,7 +533,7 @@ fn raw_cold_cache_drops_the_device_cache() {
     let _g = shared();
     let d = disk(64 * MIB);
     let dev = d.device().to_owned();
-    let mut b = Built::build(&StackSpec::Raw, std::slice::from_ref(&dev)).unwrap();
+    let mut b = BuiltStack::build(&StackSpec::Raw, std::slice::from_ref(&dev)).unwrap();
     assert!(b.mountpoint.is_none());
     let data = content(123_000, 8, 9);
     {

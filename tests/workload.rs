@@ -5,9 +5,9 @@
 mod common;
 use common::*;
 use faultline::verify::{BadBlock, verify_device};
-use faultline::workload::engine::{BlockWorkload, ErrorPolicy, run_block};
-use faultline::workload::map::ContentMap;
+use faultline::workload::content_map::ContentMap;
 use faultline::workload::pattern::Pattern;
+use faultline::workload::runner::{BlockWorkload, ErrorPolicy, run_block};
 use std::sync::Arc;
 
 fn workload(s: &Serve, size: u64, on_error: ErrorPolicy) -> BlockWorkload {
@@ -103,7 +103,7 @@ fn error_policies() {
     s.stop();
 }
 
-fn spec_on(s: &Serve, engine: faultline::workload::Engine, size: u64) -> faultline::workload::Workload {
+fn spec_on(s: &Serve, engine: faultline::workload::IoEngine, size: u64) -> faultline::workload::Workload {
     use faultline::workload::{Interface, Workload};
     let mut w = Workload::new(Interface::Block { device: s.dev.clone() });
     w.block_size = 16384;
@@ -124,19 +124,19 @@ fn read_all(s: &Serve, len: u64) -> Vec<u8> {
 
 #[test]
 fn psync_and_io_uring_write_identical_data() {
-    use faultline::workload::{Engine, Maps, run};
+    use faultline::workload::{IoEngine, Maps, run};
     let s = Serve::start("32MiB", "rules: []\n");
     let size = 8 << 20;
     // 16 KiB writes fill buffers that keep their segments; 4 KiB ones go to their segment's own
     for bs in [16384, 4096] {
-        let w = faultline::workload::Workload { block_size: bs, ..spec_on(&s, Engine::Psync, size) };
+        let w = faultline::workload::Workload { block_size: bs, ..spec_on(&s, IoEngine::Psync, size) };
         let m1 = Maps::new(&w).unwrap();
         let r1 = run(&w, &m1, None, None).unwrap();
         let bytes1 = read_all(&s, size);
         assert!(verify_device(&s.dev, &m1.maps[0]).unwrap().is_clean(), "psync bs {bs}");
         // wipe, then the same workload through io_uring at queue depth 8
         s.open().write_at(&faultline::workload::direct::AlignedBuf::new(size as usize), 0).unwrap();
-        let w2 = faultline::workload::Workload { block_size: bs, ..spec_on(&s, Engine::IoUring, size) };
+        let w2 = faultline::workload::Workload { block_size: bs, ..spec_on(&s, IoEngine::IoUring, size) };
         let m2 = Maps::new(&w2).unwrap();
         let r2 = run(&w2, &m2, None, None).unwrap();
         assert_eq!((r1.write.ops, r2.write.ops), (size / bs, size / bs));
@@ -157,7 +157,7 @@ fn psync_and_io_uring_write_identical_data() {
 /// draws the same ops in the same order), and a stop must not let drawn-ahead writes through.
 #[test]
 fn psync_prefilled_writes_match_io_uring_and_stop_cleanly() {
-    use faultline::workload::{Engine, Maps, WriteEvent, WriteObserver, run};
+    use faultline::workload::{IoEngine, Maps, WriteEvent, WriteObserver, run};
     use std::sync::Mutex;
     struct Rec(Mutex<Vec<(u64, u64, Vec<u64>)>>);
     impl WriteObserver for Rec {
@@ -176,7 +176,7 @@ fn psync_prefilled_writes_match_io_uring_and_stop_cleanly() {
         w.ops = Some(300);
         w
     };
-    let w1 = mixed(Engine::Psync);
+    let w1 = mixed(IoEngine::Psync);
     let m1 = Maps::new(&w1).unwrap();
     let rec = Arc::new(Rec(Mutex::new(Vec::new())));
     let r1 = run(&w1, &m1, Some(rec.clone()), None).unwrap();
@@ -202,7 +202,7 @@ fn psync_prefilled_writes_match_io_uring_and_stop_cleanly() {
     // io_uring at depth 8 and at depth 1 (where the next op is staged, filled while one I/O runs)
     for depth in [8, 1] {
         s.open().write_at(&faultline::workload::direct::AlignedBuf::new(size as usize), 0).unwrap();
-        let mut w2 = mixed(Engine::IoUring);
+        let mut w2 = mixed(IoEngine::IoUring);
         w2.iodepth = depth;
         let m2 = Maps::new(&w2).unwrap();
         let rec2 = Arc::new(Rec(Mutex::new(Vec::new())));
@@ -215,7 +215,7 @@ fn psync_prefilled_writes_match_io_uring_and_stop_cleanly() {
 
     // stop policy, sequential: the third write (bytes 256-384 KiB) fails; nothing after it is issued
     s.add("rules:\n  - {type: error, op: write, target: {block: 70}}\n");
-    let mut w3 = spec_on(&s, Engine::Psync, size);
+    let mut w3 = spec_on(&s, IoEngine::Psync, size);
     w3.block_size = 128 << 10;
     w3.on_error = faultline::workload::ErrorPolicy::Stop;
     let m3 = Maps::new(&w3).unwrap();
@@ -231,7 +231,7 @@ fn psync_prefilled_writes_match_io_uring_and_stop_cleanly() {
 
 #[test]
 fn observer_progress_rate_and_timeseries() {
-    use faultline::workload::{Engine, Maps, Progress, WriteEvent, WriteObserver, run};
+    use faultline::workload::{IoEngine, Maps, Progress, WriteEvent, WriteObserver, run};
     use std::sync::Mutex;
     /// (written_before, ops_before, offset, ids) of each announced write
     type Announced = (u64, u64, u64, Vec<u64>);
@@ -242,7 +242,7 @@ fn observer_progress_rate_and_timeseries() {
         }
     }
     let s = Serve::start("32MiB", "rules: []\n");
-    let mut w = spec_on(&s, Engine::IoUring, 4 << 20);
+    let mut w = spec_on(&s, IoEngine::IoUring, 4 << 20);
     w.size = None;
     w.ops = Some(100);
     w.rate_iops = Some(500);
@@ -276,9 +276,9 @@ fn observer_progress_rate_and_timeseries() {
 
 #[test]
 fn io_uring_errors_are_recorded_and_retried() {
-    use faultline::workload::{Engine, ErrorPolicy, Maps, run};
+    use faultline::workload::{ErrorPolicy, IoEngine, Maps, run};
     let s = Serve::start("32MiB", "rules:\n  - {type: error, op: write, target: {block: 64}}\n");
-    let mut w = spec_on(&s, Engine::IoUring, 4 << 20);
+    let mut w = spec_on(&s, IoEngine::IoUring, 4 << 20);
     w.on_error = ErrorPolicy::Continue;
     let maps = Maps::new(&w).unwrap();
     let r = run(&w, &maps, None, None).unwrap();
@@ -322,11 +322,11 @@ fn io_uring_errors_are_recorded_and_retried() {
 #[test]
 fn io_uring_never_has_two_writes_to_one_block_in_flight() {
     use faultline::workload::pattern::Pattern;
-    use faultline::workload::{Engine, Maps, run};
+    use faultline::workload::{IoEngine, Maps, run};
     // 16 blocks, 32 in flight, random: without serializing overlaps the device and the map
     // disagree about which of two concurrent writes a block holds
     let s = Serve::start("32MiB", "rules: []\n");
-    let mut w = spec_on(&s, Engine::IoUring, 128 << 10);
+    let mut w = spec_on(&s, IoEngine::IoUring, 128 << 10);
     w.block_size = 4096;
     w.pattern = Pattern::Uniform;
     w.iodepth = 32;
@@ -349,17 +349,17 @@ fn io_uring_never_has_two_writes_to_one_block_in_flight() {
 /// must leave exactly the mapped content on the device.
 #[test]
 fn reads_into_reused_buffers_do_not_leak_into_writes() {
-    use faultline::workload::{Engine, Maps, run};
+    use faultline::workload::{IoEngine, Maps, run};
     let s = Serve::start("64MiB", "rules: []\n");
     // at 4 KiB both engines write each block in its pool segment's own buffer, where reads
     // must not land (psync) or land only in spares (io_uring)
     for (engine, depth, bs) in [
-        (Engine::Psync, 1, 128 << 10),
-        (Engine::Psync, 1, 4096),
-        (Engine::IoUring, 1, 128 << 10),
-        (Engine::IoUring, 4, 128 << 10),
-        (Engine::IoUring, 1, 4096),
-        (Engine::IoUring, 8, 4096),
+        (IoEngine::Psync, 1, 128 << 10),
+        (IoEngine::Psync, 1, 4096),
+        (IoEngine::IoUring, 1, 128 << 10),
+        (IoEngine::IoUring, 4, 128 << 10),
+        (IoEngine::IoUring, 1, 4096),
+        (IoEngine::IoUring, 8, 4096),
     ] {
         let mut w = spec_on(&s, engine, if bs == 4096 { 16 << 20 } else { 48 << 20 });
         w.block_size = bs;

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use faultline::content::{block_hash, fill_block, hash_hex};
 use faultline::verify::{BadBlock, verify};
-use faultline::workload::{Engine, Interface, Maps, SyncMode, Workload, run};
+use faultline::workload::{Interface, IoEngine, Maps, SyncMode, Workload, run};
 use std::path::Path;
 use std::process::Command;
 
@@ -47,7 +47,7 @@ impl Drop for Mount {
 
 #[test]
 fn file_interface_on_ext4_verifies_and_locates_a_flipped_block() {
-    for (engine, sync) in [(Engine::IoUring, SyncMode::Direct), (Engine::Psync, SyncMode::Fsync(8))] {
+    for (engine, sync) in [(IoEngine::IoUring, SyncMode::Direct), (IoEngine::Psync, SyncMode::Fsync(8))] {
         let s = Serve::start("128MiB", "rules: []\n");
         let mut m = Mount::new(&s.dev);
         let mut w = Workload::new(Interface::File { dir: m.dir.path().join("data"), count: 4, size: 1 << 20 });

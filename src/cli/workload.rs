@@ -3,7 +3,7 @@
 
 use crate::spec::units::{parse_duration, parse_size};
 use crate::spec::workload::config::Pattern;
-use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
+use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, SyncMode, Workload};
 use crate::workload::{Maps, Progress, WorkloadResult, run};
 use anyhow::{Context, Result, bail};
 use std::io::{IsTerminal, Write};
@@ -41,7 +41,7 @@ pub struct WorkloadArgs {
     bs: Option<u64>,
     /// psync | io_uring
     #[arg(long)]
-    engine: Option<Engine>,
+    engine: Option<IoEngine>,
     #[arg(long)]
     iodepth: Option<u32>,
     #[arg(long)]
@@ -160,7 +160,7 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
     }
     // the profile as this run's stream uses it (resolve fitted the spec's; flags may change the bounds)
     w.fit_profile();
-    if a.iodepth.is_some_and(|q| q > 1) && w.engine == Engine::Psync {
+    if a.iodepth.is_some_and(|q| q > 1) && w.engine == IoEngine::Psync {
         bail!("--iodepth > 1 needs --engine io_uring (psync has one I/O in flight per thread)");
     }
     Ok(w)
@@ -306,7 +306,7 @@ pub fn verify(a: VerifyArgs) -> Result<()> {
     let maps = if a.map.extension().is_some_and(|e| e == "bin") {
         // an old-style single map file: needs the device
         let Some(dev) = &a.device else { bail!("{} is a single map file: give --device", a.map.display()) };
-        let m = crate::workload::map::ContentMap::load(&a.map)?;
+        let m = crate::workload::content_map::ContentMap::load(&a.map)?;
         Maps { target: crate::workload::maps::Target::Block { device: dev.clone() }, seed: m.seed, maps: vec![m] }
     } else {
         let mut m = Maps::load(&a.map)?;

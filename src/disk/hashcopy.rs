@@ -8,7 +8,7 @@
 //! xxhash-rust). Only the long-input path (more than 240 bytes, whole stripes) is written here:
 //! blocks are 512 bytes or more, a power of two. AVX2 (32-byte vectors) even where the CPU has
 //! AVX-512: 512-bit multiplies lower the core's clock for a while after them, which slowed the
-//! rest of each request more than the wider vectors saved (BENCHMARKS.md, examples/avxfreq.rs).
+//! rest of each request more than the wider vectors saved (BENCHMARKS.md, bench/micro/avxfreq.rs).
 //! `fits` says no on CPUs without AVX2, and the store hashes, then copies.
 
 /// The default secret of XXH3 (the reference's `XXH3_kSecret`).

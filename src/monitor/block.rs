@@ -20,10 +20,10 @@ bpf_skeleton!("block.skel.rs");
 use skel::{BlockSkel, BlockSkelBuilder, OpenBlockSkel};
 
 // block.h
-const MAX_DEVS: usize = 16;
-const NR_LAYERS: usize = 2;
-const NR_OPS: usize = 5;
-const NR_SLOTS: u64 = 128;
+use super::defines::{MAX_DEVS, NR_LAYERS, NR_OPS};
+const NR_SLOTS: u64 = super::defines::NR_SLOTS as u64;
+// a slot is read as words: its epoch, then five per-op arrays (block.h `struct slot`)
+const _: () = assert!(size_of::<skel::types::slot>() == 8 * (1 + 5 * NR_OPS));
 
 /// A watched block device.
 #[derive(Clone, Debug)]

@@ -2,8 +2,8 @@
 //! 2^SUB_BITS each have a bucket, then every power of two is cut in 2^SUB_BITS equal buckets,
 //! so a bucket is at most 1/8 of its lower bound wide. Quantiles interpolate inside a bucket.
 
-pub const SUB_BITS: u32 = 3;
-pub const NR_BUCKETS: usize = 328;
+pub const SUB_BITS: u32 = super::defines::SUB_BITS as u32;
+pub use super::defines::NR_BUCKETS;
 const SUB: u64 = 1 << SUB_BITS;
 
 /// The bucket of a value, as `bucket_of` in block.bpf.c computes it.

@@ -29,6 +29,11 @@ macro_rules! bpf_skeleton {
 }
 
 pub mod block;
+/// The numeric `#define`s of the BPF headers (src/monitor/bpf/{block,pairs,syscall}.h), as
+/// build.rs reads them: the sizes and counts the programs and these loaders share.
+pub mod defines {
+    include!(concat!(env!("OUT_DIR"), "/bpf_defines.rs"));
+}
 pub mod hist;
 pub mod model;
 pub mod pairs;

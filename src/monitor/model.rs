@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 pub const SCHEMA: u32 = 1;
 
 /// The ops requests are sorted by, in the BPF programs' order (block.h OP_*).
-pub const OPS: [&str; 5] = ["read", "write", "flush", "discard", "other"];
+pub const OPS: [&str; super::defines::NR_OPS] = ["read", "write", "flush", "discard", "other"];
 /// The block layers, in block.h LAYER_* order.
-pub const BLOCK_LAYERS: [&str; 2] = ["block_queue", "block_service"];
+pub const BLOCK_LAYERS: [&str; super::defines::NR_LAYERS] = ["block_queue", "block_service"];
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(default)]

@@ -18,14 +18,14 @@ bpf_skeleton!("pairs.skel.rs");
 use skel::{PairsSkel, PairsSkelBuilder};
 
 // pairs.h
-const MAX_PAIR_DEVS: usize = 16;
-const MAX_ATTACH: usize = 128;
-const PAIRS_PER_ATTACH: usize = 4;
-const MAX_PAIR_HISTS: usize = 256;
-const MAX_SUMS: usize = 4;
-const SUM_FIELDS: usize = 12;
-const MAX_FUSE_CONNS: usize = 16;
-const FUSE_NCLASS: u32 = 64;
+use super::defines::{MAX_ATTACH, MAX_FUSE_CONNS, MAX_PAIR_DEVS, MAX_PAIR_HISTS, MAX_SUMS, PAIRS_PER_ATTACH, SUM_FIELDS};
+const FUSE_NCLASS: u32 = super::defines::FUSE_NCLASS as u32;
+// the byte layouts built below are pairs.h's structs as the skeleton sees them
+const _: () = assert!(size_of::<skel::types::att_pair>() == 32);
+const _: () = assert!(size_of::<skel::types::att_cfg>() == 8 + 32 * PAIRS_PER_ATTACH);
+/// Bytes of a `struct sum_cfg`: device offset, field count, then offsets and sizes.
+const SUM_CFG: usize = 4 + 4 * SUM_FIELDS;
+const _: () = assert!(size_of::<skel::types::sum_cfg>() == SUM_CFG);
 
 /// A tracepoint, `SYS:NAME` (an events directory of tracefs).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -359,8 +359,8 @@ impl PairMonitor {
 type AttKey = (Event, bool);
 /// The attachments' pair entries (`struct att_pair`, 32 bytes each) by (event, exit side).
 type Atts = BTreeMap<AttKey, Vec<[u8; 32]>>;
-/// The summed events' configurations (`struct sum_cfg`, 52 bytes).
-type SumCfgs = Vec<[u8; 52]>;
+/// The summed events' configurations (`struct sum_cfg`, `SUM_CFG` bytes).
+type SumCfgs = Vec<[u8; SUM_CFG]>;
 
 fn plan(pairs: Vec<Pair>, sums: &[Sum], notes: &mut Vec<String>) -> Result<(Vec<Resolved>, Atts, SumCfgs)> {
     let mut resolved = Vec::new();
@@ -427,7 +427,7 @@ fn plan(pairs: Vec<Pair>, sums: &[Sum], notes: &mut Vec<String>) -> Result<(Vec<
     let mut sumcfgs = Vec::new();
     for s in sums.iter().take(MAX_SUMS) {
         let f = format(&s.event).with_context(|| format!("{} layer", s.layer))?;
-        let mut b = [0u8; 52];
+        let mut b = [0u8; SUM_CFG];
         let dev_off = f.get("dev").filter(|(_, s)| *s == 4).map_or(0, |(o, _)| *o);
         b[0..2].copy_from_slice(&dev_off.to_ne_bytes());
         b[2..4].copy_from_slice(&(s.fields.len().min(SUM_FIELDS) as u16).to_ne_bytes());
@@ -441,7 +441,7 @@ fn plan(pairs: Vec<Pair>, sums: &[Sum], notes: &mut Vec<String>) -> Result<(Vec<
     Ok((resolved, atts, sumcfgs))
 }
 
-fn attach_all(skel: &PairsSkel<'_>, atts: &Atts, sums: &[Sum], sumcfgs: &[[u8; 52]]) -> Result<Vec<Link>> {
+fn attach_all(skel: &PairsSkel<'_>, atts: &Atts, sums: &[Sum], sumcfgs: &[[u8; SUM_CFG]]) -> Result<Vec<Link>> {
     let mut links = Vec::new();
     for (i, ((ev, exit), ps)) in atts.iter().enumerate() {
         let mut v = vec![0u8; 8 + 32 * PAIRS_PER_ATTACH];

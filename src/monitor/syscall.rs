@@ -20,7 +20,7 @@ bpf_skeleton!("syscall.skel.rs");
 use skel::{OpenSyscallSkel, SyscallSkel, SyscallSkelBuilder};
 
 /// The syscall layer's ops, in the order of the BPF map (syscall.h NR_SYS_OPS).
-pub const SYS_OPS: [&str; 10] = ["read", "write", "fsync", "open", "fallocate", "io_uring_enter", "close", "unlink", "rename", "stat"];
+pub const SYS_OPS: [&str; super::defines::NR_SYS_OPS] = ["read", "write", "fsync", "open", "fallocate", "io_uring_enter", "close", "unlink", "rename", "stat"];
 
 /// Which per-syscall tracepoints (`syscalls:sys_enter_NAME`, `sys_exit_NAME`) are which op;
 /// those the kernel lacks (another architecture's names) are skipped.

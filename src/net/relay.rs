@@ -1,8 +1,8 @@
 //! The user-space netem: one thread per host reads that host's TUN device and forwards each
 //! IPv4 packet to the TUN device of the host it is addressed to, through the rules of that
 //! link (source host -> destination host). A packet no active rule delays is written at once
-//! by the reading thread; delayed packets go to one timer thread (condvar until `SPIN` before
-//! the earliest deadline, then a short spin, 1 ns timer slack, as the disk's late replies).
+//! by the reading thread; delayed packets go to one timer thread per destination host
+//! (`sys::timer::TimerQueue`, as the disk's late replies).
 //! Buffers of delayed packets are recycled, so the steady state allocates nothing.
 //!
 //! Kernel fast path (`bypass`): when the hosts are also joined by veth pairs, a host's route
@@ -16,21 +16,19 @@ use super::packet;
 use super::tun;
 use crate::spec::net::{Loss, NetFault, NetRule};
 use crate::spec::rule::DelayDist;
+use crate::sys::timer::TimerQueue;
 use anyhow::{Result, bail};
 use arc_swap::ArcSwap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
 use serde_json::{Value, json};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-const SPIN: Duration = Duration::from_micros(40);
 /// Largest packet a TUN read returns: a 64 KiB segmentation burst and its header.
 const MAX_PKT: usize = 65536 + tun::VNET_HDR;
 /// Packets waiting in the timer thread at most (beyond: dropped and counted), so a long delay
@@ -141,37 +139,8 @@ struct Pending {
     buf: Vec<u8>,
 }
 
-struct Timed {
-    at: Instant,
-    seq: u64,
-    p: Pending,
-}
-impl PartialEq for Timed {
-    fn eq(&self, o: &Self) -> bool {
-        (self.at, self.seq) == (o.at, o.seq)
-    }
-}
-impl Eq for Timed {}
-impl PartialOrd for Timed {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Timed {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.at, self.seq).cmp(&(o.at, o.seq))
-    }
-}
-
 /// A rule as set: its id and the moment its window counts from.
 type SetRule = (u64, NetRule, Instant);
-
-struct TimerQueue {
-    heap: Mutex<BinaryHeap<Reverse<Timed>>>,
-    cv: Condvar,
-    /// Bumped on every push so a spinning waiter notices an earlier deadline.
-    pushes: AtomicU64,
-}
 
 struct Shared {
     ports: Vec<Port>,
@@ -183,7 +152,7 @@ struct Shared {
     allow_offloads: bool,
     /// One timer queue and thread per destination host, so the directions of a link (and
     /// the writes into different hosts, which run the receiver's stack) proceed in parallel.
-    timers: Vec<TimerQueue>,
+    timers: Vec<TimerQueue<Pending>>,
     pool: Mutex<Vec<Vec<u8>>>,
     pool_big: Mutex<Vec<Vec<u8>>>,
     stop: AtomicBool,
@@ -238,7 +207,7 @@ impl Relay {
             offloads: (0..n).map(|_| AtomicBool::new(allow_offloads)).collect(),
             allow_offloads,
             ports,
-            timers: (0..n).map(|_| TimerQueue { heap: Mutex::new(BinaryHeap::new()), cv: Condvar::new(), pushes: AtomicU64::new(0) }).collect(),
+            timers: (0..n).map(|_| TimerQueue::new()).collect(),
             pool: Mutex::new(Vec::new()),
             pool_big: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
@@ -410,8 +379,7 @@ impl Relay {
         self.s.stop.store(true, Relaxed);
         let _ = nix::unistd::write(&self.s.stop_fd, &1u64.to_ne_bytes());
         for q in &self.s.timers {
-            let _g = q.heap.lock().unwrap();
-            q.cv.notify_all();
+            q.stop();
         }
         {
             let _g = self.s.ctl.lock().unwrap();
@@ -705,23 +673,19 @@ fn forward(s: &Shared, i: usize, pkt: &[u8], scratch: &mut Vec<u8>) {
     }
     let due = Instant::now() + extra;
     c.delayed.fetch_add(1, Relaxed);
-    let q = &s.timers[j];
-    let mut heap = q.heap.lock().unwrap();
     for _ in 0..copies {
-        if heap.len() >= MAX_PENDING {
+        let queued = s.timers[j].push_bounded(due, MAX_PENDING, || {
+            let pool = if pkt.len() <= POOL_BUF { &s.pool } else { &s.pool_big };
+            let mut buf = pool.lock().unwrap().pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(pkt);
+            link.pending.fetch_add(1, Relaxed);
+            Pending { dst: j, link: li, due, buf }
+        });
+        if !queued {
             c.dropped.fetch_add(1, Relaxed);
-            continue;
         }
-        let pool = if pkt.len() <= POOL_BUF { &s.pool } else { &s.pool_big };
-        let mut buf = pool.lock().unwrap().pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(pkt);
-        let seq = q.pushes.fetch_add(1, Relaxed);
-        link.pending.fetch_add(1, Relaxed);
-        heap.push(Reverse(Timed { at: due, seq, p: Pending { dst: j, link: li, due, buf } }));
     }
-    drop(heap);
-    q.cv.notify_one();
 }
 
 /// Writes the delayed packets bound for host `dst` when they are due. A packet that is more
@@ -729,51 +693,23 @@ fn forward(s: &Shared, i: usize, pkt: &[u8], scratch: &mut Vec<u8>) {
 /// fast sender, a busy machine), and like a congested queue it tells TCP so by a loss rather
 /// than by holding ever more packets ever longer.
 fn timer(s: &Shared, dst: usize) {
-    // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
-    let q = &s.timers[dst];
-    let mut due = Vec::new();
-    let mut g = q.heap.lock().unwrap();
-    while !s.stop.load(Relaxed) {
-        let now = Instant::now();
-        while g.peek().is_some_and(|Reverse(t)| t.at <= now) {
-            due.push(g.pop().unwrap().0.p);
+    s.timers[dst].run(|p| {
+        let link = &s.links[p.link];
+        link.pending.fetch_sub(1, Relaxed);
+        let late = Instant::now().saturating_duration_since(p.due);
+        if late > OVERDUE {
+            link.c.overdue.fetch_add(1, Relaxed);
+            link.c.dropped.fetch_add(1, Relaxed);
+        } else if write_pkt(&s.ports[p.dst], &p.buf) {
+            link.c.delivered.fetch_add(1, Relaxed);
+            let _ = link.late.lock().unwrap().record((late.as_nanos() as u64).max(1));
+        } else {
+            link.c.dropped.fetch_add(1, Relaxed);
         }
-        if !due.is_empty() {
-            drop(g);
-            for p in due.drain(..) {
-                let link = &s.links[p.link];
-                link.pending.fetch_sub(1, Relaxed);
-                let late = Instant::now().saturating_duration_since(p.due);
-                if late > OVERDUE {
-                    link.c.overdue.fetch_add(1, Relaxed);
-                    link.c.dropped.fetch_add(1, Relaxed);
-                } else if write_pkt(&s.ports[p.dst], &p.buf) {
-                    link.c.delivered.fetch_add(1, Relaxed);
-                    let _ = link.late.lock().unwrap().record((late.as_nanos() as u64).max(1));
-                } else {
-                    link.c.dropped.fetch_add(1, Relaxed);
-                }
-                let (pool, max) = if p.buf.capacity() <= POOL_BUF { (&s.pool, POOL_MAX) } else { (&s.pool_big, POOL_BIG_MAX) };
-                let mut pool = pool.lock().unwrap();
-                if pool.len() < max {
-                    pool.push(p.buf);
-                }
-            }
-            g = q.heap.lock().unwrap();
-            continue;
+        let (pool, max) = if p.buf.capacity() <= POOL_BUF { (&s.pool, POOL_MAX) } else { (&s.pool_big, POOL_BIG_MAX) };
+        let mut pool = pool.lock().unwrap();
+        if pool.len() < max {
+            pool.push(p.buf);
         }
-        match g.peek().map(|Reverse(t)| t.at) {
-            None => g = q.cv.wait(g).unwrap(),
-            Some(at) if at - now > SPIN => g = q.cv.wait_timeout(g, at - now - SPIN).unwrap().0,
-            Some(at) => {
-                let seen = q.pushes.load(Relaxed);
-                drop(g);
-                while Instant::now() < at && q.pushes.load(Relaxed) == seen && !s.stop.load(Relaxed) {
-                    std::hint::spin_loop();
-                }
-                g = q.heap.lock().unwrap();
-            }
-        }
-    }
+    });
 }

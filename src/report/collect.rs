@@ -1,6 +1,7 @@
 //! From what a run measured to the results schema: the workload's statistics, the verifier's
 //! findings and the fault engine's log and rule counters become `model` values. `run` calls
-//! these once per repetition; the schema never embeds another layer's types.
+//! these once per repetition. Only reshaped values are converted here; values stored as their
+//! producer computed them are moved in as they are (the rule: model.rs's module doc).
 
 use super::model as rm;
 use crate::fault::Target;
@@ -144,24 +145,7 @@ pub fn repetition(
         r.io_errors = w.errors.clone();
         r.failed_ios = w.failed_ios.len() as u64;
         r.retries = w.retries;
-        r.flowops = w
-            .flowops
-            .iter()
-            .map(|(k, f)| {
-                let s = rm::FlowopStats {
-                    ops: f.ops,
-                    bytes: f.bytes,
-                    ops_s: f.ops_s,
-                    mean_us: f.mean_us,
-                    p50_us: f.p50_us,
-                    p95_us: f.p95_us,
-                    p99_us: f.p99_us,
-                    max_us: f.max_us,
-                    cdf: f.cdf.clone(),
-                };
-                (k.clone(), s)
-            })
-            .collect();
+        r.flowops = w.flowops.clone();
         r.flowops_skipped = w.flowops_skipped;
         if w.nbd_client.is_some() || !w.nbd_client_intervals.is_empty() {
             r.nbd_client = Some(rm::NbdClient { totals: w.nbd_client.unwrap_or_default(), intervals: w.nbd_client_intervals.clone() });

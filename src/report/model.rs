@@ -2,11 +2,33 @@
 //! Everything a report shows is derived from these values; the aggregate is computed in
 //! exactly one place, `Aggregate::from(&[Repetition])`.
 //!
+//! One rule decides where a schema type is defined: by whoever computes the value. A value
+//! stored as its producer computed it (the workload's op and flowop statistics, the monitor's
+//! results, the latency model's figures, the NBD client's counters, host fault records) is
+//! embedded in that producer's own type, serialized as it is, and re-exported below under its
+//! schema name; nothing is copied field by field, so a field added at the source reaches
+//! results.json without a second edit. The types defined here are the values report/ computes
+//! itself: the per-repetition records `collect` reshapes from what a run measured (integrity
+//! from the verifier's findings, samples, injected faults, rule counts), the aggregate, the
+//! slowdown rows and the study's figures (report/study.rs, whose probe types the namespace
+//! prober and the agents both fill).
+//!
 //! Structs below the top level are `#[serde(default)]`: a field added later within schema 1
 //! must not make older results.json files unreadable.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+// Values embedded as their producers compute them (see the module doc).
+pub use crate::disk::latency::LatencyStats;
+pub use crate::fault::log::LatenessSummary;
+pub use crate::host::HostFaultRecord;
+pub use crate::monitor::MonitorResults;
+pub use crate::nbd_wire::client::{CounterSnapshot, IntervalCounts};
+/// One flowop type of a personality repetition: the workload's own per-flowop summary.
+pub use crate::workload::FlowopSummary as FlowopStats;
+/// Per-op statistics of a repetition (reads or writes): the workload's own summary.
+pub use crate::workload::LatencySummary as OpStats;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA: u32 = 1;
@@ -61,7 +83,7 @@ pub struct Repetition {
     pub notes: Vec<String>,
     /// The BPF monitor's per-layer figures for the drive phase (docs/monitor.md); None when
     /// it was off or unavailable (the notes say why) and in files written before it existed.
-    pub monitor: Option<crate::monitor::MonitorResults>,
+    pub monitor: Option<MonitorResults>,
     /// Personality workloads: per flowop type (filebench's names: createfile, writewholefile,
     /// appendfilerand, openfile, readwholefile, closefile, deletefile, statfile, fsync).
     pub flowops: BTreeMap<String, FlowopStats>,
@@ -72,7 +94,7 @@ pub struct Repetition {
     pub latency_model: Vec<DiskLatencyModel>,
     /// Host faults on the disk servers (docs/host.md): when each was applied and reverted, and
     /// what it did.
-    pub host_faults: Vec<crate::host::HostFaultRecord>,
+    pub host_faults: Vec<HostFaultRecord>,
     /// CPU time (user + system, s) during the drive phase: of the run's own process (the
     /// workload's threads) and of the processes serving its disks.
     pub drive_cpu_s: Option<DriveCpu>,
@@ -96,9 +118,9 @@ pub struct Repetition {
 pub struct DiskLatencyModel {
     pub disk: u32,
     #[serde(flatten)]
-    pub stats: crate::disk::latency::LatencyStats,
+    pub stats: LatencyStats,
     /// Late replies (the model's and delay rules'): how late after their due time.
-    pub reply_lateness: Option<crate::fault::log::LatenessSummary>,
+    pub reply_lateness: Option<LatenessSummary>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -112,39 +134,19 @@ pub struct DriveCpu {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NbdClient {
     #[serde(flatten)]
-    pub totals: crate::nbd_wire::client::CounterSnapshot,
+    pub totals: CounterSnapshot,
     #[serde(default)]
-    pub intervals: Vec<crate::nbd_wire::client::IntervalCounts>,
-}
-
-/// One flowop type of a personality repetition: count, rate and latency of the whole flowop.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct FlowopStats {
-    pub ops: u64,
-    pub bytes: u64,
-    pub ops_s: f64,
-    pub mean_us: f64,
-    pub p50_us: f64,
-    pub p95_us: f64,
-    pub p99_us: f64,
-    pub max_us: f64,
-    /// [quantile, latency µs] of the whole flowop (a CDF; empty in older files).
-    pub cdf: Vec<[f64; 2]>,
+    pub intervals: Vec<IntervalCounts>,
 }
 
 impl Repetition {
     /// Personality repetitions: whole-file reads per write flowop (writewholefile +
     /// appendfilerand), the R:W ratio of the study; None without write flowops.
     pub fn flowop_read_write_ratio(&self) -> Option<f64> {
-        let get = |k: &str| self.flowops.get(k).map(|f| f.ops).unwrap_or(0) as f64;
-        let w = get("writewholefile") + get("appendfilerand");
-        (w > 0.0).then(|| get("readwholefile") / w)
+        let ratio = crate::workload::personality::read_write_ratio(&self.flowops);
+        ratio.is_finite().then_some(ratio)
     }
 }
-
-/// Per-op statistics of a repetition (reads or writes): the workload's own summary, as it is.
-pub use crate::workload::LatencySummary as OpStats;
 
 /// One point of the per-interval time series; `t_s` is the end of the interval since the
 /// workload started.
@@ -220,6 +222,9 @@ pub struct RuleCount {
     pub run_length_max: u64,
 }
 
+/// The verifier's findings as results.json counts them (`collect::integrity`): a misdirected
+/// block is counted apart from other corruption (`verify::Counts` counts it in both), and the
+/// bad blocks of every file are in one list with their file's name.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Integrity {

@@ -88,7 +88,7 @@ pub struct ClientSeries {
     pub ops: u64,
     pub failed_ios: u64,
     pub io_errors: std::collections::BTreeMap<String, u64>,
-    pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
+    pub nbd_client: Option<super::model::CounterSnapshot>,
     pub points: Vec<ClientPoint>,
 }
 

@@ -29,7 +29,7 @@ use crate::report::study::{AgentLoss, ClientPoint, ClientSeries, Probe, Study, S
 use crate::run::probe::HostSample;
 use crate::spec::experiment::{Experiment, Setup};
 use crate::spec::study::{AgentChannel, HostAgent, OnAgentLoss, StudyHosts, TargetKind};
-use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, Pattern, Workload};
+use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, Pattern, Workload};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -190,7 +190,7 @@ fn workload_argv(fl: &str, w: &Workload, uri: &str, start_ns: u64) -> Result<Vec
     ));
     a.push(format!("--write-pct={}", w.write_pct));
     a.push(format!("--bs={}", w.block_size));
-    a.push(format!("--engine={}", if w.engine == Engine::IoUring { "io_uring" } else { "psync" }));
+    a.push(format!("--engine={}", if w.engine == IoEngine::IoUring { "io_uring" } else { "psync" }));
     a.push(format!("--iodepth={}", w.iodepth));
     a.push(format!("--threads={}", w.threads));
     a.extend(w.size.map(|s| format!("--size={s}")));

@@ -192,7 +192,7 @@ fn progress_thread(label: String, p: Arc<Progress>, size: Option<u64>, done: Arc
 
 /// Everything one repetition builds, dropped (torn down) in reverse order of creation.
 struct Built {
-    stack: Option<crate::stack::fs::Built>,
+    stack: Option<crate::stack::fs::BuiltStack>,
     disks: Vec<Arc<DiskServer>>,
     devices: Vec<PathBuf>,
     mountpoint: Option<PathBuf>,
@@ -219,7 +219,7 @@ impl Built {
         first.map_or(Ok(notes), Err)
     }
 
-    fn stack(&mut self) -> &mut crate::stack::fs::Built {
+    fn stack(&mut self) -> &mut crate::stack::fs::BuiltStack {
         self.stack.as_mut().expect("built before the workload runs")
     }
 }
@@ -436,7 +436,7 @@ fn build(r: &mut Rep) -> Result<Built> {
     built.devices = built.disks.iter().map(|d| d.device.clone()).collect();
     let shown: Vec<String> = built.devices.iter().map(|d| d.display().to_string()).collect();
     r.phase(&format!("build: {} stack on {}", setup.stack.label(), shown.join(" ")));
-    built.stack = Some(crate::stack::fs::Built::build(&setup.stack, &built.devices)?);
+    built.stack = Some(crate::stack::fs::BuiltStack::build(&setup.stack, &built.devices)?);
     built.mountpoint = built.stack.as_ref().and_then(|s| s.mountpoint.clone());
     for (i, d) in built.disks.iter().enumerate() {
         if d.transport != "io_uring" {

@@ -43,7 +43,7 @@ pub enum StackSpec {
         #[serde(default)]
         with_duperemove: bool,
     },
-    /// `base` is built, then the command is the workload (`Built::run_command`).
+    /// `base` is built, then the command is the workload (`BuiltStack::run_command`).
     Command { base: Box<StackSpec>, command: CommandSpec },
 }
 

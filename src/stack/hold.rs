@@ -7,7 +7,7 @@
 
 use crate::disk::{DiskConfig, StoreSpec};
 use crate::stack::command::{Cmdline, CommandSpec};
-use crate::stack::fs::{Built, FsKind, StackSpec};
+use crate::stack::fs::{BuiltStack, FsKind, StackSpec};
 use crate::stack::served::ServedDisk;
 use anyhow::{Result, bail};
 use std::io::Write;
@@ -33,7 +33,7 @@ pub fn run(size: u64, stack: &str, busy: bool) -> Result<()> {
         disks.push(ServedDisk::start(&cfg, &Default::default(), |_| Ok(vec![]), None)?);
     }
     let devices: Vec<_> = disks.iter().map(|d| d.device().to_owned()).collect();
-    let built = Built::build(&spec, &devices)?;
+    let built = BuiltStack::build(&spec, &devices)?;
     let mut out = std::io::stdout().lock();
     for d in &devices {
         writeln!(out, "device {}", d.display())?;

@@ -3,7 +3,6 @@
 //! (ext4/xfs/btrfs, btrfs raid1, dedup) and user commands on top (docs/stacks.md).
 
 pub mod command;
-pub mod dedupe;
 pub mod fs;
 pub mod hold;
 pub mod served;

@@ -1,6 +1,7 @@
 //! Operating-system plumbing every layer above may use, and which uses none of them: the
 //! resource ledger and run directory, mounts and mountinfo, loop devices and their sysfs
-//! knobs, processes, the FUSE control file system, and time limits for calls that may hang.
+//! knobs, processes, the FUSE control file system, time limits for calls that may hang, and a precise
+//! timer queue.
 
 pub mod cgroup;
 pub mod fusectl;
@@ -10,6 +11,7 @@ pub mod loopdev;
 pub mod mount;
 pub mod netns;
 pub mod process;
+pub mod timer;
 
 /// The size of a file or block device in bytes (a device's size is where a seek to its end lands).
 pub fn file_size(p: &std::path::Path) -> anyhow::Result<u64> {

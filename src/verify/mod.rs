@@ -4,8 +4,8 @@
 //! after fsync + POSIX_FADV_DONTNEED + drop_caches (see docs/workload.md).
 
 use crate::content::{block_hash, fill_block};
+use crate::workload::content_map::ContentMap;
 use crate::workload::direct::AlignedBuf;
-use crate::workload::map::ContentMap;
 use crate::workload::maps::{Maps, Target};
 use anyhow::{Context, Result};
 use serde::Serialize;

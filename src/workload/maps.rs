@@ -2,8 +2,8 @@
 //! plus what they describe, so a later `verify` finds the device or files again.
 //! Saved as DIR/maps.json (the index) and DIR/map.bin or DIR/map-NNNN.bin (8 B per 4 KiB block).
 
+use super::content_map::ContentMap;
 use super::files::file_name;
-use super::map::ContentMap;
 use crate::spec::workload::config::{CONTENT_BLOCK, Interface, Workload};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};

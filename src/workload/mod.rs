@@ -2,25 +2,25 @@
 //!
 //! `run(&Workload, &Maps, observer, progress)` is the one entry point. Each thread owns a region
 //! (block interface) or a file set (file interface); the per-op logic (bounds, pattern, mix,
-//! content, map, errors, retries, stats) lives in `op` and is shared by both engines: `psync`
+//! content, map, errors, retries, stats) lives in `op` and is shared by both I/O engines (`IoEngine`): `psync`
 //! and `uring` only move bytes.
 
+pub mod content_map;
 pub mod direct;
-pub mod engine;
 pub mod files;
 pub mod fileset;
-pub mod map;
 pub mod maps;
 pub mod op;
 pub mod pattern;
 pub mod personality;
 pub mod psync;
+pub mod runner;
 pub mod stats;
 pub mod uring;
 
-pub use crate::spec::workload::config::{Engine, ErrorPolicy, Interface, SyncMode, Workload};
-pub use engine::{LatencySummary, WorkloadResult, run};
+pub use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, SyncMode, Workload};
 pub use maps::Maps;
+pub use runner::{LatencySummary, WorkloadResult, run};
 pub use stats::{FlowopSummary, Sample};
 
 use std::sync::OnceLock;

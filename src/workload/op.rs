@@ -3,9 +3,9 @@
 //! `Worker::complete` (stats, content map, errors, policy), plus `Worker::retry` (synchronous
 //! retries with backoff). Engines only move bytes.
 
-use super::engine::IoError;
 use super::maps::Maps;
 use super::pattern::PatternGen;
+use super::runner::IoError;
 use super::stats::{IntervalAcc, OpAcc};
 use super::{Progress, WriteEvent, WriteObserver};
 use crate::content::stream::Stream;

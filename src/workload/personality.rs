@@ -15,11 +15,11 @@
 //! re-created: `generation` differs) goes to the unlinked inode and is not mapped; a delete drops the
 //! file's blocks. At the end the files that exist are returned as the run's `Maps`.
 
-use super::engine::{IoError, WorkloadResult};
+use super::content_map::ContentMap;
 use super::fileset::{Layout, layout};
-use super::map::ContentMap;
 use super::maps::{Maps, Target};
 use super::op::fill;
+use super::runner::{IoError, WorkloadResult};
 use super::stats::{IntervalAcc, OpAcc, cpu_time, flowop_summary, sampler, summary};
 use super::{Progress, WriteEvent, WriteObserver};
 use crate::content::stream::Stream;

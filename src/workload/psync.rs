@@ -95,7 +95,7 @@ fn issue(wk: &mut Worker, files: &[File], op: &Op, buf: &mut [u8], ids: &[u64]) 
     let first = io(buf);
     let res = if first.is_err() { wk.retry(first, || io(buf)) } else { first };
     if wk.complete(op, ids, res, op.t0.elapsed()) {
-        super::engine::sync_file(wk, f, op.slot, op.file);
+        super::runner::sync_file(wk, f, op.slot, op.file);
     }
 }
 

@@ -29,7 +29,8 @@ pub struct LatencySummary {
 }
 
 /// One flowop type's latency and rate over a personality run (`flowops` in result.json and
-/// results.json). Latency is the whole flowop: a whole-file read or write with all its chunks.
+/// results.json, `report::model::FlowopStats`). Latency is the whole flowop: a whole-file read
+/// or write with all its chunks.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct FlowopSummary {

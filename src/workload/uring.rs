@@ -128,7 +128,7 @@ fn account(sl: &mut Slots, wk: &mut Worker, files: &[File]) -> bool {
     };
     let lat = if retried { op.t0.elapsed() } else { at - op.t0 };
     if wk.complete(&op, &sl.ids[s * per..(s + 1) * per], res, lat) {
-        super::engine::sync_file(wk, f, op.slot, op.file);
+        super::runner::sync_file(wk, f, op.slot, op.file);
     }
     if op.is_write {
         sl.busy.remove(&(op.slot, op.offset));

@@ -27,11 +27,11 @@
 pub mod abi;
 mod shared;
 
-use super::delay::Timed;
 use super::fuse::{self, NodeAttrs};
 use super::poll::{InFlight, Poller};
 use crate::disk::store::Lent;
 use crate::disk::{Disk, Outcome};
+use crate::sys::timer::Timed;
 use abi::RingHeader;
 use anyhow::{Context, Result, bail};
 use io_uring::{IoUring, cqueue, opcode, squeue, types};

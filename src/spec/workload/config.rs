@@ -68,17 +68,17 @@ impl std::str::FromStr for ErrorPolicy {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Engine {
+pub enum IoEngine {
     Psync,
     IoUring,
 }
 
-impl std::str::FromStr for Engine {
+impl std::str::FromStr for IoEngine {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
-            "psync" => Ok(Engine::Psync),
-            "io_uring" | "io-uring" | "uring" => Ok(Engine::IoUring),
+            "psync" => Ok(IoEngine::Psync),
+            "io_uring" | "io-uring" | "uring" => Ok(IoEngine::IoUring),
             _ => Err(format!("`{s}` is not an engine; allowed: psync, io_uring")),
         }
     }
@@ -131,7 +131,7 @@ pub struct Workload {
     /// Percentage of operations that are writes (0..=100).
     pub write_pct: u8,
     pub block_size: u64,
-    pub engine: Engine,
+    pub engine: IoEngine,
     /// In-flight I/Os per thread (io_uring; psync is always 1).
     pub iodepth: u32,
     pub threads: u32,
@@ -163,7 +163,7 @@ impl Workload {
             pattern: Pattern::Sequential,
             write_pct: 100,
             block_size: 4096,
-            engine: Engine::Psync,
+            engine: IoEngine::Psync,
             iodepth: 1,
             threads: 1,
             size: None,
@@ -230,7 +230,7 @@ impl Workload {
         if self.iodepth > 4096 {
             bail!("iodepth {} is too deep; at most 4096", self.iodepth);
         }
-        if matches!(self.interface, Interface::Nbd { .. }) && (self.engine != Engine::Psync || self.iodepth != 1) {
+        if matches!(self.interface, Interface::Nbd { .. }) && (self.engine != IoEngine::Psync || self.iodepth != 1) {
             bail!("interface: nbd runs one request at a time per thread (engine: psync, iodepth: 1); use `threads` for more requests in flight");
         }
         if self.threads > 1024 {

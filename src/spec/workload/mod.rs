@@ -8,7 +8,7 @@ use super::units::{Dur, Size};
 use crate::content::profile::Profile;
 pub mod config;
 
-pub use config::{CONTENT_BLOCK, Engine, ErrorPolicy, Interface, Pattern, Personality, PersonalitySpec, SyncMode, Workload};
+pub use config::{CONTENT_BLOCK, ErrorPolicy, Interface, IoEngine, Pattern, Personality, PersonalitySpec, SyncMode, Workload};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 use std::path::{Path, PathBuf};
@@ -214,13 +214,13 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
         w.block_size = b.value.0;
     }
     if let Some(e) = &y.engine {
-        w.engine = e.value.parse::<Engine>().map_err(|m| at(source, e, "engine", m))?;
+        w.engine = e.value.parse::<IoEngine>().map_err(|m| at(source, e, "engine", m))?;
     }
     if let Some(q) = &y.iodepth {
         if q.value == 0 || q.value > 4096 {
             return Err(at(source, q, "iodepth", format!("{} is out of range; allowed: 1..4096", q.value)));
         }
-        if q.value > 1 && w.engine == Engine::Psync {
+        if q.value > 1 && w.engine == IoEngine::Psync {
             return Err(at(source, q, "iodepth", "psync has one I/O in flight per thread; use `engine: io_uring` for a queue depth"));
         }
         w.iodepth = q.value;
@@ -445,7 +445,7 @@ mod tests {
     fn full_spec() {
         let w = p("workload:\n  interface: file\n  dir: /tmp/x\n  files: 4\n  file_size: 1MiB\n  pattern: zipf:1.1\n  mix: {read: 30, write: 70}\n  block_size: 16KiB\n  engine: io_uring\n  iodepth: 8\n  threads: 2\n  size: 1GiB\n  duration: 5s\n  rate_iops: 1000\n  sync: fsync:16\n  on_error: retry:3\n  interval: 100ms\n  content: {profile: none, seed: 9}\n").unwrap();
         assert_eq!(w.interface, Interface::File { dir: "/tmp/x".into(), count: 4, size: 1 << 20 });
-        assert_eq!((w.write_pct, w.block_size, w.engine, w.iodepth, w.threads), (70, 16384, Engine::IoUring, 8, 2));
+        assert_eq!((w.write_pct, w.block_size, w.engine, w.iodepth, w.threads), (70, 16384, IoEngine::IoUring, 8, 2));
         assert_eq!((w.sync, w.on_error, w.rate_iops, w.seed), (SyncMode::Fsync(16), ErrorPolicy::Retry(3), Some(1000), 9));
         assert_eq!(w.pattern, Pattern::Zipf(1.1));
         // a shipped profile by name
@@ -487,7 +487,7 @@ mod tests {
         assert!(w.profile.total_blocks() > 1 << 40, "{}", w.profile.total_blocks());
         // the run-time check of the values together (the CLI's flags reach only this one)
         let mut w = Workload::new(Interface::Block { device: "/dev/null".into() });
-        (w.engine, w.iodepth, w.block_size, w.threads, w.ops) = (Engine::IoUring, 65535, 64 << 20, 65535, Some(1));
+        (w.engine, w.iodepth, w.block_size, w.threads, w.ops) = (IoEngine::IoUring, 65535, 64 << 20, 65535, Some(1));
         let e = |w: &Workload| w.check().unwrap_err().to_string();
         assert!(e(&w).contains("block size 67108864 must be a multiple of 4096 up to 1MiB"), "{}", e(&w));
         w.block_size = 1 << 20;

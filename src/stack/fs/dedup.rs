@@ -1,8 +1,9 @@
-//! Deduplication on a stack: exactly the blocks the workload wrote more than once
-//! (`stack::dedupe`, FIDEDUPERANGE) or with duperemove, then fstrim; and FIEMAP, which counts
-//! the bytes files share.
+//! The dedup step of a dedup stack: exactly the blocks the workload wrote more than once
+//! (`dedupe_range`, the kernel's FIDEDUPERANGE ioctl) or the whole file system with
+//! duperemove, then fstrim; and FIEMAP, which counts the bytes files share.
 
-use super::{Built, FsKind, run, which};
+use super::dedupe_range::BlockDedupReport;
+use super::{BuiltStack, FsKind, run, which};
 use crate::sys::mount;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -32,17 +33,17 @@ impl DedupReport {
     }
 }
 
-impl Built {
+impl BuiltStack {
     /// Deduplicate exactly the blocks the workload wrote more than once (FIDEDUPERANGE, 4 KiB
-    /// granularity; see `dedupe.rs`), then `fstrim`, so freed copies leave the disk and only
+    /// granularity; see `dedupe_range`), then `fstrim`, so freed copies leave the disk and only
     /// the shared block carries each content.
-    pub fn dedupe_blocks(&mut self, blocks: impl IntoIterator<Item = (PathBuf, u64, u64)>) -> Result<crate::stack::dedupe::BlockDedupReport> {
+    pub fn dedupe_blocks(&mut self, blocks: impl IntoIterator<Item = (PathBuf, u64, u64)>) -> Result<BlockDedupReport> {
         let Some(mnt) = self.mountpoint.clone() else { bail!("dedupe needs a file system (this stack is raw)") };
         if self.kind == Some(FsKind::Ext4) {
             bail!("dedupe needs btrfs or xfs with reflink; this is ext4");
         }
         let _ = mount::syncfs(&mnt);
-        let mut rep = crate::stack::dedupe::dedupe_blocks(blocks, 4096)?;
+        let mut rep = super::dedupe_range::dedupe_blocks(blocks, 4096)?;
         let _ = mount::syncfs(&mnt);
         let trim = Command::new(which("fstrim")?).arg("-v").arg(&mnt).output();
         match &trim {

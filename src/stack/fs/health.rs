@@ -1,7 +1,7 @@
 //! What a stack says about its health: btrfs device error counters, ext4's error count, and
 //! kernel log lines that name the stack's devices.
 
-use super::{Built, FsKind, run, which};
+use super::{BuiltStack, FsKind, run, which};
 use crate::sys::mount;
 use anyhow::{Result, bail};
 use serde::Serialize;
@@ -19,7 +19,7 @@ pub struct DeviceStats {
     pub generation_errs: u64,
 }
 
-impl Built {
+impl BuiltStack {
     /// `btrfs device stats` of a btrfs stack.
     pub fn device_stats(&self) -> Result<Vec<DeviceStats>> {
         let Some(mnt) = &self.mountpoint else { bail!("no file system") };

@@ -3,16 +3,19 @@
 //! mount is recorded in the ledger before it is made and taken down before the devices under
 //! it (see docs/stacks.md). Here: building, mounting, cold cache and teardown; `devices`:
 //! which devices are ours and what is mounted on them; `health`: btrfs counters and kernel
-//! messages; `dedup`: deduplication and FIEMAP.
+//! messages; `dedup`: the dedup step (`dedupe_range`: sharing given blocks with the kernel's
+//! FIDEDUPERANGE ioctl) and FIEMAP.
 
 pub use crate::spec::stack::{FsKind, StackSpec};
 use crate::stack::command::{self, CommandEnv, CommandOutcome, CommandSpec};
 pub use dedup::{DedupReport, Extent, FIEMAP_EXTENT_SHARED, extents, shared_bytes};
+pub use dedupe_range::BlockDedupReport;
 use devices::{LIVE, wait_unclaimed};
 pub use devices::{is_own_device, release_on_device, unmount_fs};
 pub use health::{DeviceStats, parse_device_stats};
 
 mod dedup;
+mod dedupe_range;
 mod devices;
 mod health;
 use crate::sys::ledger::{self, LedgerFile};
@@ -30,8 +33,9 @@ pub struct BuildOptions {
     pub allow_foreign_devices: bool,
 }
 
-/// A built stack. Torn down by `teardown` or on drop.
-pub struct Built {
+/// A stack built from its `StackSpec` (its file system mounted, or the raw devices). Torn down
+/// by `teardown` or on drop.
+pub struct BuiltStack {
     pub spec: StackSpec,
     pub devices: Vec<PathBuf>,
     pub mountpoint: Option<PathBuf>,
@@ -86,13 +90,13 @@ fn mkfs_cmd(kind: FsKind, extra: &[&str], user: &[String], devices: &[PathBuf]) 
     Ok(c)
 }
 
-impl Built {
+impl BuiltStack {
     /// Build `spec` on `devices` (faultline loop devices of this process; others are refused).
-    pub fn build(spec: &StackSpec, devices: &[PathBuf]) -> Result<Built> {
+    pub fn build(spec: &StackSpec, devices: &[PathBuf]) -> Result<BuiltStack> {
         Self::build_with(spec, devices, &BuildOptions::default())
     }
 
-    pub fn build_with(spec: &StackSpec, devices: &[PathBuf], opts: &BuildOptions) -> Result<Built> {
+    pub fn build_with(spec: &StackSpec, devices: &[PathBuf], opts: &BuildOptions) -> Result<BuiltStack> {
         let need = spec.devices_needed();
         if devices.len() != need {
             bail!("this stack needs {need} device(s), got {}", devices.len());
@@ -104,7 +108,7 @@ impl Built {
         if matches!(base, StackSpec::Command { .. }) {
             bail!("a command stack cannot be built on another command stack");
         }
-        let mut me = Built {
+        let mut me = BuiltStack {
             spec: spec.clone(),
             devices: devices.to_vec(),
             mountpoint: None,
@@ -297,7 +301,7 @@ impl Built {
     }
 }
 
-impl Drop for Built {
+impl Drop for BuiltStack {
     fn drop(&mut self) {
         match self.release() {
             Ok(notes) => notes.iter().for_each(|n| eprintln!("faultline: {n}")),

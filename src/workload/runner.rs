@@ -1,4 +1,4 @@
-//! `run`: set up files and threads, run the engine per thread, sample the time series, and
+//! `run`: set up files and threads, run the I/O engine (psync or uring) per thread, sample the time series, and
 //! merge the threads' results. `run_block` runs a `BlockWorkload` (a flat psync block
 //! workload that tests build directly).
 
@@ -7,7 +7,7 @@ use super::op::{Region, Shared, ThreadOut, Worker};
 use super::stats::{LatencySummary as Summary, Sample, hist, sampler, summary};
 use super::{Progress, WriteObserver, files};
 pub use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy};
-use crate::spec::workload::config::{Engine, Interface, SyncMode, Workload};
+use crate::spec::workload::config::{Interface, IoEngine, SyncMode, Workload};
 use crate::workload::pattern::Pattern;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -144,8 +144,8 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                     let mut wk = Worker::new(sh, t, region, blocks);
                     let r = match (sh.w.engine, nbd_ref) {
                         (_, Some(c)) => super::psync::run_thread_nbd(&mut wk, c),
-                        (Engine::Psync, None) => super::psync::run_thread(&mut wk, &fs),
-                        (Engine::IoUring, None) => super::uring::run_thread(&mut wk, &fs),
+                        (IoEngine::Psync, None) => super::psync::run_thread(&mut wk, &fs),
+                        (IoEngine::IoUring, None) => super::uring::run_thread(&mut wk, &fs),
                     };
                     wk.flush_progress();
                     if r.is_err() {
@@ -253,7 +253,7 @@ pub struct BlockWorkload {
 }
 
 /// Run a psync block workload, recording into `map` (one map covering the device).
-pub fn run_block(b: &BlockWorkload, map: Arc<super::map::ContentMap>) -> Result<WorkloadResult> {
+pub fn run_block(b: &BlockWorkload, map: Arc<super::content_map::ContentMap>) -> Result<WorkloadResult> {
     let mut w = Workload::new(Interface::Block { device: b.device.clone() });
     w.pattern = b.pattern;
     w.write_pct = b.write_pct;
@@ -269,7 +269,7 @@ pub fn run_block(b: &BlockWorkload, map: Arc<super::map::ContentMap>) -> Result<
     let maps = Maps {
         target: super::maps::Target::Block { device: b.device.clone() },
         seed: map.seed,
-        maps: vec![super::map::ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, map.seed)],
+        maps: vec![super::content_map::ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, map.seed)],
     };
     let r = run(&w, &maps, None, None).with_context(|| format!("workload on {}", b.device.display()))?;
     for blk in 0..maps.maps[0].len() {

@@ -4,7 +4,7 @@
 //! with non-temporal stores, sequential through a populated 512 MiB region, and 4 KiB writes
 //! with ordinary stores at random blocks; the payload is hot as after the kernel's copy. The
 //! three are interleaved write by write in a rotating order; medians per write.
-//! `cargo run --release --example hashcopy`
+//! `cargo bench --bench hashcopy`
 use faultline::disk::hashcopy::{fits, hash_copy};
 use std::time::Instant;
 

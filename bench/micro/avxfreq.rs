@@ -4,7 +4,7 @@
 //! fixed scalar loop (~30 µs, about one request's worth). A core that lowers its clock after
 //! 512-bit multiplies shows it as a slower scalar loop after the AVX-512 steps. The three kinds
 //! run in phases of 2,000 steps (the clock change outlasts a step), rotating, over 4 rounds;
-//! medians per kind. `cargo run --release --example avxfreq`
+//! medians per kind. `cargo bench --bench avxfreq`
 use std::time::Instant;
 
 #[cfg(target_arch = "x86_64")]

@@ -5,7 +5,7 @@
 //! lookups) of two disks side by side, one without rules and one with the device bench's 100k
 //! never-matching rules (50k content rules for writes, 50k offset rules for reads), interleaved
 //! write by write in alternating order. Run it from two builds to compare copy paths.
-//! `cargo run --release --example storecopy`
+//! `cargo bench --bench storecopy`
 use faultline::disk::store::{Hashed, Lent, RamStore, Src, Store};
 use faultline::disk::{Disk, DiskConfig};
 use faultline::spec::rule::{Action, FlipAt, Op, Rule, Target};

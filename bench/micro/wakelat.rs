@@ -1,3 +1,5 @@
+//! Wake-up latency of a thread blocked on a pipe read, woken by a write from another thread:
+//! p50 and p90 of 200 wake-ups. `cargo bench --bench wakelat`
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 fn main() {

@@ -2,6 +2,7 @@
 //! for fill_block alone (copy + stamps), for the full per-write path (stream id + fill), and
 //! for the engines' in-place path (sequential ids into a buffer that already holds their
 //! segments: stamps only).
+//! `cargo bench --bench contentspeed`
 use faultline::content::{HELD_NONE, fill_block, profile::Profile, stream::Stream, with_pool};
 use std::time::Instant;
 

@@ -3,6 +3,7 @@
 //! in ns per round trip. On a VM it shows where the host placed the two vCPUs: tens of ns when
 //! they share a cache, several hundred when they do not, and that decides how fast any
 //! request that crosses CPUs is served (BENCHMARKS.md). The benches record it each round.
+//! `cargo bench --bench xcpu`
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::time::Instant;
 
