@@ -144,3 +144,30 @@ fn protocol_rules_file_and_fault_add_refuse_the_same_rules() {
     read_completes(&s);
     s.stop();
 }
+
+/// A run hands each disk server its disk as one typed document (`serve --spec-json`), which
+/// the server takes as given and `info` reports back; the disk's flags cannot be mixed in.
+#[test]
+fn protocol_serve_takes_its_disk_as_one_document() {
+    use faultline::spec::disk::{DiskConfig, DiskSpec, RingMode};
+    let spec = DiskSpec {
+        disk: DiskConfig { size: Some(8 << 20), block_size: 512, ..Default::default() },
+        front: faultline::spec::disk::FrontendOptions { ring: RingMode::Off, busy_poll: Duration::ZERO, ..Default::default() },
+    };
+    let json = serde_json::to_string(&spec).unwrap();
+    assert_eq!(serde_json::from_str::<DiskSpec>(&json).unwrap(), spec, "{json}");
+    let s = Serve::start_args(&["--spec-json", &json], "rules: []\n");
+    let info = faultline::frontend::control::Client::socket(&s.socket).info().unwrap();
+    assert_eq!((info.block_size, info.size), (512, 8 << 20), "{info:?}");
+    assert!(info.transport.as_deref().is_some_and(|t| t.starts_with("/dev/fuse")), "{info:?}");
+    let st = faultline::frontend::control::Client::socket(&s.socket).stats().unwrap();
+    assert!(st.latency_model.is_none() && st.nbd_client.is_none() && st.nbd_server.is_none());
+    s.stop();
+
+    let o = Command::new(bin()).args(["serve", "--size", "1GiB", "--spec-json"]).arg(&json).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--spec-json") && e.contains("--size"), "{e}");
+    let o = Command::new(bin()).args(["serve", "--spec-json", r#"{"disk":{"size":1}}"#]).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("--spec-json: not a disk spec"), "{e}");
+}

@@ -52,22 +52,11 @@ impl Transport for Kept {
     }
 }
 
-/// `faultline serve` arguments for the disk `d` (size, store, front end, latency model); the
-/// caller adds where it serves and its control socket (also run::agents on remote hosts).
+/// `faultline serve` arguments for the disk `d`: its whole spec as one typed document (size,
+/// store, front end, latency model); the caller adds where it serves and its control socket
+/// (also run::agents on remote hosts).
 pub(crate) fn serve_args(d: &DiskSpec) -> Vec<String> {
-    let mut a = vec![
-        format!("--size={}", d.size()),
-        format!("--block-size={}", d.disk.block_size),
-        format!("--store={}", d.disk.store),
-        format!("--busy-poll={}us", d.front.busy_poll.as_micros()),
-        format!("--ring={}", d.front.ring),
-        format!("--rq-affinity={}", d.front.rq_affinity),
-        format!("--cpu-latency={}", d.front.cpu_latency),
-    ];
-    a.extend(d.disk.latency.as_ref().map(|m| format!("--latency-yaml={}", m.to_yaml())));
-    a.extend(d.disk.populate.map(|p| format!("--populate={p}")));
-    a.push(format!("--ring-threads={}", d.front.ring_threads));
-    a
+    vec![format!("--spec-json={}", serde_json::to_string(d).expect("a disk spec serializes"))]
 }
 
 impl DiskServer {
