@@ -7,7 +7,7 @@ use crate::spec::net::{Loss, NetFault, NetRule, Rate, parse_gilbert, parse_host_
 use crate::spec::rule::DelayDist;
 use crate::spec::units::{parse_duration, parse_ratio, parse_size};
 use crate::sys::ledger;
-use anyhow::{Result, bail};
+use anyhow::Result;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
@@ -152,18 +152,7 @@ pub fn net(a: NetArgs) -> Result<()> {
 }
 
 fn socket(given: Option<PathBuf>) -> Result<PathBuf> {
-    if let Some(s) = given {
-        return Ok(s);
-    }
-    let live: Vec<PathBuf> = ledger::live().into_iter().filter_map(|l| l.net_socket).collect();
-    match live.len() {
-        1 => Ok(live.into_iter().next().unwrap()),
-        0 => bail!("no running `faultline net up` found; start one or pass --socket"),
-        n => bail!(
-            "{n} `faultline net up` are running; pick one with --socket ({})",
-            live.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
-        ),
-    }
+    super::find_socket(given, |l| l.net_socket.clone(), "`faultline net up`")
 }
 
 fn up(hosts: &[String], opts: RelayOptions, veth: bool, socket: Option<PathBuf>) -> Result<()> {

@@ -6,6 +6,7 @@
 //! gone) or on `shutdown` the agent ends them itself and exits.
 
 use super::proto::{Event, FromAgent, Hello, Op, PROTOCOL, Request, Response, now_ns};
+use crate::frontend::control::{Socket, Transport};
 use crate::sys::ledger::LedgerFile;
 use anyhow::{Context, Result};
 use std::collections::HashMap;
@@ -132,8 +133,8 @@ fn exec(argv: &[String], input: Option<&str>) -> Result<serde_json::Value> {
 }
 
 /// Send one request to a disk server's control socket on this host and return its result.
-pub fn control(socket: &str, request: &serde_json::Value) -> Result<serde_json::Value> {
-    crate::sys::json_call(socket.as_ref(), request, "the disk server", "is its `faultline serve` running?", Some(Duration::from_secs(30)))
+pub fn control(socket: &str, request: &crate::frontend::control::Request) -> Result<serde_json::Value> {
+    Socket { path: socket.into(), timeout: Some(Duration::from_secs(30)) }.exchange(request)
 }
 
 impl Agent {

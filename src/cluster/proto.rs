@@ -36,9 +36,9 @@ pub enum Op {
     Spawn { name: String, argv: Vec<String> },
     /// Signal a spawned command's process group (default SIGTERM).
     Kill { name: String, signal: Option<i32> },
-    /// One request to a `faultline serve` control socket on the host (docs/rules.md's
-    /// JSON-lines protocol: arm, list, log, stats, reset_epoch); answers its `result`.
-    Control { socket: String, request: serde_json::Value },
+    /// One request to a `faultline serve` control socket on the host (docs/control.md);
+    /// answers its `result`.
+    Control { socket: String, request: crate::frontend::control::Request },
     /// End every spawned command and answer; the agent then exits.
     Shutdown,
 }
@@ -99,5 +99,11 @@ mod tests {
         let ev: FromAgent = serde_json::from_str(r#"{"event":"exit","name":"w","code":0,"signal":null,"t_ns":3}"#).unwrap();
         assert!(matches!(ev, FromAgent::Event(Event::Exit { code: Some(0), .. })));
         assert!(serde_json::from_str::<Request>(r#"{"id":1,"op":"format_disk"}"#).is_err());
+        // a control request travels in the disk server's own wire form
+        let c = Request { id: 2, op: Op::Control { socket: "/s".into(), request: crate::frontend::control::Request::Log { since: 5, max: 10 } } };
+        let s = serde_json::to_string(&c).unwrap();
+        assert_eq!(s, r#"{"id":2,"op":"control","socket":"/s","request":{"cmd":"log","since":5,"max":10}}"#);
+        assert_eq!(serde_json::from_str::<Request>(&s).unwrap(), c);
+        assert!(serde_json::from_str::<Request>(r#"{"id":3,"op":"control","socket":"/s","request":{"cmd":"explode"}}"#).is_err());
     }
 }

@@ -291,6 +291,7 @@ impl Disk {
 
     /// Arm rules; `rot` rules corrupt the stored data now (and stay listed with their counts).
     pub fn arm(&self, rules: Vec<Rule>) -> Result<Vec<Arc<ArmedRule>>> {
+        crate::spec::rules::check_rules(&rules, self.geometry()).map_err(anyhow::Error::msg)?;
         let armed = self.engine.add(rules);
         for r in &armed {
             if let Action::Rot { at } = &r.rule.action {

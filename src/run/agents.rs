@@ -24,6 +24,7 @@ use super::hosts::windows;
 use crate::cluster::netfaults::{NetPlan, NftChain};
 use crate::cluster::proto::{Event, Op, now_ns};
 use crate::cluster::{Agent, Channel, ClockOffset, install};
+use crate::frontend::control::{Client, Request, Transport};
 use crate::report::model as rm;
 use crate::report::study::{AgentLoss, ClientPoint, ClientSeries, Probe, Study, StudyAgent, StudyHost};
 use crate::run::probe::HostSample;
@@ -77,8 +78,9 @@ impl Remote {
         let text = format!("{}{}", r["stdout"].as_str().unwrap_or(""), r["stderr"].as_str().unwrap_or(""));
         Ok((r["code"] == json!(0), text))
     }
-    fn control(&self, socket: &str, request: Value) -> Result<Value> {
-        self.call(Op::Control { socket: socket.into(), request }, Duration::from_secs(30))
+    /// The typed client of the disk server at `socket` on this agent's host.
+    fn control<'a>(&'a self, socket: &'a str) -> Client<Via<'a>> {
+        Client(Via { agent: self, socket })
     }
     fn set_doing(&self, what: &str) {
         *self.doing.lock().unwrap() = what.to_string();
@@ -89,6 +91,18 @@ impl Remote {
     /// The agent's clock (ns) on the controller's clock.
     fn to_local(&self, t_ns: u64) -> i128 {
         t_ns as i128 - self.offset.offset_ns as i128
+    }
+}
+
+/// A disk server's control socket on an agent's host, reached through the agent.
+struct Via<'a> {
+    agent: &'a Remote,
+    socket: &'a str,
+}
+
+impl Transport for Via<'_> {
+    fn exchange(&self, req: &Request) -> Result<Value> {
+        self.agent.call(Op::Control { socket: self.socket.into(), request: req.clone() }, Duration::from_secs(30))
     }
 }
 
@@ -789,9 +803,9 @@ fn armed_phase(
     let is_fl = hosts.kind == TargetKind::Faultline;
     let mut seq0 = 0;
     if is_fl {
-        seq0 = target.control(socket, json!({"cmd": "reset_epoch"}))?["log_total"].as_u64().unwrap_or(0);
+        seq0 = target.control(socket).reset_epoch()?;
         for f in &static_faults {
-            target.control(socket, json!({"cmd": "arm", "rules": [f.rule]}))?;
+            target.control(socket).arm(vec![f.rule.clone()])?;
         }
     }
     if !host_yaml.is_empty() {
@@ -894,15 +908,8 @@ fn armed_phase(
     if is_fl && target_down.load(Relaxed) {
         notes.push(format!("the target on {} was killed (host fault `kill`): no disk figures", target.spec.host));
     } else if is_fl {
-        let listed: Vec<crate::fault::engine::RuleStatus> = serde_json::from_value(target.control(socket, json!({"cmd": "list"}))?)?;
-        let mut log = Vec::new();
-        let mut since = seq0;
-        loop {
-            let page: Vec<crate::fault::log::LogEntry> = serde_json::from_value(target.control(socket, json!({"cmd": "log", "since": since, "max": 10_000}))?)?;
-            let Some(last) = page.last() else { break };
-            since = last.seq + 1;
-            log.extend(page);
-        }
+        let listed = target.control(socket).list()?;
+        let log = target.control(socket).log_since(seq0)?;
         faults = crate::report::collect::injected_faults(0, setup.disk.disk.block_size as u64, &listed, &log);
         rules = crate::report::collect::rule_counts(&listed);
     }
@@ -913,7 +920,7 @@ fn armed_phase(
 /// window moves back by the time the run has already gone (`elapsed`); a window that is over
 /// is left out. Counts (`times`, `after_requests`) start again on the fresh disk.
 fn rearm_restarted(target: &Remote, socket: &str, rules: &[crate::spec::rule::Rule], elapsed: Duration, notes: &mut Vec<String>) {
-    if let Err(e) = target.control(socket, json!({"cmd": "reset_epoch"})) {
+    if let Err(e) = target.control(socket).reset_epoch() {
         notes.push(format!("the restarted target's clock: {e:#}"));
         return;
     }
@@ -926,7 +933,7 @@ fn rearm_restarted(target: &Remote, socket: &str, rules: &[crate::spec::rule::Ru
             w.from = w.from.saturating_sub(elapsed);
             w.to = w.to.map(|t| t - elapsed);
         }
-        if let Err(e) = target.control(socket, json!({"cmd": "arm", "rules": [r]})) {
+        if let Err(e) = target.control(socket).arm(vec![r.clone()]) {
             notes.push(format!("disk fault {} not armed again on the restarted target: {e:#}", r.name.as_deref().unwrap_or("(unnamed)")));
         }
     }

@@ -8,10 +8,11 @@
 use crate::fault::Rule;
 use crate::fault::engine::{EngineStats, RuleStatus};
 use crate::fault::log::LogEntry;
+use crate::frontend::control::{Client, Request, Transport};
 use crate::spec::disk::DiskSpec;
 use crate::spec::rule::RuleId;
 use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -30,26 +31,32 @@ pub struct DiskServer {
     pub cpu_latency_unavailable: Option<String>,
     pub block_size: u64,
     child: Mutex<Option<Child>>,
-    conn: Mutex<Option<(BufReader<UnixStream>, UnixStream)>>,
-    socket: PathBuf,
+    client: Client<Kept>,
 }
 
-/// `faultline serve` arguments for the disk `d` (size, store, front end, latency model); the
-/// caller adds where it serves and its control socket (also run::agents on remote hosts).
+/// The server's control socket over one connection, made at the first request and kept.
+struct Kept {
+    socket: PathBuf,
+    conn: Mutex<Option<(BufReader<UnixStream>, UnixStream)>>,
+}
+
+impl Transport for Kept {
+    fn exchange(&self, req: &Request) -> Result<Value> {
+        let mut conn = self.conn.lock().unwrap();
+        if conn.is_none() {
+            let s = UnixStream::connect(&self.socket).with_context(|| format!("cannot connect to the disk server at {}", self.socket.display()))?;
+            *conn = Some((BufReader::new(s.try_clone()?), s));
+        }
+        let (r, w) = conn.as_mut().unwrap();
+        crate::sys::json_exchange(w, r, &serde_json::to_value(req)?, "the disk server")
+    }
+}
+
+/// `faultline serve` arguments for the disk `d`: its whole spec as one typed document (size,
+/// store, front end, latency model); the caller adds where it serves and its control socket
+/// (also run::agents on remote hosts).
 pub(crate) fn serve_args(d: &DiskSpec) -> Vec<String> {
-    let mut a = vec![
-        format!("--size={}", d.size()),
-        format!("--block-size={}", d.disk.block_size),
-        format!("--store={}", d.disk.store),
-        format!("--busy-poll={}us", d.front.busy_poll.as_micros()),
-        format!("--ring={}", d.front.ring),
-        format!("--rq-affinity={}", d.front.rq_affinity),
-        format!("--cpu-latency={}", d.front.cpu_latency),
-    ];
-    a.extend(d.disk.latency.as_ref().map(|m| format!("--latency-yaml={}", m.to_yaml())));
-    a.extend(d.disk.populate.map(|p| format!("--populate={p}")));
-    a.push(format!("--ring-threads={}", d.front.ring_threads));
-    a
+    vec![format!("--spec-json={}", serde_json::to_string(d).expect("a disk spec serializes"))]
 }
 
 impl DiskServer {
@@ -105,8 +112,7 @@ impl DiskServer {
             cpu_latency_unavailable: None,
             block_size: d.disk.block_size as u64,
             child: Mutex::new(Some(child)),
-            conn: Mutex::new(None),
-            socket,
+            client: Client(Kept { socket, conn: Mutex::new(None) }),
         };
         let nbd_only = place.is_some() && line.starts_with("nbd://");
         if !line.starts_with("/dev/") && !nbd_only {
@@ -118,89 +124,63 @@ impl DiskServer {
                 _ => bail!("disk {index}: the disk server did not start"),
             }
         }
-        let info = me.call(json!({"cmd": "info"}))?;
+        let info = me.client.info()?;
         me.device = PathBuf::from(line.trim());
-        me.transport = info["transport"].as_str().unwrap_or_default().to_string();
-        me.cpu_latency_unavailable = info["cpu_latency_unavailable"].as_str().map(str::to_string);
+        me.transport = info.transport.unwrap_or_default();
+        me.cpu_latency_unavailable = info.cpu_latency_unavailable;
         Ok(me)
     }
 
-    /// One request over the control socket (one connection, kept).
-    fn call(&self, req: Value) -> Result<Value> {
-        let mut conn = self.conn.lock().unwrap();
-        if conn.is_none() {
-            let s = UnixStream::connect(&self.socket).with_context(|| format!("cannot connect to the disk server at {}", self.socket.display()))?;
-            *conn = Some((BufReader::new(s.try_clone()?), s));
-        }
-        let (r, w) = conn.as_mut().unwrap();
-        crate::sys::json_exchange(w, r, &req, "the disk server")
-    }
-
     pub fn arm(&self, rules: Vec<Rule>) -> Result<Vec<RuleId>> {
-        let v = self.call(json!({"cmd": "arm", "rules": rules}))?;
-        Ok(serde_json::from_value(v["ids"].clone())?)
+        self.client.arm(rules)
     }
 
     pub fn list(&self) -> Result<Vec<RuleStatus>> {
-        Ok(serde_json::from_value(self.call(json!({"cmd": "list"}))?)?)
+        self.client.list()
     }
 
     /// Every log entry from sequence number `since` on, fetched in pages.
-    pub fn log_since(&self, mut since: u64) -> Result<Vec<LogEntry>> {
-        let mut all = Vec::new();
-        loop {
-            let page: Vec<LogEntry> = serde_json::from_value(self.call(json!({"cmd": "log", "since": since, "max": 10_000}))?)?;
-            let Some(last) = page.last() else { break };
-            since = last.seq + 1;
-            all.extend(page);
-        }
-        Ok(all)
+    pub fn log_since(&self, since: u64) -> Result<Vec<LogEntry>> {
+        self.client.log_since(since)
     }
 
     /// The NBD client's counters of an `nbd://` store (None for local stores).
     pub fn client_counters(&self) -> Result<Option<crate::nbd_wire::client::CounterSnapshot>> {
-        let v = self.call(json!({"cmd": "stats"}))?;
-        Ok(serde_json::from_value(v["nbd_client"].clone()).ok())
+        Ok(self.client.stats()?.nbd_client)
     }
 
     /// The engine's figures and, when the disk is served over NBD, its server's counters
     /// (requests in flight; zeroes otherwise), from one `stats` call.
     pub fn stats_and_queue(&self) -> Result<(EngineStats, crate::nbd_wire::ServerSnapshot)> {
-        let mut v = self.call(json!({"cmd": "stats"}))?;
-        let q = serde_json::from_value(v["nbd_server"].take()).unwrap_or_default();
-        Ok((serde_json::from_value(v)?, q))
+        let s = self.client.stats()?;
+        Ok((s.faults, s.nbd_server.unwrap_or_default()))
     }
 
     /// The daemon's service counters per op since it started (`stats`' `service`): op ->
     /// (count, service ns, held delay ns).
     pub fn service(&self) -> Result<std::collections::BTreeMap<String, (u64, u64, u64)>> {
-        let mut v = self.call(json!({"cmd": "stats"}))?;
-        let m: std::collections::BTreeMap<String, crate::disk::service::OpService> = serde_json::from_value(v["service"].take()).unwrap_or_default();
-        Ok(m.into_iter().map(|(k, o)| (k, (o.count, o.service_ns, o.delay_ns))).collect())
+        Ok(self.client.stats()?.service.into_iter().map(|(k, o)| (k, (o.count, o.service_ns, o.delay_ns))).collect())
     }
 
+    /// The fault engine's figures (`stats` without its other sections).
     pub fn stats(&self) -> Result<EngineStats> {
-        Ok(serde_json::from_value(self.call(json!({"cmd": "stats"}))?)?)
+        Ok(self.client.stats()?.faults)
     }
 
     /// The latency model's figures and the replies' lateness, if the disk has a model.
     pub fn latency_stats(&self) -> Result<Option<(crate::disk::latency::LatencyStats, crate::fault::log::LatenessSummary)>> {
-        let mut v = self.call(json!({"cmd": "stats"}))?;
-        if v["latency_model"].is_null() {
-            return Ok(None);
-        }
-        Ok(Some((serde_json::from_value(v["latency_model"].take())?, serde_json::from_value(v["delay_lateness"].take())?)))
+        let s = self.client.stats()?;
+        Ok(s.latency_model.map(|m| (m, s.faults.delay_lateness)))
     }
 
     /// Restart the fault clock; returns the log's sequence number at that moment.
     pub fn reset_epoch(&self) -> Result<u64> {
-        let v = self.call(json!({"cmd": "reset_epoch"}))?;
-        v["log_total"].as_u64().context("bad reset_epoch reply")
+        self.client.reset_epoch()
     }
 
     /// Ask the server to tear down (SIGTERM) and wait for it, time-limited.
     pub fn stop(&self) -> Result<()> {
-        self.conn.lock().unwrap().take();
+        self.client.0.conn.lock().unwrap().take();
         let Some(mut child) = self.child.lock().unwrap().take() else {
             return Ok(());
         };

@@ -93,8 +93,13 @@ pub struct HostSample {
 /// of the disk server at `socket`; each sample goes to `emit`, which returns false to stop.
 pub fn stream(interval: Duration, groups: &[i32], socket: Option<&str>, count: Option<u64>, mut emit: impl FnMut(&HostSample) -> bool) {
     // the server's request counter (0 without a socket or while it cannot be asked)
-    let requests =
-        || socket.and_then(|s| crate::cluster::agent::control(s, &serde_json::json!({"cmd": "stats"})).ok()).and_then(|v| v["requests"].as_u64()).unwrap_or(0);
+    let requests = || {
+        socket
+            .and_then(|s| {
+                crate::frontend::control::Client(crate::frontend::control::Socket { path: s.into(), timeout: Some(Duration::from_secs(30)) }).stats().ok()
+            })
+            .map_or(0, |st| st.faults.requests)
+    };
     let mut last_req = requests();
     let t0 = std::time::Instant::now();
     let mut last_m = machine_cpu();

@@ -31,6 +31,19 @@ impl std::str::FromStr for StoreSpec {
     }
 }
 
+/// In documents as on the command line: `ram`, `file:PATH`, ...
+impl serde::Serialize for StoreSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for StoreSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <String as serde::Deserialize>::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::fmt::Display for StoreSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
@@ -43,7 +56,8 @@ impl std::fmt::Display for StoreSpec {
 }
 
 /// The disk itself: size, block size, store.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DiskConfig {
     /// Needed for a RAM store and a new store file; a device or an existing file has its own.
     pub size: Option<u64>,
@@ -86,7 +100,8 @@ pub fn check_block_size(bs: u64) -> Result<u32, String> {
 }
 
 /// How the disk is served (not what it does: that is the disk's and the rules' business).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct FrontendOptions {
     /// After a request, poll for the next one this long before sleeping (`frontend::poll`;
     /// while requests overlap, per-CPU ring threads poll `OWNER_POLL` instead); zero never
@@ -125,8 +140,10 @@ impl Default for FrontendOptions {
     }
 }
 
-/// One served disk: the disk and its front end.
-#[derive(Clone, Debug, PartialEq, Default)]
+/// One served disk: the disk and its front end. Also the document a run hands each disk
+/// server it starts (`serve --spec-json`), in the form serde gives it.
+#[derive(Clone, Debug, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DiskSpec {
     pub disk: DiskConfig,
     pub front: FrontendOptions,
@@ -195,6 +212,11 @@ macro_rules! keyword {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, String> {
                 <$t as Keyword>::parse(s)
+            }
+        }
+        impl serde::Serialize for $t {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.word())
             }
         }
         impl<'de> serde::Deserialize<'de> for $t {

@@ -135,12 +135,16 @@ pub(crate) struct RawWindow {
 
 /// A window from its YAML: `from` defaults to the start, `to` to never; `to` after `from`.
 pub(crate) fn parse_window(w: RawWindow) -> Result<Window, String> {
-    let from = w.from.map(|d| d.0).unwrap_or_default();
-    let to = w.to.map(|d| d.0);
-    if to.is_some_and(|t| t <= from) {
+    let w = Window { from: w.from.map(|d| d.0).unwrap_or_default(), to: w.to.map(|d| d.0) };
+    check_window(&w)?;
+    Ok(w)
+}
+
+fn check_window(w: &Window) -> Result<(), String> {
+    if w.to.is_some_and(|t| t <= w.from) {
         return Err("window `to` must be later than `from`".into());
     }
-    Ok(Window { from, to })
+    Ok(())
 }
 
 #[derive(Deserialize, Clone)]
@@ -379,6 +383,14 @@ pub(crate) fn validate_fault(mut r: RawRule, geo: DiskGeometry, label: String) -
     };
     if deferred.is_some() {
         rule.target = Target::Any;
+        // the workload's target may be armed as a content target, which flush and discard
+        // never match (they carry no data) and which `check_rule` refuses with them
+        if !is_rot {
+            rule.ops = OpSet::of(&rule.ops.ops().into_iter().filter(|o| matches!(o, Op::Read | Op::Write)).collect::<Vec<_>>());
+            if rule.ops == OpSet::NONE {
+                return Err("a workload target names a block's data; flush and discard carry none. Use `op: read` and/or `op: write`".into());
+            }
+        }
     }
     let trigger = match when {
         None if is_rot => Trigger::AfterWorkload,
@@ -448,15 +460,7 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
             }
             return Ok(FlipAt { byte: None, bit: None });
         }
-        let byte = r.byte.unwrap_or(0);
-        if byte as u64 >= bs {
-            return Err(format!("`byte: {byte}` is outside the block; allowed: 0..{}", bs - 1));
-        }
-        let bit = r.bit.unwrap_or(0);
-        if bit > 7 {
-            return Err(format!("`bit: {bit}` is not a bit number; allowed: 0..7"));
-        }
-        Ok(FlipAt { byte: Some(byte), bit: Some(bit) })
+        Ok(FlipAt { byte: Some(r.byte.unwrap_or(0)), bit: Some(r.bit.unwrap_or(0)) })
     };
 
     let action = match kind {
@@ -464,16 +468,9 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
         "rot" => Action::Rot { at: flip_at()? },
         "corrupt" => {
             let offset = r.offset.map(|s| s.0).unwrap_or(0);
-            if offset >= bs {
-                return Err(format!("`offset: {offset}` is outside the block; allowed: 0..{}", bs - 1));
-            }
             let length = r.length.map(|s| s.0);
-            if let Some(l) = length {
-                // offset < bs (checked above): bs - offset cannot underflow, offset + l could overflow
-                if l == 0 || l > bs - offset {
-                    return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
-                }
-            }
+            // before the casts to the rule's u32 fields: a YAML number may not fit them
+            check_corrupt(offset, length, bs)?;
             let fill = match r.fill.as_deref().unwrap_or("random") {
                 "random" => Fill::Random,
                 "zero" | "zeroes" | "zeros" => Fill::Zero,
@@ -503,9 +500,6 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
                     if neg { -v } else { v }
                 }
             };
-            if shift == 0 || shift.unsigned_abs() % bs != 0 {
-                return Err(format!("`shift: {shift}` must be a non-zero multiple of the block size ({bs})"));
-            }
             Action::MisdirectedWrite { shift }
         }
         _ => unreachable!(),
@@ -524,9 +518,6 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
                 OneOrMany::One(s) => vec![s.as_str()],
                 OneOrMany::Many(v) => v.iter().map(|s| s.as_str()).collect(),
             };
-            if words.is_empty() {
-                return Err(format!("`op: []` names no operation, so the rule would never match; allowed: {OPS}, or a list of them"));
-            }
             let mut ops = Vec::new();
             for w in words {
                 match w {
@@ -538,12 +529,6 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
             OpSet::of(&ops)
         }
     };
-    if write_only && ops != OpSet::of(&[Op::Write]) {
-        return Err(format!("type {kind} applies to writes only; use `op: write` or leave `op` out"));
-    }
-    if matches!(kind, "bitflip" | "corrupt") && (ops.has(Op::Flush) || ops.has(Op::Discard)) {
-        return Err(format!("type {kind} changes data; allowed ops: read, write"));
-    }
 
     // target
     let target = match r.target {
@@ -552,26 +537,11 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
         Some(WordOr::Word(w)) => return Err(format!("unknown target `{w}`; allowed: any, {{offset, length}}, {{block, count}}, {{hash}}")),
         Some(WordOr::Map(t)) => parse_target(t, geo)?,
     };
-    if kind == "rot" && target == Target::Any {
-        return Err("type rot needs a `target` (an offset range or a content hash) to say which stored data rots".into());
-    }
-    if matches!(target, Target::Content { .. }) && (ops.has(Op::Flush) || ops.has(Op::Discard)) {
-        return Err("content targets match data; flush and discard carry none. Use `op: read` and/or `op: write`".into());
-    }
 
-    if r.times == Some(0) {
-        return Err("`times: 0` would never fire; give a count >= 1, or leave `times` out for every match".into());
-    }
     let window = r.window.map(parse_window).transpose()?;
     let pattern = r.pattern.map(parse_pattern).transpose()?;
-    if pattern.is_some() && r.probability.is_some() {
-        return Err("`probability` and `pattern` both choose which matches fire; give one (`probability: 10%` is `pattern: {random: {ratio: 10%}}`)".into());
-    }
-    if pattern.is_some() && kind == "rot" {
-        return Err("type rot corrupts data at rest once, when armed; `pattern` selects among matching requests, which rot does not see".into());
-    }
     let (after_requests, after_bytes) = r.after.map(|a| (a.requests.unwrap_or(0), a.bytes.map(|b| b.0).unwrap_or(0))).unwrap_or((0, 0));
-    Ok(Rule {
+    let rule = Rule {
         name: r.name,
         action,
         ops,
@@ -583,7 +553,174 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
         window,
         after_requests,
         after_bytes,
-    })
+    };
+    check_rule(&rule, geo)?;
+    Ok(rule)
+}
+
+/// Whether `r` is a rule the disk can arm: the one check every rule passes whatever path it
+/// came by (rules file, `fault add`, the socket's `add` and `arm`, a run, an agent), so a rule
+/// that would make the request path fail (a uniform delay with max < min panics the
+/// distribution's sampler) is refused when armed. The YAML path adds line and column.
+pub fn check_rule(r: &Rule, geo: DiskGeometry) -> Result<(), String> {
+    let bs = geo.block_size as u64;
+    let kind = r.action.name();
+    let flip = |at: &FlipAt| -> Result<(), String> {
+        if let Some(byte) = at.byte
+            && byte as u64 >= bs
+        {
+            return Err(format!("`byte: {byte}` is outside the block; allowed: 0..{}", bs - 1));
+        }
+        match at.bit {
+            Some(bit) if bit > 7 => Err(format!("`bit: {bit}` is not a bit number; allowed: 0..7")),
+            _ => Ok(()),
+        }
+    };
+    match &r.action {
+        Action::Bitflip { at } | Action::Rot { at } => flip(at)?,
+        Action::Corrupt { offset, length, .. } => check_corrupt(*offset as u64, length.map(u64::from), bs)?,
+        Action::Error { errno } => {
+            if !(1..4096).contains(errno) {
+                return Err(errno_out_of_range(*errno as i64));
+            }
+        }
+        Action::Delay { delay } => check_delay(delay)?,
+        Action::LostWrite | Action::TornWrite { .. } => {}
+        Action::MisdirectedWrite { shift } => {
+            if *shift == 0 || shift.unsigned_abs() % bs != 0 {
+                return Err(format!("`shift: {shift}` must be a non-zero multiple of the block size ({bs})"));
+            }
+        }
+    }
+
+    // ops
+    let is_rot = matches!(r.action, Action::Rot { .. });
+    let write_only = matches!(r.action, Action::LostWrite | Action::TornWrite { .. } | Action::MisdirectedWrite { .. });
+    let data_ops = r.ops.has(Op::Flush) || r.ops.has(Op::Discard);
+    if is_rot && r.ops != OpSet::NONE {
+        return Err("type rot corrupts data at rest when armed; it takes no `op`".into());
+    }
+    if !is_rot && r.ops == OpSet::NONE {
+        return Err(format!("`op: []` names no operation, so the rule would never match; allowed: {OPS}, or a list of them"));
+    }
+    if write_only && r.ops != OpSet::of(&[Op::Write]) {
+        return Err(format!("type {kind} applies to writes only; use `op: write` or leave `op` out"));
+    }
+    if matches!(r.action, Action::Bitflip { .. } | Action::Corrupt { .. }) && data_ops {
+        return Err(format!("type {kind} changes data; allowed ops: read, write"));
+    }
+
+    // target
+    match r.target {
+        Target::Any if is_rot => return Err("type rot needs a `target` (an offset range or a content hash) to say which stored data rots".into()),
+        Target::Any => {}
+        Target::Range { start, end } => {
+            if end <= start {
+                return Err(if end == start {
+                    "target length is 0; it would never match".into()
+                } else {
+                    format!("target [{start}, {end}) ends before it starts")
+                });
+            }
+            if end > geo.size {
+                return Err(beyond_end(&format!("[{start}, {end})"), geo));
+            }
+        }
+        Target::Content { .. } if data_ops => {
+            return Err("content targets match data; flush and discard carry none. Use `op: read` and/or `op: write`".into());
+        }
+        Target::Content { .. } => {}
+    }
+
+    // when
+    if r.times == Some(0) {
+        return Err("`times: 0` would never fire; give a count >= 1, or leave `times` out for every match".into());
+    }
+    if let Some(p) = r.probability
+        && !(0.0..=1.0).contains(&p)
+    {
+        return Err(format!("`probability: {p}` is out of range; expected {}", super::units::RATIO_HELP));
+    }
+    if let Some(w) = &r.window {
+        check_window(w)?;
+    }
+    if let Some(p) = &r.pattern {
+        if r.probability.is_some() {
+            return Err("`probability` and `pattern` both choose which matches fire; give one (`probability: 10%` is `pattern: {random: {ratio: 10%}}`)".into());
+        }
+        if is_rot {
+            return Err("type rot corrupts data at rest once, when armed; `pattern` selects among matching requests, which rot does not see".into());
+        }
+        check_pattern(p)?;
+    }
+    Ok(())
+}
+
+/// `check_rule` for each of a batch armed together; the error names the rule by its place in
+/// the batch (and its name), as the YAML path names it by line.
+pub fn check_rules(rules: &[Rule], geo: DiskGeometry) -> Result<(), String> {
+    for (i, r) in rules.iter().enumerate() {
+        check_rule(r, geo).map_err(|e| match &r.name {
+            Some(n) => format!("rule #{} ({n}): {e}", i + 1),
+            None => format!("rule #{}: {e}", i + 1),
+        })?;
+    }
+    Ok(())
+}
+
+/// A corrupt action's bytes lie inside one block.
+fn check_corrupt(offset: u64, length: Option<u64>, bs: u64) -> Result<(), String> {
+    if offset >= bs {
+        return Err(format!("`offset: {offset}` is outside the block; allowed: 0..{}", bs - 1));
+    }
+    if let Some(l) = length {
+        // offset < bs (checked above): bs - offset cannot underflow, offset + l could overflow
+        if l == 0 || l > bs - offset {
+            return Err(format!("`length: {l}` must be 1..{} (offset + length within one block of {bs} bytes)", bs - offset));
+        }
+    }
+    Ok(())
+}
+
+fn beyond_end(what: &str, geo: DiskGeometry) -> String {
+    let bs = geo.block_size as u64;
+    format!("target {what} lies beyond the end of the disk ({} bytes, {} blocks of {bs})", geo.size, geo.size / bs)
+}
+
+fn errno_out_of_range(n: i64) -> String {
+    format!("errno {n} is out of range; allowed: 1..4095 or a name: {}", ERRNOS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))
+}
+
+/// A pattern as armed: the same bounds `parse_pattern` enforces, and a burst's period the one
+/// its ratio and length give (the engine divides by it).
+fn check_pattern(p: &Pattern) -> Result<(), String> {
+    match *p {
+        Pattern::Random { ratio } => check_pattern_ratio(ratio),
+        Pattern::Burst { ratio, length, period } => {
+            check_pattern_ratio(ratio)?;
+            check_burst_length(length)?;
+            let want = burst_period(ratio, length)?;
+            if period != want {
+                return Err(format!(
+                    "burst `period: {period}` does not follow from `length: {length}` and `ratio: {ratio}`; allowed: {want} (length / ratio, rounded)"
+                ));
+            }
+            Ok(())
+        }
+        Pattern::Interval { every } => check_interval(every),
+    }
+}
+
+fn check_pattern_ratio(x: f64) -> Result<(), String> {
+    if x > 0.0 && x <= 1.0 { Ok(()) } else { Err(format!("pattern `ratio: {x}` never selects a request; allowed: (0, 1], e.g. 10% or 0.1")) }
+}
+
+fn check_burst_length(length: u64) -> Result<(), String> {
+    if length == 0 { Err("burst `length: 0` is no run at all; allowed: 1 or more requests".into()) } else { Ok(()) }
+}
+
+fn check_interval(every: u64) -> Result<(), String> {
+    if every == 0 { Err("interval `every: 0` is no interval; allowed: 1 or more requests".into()) } else { Ok(()) }
 }
 
 /// The delay of `{type: delay, pattern: ...}` without a `delay` key (the published default).
@@ -601,24 +738,22 @@ fn parse_pattern(p: WordOr<RawPattern>) -> Result<Pattern, String> {
         },
         WordOr::Map(m) => m,
     };
-    let ratio = |r: Option<Ratio>, default: f64| match r.map(|r| r.0).unwrap_or(default) {
-        x if x > 0.0 && x <= 1.0 => Ok(x),
-        x => Err(format!("pattern `ratio: {x}` never selects a request; allowed: (0, 1], e.g. 10% or 0.1")),
+    let ratio = |r: Option<Ratio>, default: f64| {
+        let x = r.map(|r| r.0).unwrap_or(default);
+        check_pattern_ratio(x).map(|()| x)
     };
     match (p.random, p.burst, p.interval) {
         (Some(r), None, None) => Ok(Pattern::Random { ratio: ratio(r.ratio, Pattern::DEFAULT_RANDOM_RATIO)? }),
         (None, Some(b), None) => {
             let ratio = ratio(b.ratio, Pattern::DEFAULT_BURST_RATIO)?;
             let length = b.length.unwrap_or(Pattern::DEFAULT_BURST_LENGTH);
-            if length == 0 {
-                return Err("burst `length: 0` is no run at all; allowed: 1 or more requests".into());
-            }
+            check_burst_length(length)?;
             Ok(Pattern::Burst { ratio, length, period: burst_period(ratio, length)? })
         }
-        (None, None, Some(i)) => match i.every.unwrap_or(Pattern::DEFAULT_INTERVAL) {
-            0 => Err("interval `every: 0` is no interval; allowed: 1 or more requests".into()),
-            every => Ok(Pattern::Interval { every }),
-        },
+        (None, None, Some(i)) => {
+            let every = i.every.unwrap_or(Pattern::DEFAULT_INTERVAL);
+            check_interval(every).map(|()| Pattern::Interval { every })
+        }
         _ => Err(format!("a pattern is exactly one of {PATTERNS}")),
     }
 }
@@ -650,7 +785,7 @@ fn parse_errno(e: Option<&NumOrWord>) -> Result<i32, String> {
     match e {
         None => Ok(libc::EIO),
         Some(NumOrWord::Num(n)) if (1..4096).contains(n) => Ok(*n as i32),
-        Some(NumOrWord::Num(n)) => Err(format!("errno {n} is out of range; allowed: 1..4095 or a name: {}", names())),
+        Some(NumOrWord::Num(n)) => Err(errno_out_of_range(*n)),
         Some(NumOrWord::Word(w)) => {
             ERRNOS.iter().find(|(n, _)| n.eq_ignore_ascii_case(w)).map(|(_, v)| *v).ok_or_else(|| format!("unknown errno `{w}`; allowed: {}", names()))
         }
@@ -671,38 +806,31 @@ pub(crate) fn parse_delay(d: WordOr<RawDelay>) -> Result<DelayDist, String> {
         WordOr::Map(m) => m,
     };
     let need = |v: Option<Dur>, k: &str| v.map(|d| d.0).ok_or_else(|| format!("distribution {} needs `{k}`", raw.distribution));
-    let pos = |v: Option<f64>, k: &str| match v {
-        Some(x) if x > 0.0 && x.is_finite() => Ok(x),
-        Some(x) => Err(format!("`{k}: {x}` must be a positive number")),
-        None => Err(format!("distribution {} needs `{k}`", raw.distribution)),
-    };
+    let num = |v: Option<f64>, k: &str| v.ok_or_else(|| format!("distribution {} needs `{k}`", raw.distribution));
     let dist = match raw.distribution.as_str() {
         "fixed" => DelayDist::Fixed(need(raw.mean.or(raw.min), "mean")?),
-        "uniform" => {
-            let (min, max) = (need(raw.min, "min")?, need(raw.max, "max")?);
-            if max < min {
-                return Err("uniform delay: `max` must be >= `min`".into());
-            }
-            DelayDist::Uniform { min, max }
-        }
+        "uniform" => DelayDist::Uniform { min: need(raw.min, "min")?, max: need(raw.max, "max")? },
         "normal" => DelayDist::Normal { mean: need(raw.mean, "mean")?, stddev: need(raw.stddev, "stddev")? },
-        "lognormal" => {
-            let median = need(raw.median, "median")?;
-            if median.is_zero() {
-                return Err("lognormal delay: `median` must be > 0".into());
-            }
-            DelayDist::Lognormal { median, sigma: pos(raw.sigma, "sigma")? }
-        }
-        "pareto" => {
-            let scale = need(raw.scale, "scale")?;
-            if scale.is_zero() {
-                return Err("pareto delay: `scale` must be > 0".into());
-            }
-            DelayDist::Pareto { scale, shape: pos(raw.shape, "shape")? }
-        }
+        "lognormal" => DelayDist::Lognormal { median: need(raw.median, "median")?, sigma: num(raw.sigma, "sigma")? },
+        "pareto" => DelayDist::Pareto { scale: need(raw.scale, "scale")?, shape: num(raw.shape, "shape")? },
         other => return Err(format!("unknown distribution `{other}`; allowed: fixed, uniform, normal, lognormal, pareto")),
     };
+    check_delay(&dist)?;
     Ok(dist)
+}
+
+/// A delay distribution its sampler accepts (`fault::engine::sample_delay` unwraps them).
+pub fn check_delay(d: &DelayDist) -> Result<(), String> {
+    let pos = |x: f64, k: &str| if x > 0.0 && x.is_finite() { Ok(()) } else { Err(format!("`{k}: {x}` must be a positive number")) };
+    match *d {
+        DelayDist::Fixed(_) | DelayDist::Normal { .. } => Ok(()),
+        DelayDist::Uniform { min, max } if max < min => Err("uniform delay: `max` must be >= `min`".into()),
+        DelayDist::Uniform { .. } => Ok(()),
+        DelayDist::Lognormal { median, .. } if median.is_zero() => Err("lognormal delay: `median` must be > 0".into()),
+        DelayDist::Lognormal { sigma, .. } => pos(sigma, "sigma"),
+        DelayDist::Pareto { scale, .. } if scale.is_zero() => Err("pareto delay: `scale` must be > 0".into()),
+        DelayDist::Pareto { shape, .. } => pos(shape, "shape"),
+    }
 }
 
 fn parse_target(t: RawTarget, geo: DiskGeometry) -> Result<Target, String> {
@@ -716,7 +844,7 @@ fn parse_target(t: RawTarget, geo: DiskGeometry) -> Result<Target, String> {
     if let Some(h) = t.hash {
         return Ok(Target::Content { hash: parse_hash(&h)? });
     }
-    let beyond = |what: String| format!("target {what} lies beyond the end of the disk ({} bytes, {} blocks of {bs})", geo.size, geo.size / bs);
+    let beyond = |what: String| beyond_end(&what, geo);
     let (start, len) = if byte_form {
         (t.offset.map(|s| s.0).unwrap_or(0), t.length.map(|s| s.0).unwrap_or(bs))
     } else {
@@ -724,13 +852,7 @@ fn parse_target(t: RawTarget, geo: DiskGeometry) -> Result<Target, String> {
         let start = b.checked_mul(bs).ok_or_else(|| beyond(format!("`block: {b}`")))?;
         (start, n.checked_mul(bs).ok_or_else(|| beyond(format!("`count: {n}` (blocks)")))?)
     };
-    if len == 0 {
-        return Err("target length is 0; it would never match".into());
-    }
     let end = start.checked_add(len).ok_or_else(|| beyond(format!("[{start}, {start} + {len})")))?;
-    if end > geo.size {
-        return Err(beyond(format!("[{start}, {end})")));
-    }
     Ok(Target::Range { start, end })
 }
 
@@ -867,6 +989,71 @@ mod tests {
         assert!(e.contains("beyond any file"), "{e}");
     }
 
+    /// Rules armed as JSON (`arm`, a run, an agent) skip the YAML: `check_rule` refuses what
+    /// the YAML path refuses, with its message, and `check_rules` names the rule.
+    #[test]
+    fn typed_rules_are_checked_like_yaml_ones() {
+        use std::time::Duration;
+        let us = Duration::from_micros;
+        let delay = |d| Rule::new(Action::Delay { delay: d }, &[Op::Read], Target::Any);
+        let bad = [
+            (delay(DelayDist::Uniform { min: us(2), max: us(1) }), "uniform delay: `max` must be >= `min`"),
+            (delay(DelayDist::Pareto { scale: us(1), shape: 0.0 }), "`shape: 0` must be a positive number"),
+            (delay(DelayDist::Pareto { scale: us(0), shape: 1.0 }), "`scale` must be > 0"),
+            (delay(DelayDist::Lognormal { median: us(1), sigma: f64::NAN }), "`sigma: NaN` must be a positive number"),
+            (delay(DelayDist::Lognormal { median: us(0), sigma: 1.0 }), "`median` must be > 0"),
+            (Rule::new(Action::Error { errno: 0 }, &[Op::Read], Target::Any), "errno 0 is out of range"),
+            (Rule::new(Action::Error { errno: libc::EIO }, &[], Target::Any), "`op: []` names no operation"),
+            (Rule::new(Action::Bitflip { at: FlipAt { byte: Some(4096), bit: Some(0) } }, &[Op::Read], Target::Any), "`byte: 4096` is outside the block"),
+            (Rule::new(Action::Bitflip { at: FlipAt::default() }, &[Op::Flush], Target::Any), "allowed ops: read, write"),
+            (Rule::new(Action::Corrupt { offset: 4000, length: Some(100), fill: Fill::Zero }, &[Op::Read], Target::Any), "`length: 100` must be 1..96"),
+            (Rule::new(Action::MisdirectedWrite { shift: 100 }, &[Op::Write], Target::Any), "non-zero multiple of the block size"),
+            (Rule::new(Action::LostWrite, &[Op::Read], Target::Any), "applies to writes only"),
+            (Rule::new(Action::Rot { at: FlipAt::default() }, &[], Target::Any), "type rot needs a `target`"),
+            (Rule::new(Action::Rot { at: FlipAt::default() }, &[Op::Read], Target::Range { start: 0, end: 4096 }), "takes no `op`"),
+            (Rule::new(Action::LostWrite, &[Op::Write], Target::Range { start: 8192, end: 4096 }), "ends before it starts"),
+            (Rule::new(Action::LostWrite, &[Op::Write], Target::Range { start: 0, end: (1 << 30) + 1 }), "beyond the end of the disk"),
+            (Rule::new(Action::Error { errno: 5 }, &[Op::Flush], Target::Content { hash: 1 }), "flush and discard carry none"),
+        ];
+        for (r, want) in bad {
+            let e = check_rules(&[Rule::new(Action::LostWrite, &[Op::Write], Target::Any), r.clone()], GEO).unwrap_err();
+            assert!(e.starts_with("rule #2: ") && e.contains(want), "{r:?}\n got: {e}\nwant: {want}");
+        }
+        let mut r = delay(DelayDist::Fixed(us(1)));
+        for (p, want) in [
+            (Pattern::Burst { ratio: 0.5, length: 2, period: 0 }, "`period: 0` does not follow"),
+            (Pattern::Burst { ratio: 0.5, length: 0, period: 0 }, "`length: 0` is no run"),
+            (Pattern::Random { ratio: 1.5 }, "`ratio: 1.5` never selects"),
+            (Pattern::Interval { every: 0 }, "`every: 0` is no interval"),
+        ] {
+            r.pattern = Some(p);
+            let e = check_rule(&r, GEO).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+        r.pattern = None;
+        r.times = Some(0);
+        assert!(check_rule(&r, GEO).unwrap_err().contains("`times: 0`"));
+        r.times = None;
+        r.probability = Some(2.0);
+        assert!(check_rule(&r, GEO).unwrap_err().contains("`probability: 2` is out of range"));
+        r.probability = None;
+        r.window = Some(Window { from: us(5), to: Some(us(5)) });
+        assert!(check_rule(&r, GEO).unwrap_err().contains("window `to` must be later"));
+        // every rule the YAML path builds passes (it runs the same check), and is named by name
+        for r in parse_rules(
+            "rules:\n  - {type: delay, delay: {distribution: pareto, scale: 1us, shape: 1.5}, pattern: burst}\n  - {type: rot, target: {block: 1}}\n",
+            "t",
+            GEO,
+        )
+        .unwrap()
+        {
+            check_rule(&r, GEO).unwrap();
+        }
+        let mut named = delay(DelayDist::Uniform { min: us(2), max: us(1) });
+        named.name = Some("slow".into());
+        assert!(check_rules(&[named], GEO).unwrap_err().starts_with("rule #1 (slow): uniform delay"));
+    }
+
     fn fault(y: &str) -> Result<FaultSpec, String> {
         let r: RawRule = serde_saphyr::from_str(y).map_err(|e| e.to_string())?;
         validate_fault(r, GEO, "rule #1".into())
@@ -890,5 +1077,9 @@ mod tests {
         assert!(fault("{type: bitflip, target: unique, by: offset}").unwrap_err().contains("name a content"));
         assert!(fault("{type: bitflip, target: last_written_block, when: {every: 1GiB, at: 2s}}").unwrap_err().contains("exactly one of"));
         assert!(fault("{type: bitflip, target: everything}").unwrap_err().contains("allowed: any, last_written_block"));
+        // a workload target may be armed as a content target: flush and discard are dropped
+        let f = fault("{type: error, target: unique, when: {after_ops: 3}}").unwrap();
+        assert_eq!(f.rule.ops, OpSet::of(&[Op::Read, Op::Write]));
+        assert!(fault("{type: delay, delay: 1ms, op: flush, target: most_duplicated}").unwrap_err().contains("flush and discard carry none"));
     }
 }

@@ -80,14 +80,14 @@ impl ServedDisk {
             }
             me.ledger.as_mut().unwrap().update(|l| l.socket = Some(s.to_owned()))?;
             let e = me.exposed.as_ref();
-            let info = serde_json::json!({
-                "device": e.map(|e| &e.device),
-                "transport": e.map(|e| &e.transport),
-                "cpu_latency_unavailable": e.and_then(|e| e.cpu_latency_unavailable.as_ref()),
-                "nbd": me.nbd.as_ref().map(|n| n.uri()),
-                "block_size": disk.block_size(),
-                "size": disk.size(),
-            });
+            let info = frontend::control::ServerInfo {
+                device: e.map(|e| e.device.clone()),
+                transport: e.map(|e| e.transport.clone()),
+                cpu_latency_unavailable: e.and_then(|e| e.cpu_latency_unavailable.clone()),
+                nbd: me.nbd.as_ref().map(|n| n.uri()),
+                block_size: disk.block_size(),
+                size: disk.size(),
+            };
             frontend::control::start(s, disk, info)?;
             me.socket = Some(s.to_owned());
         }
