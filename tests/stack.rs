@@ -126,7 +126,7 @@ fn ext4_options_and_cold_cache_rereads_the_disk() {
 }
 
 fn ledger_files(pid: u32) -> Vec<String> {
-    std::fs::read_dir("/run/faultline/runs")
+    std::fs::read_dir(faultline::sys::ledger::run_dir().join("runs"))
         .map(|rd| {
             rd.flatten()
                 .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{pid}-")))
@@ -445,7 +445,7 @@ fn teardown_order_with_a_busy_file_system() {
     let name = dev.file_name().unwrap().to_string_lossy().to_string();
     let backing = |n: &str| std::fs::read_to_string(format!("/sys/block/{n}/loop/backing_file")).unwrap_or_default();
     let ours = backing(&name);
-    assert!(ours.starts_with("/run/faultline/mnt-"), "{ours}");
+    assert!(ours.starts_with(&format!("{}/mnt-", faultline::sys::ledger::run_dir().display())), "{ours}");
     d.teardown().unwrap();
     assert!(!fs_mounted(&mnt));
     assert_ne!(backing(&name), ours, "loop device still attached to our disk");
