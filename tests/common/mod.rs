@@ -79,6 +79,19 @@ pub fn transports() -> Vec<&'static str> {
     }
 }
 
+/// For a test scripts/test.sh lists in TRANSPORT_PINNED (which its second pass, over classic
+/// /dev/fuse, leaves out): it sets FAULTLINE_TEST_PINNED for them in the first pass, and then
+/// every disk they serve must name its transport (`pinned`), or the first pass did not run
+/// their classic half. `what` names the disk in the failure.
+pub fn check_pinned(what: &str, pinned: bool) {
+    if std::env::var_os("FAULTLINE_TEST_PINNED").is_some() {
+        assert!(
+            pinned,
+            "listed in scripts/test.sh's TRANSPORT_PINNED, but {what} leaves the transport to the default (name it, or take the test off the list)"
+        );
+    }
+}
+
 pub struct Serve {
     child: Option<Child>,
     pub dev: PathBuf,
@@ -115,6 +128,7 @@ impl Serve {
     }
 
     fn start_at(run_root: &Path, args: &[&str], rules: &str) -> Serve {
+        check_pinned(&format!("a disk served with {args:?}"), args.contains(&"--ring"));
         let dir = tempfile::tempdir().unwrap();
         let rules_path = dir.path().join("rules.yaml");
         std::fs::write(&rules_path, rules).unwrap();
