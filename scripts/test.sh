@@ -80,10 +80,10 @@ TRANSPORT_PINNED=(
 
 # Binaries that run with no other binary beside them, one after another once the others are
 # done: they compare rates, latencies or windows with what they asked for and need the CPU time
-# they ask for (agents_run, delay, latency_model, monitor, nbd_client's queue depth probe), or
-# they change what the whole machine shares (the CPU latency limit, the next free loop
-# device's settings).
-ALONE=(agents_run busy_poll cpu_latency delay latency_model monitor nbd_client steer)
+# they ask for (beside other binaries, pings and NBD connects missed their windows, and block
+# service times grew by half), or they change what the whole machine shares (the CPU latency
+# limit, the next free loop device's settings).
+ALONE=(agents_run busy_poll cpu_latency delay latency_model monitor nbd_client net performability steer)
 # Other binaries run this many at a time, each with this many tests at a time.
 JOBS=${FAULTLINE_TEST_JOBS:-3}
 THREADS=${FAULTLINE_TEST_THREADS:-2}
