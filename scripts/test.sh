@@ -81,9 +81,12 @@ TRANSPORT_PINNED=(
 # Binaries that run with no other binary beside them, one after another once the others are
 # done: they compare rates, latencies or windows with what they asked for and need the CPU time
 # they ask for (beside other binaries, pings and NBD connects missed their windows, and block
-# service times grew by half), or they change what the whole machine shares (the CPU latency
-# limit, the next free loop device's settings).
-ALONE=(agents_run busy_poll cpu_latency delay latency_model monitor nbd_client net performability steer)
+# service times grew by half); they keep processes in mount namespaces of their own (`ip netns
+# exec`), whose copies of every FUSE mount of the moment stall other binaries' disk teardowns
+# (the server aborts the connection after 5 s, then finds its loop device still held); or they
+# change what the whole machine shares (the CPU latency limit, the next free loop device's
+# settings).
+ALONE=(agents_run busy_poll cleanup cluster cpu_latency delay latency_model monitor nbd_client net performability steer)
 # Other binaries run this many at a time, each with this many tests at a time.
 JOBS=${FAULTLINE_TEST_JOBS:-3}
 THREADS=${FAULTLINE_TEST_THREADS:-2}

@@ -1,5 +1,18 @@
 //! Shared helpers for integration tests: a real `faultline serve` child process, O_DIRECT I/O
 //! on its /dev/loopN, and control-socket calls. Tests need root, /dev/fuse and loop devices.
+//!
+//! scripts/test.sh runs test binaries side by side and the tests of each in threads of one
+//! process, beside other users of the machine. So a test:
+//! - names what it makes outside its tempdir (a run directory, a network namespace, a device, a
+//!   file) with `unique(tag)`, never the process id alone or a fixed name; a port is bound as 0;
+//! - finds the run directory with `run_root()`, never a literal /run/faultline;
+//! - runs `faultline cleanup`, or looks for leftovers, in a `RunDir` of its own
+//!   (`Serve::start_in`, `RunDir::cmd`): the default one holds other tests' live runs;
+//! - waits for the event it needs (poll with a deadline), not a guessed sleep.
+//! A new test runs in both passes (default transport, then `FAULTLINE_RING=off`) until
+//! scripts/test.sh lists it in TRANSPORT_FREE (it serves no FUSE disk) or TRANSPORT_PINNED
+//! (each of its disks names its transport); one that measures time or changes what the whole
+//! machine shares goes in ALONE.
 #![allow(dead_code)]
 
 use faultline::content::fill_block;
