@@ -271,7 +271,7 @@ fn control_socket_round_trip(ring: &str) {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
     // `fault add` prints one line, the count and the new ids
-    let file = std::env::temp_dir().join(format!("faultline-add-{}.yaml", std::process::id()));
+    let file = s.dir.path().join("add.yaml");
     std::fs::write(
         &file,
         "rules:\n  - {type: delay, op: write, delay: 1us}\n  - {type: delay, op: write, delay: 2us}\n  - {type: delay, op: write, delay: 3us}\n",

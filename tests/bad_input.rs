@@ -4,30 +4,23 @@ mod common;
 use common::*;
 use std::process::{Command, Output};
 
-/// Loop devices over faultline's FUSE files (tests run two at a time, and the device-store
-/// test attaches a loop device of its own meanwhile).
-fn loops() -> String {
-    String::from_utf8_lossy(&Command::new("losetup").arg("-a").output().unwrap().stdout)
-        .lines()
-        .filter(|l| l.contains("/run/faultline/"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Run `faultline serve` with this rules text and extra args; it must fail without leftovers.
 fn serve_fails(rules: &str, args: &[&str]) -> String {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("bad.yaml");
     std::fs::write(&p, rules).unwrap();
-    let before = (loops(), faultline_mounts());
-    let out = Command::new(bin()).arg("serve").args(args).arg("--rules").arg(&p).output().unwrap();
-    check_failed(&out, before)
+    let run = RunDir::new("bad");
+    let out = run.cmd(&["serve"]).args(args).arg("--rules").arg(&p).output().unwrap();
+    check_failed(&out, &run)
 }
 
-fn check_failed(out: &Output, before: (String, Vec<String>)) -> String {
+/// The command failed, printed no device, and left nothing in its run directory (no loop
+/// device over a file there, no mount, no ledger). Each command gets a run directory of its
+/// own: a before/after list of the machine's devices changes with every other test running.
+fn check_failed(out: &Output, run: &RunDir) -> String {
     assert!(!out.status.success(), "must fail");
     assert!(out.stdout.is_empty(), "no device path may be printed on failure");
-    assert_eq!((loops(), faultline_mounts()), before, "something was left behind");
+    assert_eq!(run.leftovers(), Vec::<String>::new(), "something was left behind");
     String::from_utf8_lossy(&out.stderr).to_string()
 }
 
@@ -75,9 +68,10 @@ fn control_socket_path_is_checked_before_anything_is_built() {
     let dir = tempfile::tempdir().unwrap();
     // under `timeout`: a serve that took the path would serve until killed
     let serve = |socket: &std::path::Path| {
-        let before = (loops(), faultline_mounts());
-        let out = Command::new("timeout").args(["20", bin(), "serve", "--size", "16MiB", "--socket"]).arg(socket).output().unwrap();
-        check_failed(&out, before)
+        let run = RunDir::new("socket");
+        let out =
+            Command::new("timeout").args(["20", bin(), "serve", "--size", "16MiB", "--socket"]).arg(socket).env("FAULTLINE_RUN_DIR", &run.0).output().unwrap();
+        check_failed(&out, &run)
     };
     // a missing directory is an error, not created (it was made, and left behind)
     let missing = dir.path().join("no/such/dir");
@@ -90,9 +84,15 @@ fn control_socket_path_is_checked_before_anything_is_built() {
     let e = serve(&file);
     assert!(e.contains("exists and is not a socket"), "{e}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
-    let before = (loops(), faultline_mounts());
-    let out = Command::new("timeout").args(["20", bin(), "net", "--socket"]).arg(&file).args(["up", "--hosts", "a,b"]).output().unwrap();
-    let e = check_failed(&out, before);
+    let run = RunDir::new("net");
+    let out = Command::new("timeout")
+        .args(["20", bin(), "net", "--socket"])
+        .arg(&file)
+        .args(["up", "--hosts", "a,b"])
+        .env("FAULTLINE_RUN_DIR", &run.0)
+        .output()
+        .unwrap();
+    let e = check_failed(&out, &run);
     assert!(e.contains("exists and is not a socket"), "{e}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep");
 }
@@ -149,13 +149,13 @@ fn failed_run_leaves_no_results_directory() {
     let exp = dir.path().join("exp.yaml");
     let store = dir.path().join("no/such/dir/disk.img");
     std::fs::write(&exp, format!("name: t\ndisk: {{size: 64MiB, store: 'file:{}'}}\nworkload: {{size: 1MiB}}\nmonitor: off\n", store.display())).unwrap();
-    let before = (loops(), faultline_mounts());
     for out in [dir.path().join("made/res"), dir.path().join("given")] {
         if out.ends_with("given") {
             std::fs::create_dir(&out).unwrap();
         }
-        let o = Command::new(bin()).args(["run", "-q"]).arg(&exp).arg("--out").arg(&out).output().unwrap();
-        let e = check_failed(&o, before.clone());
+        let run = RunDir::new("failedrun");
+        let o = run.cmd(&["run", "-q"]).arg(&exp).arg("--out").arg(&out).output().unwrap();
+        let e = check_failed(&o, &run);
         assert!(e.contains("cannot open store file"), "{e}");
         if out.ends_with("given") {
             assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "the given empty directory was left with files");
@@ -180,8 +180,6 @@ fn failed_run_keeps_the_maps_of_finished_repetitions() {
     )
     .unwrap();
     let out = dir.path().join("res");
-    // a run directory of its own: its loop device and mount must not show in the other tests'
-    // before/after lists
     let run = RunDir::new("keptmaps");
     let o = run.cmd(&["run", "-q"]).arg(&exp).arg("--out").arg(&out).output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr).to_string();
@@ -319,19 +317,24 @@ fn device_store_needs_destructive_and_refuses_signatures() {
 
 #[test]
 fn not_root() {
-    let before = (loops(), faultline_mounts());
-    let out =
-        Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(bin()).args(["serve", "--size", "16MiB"]).output().unwrap();
-    let e = check_failed(&out, before);
+    let run = RunDir::new("notroot");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin())
+        .args(["serve", "--size", "16MiB"])
+        .env("FAULTLINE_RUN_DIR", &run.0)
+        .output()
+        .unwrap();
+    let e = check_failed(&out, &run);
     assert!(e.contains("must run as root"), "{e}");
 }
 
 #[test]
 fn missing_dev_fuse() {
     // a private mount namespace where /dev is an empty tmpfs
-    let before = (loops(), faultline_mounts());
+    let run = RunDir::new("nofuse");
     let script = format!("mount -t tmpfs none /dev && exec {} serve --size 16MiB", bin());
-    let out = Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]).output().unwrap();
-    let e = check_failed(&out, before);
+    let out = Command::new("unshare").args(["-m", "--propagation", "private", "sh", "-c", &script]).env("FAULTLINE_RUN_DIR", &run.0).output().unwrap();
+    let e = check_failed(&out, &run);
     assert!(e.contains("/dev/fuse is missing"), "{e}");
 }

@@ -5,27 +5,27 @@ use common::*;
 
 #[test]
 fn cleanup_after_kill9() {
-    let mut s = Serve::start("64MiB", "rules: []\n");
+    let run = RunDir::new("kill9");
+    let mut s = Serve::start_in(&run, &["--size", "64MiB"], "rules: []\n");
     let dev = s.dev.clone();
     let pid = s.pid();
     let name = dev.file_name().unwrap().to_string_lossy().to_string();
-    let mnt = format!("/run/faultline/mnt-{pid}-0");
-    assert!(faultline_mounts().contains(&mnt));
+    let mnt = format!("{}/mnt-{pid}-0", run.0.display());
+    assert!(mounts_in(&run.0).contains(&mnt));
     s.kill9();
     // still there: nobody tore it down
-    assert!(faultline_mounts().contains(&mnt), "expected the mount to survive kill -9");
+    assert!(mounts_in(&run.0).contains(&mnt), "expected the mount to survive kill -9");
     assert!(std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).is_ok());
-    let out = std::process::Command::new(bin()).arg("cleanup").output().unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (text, _) = run.cleanup();
     assert!(text.contains(&format!("detached {}", dev.display())), "{text}");
-    assert!(!faultline_mounts().contains(&mnt), "FUSE mount left behind: {text}");
-    assert_gone(&dev, pid);
+    assert!(!mounts_in(&run.0).contains(&mnt), "FUSE mount left behind: {text}");
+    assert_gone_in(&run.0, &dev, pid);
     assert!(!std::path::Path::new(&mnt).exists());
-    assert!(!std::path::Path::new(&format!("/run/faultline/runs/{pid}-0.json")).exists());
+    assert!(!run.0.join(format!("runs/{pid}-0.json")).exists());
     // a second cleanup finds nothing of this run
-    let out = std::process::Command::new(bin()).arg("cleanup").output().unwrap();
-    assert!(!String::from_utf8_lossy(&out.stdout).contains(&format!("pid {pid}")));
+    let (text, _) = run.cleanup();
+    assert!(!text.contains(&format!("pid {pid}")), "{text}");
+    assert!(run.leftovers().is_empty(), "{:?}", run.leftovers());
 }
 
 /// `faultline serve --size 64MiB ARGS` recording into `run`: the process and its loop device.
@@ -164,7 +164,7 @@ fn cleanup_restores_rq_affinity_of_a_device_detached_by_hand() {
 /// aborts it after a grace period instead of waiting as long as that process lives.
 #[test]
 fn teardown_ends_even_while_another_mount_namespace_holds_the_mount() {
-    let ns = format!("fl-test-{}-copy", std::process::id());
+    let ns = format!("fl-test-{}", unique("copy"));
     assert!(std::process::Command::new("ip").args(["netns", "add", &ns]).status().unwrap().success());
     let s = Serve::start("64MiB", "rules: []\n");
     let mut holder = std::process::Command::new("ip").args(["netns", "exec", &ns, "sleep", "60"]).spawn().unwrap();
@@ -188,7 +188,7 @@ fn cleanup_undoes_network_faults_in_the_namespace_they_were_made_in() {
         return;
     }
     let run = RunDir::new("netns");
-    let ns = format!("fl-cleanuptest-{}", std::process::id());
+    let ns = format!("fl-cleanuptest-{}", unique("netns"));
     let dev = format!("flqt{}", std::process::id() % 100_000);
     let ip = |args: &[&str]| std::process::Command::new("ip").args(args).stderr(std::process::Stdio::null()).status().unwrap().success();
     // whatever the outcome: the namespace and the device of cleanup's own namespace go

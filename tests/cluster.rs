@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 struct Netns(String);
 impl Netns {
     fn new(tag: &str) -> Netns {
-        let name = format!("fl-test-{}-{tag}", std::process::id());
+        let name = format!("fl-test-{}", common::unique(tag));
         assert!(Command::new("ip").args(["netns", "add", &name]).status().unwrap().success());
         Netns(name)
     }

@@ -101,16 +101,16 @@ fn auto_holds_while_requests_come_or_a_reply_is_due() {
 fn hold_lasts_the_disk_life_keep_never_asks() {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let base = baseline();
-    let mut s = Serve::start_args(&["--size", "64MiB", "--cpu-latency", "hold"], "rules: []\n");
+    let run = RunDir::new("hold");
+    let mut s = Serve::start_in(&run, &["--size", "64MiB", "--cpu-latency", "hold"], "rules: []\n");
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(limit(), 0, "--cpu-latency hold: not held while idle");
     let (dev, pid) = (s.dev.clone(), s.pid());
     // the request belongs to the process's open file: the kernel drops it with the process
     s.kill9();
     assert!(becomes(base, Duration::from_secs(2)), "--cpu-latency hold: the request outlived kill -9");
-    let out = std::process::Command::new(bin()).arg("cleanup").output().unwrap();
-    assert!(out.status.success());
-    assert_gone(&dev, pid);
+    run.cleanup();
+    assert_gone_in(&run.0, &dev, pid);
 
     let s = Serve::start_args(&["--size", "64MiB", "--cpu-latency", "keep"], "rules: []\n");
     let seen: Vec<i32> = while_reading(&s, || {

@@ -173,10 +173,10 @@ fn cleanup_thaws_what_a_killed_faultline_froze() {
     if !has("freezer") {
         return;
     }
+    let run = RunDir::new("thaw");
     let p = busy();
     let pid = p.0.id();
-    let mut h =
-        Command::new(bin()).args(["host", "--pid", &pid.to_string(), "--fault", "{type: freeze}"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut h = run.cmd(&["host", "--pid", &pid.to_string(), "--fault", "{type: freeze}"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
     // wait until it is frozen: its CPU time stops moving
     let t = Instant::now();
     loop {
@@ -190,7 +190,7 @@ fn cleanup_thaws_what_a_killed_faultline_froze() {
     h.kill().unwrap();
     h.wait().unwrap();
     let group = in_our_group(pid).expect("the group should outlive a kill -9");
-    let out = Command::new(bin()).arg("cleanup").output().unwrap();
+    let out = run.cmd(&["cleanup"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("removed cgroup"), "cleanup said: {text}");
     assert_eq!(in_our_group(pid), None, "still in {group}");

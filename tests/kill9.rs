@@ -24,8 +24,12 @@ fn experiment(dir: &Path, c: &Case) -> PathBuf {
     } else {
         "  interface: file\n  files: 4\n  file_size: 192MiB\n  sync: direct\n  pattern: sequential\n  size: 768MiB\n".to_string()
     };
+    // 768 MiB keep the workload and the verification long enough to be killed in; a case
+    // killed in verification writes them in large requests, as it need not be killed earlier
+    // (4 KiB writes took a minute per case)
+    let block_size = if c.on == "verify" { "128KiB" } else { "4KiB" };
     let text = format!(
-        "name: {}\ndisk: {{ size: 1GiB, store: ram }}\nstack: {}\nworkload:\n{workload}  mix: {{ write: 100 }}\n  block_size: 4KiB\n  engine: psync\nfaults: []\n",
+        "name: {}\ndisk: {{ size: 1GiB, store: ram }}\nstack: {}\nworkload:\n{workload}  mix: {{ write: 100 }}\n  block_size: {block_size}\n  engine: psync\nfaults: []\n",
         c.name, c.stack
     );
     let p = dir.join(format!("{}.yaml", c.name));
@@ -57,7 +61,7 @@ fn running(pid: u32) -> bool {
 
 fn kill9_then_cleanup(c: Case) {
     let tmp = tempfile::tempdir().unwrap();
-    let run = PathBuf::from(format!("/run/faultline-kill9test-{}-{}", std::process::id(), c.name));
+    let run = PathBuf::from(format!("{}-kill9test-{}", common::run_root().display(), common::unique(c.name)));
     let _ = std::fs::remove_dir_all(&run);
     std::fs::create_dir_all(&run).unwrap();
     let exp = experiment(tmp.path(), &c);
@@ -107,6 +111,8 @@ fn kill9_then_cleanup(c: Case) {
     assert!(t.elapsed() < Duration::from_secs(15), "{}: cleanup took {:?}", c.name, t.elapsed());
     let rest = drain.join().unwrap();
     let all = format!("{seen}{rest}\ncleanup:\n{text}");
+    // the kill landed in the phase the case names, not after the run had finished it
+    assert!(!rest.contains(": done in"), "{}: the run finished `{}` before it was killed\n{all}", c.name, c.on);
     for p in &pids {
         assert!(!running(*p), "{}: process {p} still running after cleanup\n{all}", c.name);
     }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{need_net, which};
+use common::{RunDir, need_net, which};
 
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -20,6 +20,8 @@ struct NetUp {
     /// (host, namespace, address)
     hosts: Vec<(String, String, String)>,
     socket: PathBuf,
+    /// The run directory its ledger is in.
+    run_root: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -29,12 +31,22 @@ impl NetUp {
     }
 
     fn start_with(hosts: &str, extra: &[&str]) -> NetUp {
+        NetUp::start_at(hosts, extra, &common::run_root())
+    }
+
+    /// In a run directory of the test's own, for a test that runs `cleanup`.
+    fn start_in(hosts: &str, run: &RunDir) -> NetUp {
+        NetUp::start_at(hosts, &[], &run.0)
+    }
+
+    fn start_at(hosts: &str, extra: &[&str], run_root: &Path) -> NetUp {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("net.sock");
         let mut child = Command::new(common::bin())
             .args(["net", "up", "--hosts", hosts, "--socket"])
             .arg(&socket)
             .args(extra)
+            .env("FAULTLINE_RUN_DIR", run_root)
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn faultline net up");
@@ -51,7 +63,7 @@ impl NetUp {
                 break;
             }
         }
-        NetUp { child, hosts, socket, _dir: dir }
+        NetUp { child, hosts, socket, run_root: run_root.to_owned(), _dir: dir }
     }
 
     fn ns(&self, host: &str) -> &str {
@@ -444,8 +456,8 @@ fn ns_exists(ns: &str) -> bool {
     Path::new("/run/netns").join(ns).exists()
 }
 
-fn ledgers_of(pid: u32) -> usize {
-    std::fs::read_dir(faultline::sys::ledger::run_dir().join("runs"))
+fn ledgers_of(run_root: &Path, pid: u32) -> usize {
+    std::fs::read_dir(run_root.join("runs"))
         .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{pid}-"))).count())
         .unwrap_or(0)
 }
@@ -464,13 +476,14 @@ fn ctrl_c_leaves_nothing() {
     assert!(l["bypass_packets"].as_u64().unwrap() >= 3, "{l}");
     let mut sleeper = net.exec("target", "sleep").arg("1000").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
+    let run_root = net.run_root.clone();
     let ns = net.stop();
     assert_eq!(ns.len(), 3);
     for n in &ns {
         assert!(!ns_exists(n), "{n} left behind");
     }
     assert!(sleeper.try_wait().unwrap().is_some(), "a process in a host survived its teardown");
-    assert_eq!(ledgers_of(pid), 0, "ledger left behind");
+    assert_eq!(ledgers_of(&run_root, pid), 0, "ledger left behind");
     assert!(!Command::new("ip").args(["link", "show", "fl0"]).stderr(Stdio::null()).status().unwrap().success(), "fl0 in the root namespace");
 }
 
@@ -479,7 +492,8 @@ fn kill9_then_cleanup_leaves_nothing() {
     if !need_net(&["ping"]) {
         return;
     }
-    let mut net = NetUp::start("client,target");
+    let run = RunDir::new("netkill9");
+    let mut net = NetUp::start_in("client,target", &run);
     let pid = net.child.id();
     let sleeper = net.exec("client", "sleep").arg("1000").spawn().unwrap();
     std::thread::sleep(Duration::from_millis(200));
@@ -487,16 +501,14 @@ fn kill9_then_cleanup_leaves_nothing() {
     net.child.wait().unwrap();
     let ns: Vec<String> = net.hosts.iter().map(|h| h.1.clone()).collect();
     assert!(ns.iter().all(|n| ns_exists(n)), "namespaces went with the relay: nothing to test");
-    let out = Command::new(common::bin()).arg("cleanup").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (text, _) = run.cleanup();
     for n in &ns {
         assert!(!ns_exists(n), "{n} left after cleanup:\n{text}");
         assert!(text.contains(&format!("deleted network namespace {n}")), "{text}");
     }
     let mut s = sleeper;
     assert!(s.try_wait().unwrap().is_some(), "a process in a host survived cleanup");
-    assert_eq!(ledgers_of(pid), 0, "ledger left after cleanup");
+    assert_eq!(ledgers_of(&net.run_root, pid), 0, "ledger left after cleanup");
     assert!(!net.socket.exists(), "control socket left after cleanup");
 }
 

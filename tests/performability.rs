@@ -39,12 +39,26 @@ setups:
 /// Write `yaml` into a temp dir and start `faultline run` on it (stdout and stderr piped);
 /// returns the dir (kept alive by the caller), the results folder and the run.
 fn start_run(yaml: &str) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
+    start_run_at(&common::run_root(), yaml)
+}
+
+/// `start_run` recording in run directory `run_root` (a test's own, for one that runs `cleanup`).
+fn start_run_at(run_root: &Path, yaml: &str) -> (tempfile::TempDir, std::path::PathBuf, std::process::Child) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("e.yaml");
     std::fs::write(&file, yaml).unwrap();
     let out = dir.path().join("out");
-    let child =
-        Command::new(common::bin()).arg("run").arg(&file).arg("--out").arg(&out).arg("-q").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let child = Command::new(common::bin())
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("-q")
+        .env("FAULTLINE_RUN_DIR", run_root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     (dir, out, child)
 }
 
@@ -143,7 +157,9 @@ fn kill9_of_the_run_then_cleanup_leaves_nothing() {
     if !need_net(&[]) {
         return;
     }
-    let (_dir, _out, mut child) = start_run(
+    let run = RunDir::new("perf-kill9");
+    let (_dir, _out, mut child) = start_run_at(
+        &run.0,
         "name: k\nhosts: {}\ndisk: {size: 64MiB}\nmonitor: off\nworkload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 60s}\n",
     );
     let pid = child.id();
@@ -165,9 +181,7 @@ fn kill9_of_the_run_then_cleanup_leaves_nothing() {
     std::thread::sleep(Duration::from_millis(500));
     child.kill().unwrap();
     child.wait().unwrap();
-    let out = Command::new(common::bin()).arg("cleanup").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let (text, _) = run.cleanup();
     // the server may still be finishing its own teardown (its owner died): give it a moment
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(30) && (!namespaces_of(pid).is_empty() || server.iter().any(|p| Path::new(&format!("/proc/{p}")).exists())) {

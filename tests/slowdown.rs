@@ -133,9 +133,7 @@ fn bad_matrices_say_where_and_what_is_allowed() {
 fn paired_runs_alternate_and_show_the_write_slowdown() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("exp.yaml");
-    std::fs::write(
-        &f,
-        "name: paired
+    let yaml = "name: paired
 disk: { size: 256MiB, ring: off }
 stack: ext4
 baseline: true
@@ -154,9 +152,9 @@ matrix:
   delay:
     - {name: w1ms, faults: [{name: slow, type: delay, delay: 1ms, op: write}]}
     - {name: w2ms, faults: [{name: slow, type: delay, delay: 2ms, op: write}]}
-",
-    )
-    .unwrap();
+";
+    common::check_pinned("its experiment's disk", yaml.contains("ring: off"));
+    std::fs::write(&f, yaml).unwrap();
     let out = dir.path().join("results");
     let child = std::process::Command::new(bin())
         .arg("run")

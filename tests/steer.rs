@@ -46,11 +46,8 @@ impl Drop for NextLoop {
 }
 
 /// The value the run found on its loop device, as its ledger recorded it.
-fn recorded(pid: u32, dev: &Path) -> String {
-    // the run directory the server used (FAULTLINE_RUN_DIR keeps a test's ledger, and its
-    // `cleanup`, apart from other users of the machine)
-    let dir = std::env::var("FAULTLINE_RUN_DIR").unwrap_or_else(|_| "/run/faultline".into());
-    let l: serde_json::Value = serde_json::from_slice(&std::fs::read(format!("{dir}/runs/{pid}-0.json")).unwrap()).unwrap();
+fn recorded(run_dir: &Path, pid: u32, dev: &Path) -> String {
+    let l: serde_json::Value = serde_json::from_slice(&std::fs::read(run_dir.join(format!("runs/{pid}-0.json"))).unwrap()).unwrap();
     let e = l["rq_affinity"]
         .as_array()
         .unwrap()
@@ -104,7 +101,7 @@ fn auto_forces_while_serial_and_puts_the_value_back() {
     let _next = NextLoop::prepare();
     let s = Serve::start_args(&["--size", "64MiB", "--ring", "on"], "rules: []\n");
     let dev = s.dev.clone();
-    let own = recorded(s.pid(), &dev);
+    let own = recorded(&s.run_root, s.pid(), &dev);
     assert!(serial_reads_until_forced(&s, &dev), "not forced after 2,000 serial reads");
     overlapping_reads(&s);
     assert_eq!(rq_affinity(&dev), own, "still forced after reads at queue depth 32");
@@ -144,14 +141,14 @@ fn keep_never_touches_it_and_cleanup_restores_a_fixed_value() {
     s.stop();
 
     let _next = NextLoop::prepare();
-    let mut s = Serve::start_args(&["--size", "64MiB", "--rq-affinity", "2"], "rules: []\n");
+    let run = RunDir::new("rqaff");
+    let mut s = Serve::start_in(&run, &["--size", "64MiB", "--rq-affinity", "2"], "rules: []\n");
     let (dev, pid) = (s.dev.clone(), s.pid());
-    let own = recorded(pid, &dev);
+    let own = recorded(&run.0, pid, &dev);
     assert_eq!(rq_affinity(&dev), "2", "--rq-affinity 2 not applied");
     s.kill9();
-    let out = std::process::Command::new(bin()).arg("cleanup").output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (text, _) = run.cleanup();
     assert!(text.contains(&format!("restored rq_affinity {own} on {}", dev.display())), "{text}");
     assert_eq!(rq_affinity(&dev), own, "cleanup did not put the device's value back");
-    assert_gone(&dev, pid);
+    assert_gone_in(&run.0, &dev, pid);
 }

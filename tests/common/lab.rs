@@ -19,7 +19,7 @@ impl Lab {
     /// Hosts `names` at 10.99.0.1, .2, ... (in their own namespaces, so no clash with the
     /// machine's or other tests' addresses).
     pub fn new(tag: &str, names: &[&str]) -> Lab {
-        let prefix = format!("fl-lab-{}-{tag}", std::process::id());
+        let prefix = format!("fl-lab-{}", super::unique(tag));
         let sw = format!("{prefix}-sw");
         let mut lab = Lab { prefix: prefix.clone(), hosts: vec![] };
         ip(&["netns", "add", &sw]);

@@ -1,5 +1,18 @@
 //! Shared helpers for integration tests: a real `faultline serve` child process, O_DIRECT I/O
 //! on its /dev/loopN, and control-socket calls. Tests need root, /dev/fuse and loop devices.
+//!
+//! scripts/test.sh runs test binaries side by side and the tests of each in threads of one
+//! process, beside other users of the machine. So a test:
+//! - names what it makes outside its tempdir (a run directory, a network namespace, a device, a
+//!   file) with `unique(tag)`, never the process id alone or a fixed name; a port is bound as 0;
+//! - finds the run directory with `run_root()`, never a literal /run/faultline;
+//! - runs `faultline cleanup`, or looks for leftovers, in a `RunDir` of its own
+//!   (`Serve::start_in`, `RunDir::cmd`): the default one holds other tests' live runs;
+//! - waits for the event it needs (poll with a deadline), not a guessed sleep.
+//! A new test runs in both passes (default transport, then `FAULTLINE_RING=off`) until
+//! scripts/test.sh lists it in TRANSPORT_FREE (it serves no FUSE disk) or TRANSPORT_PINNED
+//! (each of its disks names its transport); one that measures time or changes what the whole
+//! machine shares goes in ALONE.
 #![allow(dead_code)]
 
 use faultline::content::fill_block;
@@ -10,6 +23,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub const BS: u64 = 4096;
+
+/// A name no other test shares, for anything a test makes outside its own tempdir (a run
+/// directory, a network namespace, a file): the process id keeps two test binaries apart, the
+/// counter the tests of one binary (libtest runs them as threads of one process), and `tag`
+/// says what it is to a reader. A name made of the process id alone is shared by every test of
+/// the binary, and one test then removes another's file.
+pub fn unique(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{}-{}-{tag}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The run directory of the faultline processes tests start without a `RunDir` of their own:
+/// `FAULTLINE_RUN_DIR` (scripts/test.sh gives each pass one, so its leftover check sees only
+/// the suite's own loop devices and mounts), else the default /run/faultline.
+pub fn run_root() -> PathBuf {
+    faultline::sys::ledger::run_dir()
+}
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_faultline")
@@ -61,11 +92,26 @@ pub fn transports() -> Vec<&'static str> {
     }
 }
 
+/// For a test scripts/test.sh lists in TRANSPORT_PINNED (which its second pass, over classic
+/// /dev/fuse, leaves out): it sets FAULTLINE_TEST_PINNED for them in the first pass, and then
+/// every disk they serve must name its transport (`pinned`), or the first pass did not run
+/// their classic half. `what` names the disk in the failure.
+pub fn check_pinned(what: &str, pinned: bool) {
+    if std::env::var_os("FAULTLINE_TEST_PINNED").is_some() {
+        assert!(
+            pinned,
+            "listed in scripts/test.sh's TRANSPORT_PINNED, but {what} leaves the transport to the default (name it, or take the test off the list)"
+        );
+    }
+}
+
 pub struct Serve {
     child: Option<Child>,
     pub dev: PathBuf,
     pub socket: PathBuf,
     pub dir: tempfile::TempDir,
+    /// The run directory the server records its ledger and mounts in.
+    pub run_root: PathBuf,
 }
 
 impl Serve {
@@ -85,6 +131,17 @@ impl Serve {
     }
 
     pub fn start_args(args: &[&str], rules: &str) -> Serve {
+        Self::start_at(&run_root(), args, rules)
+    }
+
+    /// In a run directory of the test's own, for a test that runs `cleanup` (which must see
+    /// only its runs, not those of the tests running beside it).
+    pub fn start_in(run: &RunDir, args: &[&str], rules: &str) -> Serve {
+        Self::start_at(&run.0, args, rules)
+    }
+
+    fn start_at(run_root: &Path, args: &[&str], rules: &str) -> Serve {
+        check_pinned(&format!("a disk served with {args:?}"), args.contains(&"--ring"));
         let dir = tempfile::tempdir().unwrap();
         let rules_path = dir.path().join("rules.yaml");
         std::fs::write(&rules_path, rules).unwrap();
@@ -96,11 +153,12 @@ impl Serve {
             .arg(&rules_path)
             .arg("--socket")
             .arg(&socket)
+            .env("FAULTLINE_RUN_DIR", run_root)
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn faultline serve");
         let stdout = child.stdout.take().unwrap();
-        let mut me = Serve { child: Some(child), dev: PathBuf::new(), socket, dir };
+        let mut me = Serve { child: Some(child), dev: PathBuf::new(), socket, dir, run_root: run_root.to_owned() };
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
         assert!(line.starts_with("/dev/loop"), "first stdout line must be the device, got {line:?}");
@@ -141,7 +199,7 @@ impl Serve {
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         let st = c.wait().unwrap();
         assert!(st.success(), "serve exited with {st}");
-        assert_gone(&self.dev, pid);
+        assert_gone_in(&self.run_root, &self.dev, pid);
     }
 
     pub fn pid(&self) -> u32 {
@@ -169,19 +227,31 @@ impl Drop for Serve {
 /// Tests run in parallel, so the same /dev/loopN may already serve another process's disk:
 /// only a backing file under this process's own mount point counts.
 pub fn assert_gone(dev: &Path, pid: u32) {
-    let name = dev.file_name().unwrap().to_string_lossy().to_string();
-    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).unwrap_or_default();
-    let mine = format!("/run/faultline/mnt-{pid}-");
-    assert!(!backing.contains(&mine), "{} still attached to {backing}", dev.display());
-    assert!(!faultline_mounts().iter().any(|m| m.starts_with(&mine)), "FUSE mount of pid {pid} left behind");
+    assert_gone_in(&run_root(), dev, pid)
 }
 
+/// `assert_gone` for a server recording in run directory `root`.
+pub fn assert_gone_in(root: &Path, dev: &Path, pid: u32) {
+    let name = dev.file_name().unwrap().to_string_lossy().to_string();
+    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).unwrap_or_default();
+    let mine = format!("{}/mnt-{pid}-", root.display());
+    assert!(!backing.contains(&mine), "{} still attached to {backing}", dev.display());
+    assert!(!mounts_in(root).iter().any(|m| m.starts_with(&mine)), "FUSE mount of pid {pid} left behind");
+}
+
+/// The FUSE mounts of disks served from `run_root()`.
 pub fn faultline_mounts() -> Vec<String> {
+    mounts_in(&run_root())
+}
+
+/// The FUSE mounts of disks served from run directory `root`.
+pub fn mounts_in(root: &Path) -> Vec<String> {
+    let prefix = format!("{}/mnt-", root.display());
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
         .map(|l| l.split(' ').nth(4).unwrap().to_string())
-        .filter(|m| m.starts_with("/run/faultline/mnt-"))
+        .filter(|m| m.starts_with(&prefix))
         .collect()
 }
 
@@ -249,12 +319,13 @@ pub fn namespaces_with(prefix: &str) -> Vec<String> {
 /// A run directory of a test's own (FAULTLINE_RUN_DIR) for the faultline processes it starts,
 /// so its `cleanup` never touches other tests' runs on the machine, and their loop devices and
 /// mounts are told from other tests'. Dropped (also after a failed assertion): cleaned up, then
-/// removed if nothing is left in it.
+/// removed if nothing is left in it. Named `RUN_ROOT-test-unique(tag)`: a sibling of the run
+/// root, so a check of what the suite left under its prefix sees it too.
 pub struct RunDir(pub PathBuf);
 
 impl RunDir {
     pub fn new(tag: &str) -> RunDir {
-        let p = PathBuf::from(format!("/run/faultline-test-{}-{tag}", std::process::id()));
+        let p = PathBuf::from(format!("{}-test-{}", run_root().display(), unique(tag)));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).unwrap();
         RunDir(p)
