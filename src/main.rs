@@ -376,7 +376,7 @@ fn serve(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option
             "faultline: serving {} ({} store{}, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}, cpu latency {}) on {}; control socket {}; Ctrl-C to stop",
             faultline::spec::units::format_size(served.disk.size()),
             served.disk.describe_store(),
-            match served.disk.latency.as_ref().map(|l| l.model()) {
+            match served.disk.latency().map(|l| l.model()) {
                 Some(m) => format!(
                     ", latency model for {}{}",
                     faultline::spec::rule::Op::ALL.iter().filter(|o| m.op(**o).is_some()).map(|o| o.name()).collect::<Vec<_>>().join("/"),
@@ -385,7 +385,7 @@ fn serve(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option
                 None => String::new(),
             },
             served.disk.block_size(),
-            served.disk.engine.list().len(),
+            served.disk.engine().list().len(),
             if front.busy_poll.is_zero() { "off".into() } else { faultline::spec::units::format_duration(front.busy_poll) },
             served.transport(),
             front.rq_affinity,

@@ -117,7 +117,7 @@ impl DiskFs {
                 self.delayer.at(
                     at,
                     Box::new(move || {
-                        disk.engine.log.delay_lateness.record(at.elapsed());
+                        disk.engine().log.delay_lateness.record(at.elapsed());
                         reply(errno);
                         drop(flight);
                     }),

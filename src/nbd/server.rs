@@ -210,7 +210,7 @@ pub(super) struct Shared {
     /// When the last "refused" note was printed (one per second at most).
     refused_note: Mutex<Option<Instant>>,
     pub refused: AtomicU64,
-    /// Connections in transmission and requests in flight (the disk's, shown by `stats`).
+    /// Connections in transmission and requests in flight (the server's own; `stats` shows them).
     pub counters: Arc<ServerCounters>,
 }
 
@@ -223,7 +223,7 @@ impl Shared {
             next_id: AtomicU64::new(0),
             refused_note: Mutex::new(None),
             refused: AtomicU64::new(0),
-            counters: disk.nbd_server.get_or_init(Default::default).clone(),
+            counters: Arc::default(),
             disk,
         }
     }

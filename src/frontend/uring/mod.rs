@@ -583,7 +583,7 @@ impl Station {
         let now = Instant::now();
         while self.server.late.peek().is_some_and(|Reverse(l)| l.at <= now) {
             let Reverse(l) = self.server.late.pop().unwrap();
-            self.server.disk.engine.log.delay_lateness.record(l.at.elapsed());
+            self.server.disk.engine().log.delay_lateness.record(l.at.elapsed());
             let l = l.item;
             self.server.commit(&mut self.slots[l.slot], l.slot, l.unique, l.errno, l.len);
         }
