@@ -79,6 +79,8 @@ pub struct Disk {
     describe: String,
     /// The NBD client's counters when the store is a remote export (the client keeps them).
     nbd_client: Option<Arc<crate::nbd_wire::client::Counters>>,
+    /// Test-only (`frontend::guard`): a read or write covering this byte panics.
+    panic_at: Option<u64>,
 }
 
 impl Disk {
@@ -123,6 +125,10 @@ impl Disk {
         }
         let mut d = Disk::over(store, bs, cfg.latency.clone().map(latency::Latency::new));
         d.nbd_client = nbd_client;
+        d.panic_at = match std::env::var("FAULTLINE_TEST_PANIC_AT") {
+            Ok(v) => Some(v.parse().map_err(|_| anyhow::anyhow!("FAULTLINE_TEST_PANIC_AT={v:?}: not a byte offset (a test-only setting)"))?),
+            Err(_) => None,
+        };
         Ok(d)
     }
 
@@ -130,7 +136,7 @@ impl Disk {
     pub fn over(store: Box<dyn Store>, block_size: u32, latency: Option<latency::Latency>) -> Disk {
         let (size, describe) = (store.size(), store.describe());
         let top = service::Counted::new(latency::Modelled::new(latency, faults::Faults::new(block_size, layer::StoreLayer(store))));
-        Disk { top, size, block_size, describe, nbd_client: None }
+        Disk { top, size, block_size, describe, nbd_client: None, panic_at: None }
     }
 
     pub fn size(&self) -> u64 {
@@ -171,11 +177,21 @@ impl Disk {
         off.checked_add(len).is_some_and(|e| e <= self.size)
     }
 
+    /// The test-only panic (`FAULTLINE_TEST_PANIC_AT`) for a request in range.
+    fn panic_if_asked(&self, off: u64, len: u64) {
+        if let Some(at) = self.panic_at
+            && (off..off + len).contains(&at)
+        {
+            panic!("FAULTLINE_TEST_PANIC_AT={at}: a request covering this byte panics (test-only)");
+        }
+    }
+
     /// Read into `buf`. Read-side corruption edits only the returned buffer.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
         if !self.in_range(off, buf.len() as u64) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }
+        self.panic_if_asked(off, buf.len() as u64);
         self.top.read(off, buf)
     }
 
@@ -206,6 +222,7 @@ impl Disk {
         if !self.in_range(off, data.len() as u64) {
             return ack(Outcome { errno: Some(libc::EINVAL), delay: None }, data.lent());
         }
+        self.panic_if_asked(off, data.len() as u64);
         self.top.write(off, data, ack)
     }
 

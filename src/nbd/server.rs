@@ -677,7 +677,14 @@ impl Conn<'_> {
             self.t0 = Instant::now();
             self.tune.tick(self.t0, self.spin);
             self.delayed = false;
-            let r = self.request(&req);
+            // a panic on the request path ends the connection: what of this request (or an
+            // early reply) already went out is not known here, and the client fails every
+            // request in flight on a closed connection (frontend::guard)
+            let r = crate::frontend::guard::caught(|| self.request(&req)).unwrap_or_else(|m| {
+                let then = "the connection is closed";
+                crate::frontend::guard::report(p::cmd_name(req.cmd), req.offset, req.length, &m, then);
+                Err(format!("a {} request panicked", p::cmd_name(req.cmd)))
+            });
             if !self.delayed {
                 let c = &self.sh.counters;
                 c.in_flight_ns.fetch_add(self.t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
