@@ -559,6 +559,39 @@ mod tests {
         }
     }
 
+    /// The chain's order: the latency model sits above the faults, so a write a rule loses or
+    /// fails still takes the device's time (a lost write is not told apart by its speed), and a
+    /// delay rule's delay comes on top of the model's; the counters see every request with the
+    /// delay its reply is held for.
+    #[test]
+    fn the_model_times_requests_the_faults_lose_or_fail() {
+        let model = crate::spec::latency::parse_latency("write: 5ms\nread: 5ms\n", "t").unwrap();
+        let d = Disk::over(Box::new(store::RamStore::new(1 << 24).unwrap()), 4096, Some(latency::Latency::new(model)));
+        let range = |b: u64| Target::Range { start: b * 4096, end: (b + 1) * 4096 };
+        d.arm(vec![
+            Rule::new(Action::LostWrite, &[Op::Write], range(1)),
+            Rule::new(Action::Error { errno: libc::EIO }, &[Op::Write], range(2)),
+            Rule::new(Action::Delay { delay: crate::spec::rule::DelayDist::Fixed(Duration::from_millis(20)) }, &[Op::Read], range(3)),
+        ])
+        .unwrap();
+        let blk = vec![7u8; 4096];
+        let held = |o: &Outcome| o.delay.unwrap_or_default();
+        let (plain, lost, failed) = (d.write(0, &blk), d.write(4096, &blk), d.write(2 * 4096, &blk));
+        for (name, o) in [("stored", &plain), ("lost", &lost)] {
+            assert_eq!(o.errno, None, "{name}");
+            assert!(held(o) > Duration::from_millis(4) && held(o) <= Duration::from_millis(5), "{name} write held {:?}", held(o));
+        }
+        assert_eq!(failed.errno, Some(libc::EIO));
+        assert!(held(&failed) > Duration::from_millis(4), "a failed write held {:?}", held(&failed));
+        let mut b = vec![1u8; 4096];
+        assert!(d.read(4096, &mut b).errno.is_none() && b.iter().all(|x| *x == 0), "the lost write was stored");
+        let o = d.read(3 * 4096, &mut b);
+        assert!(held(&o) > Duration::from_millis(24) && held(&o) <= Duration::from_millis(25), "model + rule delay: {:?}", held(&o));
+        let s = d.service().snapshot();
+        assert_eq!((s["write"].count, s["read"].count), (3, 2));
+        assert!(s["write"].delay_ns >= 3 * 4_000_000, "{:?}", s["write"]);
+    }
+
     #[test]
     fn zero_length_write_succeeds() {
         assert_eq!(disk().write(4096, &[]).errno, None);
