@@ -221,7 +221,7 @@ fn btrfs_checksums_turn_a_flipped_block_into_eio() {
     let h = b.health();
     // the counters always; the kernel's "csum failed" line unless rate-limited system-wide
     assert!(h.iter().any(|l| l.contains("corruption_errs") && !l.contains("corruption_errs 0")), "{h:?}");
-    d.disk.engine.clear();
+    d.disk.engine().clear();
     b.teardown().unwrap();
     d.teardown().unwrap();
 }

@@ -75,7 +75,7 @@ fn main() {
             touch(&mut payload);
             let hashes: Vec<u128> = (0..W / 4096).map(|_| (u128::from(next()) << 64) | u128::from(next())).collect();
             let t0 = Instant::now();
-            let mut p = disks[1].engine.begin(Op::Write, n % 4096 * W as u64, W as u64);
+            let mut p = disks[1].engine().begin(Op::Write, n % 4096 * W as u64, W as u64);
             p.match_hashes(&hashes);
             t.push(t0.elapsed().as_secs_f64() * 1e6);
             assert!(p.plan.is_clean());

@@ -154,7 +154,7 @@ fn run(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option<P
             "faultline: serving {} ({} store{}, {} B blocks, {} rules, busy poll {}, requests over {}, rq_affinity {}, cpu latency {}) on {}; control socket {}; Ctrl-C to stop",
             crate::spec::units::format_size(served.disk.size()),
             served.disk.describe_store(),
-            match served.disk.latency.as_ref().map(|l| l.model()) {
+            match served.disk.latency().map(|l| l.model()) {
                 Some(m) => format!(
                     ", latency model for {}{}",
                     crate::spec::rule::Op::ALL.iter().filter(|o| m.op(**o).is_some()).map(|o| o.name()).collect::<Vec<_>>().join("/"),
@@ -163,7 +163,7 @@ fn run(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option<P
                 None => String::new(),
             },
             served.disk.block_size(),
-            served.disk.engine.list().len(),
+            served.disk.engine().list().len(),
             if front.busy_poll.is_zero() { "off".into() } else { crate::spec::units::format_duration(front.busy_poll) },
             served.transport(),
             front.rq_affinity,

@@ -5,6 +5,9 @@
 //! machinery sends it, so a modelled request never holds up another. The model is not a fault:
 //! it is not in the fault log; its figures are in `stats`.
 
+use super::Outcome;
+use super::layer::Layer;
+use super::store::{Lent, Src};
 use crate::fault::Op;
 use crate::spec::latency::{LatencyModel, OpLatency, ServiceDist, empirical_at};
 use hdrhistogram::Histogram;
@@ -140,6 +143,53 @@ impl Latency {
             h.service.reset();
             h.wait.reset();
         }
+    }
+}
+
+/// The latency model as a layer: every request the device gets is admitted on arrival (also one
+/// a fault below fails or drops: the device spent its time on it), goes down, and its reply is
+/// due at the model's time, plus whatever delay came from below (a delay rule).
+pub struct Modelled<L> {
+    model: Option<Latency>,
+    next: L,
+}
+
+impl<L: Layer> Modelled<L> {
+    /// `model: None`: requests pass straight through.
+    pub fn new(model: Option<Latency>, next: L) -> Modelled<L> {
+        Modelled { model, next }
+    }
+    pub fn model(&self) -> Option<&Latency> {
+        self.model.as_ref()
+    }
+    pub fn next(&self) -> &L {
+        &self.next
+    }
+    /// When the model wants this request answered (measured from now, its arrival).
+    fn admit(&self, op: Op, len: u64) -> Option<Instant> {
+        self.model.as_ref().and_then(|l| l.admit(op, len, Instant::now()))
+    }
+}
+
+impl<L: Layer> Layer for Modelled<L> {
+    fn size(&self) -> u64 {
+        self.next.size()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
+        let due = self.admit(Op::Read, buf.len() as u64);
+        self.next.read(off, buf).due(due)
+    }
+    fn write<'a>(&self, off: u64, data: Src<'a>, ack: impl FnOnce(Outcome, Option<Lent<'a>>)) {
+        let due = self.admit(Op::Write, data.len() as u64);
+        self.next.write(off, data, move |o, lent| ack(o.due(due), lent))
+    }
+    fn flush(&self) -> Outcome {
+        let due = self.admit(Op::Flush, 0);
+        self.next.flush().due(due)
+    }
+    fn discard(&self, off: u64, len: u64) -> Outcome {
+        let due = self.admit(Op::Discard, len);
+        self.next.discard(off, len).due(due)
     }
 }
 

@@ -1,17 +1,34 @@
-//! The virtual disk: a store plus the fault engine. Executes one request at a time per caller;
-//! front ends (FUSE) call it from many threads. Delays are returned, not slept, so the front
-//! end can reply late from another thread without holding up other requests.
+//! The virtual disk: a chain of layers over a store (nbdkit's filters over a plugin). The
+//! transports (FUSE over io_uring, classic /dev/fuse, the NBD server) call the top, `Disk`;
+//! each layer does its part and calls the one below (`layer::Layer`):
+//!
+//! ```text
+//! Disk          range check (EINVAL outside the disk)
+//! Counted       per-op request counts and service times (service.rs)
+//! Modelled      the latency model: admits each request, holds its reply to the due time (latency.rs)
+//! Faults        the fault engine: fails, edits, drops, redirects, delays (faults.rs)
+//! [write cache] the slot for a volatile write cache (none today): it takes `Faults`' writes and
+//!               passes them to the store, forwarding `write_locked` and `update` where it can
+//! store         RAM | file | device | NBD client (store.rs)
+//! ```
+//!
+//! Each layer holds the next by value, so the chain is one type (`Chain`): static calls, no
+//! allocation per layer. Delays are returned, not slept, so a transport can reply late from
+//! another thread without holding up other requests. Counters are kept by whoever counts: the
+//! disk's own here, the NBD server's by the server, the NBD client's by the client store.
 
+pub mod faults;
 pub mod hashcopy;
 pub mod latency;
+pub mod layer;
 pub mod service;
 pub mod store;
 
-use crate::fault::engine::{ArmedRule, Edit, Planning, block_span, flip_position};
-use crate::fault::log::{LogEntry, runs};
-use crate::fault::{Action, Engine, Op, Plan, Rule, StoreMode, Target};
+use crate::fault::Rule;
+use crate::fault::engine::ArmedRule;
 pub use crate::spec::disk::{DiskConfig, StoreSpec};
 use anyhow::{Result, bail};
+pub use layer::Layer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use store::Store;
@@ -24,6 +41,22 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    pub const OK: Outcome = Outcome { errno: None, delay: None };
+
+    /// A failed store operation: its errno (EIO where it has none).
+    pub fn io(e: std::io::Error) -> Outcome {
+        Outcome { errno: Some(e.raw_os_error().unwrap_or(libc::EIO)), delay: None }
+    }
+
+    /// A layer's own delay on top of this outcome from below. An error from below is answered
+    /// as it came (the layer's delay was for a request that succeeded).
+    pub fn after(self, delay: Option<Duration>) -> Outcome {
+        if self.errno.is_some() || delay.is_none() {
+            return self;
+        }
+        Outcome { errno: None, delay: Some(self.delay.unwrap_or_default() + delay.unwrap_or_default()) }
+    }
+
     /// The reply is due at `due` (the latency model's time), and a delay rule's delay comes on
     /// top of it; a reply already past its due time goes at once (plus any rule delay).
     fn due(mut self, due: Option<Instant>) -> Outcome {
@@ -35,16 +68,19 @@ impl Outcome {
     }
 }
 
+/// The layers under `Disk`, top to bottom. #37's volatile write cache goes between `Faults`
+/// and the store: `Faults<WriteCache<StoreLayer>>`.
+pub type Chain = service::Counted<latency::Modelled<faults::Faults<layer::StoreLayer>>>;
+
 pub struct Disk {
-    store: Box<dyn Store>,
-    pub engine: Engine,
+    top: Chain,
+    size: u64,
     block_size: u32,
-    /// The device's service time per request (`disk::latency`), if the disk has a model.
-    pub latency: Option<latency::Latency>,
-    /// Set when the disk is served over NBD: the server's request counters (control `stats`).
-    pub nbd_server: std::sync::OnceLock<std::sync::Arc<crate::nbd_wire::ServerCounters>>,
-    /// Per-op request counts and service times (`stats`' `service`).
-    pub service: service::ServiceCounters,
+    describe: String,
+    /// The NBD client's counters when the store is a remote export (the client keeps them).
+    nbd_client: Option<Arc<crate::nbd_wire::client::Counters>>,
+    /// Test-only (`frontend::guard`): a read or write covering this byte panics.
+    panic_at: Option<u64>,
 }
 
 impl Disk {
@@ -60,6 +96,7 @@ impl Disk {
         if let Some(size) = cfg.size {
             check_size(size)?;
         }
+        let mut nbd_client = None;
         let store: Box<dyn Store> = match &cfg.store {
             StoreSpec::Ram => {
                 let Some(size) = cfg.size else { bail!("a RAM disk needs --size (e.g. --size 8GiB)") };
@@ -78,6 +115,7 @@ impl Disk {
                 if cfg.size.is_some_and(|s| s != d.size()) {
                     bail!("--size does not match the NBD export ({} bytes); leave --size out for NBD stores", d.size());
                 }
+                nbd_client = Some(d.counters());
                 Box::new(d)
             }
         };
@@ -85,28 +123,50 @@ impl Disk {
         if cfg.populates() {
             store.populate()?;
         }
-        Ok(Disk {
-            store,
-            engine: Engine::new(bs),
-            block_size: bs,
-            latency: cfg.latency.clone().map(latency::Latency::new),
-            nbd_server: Default::default(),
-            service: Default::default(),
-        })
+        let mut d = Disk::over(store, bs, cfg.latency.clone().map(latency::Latency::new));
+        d.nbd_client = nbd_client;
+        d.panic_at = match std::env::var("FAULTLINE_TEST_PANIC_AT") {
+            Ok(v) => Some(v.parse().map_err(|_| anyhow::anyhow!("FAULTLINE_TEST_PANIC_AT={v:?}: not a byte offset (a test-only setting)"))?),
+            Err(_) => None,
+        };
+        Ok(d)
+    }
+
+    /// The chain over `store`, with the latency model if given.
+    pub fn over(store: Box<dyn Store>, block_size: u32, latency: Option<latency::Latency>) -> Disk {
+        let (size, describe) = (store.size(), store.describe());
+        let top = service::Counted::new(latency::Modelled::new(latency, faults::Faults::new(block_size, layer::StoreLayer(store))));
+        Disk { top, size, block_size, describe, nbd_client: None, panic_at: None }
     }
 
     pub fn size(&self) -> u64 {
-        self.store.size()
+        self.size
     }
     pub fn block_size(&self) -> u32 {
         self.block_size
     }
     pub fn describe_store(&self) -> String {
-        self.store.describe()
+        self.describe.clone()
     }
     /// The NBD client's counters when the store is a remote export.
     pub fn client_counters(&self) -> Option<crate::nbd_wire::client::CounterSnapshot> {
-        self.store.client_counters()
+        self.nbd_client.as_ref().map(|c| c.snapshot())
+    }
+
+    /// The fault layer (its engine: rules, log, stats).
+    pub fn faults(&self) -> &faults::Faults<layer::StoreLayer> {
+        self.top.next().next()
+    }
+    pub fn engine(&self) -> &crate::fault::Engine {
+        &self.faults().engine
+    }
+    /// The device's service time per request (`disk::latency`), if the disk has a model.
+    pub fn latency(&self) -> Option<&latency::Latency> {
+        self.top.next().model()
+    }
+    /// Per-op request counts and service times (`stats`' `service`).
+    pub fn service(&self) -> &service::ServiceCounters {
+        self.top.counters()
     }
 
     pub fn geometry(&self) -> crate::spec::rules::DiskGeometry {
@@ -114,40 +174,25 @@ impl Disk {
     }
 
     fn in_range(&self, off: u64, len: u64) -> bool {
-        off.checked_add(len).is_some_and(|e| e <= self.size())
+        off.checked_add(len).is_some_and(|e| e <= self.size)
     }
 
-    /// When the model wants this request answered (measured from now, its arrival).
-    fn admit(&self, op: Op, len: u64) -> Option<Instant> {
-        self.latency.as_ref().and_then(|l| l.admit(op, len, Instant::now()))
+    /// The test-only panic (`FAULTLINE_TEST_PANIC_AT`) for a request in range.
+    fn panic_if_asked(&self, off: u64, len: u64) {
+        if let Some(at) = self.panic_at
+            && (off..off + len).contains(&at)
+        {
+            panic!("FAULTLINE_TEST_PANIC_AT={at}: a request covering this byte panics (test-only)");
+        }
     }
 
     /// Read into `buf`. Read-side corruption edits only the returned buffer.
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
-        self.timed(Op::Read, || self.read_inner(off, buf))
-    }
-
-    /// Run one request and add it to the service counters.
-    fn timed(&self, op: Op, request: impl FnOnce() -> Outcome) -> Outcome {
-        let t0 = Instant::now();
-        let o = request();
-        self.service.record(op, t0.elapsed(), o.delay);
-        o
-    }
-
-    fn read_inner(&self, off: u64, buf: &mut [u8]) -> Outcome {
         if !self.in_range(off, buf.len() as u64) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }
-        let due = self.admit(Op::Read, buf.len() as u64);
-        if let Err(e) = self.store.read(off, buf) {
-            return io_outcome(e).due(due);
-        }
-        let plan = self.engine.plan(Op::Read, off, buf.len() as u64, Some(buf));
-        if plan.errno.is_none() {
-            apply_edits(&plan.edits, buf);
-        }
-        Outcome { errno: plan.errno, delay: plan.delay }.due(due)
+        self.panic_if_asked(off, buf.len() as u64);
+        self.top.read(off, buf)
     }
 
     /// Write `data`. Write-side corruption lands in the stored copy.
@@ -174,217 +219,36 @@ impl Disk {
 
     /// `ack` gets the outcome and, for `Src::Lent`, the buffer back.
     fn write_from<'a>(&self, off: u64, data: store::Src<'a>, ack: impl FnOnce(Outcome, Option<store::Lent<'a>>)) {
-        let t0 = Instant::now();
-        let ack = move |o: Outcome, lent| {
-            self.service.record(Op::Write, t0.elapsed(), o.delay);
-            ack(o, lent)
-        };
         if !self.in_range(off, data.len() as u64) {
             return ack(Outcome { errno: Some(libc::EINVAL), delay: None }, data.lent());
         }
-        let due = self.admit(Op::Write, data.len() as u64);
-        let ack = move |o: Outcome, lent| ack(o.due(due), lent);
-        let mut p = self.engine.begin(Op::Write, off, data.len() as u64);
-        let mut ack = Some(ack);
-        // No failed/dropped/redirected request so far, and content rules (if any) can only edit
-        // bytes or delay: the store hashes each block as it copies it in (one pass; the hashing
-        // hides behind the copy) and the edits land on the stored bytes under the same locks.
-        let data = if p.plan.errno.is_none() && p.plan.store == StoreMode::Normal && p.content_edits_only() {
-            let hashed = p.wants_content().then(|| {
-                let (start, blocks) = p.hashed_blocks();
-                store::Hashed { bs: self.block_size as usize, start, blocks }
-            });
-            let early = p.reply_known().then_some(p.plan.delay);
-            // a lent buffer whose acknowledgement waits for the hashes (a content delay)
-            let mut back = None;
-            let r = self.store.write_locked(
-                off,
-                data,
-                hashed,
-                &mut |lent| match early {
-                    Some(delay) => (ack.take().unwrap())(Outcome { errno: None, delay }, lent),
-                    None => back = lent,
-                },
-                &mut |hashes, stored| {
-                    p.match_hashes(hashes);
-                    apply_edits(&p.plan.edits, stored);
-                },
-            );
-            match r {
-                Ok(()) => {
-                    if let Some(ack) = ack.take() {
-                        ack(Outcome { errno: None, delay: p.plan.delay }, back);
-                    }
-                    return;
-                }
-                Err(data) => data,
-            }
-        } else {
-            data
-        };
-        let outcome = self.write_two_pass(off, data.bytes(), p);
-        (ack.take().unwrap())(outcome, data.lent());
-    }
-
-    /// Hash first (content rules), then store as planned.
-    fn write_two_pass(&self, off: u64, data: &[u8], mut p: Planning) -> Outcome {
-        p.match_data(data);
-        let plan = p.plan;
-        if plan.errno.is_some() {
-            return Outcome { errno: plan.errno, delay: plan.delay };
-        }
-        let edited;
-        let bytes = if plan.edits.is_empty() {
-            data
-        } else {
-            let mut copy = data.to_vec();
-            apply_edits(&plan.edits, &mut copy);
-            edited = copy;
-            &edited
-        };
-        let r = match plan.store {
-            StoreMode::Normal => self.store.write(off, bytes),
-            StoreMode::Skip => Ok(()),
-            StoreMode::Prefix(n) => self.store.write(off, &bytes[..n as usize]),
-            // a target beyond the disk loses the write (a misdirected write off the end)
-            StoreMode::Redirect(to) if self.in_range(to, bytes.len() as u64) => self.store.write(to, bytes),
-            StoreMode::Redirect(_) => Ok(()),
-        };
-        match r {
-            Ok(()) => Outcome { errno: None, delay: plan.delay },
-            Err(e) => io_outcome(e),
-        }
+        self.panic_if_asked(off, data.len() as u64);
+        self.top.write(off, data, ack)
     }
 
     pub fn flush(&self) -> Outcome {
-        self.timed(Op::Flush, || self.flush_inner())
-    }
-
-    fn flush_inner(&self) -> Outcome {
-        let due = self.admit(Op::Flush, 0);
-        let plan = self.engine.plan(Op::Flush, 0, 0, None);
-        self.finish(plan, |s| s.flush()).due(due)
+        self.top.flush()
     }
 
     pub fn discard(&self, off: u64, len: u64) -> Outcome {
-        self.timed(Op::Discard, || self.discard_inner(off, len))
-    }
-
-    fn discard_inner(&self, off: u64, len: u64) -> Outcome {
         if !self.in_range(off, len) {
             return Outcome { errno: Some(libc::EINVAL), delay: None };
         }
-        let due = self.admit(Op::Discard, len);
-        let plan = self.engine.plan(Op::Discard, off, len, None);
-        self.finish(plan, |s| s.discard(off, len)).due(due)
-    }
-
-    fn finish(&self, plan: Plan, op: impl FnOnce(&dyn Store) -> std::io::Result<()>) -> Outcome {
-        if plan.errno.is_some() {
-            return Outcome { errno: plan.errno, delay: plan.delay };
-        }
-        match op(&*self.store) {
-            Ok(()) => Outcome { errno: None, delay: plan.delay },
-            Err(e) => io_outcome(e),
-        }
+        self.top.discard(off, len)
     }
 
     /// Arm rules; `rot` rules corrupt the stored data now (and stay listed with their counts).
     pub fn arm(&self, rules: Vec<Rule>) -> Result<Vec<Arc<ArmedRule>>> {
+        // every path that arms (rules file, `add`, `arm`, a run, an agent) comes here: one check
         crate::spec::rules::check_rules(&rules, self.geometry()).map_err(anyhow::Error::msg)?;
-        let armed = self.engine.add(rules);
-        for r in &armed {
-            if let Action::Rot { at } = &r.rule.action {
-                self.rot(r, at)?;
-            }
-        }
-        Ok(armed)
+        self.faults().arm(rules)
     }
-
-    /// Flip one bit in every stored block the rule's target selects. Each flip is a
-    /// read-modify-write under the store's locks (`Store::update`): a client write that lands
-    /// meanwhile comes before or after it, never in between (which would undo the write).
-    fn rot(&self, r: &ArmedRule, at: &crate::spec::rule::FlipAt) -> Result<()> {
-        let bs = self.block_size as u64;
-        let mut hit = Vec::new();
-        // false once the rule's `times` are used up; `want`: the content the block must still
-        // have (a content target's block may have been rewritten since the scan saw it)
-        let mut rot_one = |b: u64, want: Option<u128>| -> Result<bool> {
-            if r.rule.times.is_some_and(|t| hit.len() as u64 >= t) {
-                return Ok(false);
-            }
-            let (byte, bit) = flip_position(at, r.rule.seed, b, hit.len() as u64, bs);
-            let flipped = self.store.update(b * bs, bs as usize, &mut |block| {
-                if want.is_some_and(|h| crate::content::block_hash(block) != h) {
-                    return false;
-                }
-                block[byte as usize] ^= 1 << bit;
-                true
-            })?;
-            if flipped {
-                hit.push(b);
-            }
-            Ok(true)
-        };
-        match r.rule.target {
-            Target::Range { start, end } => {
-                for b in block_span(start, end, bs) {
-                    if !rot_one(b, None)? {
-                        break;
-                    }
-                }
-            }
-            Target::Content { hash } => {
-                // scan the whole store: rot selects data by what it is, wherever it lives
-                let mut big = vec![0u8; 1 << 20];
-                let mut off = 0u64;
-                'scan: while off < self.size() {
-                    let n = (self.size() - off).min(big.len() as u64) as usize;
-                    self.store.read(off, &mut big[..n])?;
-                    for (i, c) in big[..n].chunks_exact(bs as usize).enumerate() {
-                        if crate::content::block_hash(c) == hash && !rot_one(off / bs + i as u64, Some(hash))? {
-                            break 'scan;
-                        }
-                    }
-                    off += n as u64;
-                }
-            }
-            Target::Any => bail!("rot needs a target"),
-        }
-        let n = hit.len() as u64;
-        r.matched.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        r.fired.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        r.blocks.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        for b in hit {
-            self.engine.log.push(LogEntry {
-                seq: 0,
-                t_us: self.engine.elapsed_us(),
-                rule: r.id,
-                action: "rot".into(),
-                op: None,
-                offset: b * bs,
-                len: bs,
-                blocks: runs([b]),
-                detail: "bit flipped at rest".into(),
-            });
-        }
-        Ok(())
-    }
-}
-
-fn apply_edits(edits: &[Edit], buf: &mut [u8]) {
-    for e in edits {
-        e.apply(buf);
-    }
-}
-
-fn io_outcome(e: std::io::Error) -> Outcome {
-    Outcome { errno: Some(e.raw_os_error().unwrap_or(libc::EIO)), delay: None }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fault::{Action, Op, Target};
     use crate::spec::rule::FlipAt;
 
     fn disk() -> Disk {
@@ -406,12 +270,12 @@ mod tests {
         let data = vec![0xAAu8; 8192];
         d.arm(vec![Rule::new(Action::Bitflip { at: FlipAt::default() }, &[Op::Write], Target::Range { start: 0, end: 4096 })]).unwrap();
         assert!(d.write(0, &data).errno.is_none());
-        d.engine.clear();
+        d.engine().clear();
         d.arm(vec![Rule::new(Action::Bitflip { at: FlipAt { byte: Some(1), bit: Some(1) } }, &[Op::Read], Target::Range { start: 4096, end: 8192 })]).unwrap();
         let mut b = vec![0u8; 8192];
         d.read(0, &mut b);
         assert_eq!((b[0], b[4097]), (0xAB, 0xA8));
-        d.engine.clear();
+        d.engine().clear();
         d.read(0, &mut b);
         assert_eq!((b[0], b[4097]), (0xAB, 0xAA), "read flip must not reach the store");
     }
@@ -430,9 +294,9 @@ mod tests {
         assert_eq!(b[0], blk[0] ^ 1);
         d.read(81920, &mut b);
         assert_eq!(b[0], blk[0] ^ 1);
-        assert_eq!(d.engine.list()[0].blocks, 2);
+        assert_eq!(d.engine().list()[0].blocks, 2);
 
-        d.engine.clear();
+        d.engine().clear();
         d.arm(vec![Rule::new(Action::MisdirectedWrite { shift: 4096 }, &[Op::Write], Target::Any)]).unwrap();
         d.write(0, &blk);
         d.read(0, &mut b);
@@ -489,7 +353,7 @@ mod tests {
         ram.read(0, &mut x);
         file.read(0, &mut y);
         assert!(x == y, "stored bytes differ between the one-pass and the two-pass write");
-        let key = |d: &Disk| d.engine.log.since(0, 1 << 20).into_iter().map(|e| (e.rule, e.offset, e.len, e.blocks, e.detail)).collect::<Vec<_>>();
+        let key = |d: &Disk| d.engine().log.since(0, 1 << 20).into_iter().map(|e| (e.rule, e.offset, e.len, e.blocks, e.detail)).collect::<Vec<_>>();
         let log = key(&ram);
         assert!(log.len() > 20, "the rules fired ({} entries)", log.len());
         assert_eq!(log, key(&file));
@@ -632,17 +496,10 @@ mod tests {
         ];
         for (name, inner) in stores {
             let ctl = Arc::new(GateCtl::default());
-            let d = Disk {
-                store: Box::new(Gated { inner, ctl: ctl.clone() }),
-                engine: Engine::new(4096),
-                block_size: 4096,
-                latency: None,
-                nbd_server: Default::default(),
-                service: Default::default(),
-            };
+            let d = Disk::over(Box::new(Gated { inner, ctl: ctl.clone() }), 4096, None);
             let at = FlipAt { byte: Some(0), bit: Some(0) };
             let (off, bs) = (3 * 4096u64, 4096usize);
-            let rule = d.engine.add(vec![Rule::new(Action::Rot { at }, &[], Target::Range { start: off, end: off + bs as u64 })]).remove(0);
+            let rule = d.engine().add(vec![Rule::new(Action::Rot { at }, &[], Target::Range { start: off, end: off + bs as u64 })]).remove(0);
             let pattern = |k: u64| -> Vec<u8> { (0..bs / 8).flat_map(|_| k.to_le_bytes()).collect() };
             let (gated_rounds, rounds) = (40u64, 2000u64);
             // round k starts when `go` reaches k; `done` counts finished operations; u64::MAX in
@@ -674,7 +531,7 @@ mod tests {
                         if !wait_for(&go, k) {
                             break;
                         }
-                        d.rot(&rule, &at).unwrap();
+                        d.faults().rot(&rule, &at).unwrap();
                         done.fetch_add(1, SeqCst);
                     }
                 });
@@ -702,6 +559,39 @@ mod tests {
             });
             assert!(failed.is_none(), "{name}: {}", failed.unwrap());
         }
+    }
+
+    /// The chain's order: the latency model sits above the faults, so a write a rule loses or
+    /// fails still takes the device's time (a lost write is not told apart by its speed), and a
+    /// delay rule's delay comes on top of the model's; the counters see every request with the
+    /// delay its reply is held for.
+    #[test]
+    fn the_model_times_requests_the_faults_lose_or_fail() {
+        let model = crate::spec::latency::parse_latency("write: 5ms\nread: 5ms\n", "t").unwrap();
+        let d = Disk::over(Box::new(store::RamStore::new(1 << 24).unwrap()), 4096, Some(latency::Latency::new(model)));
+        let range = |b: u64| Target::Range { start: b * 4096, end: (b + 1) * 4096 };
+        d.arm(vec![
+            Rule::new(Action::LostWrite, &[Op::Write], range(1)),
+            Rule::new(Action::Error { errno: libc::EIO }, &[Op::Write], range(2)),
+            Rule::new(Action::Delay { delay: crate::spec::rule::DelayDist::Fixed(Duration::from_millis(20)) }, &[Op::Read], range(3)),
+        ])
+        .unwrap();
+        let blk = vec![7u8; 4096];
+        let held = |o: &Outcome| o.delay.unwrap_or_default();
+        let (plain, lost, failed) = (d.write(0, &blk), d.write(4096, &blk), d.write(2 * 4096, &blk));
+        for (name, o) in [("stored", &plain), ("lost", &lost)] {
+            assert_eq!(o.errno, None, "{name}");
+            assert!(held(o) > Duration::from_millis(4) && held(o) <= Duration::from_millis(5), "{name} write held {:?}", held(o));
+        }
+        assert_eq!(failed.errno, Some(libc::EIO));
+        assert!(held(&failed) > Duration::from_millis(4), "a failed write held {:?}", held(&failed));
+        let mut b = vec![1u8; 4096];
+        assert!(d.read(4096, &mut b).errno.is_none() && b.iter().all(|x| *x == 0), "the lost write was stored");
+        let o = d.read(3 * 4096, &mut b);
+        assert!(held(&o) > Duration::from_millis(24) && held(&o) <= Duration::from_millis(25), "model + rule delay: {:?}", held(&o));
+        let s = d.service().snapshot();
+        assert_eq!((s["write"].count, s["read"].count), (3, 2));
+        assert!(s["write"].delay_ns >= 3 * 4_000_000, "{:?}", s["write"]);
     }
 
     #[test]

@@ -5,11 +5,14 @@
 //! through the control socket's `stats` (`service`), so a monitor's device-layer mean can be
 //! checked against the daemon's.
 
+use super::Outcome;
+use super::layer::Layer;
+use super::store::{Lent, Src};
 use crate::fault::Op;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Default)]
 struct OpCounters {
@@ -64,6 +67,53 @@ impl ServiceCounters {
                 })
             })
             .collect()
+    }
+}
+
+/// The counters as the top layer: each request is counted once it is answered, with the time
+/// from reaching the disk to its acknowledgement and the delay its reply is held for.
+pub struct Counted<L> {
+    counters: ServiceCounters,
+    next: L,
+}
+
+impl<L: Layer> Counted<L> {
+    pub fn new(next: L) -> Counted<L> {
+        Counted { counters: ServiceCounters::default(), next }
+    }
+    pub fn counters(&self) -> &ServiceCounters {
+        &self.counters
+    }
+    pub fn next(&self) -> &L {
+        &self.next
+    }
+    fn timed(&self, op: Op, request: impl FnOnce() -> Outcome) -> Outcome {
+        let t0 = Instant::now();
+        let o = request();
+        self.counters.record(op, t0.elapsed(), o.delay);
+        o
+    }
+}
+
+impl<L: Layer> Layer for Counted<L> {
+    fn size(&self) -> u64 {
+        self.next.size()
+    }
+    fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
+        self.timed(Op::Read, || self.next.read(off, buf))
+    }
+    fn write<'a>(&self, off: u64, data: Src<'a>, ack: impl FnOnce(Outcome, Option<Lent<'a>>)) {
+        let t0 = Instant::now();
+        self.next.write(off, data, move |o, lent| {
+            self.counters.record(Op::Write, t0.elapsed(), o.delay);
+            ack(o, lent)
+        })
+    }
+    fn flush(&self) -> Outcome {
+        self.timed(Op::Flush, || self.next.flush())
+    }
+    fn discard(&self, off: u64, len: u64) -> Outcome {
+        self.timed(Op::Discard, || self.next.discard(off, len))
     }
 }
 

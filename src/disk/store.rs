@@ -44,10 +44,6 @@ pub trait Store: Send + Sync {
     /// so) under the locks this store's writes take, so no write lands in between: a bit rotted
     /// at rest must not undo a client write. Returns what `f` returned.
     fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool>;
-    /// A remote store's client counters (retries, timeouts, ...); None for local stores.
-    fn client_counters(&self) -> Option<crate::nbd_wire::client::CounterSnapshot> {
-        None
-    }
 }
 
 /// A write's bytes as the store gets them.
@@ -726,6 +722,11 @@ impl NbdStore {
         }
         Ok(NbdStore { client })
     }
+
+    /// The client's counters (retries, timeouts, ...), which it keeps while it works.
+    pub fn counters(&self) -> std::sync::Arc<crate::nbd_wire::client::Counters> {
+        self.client.counters.clone()
+    }
 }
 
 impl Store for NbdStore {
@@ -758,9 +759,6 @@ impl Store for NbdStore {
             self.client.write(off, &b, false)?;
         }
         Ok(changed)
-    }
-    fn client_counters(&self) -> Option<crate::nbd_wire::client::CounterSnapshot> {
-        Some(self.client.counters.snapshot())
     }
 }
 

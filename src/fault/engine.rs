@@ -715,15 +715,30 @@ pub fn flip_position(at: &FlipAt, seed: u64, block: u64, n: u64, bs: u64) -> (u3
 
 pub fn sample_delay(d: &DelayDist, seed: u64, n: u64) -> Duration {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    // This runs on the request path, so it cannot panic whatever the rule says: the rule
+    // validation (`spec::rules`) refuses bad parameters, and one that got past it anyway gives
+    // the distribution's central value (uniform bounds in either order are one range).
     let secs = match *d {
         DelayDist::Fixed(d) => return d,
-        DelayDist::Uniform { min, max } => rand_distr::Uniform::new_inclusive(min.as_secs_f64(), max.as_secs_f64()).unwrap().sample(&mut rng),
-        DelayDist::Normal { mean, stddev } => rand_distr::Normal::new(mean.as_secs_f64(), stddev.as_secs_f64()).unwrap().sample(&mut rng),
-        DelayDist::Lognormal { median, sigma } => rand_distr::LogNormal::new(median.as_secs_f64().ln(), sigma).unwrap().sample(&mut rng),
-        DelayDist::Pareto { scale, shape } => rand_distr::Pareto::new(scale.as_secs_f64(), shape).unwrap().sample(&mut rng),
+        DelayDist::Uniform { min, max } => {
+            let (lo, hi) = (min.min(max).as_secs_f64(), min.max(max).as_secs_f64());
+            rand_distr::Uniform::new_inclusive(lo, hi).map_or(lo, |u| u.sample(&mut rng))
+        }
+        DelayDist::Normal { mean, stddev } => {
+            let mean = mean.as_secs_f64();
+            rand_distr::Normal::new(mean, stddev.as_secs_f64()).map_or(mean, |n| n.sample(&mut rng))
+        }
+        DelayDist::Lognormal { median, sigma } => {
+            let median = median.as_secs_f64();
+            rand_distr::LogNormal::new(median.ln(), sigma).map_or(median, |l| l.sample(&mut rng))
+        }
+        DelayDist::Pareto { scale, shape } => {
+            let scale = scale.as_secs_f64();
+            rand_distr::Pareto::new(scale, shape).map_or(scale, |p| p.sample(&mut rng))
+        }
     };
-    // cap at one minute so a heavy tail cannot hang a request forever
-    Duration::from_secs_f64(secs.clamp(0.0, 60.0))
+    // cap at one minute so a heavy tail cannot hang a request forever (NaN: no delay)
+    Duration::try_from_secs_f64(secs.clamp(0.0, 60.0)).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -733,6 +748,25 @@ mod tests {
 
     fn eng() -> Engine {
         Engine::new(4096)
+    }
+
+    /// Parameters the validation refuses still give a delay, never a panic (this runs on the
+    /// request path): swapped uniform bounds are one range, parameters rand_distr refuses give
+    /// the central value.
+    #[test]
+    fn bad_delay_distributions_do_not_panic() {
+        let us = Duration::from_micros;
+        for n in 0..200 {
+            let d = sample_delay(&DelayDist::Uniform { min: us(900), max: us(100) }, 7, n);
+            assert!((us(100)..=us(900)).contains(&d), "{d:?}");
+        }
+        assert_eq!(sample_delay(&DelayDist::Pareto { scale: us(50), shape: -1.0 }, 7, 1), us(50));
+        assert_eq!(sample_delay(&DelayDist::Pareto { scale: us(50), shape: 0.0 }, 7, 1), us(50));
+        assert_eq!(sample_delay(&DelayDist::Pareto { scale: us(0), shape: 2.0 }, 7, 1), us(0));
+        assert_eq!(sample_delay(&DelayDist::Lognormal { median: us(30), sigma: f64::NAN }, 7, 1), us(30));
+        // rand_distr takes a negative sigma (as its absolute value): a delay, no panic
+        assert!(sample_delay(&DelayDist::Lognormal { median: us(30), sigma: -2.0 }, 7, 1) <= Duration::from_secs(60));
+        assert!(sample_delay(&DelayDist::Pareto { scale: us(50), shape: 1e-300 }, 7, 1) <= Duration::from_secs(60));
     }
 
     #[test]

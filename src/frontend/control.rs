@@ -10,7 +10,7 @@ use crate::disk::service::OpService;
 use crate::fault::Rule;
 use crate::fault::engine::{EngineStats, RuleStatus};
 use crate::fault::log::LogEntry;
-use crate::nbd_wire::ServerSnapshot;
+use crate::nbd_wire::{ServerCounters, ServerSnapshot};
 use crate::nbd_wire::client::CounterSnapshot;
 use crate::spec::rule::RuleId;
 use anyhow::{Context, Result, bail};
@@ -129,27 +129,27 @@ fn default_max() -> usize {
 
 /// Serve the socket on a background thread for the life of the process.
 /// `info` is the reply to `info`.
-pub fn start(path: &Path, disk: Arc<Disk>, info: ServerInfo) -> Result<()> {
+pub fn start(path: &Path, disk: Arc<Disk>, nbd_server: Option<Arc<ServerCounters>>, info: ServerInfo) -> Result<()> {
     let info = Arc::new(info);
     let _ = std::fs::remove_file(path);
     let l = UnixListener::bind(path).with_context(|| format!("cannot bind control socket {}", path.display()))?;
     std::thread::Builder::new().name("faultline-control".into()).spawn(move || {
         for s in l.incoming().flatten() {
-            let (d, i) = (disk.clone(), info.clone());
-            let _ = std::thread::Builder::new().name("faultline-client".into()).spawn(move || serve_client(s, &d, &i));
+            let (d, n, i) = (disk.clone(), nbd_server.clone(), info.clone());
+            let _ = std::thread::Builder::new().name("faultline-client".into()).spawn(move || serve_client(s, &d, n.as_deref(), &i));
         }
     })?;
     Ok(())
 }
 
-fn serve_client(s: UnixStream, disk: &Disk, info: &ServerInfo) {
+fn serve_client(s: UnixStream, disk: &Disk, nbd_server: Option<&ServerCounters>, info: &ServerInfo) {
     let Ok(mut w) = s.try_clone() else { return };
     for line in BufReader::new(s).lines() {
         let Ok(line) = line else { return };
         if line.trim().is_empty() {
             continue;
         }
-        let reply = serde_json::from_str::<Request>(&line).context("bad request (see docs/control.md)").and_then(|req| handle(req, disk, info));
+        let reply = serde_json::from_str::<Request>(&line).context("bad request (see docs/control.md)").and_then(|req| handle(req, disk, nbd_server, info));
         let reply = match reply {
             Ok(v) => json!({"ok": true, "result": v}),
             Err(e) => json!({"ok": false, "error": format!("{e:#}")}),
@@ -160,7 +160,7 @@ fn serve_client(s: UnixStream, disk: &Disk, info: &ServerInfo) {
     }
 }
 
-fn handle(req: Request, disk: &Disk, info: &ServerInfo) -> Result<Value> {
+fn handle(req: Request, disk: &Disk, nbd_server: Option<&ServerCounters>, info: &ServerInfo) -> Result<Value> {
     let armed = |rules| -> Result<Armed> { Ok(Armed { ids: disk.arm(rules)?.iter().map(|r| r.id).collect() }) };
     Ok(match req {
         Request::Add { rules } => {
@@ -169,44 +169,44 @@ fn handle(req: Request, disk: &Disk, info: &ServerInfo) -> Result<Value> {
         }
         Request::Arm { rules } => serde_json::to_value(armed(rules)?)?,
         Request::ResetEpoch => {
-            disk.engine.reset_epoch();
-            if let Some(l) = &disk.latency {
+            disk.engine().reset_epoch();
+            if let Some(l) = disk.latency() {
                 l.reset();
             }
-            serde_json::to_value(Epoch { log_total: disk.engine.log.total() })?
+            serde_json::to_value(Epoch { log_total: disk.engine().log.total() })?
         }
         Request::Info => serde_json::to_value(info)?,
-        Request::List => serde_json::to_value(disk.engine.list())?,
+        Request::List => serde_json::to_value(disk.engine().list())?,
         Request::Remove { ids } => {
-            let n = disk.engine.remove(&ids);
+            let n = disk.engine().remove(&ids);
             if n != ids.len() {
                 bail!("removed {n} of {} rules; the others do not exist (see `faultline fault list`)", ids.len());
             }
             serde_json::to_value(Removed { removed: n })?
         }
-        Request::Clear => serde_json::to_value(Removed { removed: disk.engine.clear() })?,
-        Request::Pause => match disk.engine.pause() {
+        Request::Clear => serde_json::to_value(Removed { removed: disk.engine().clear() })?,
+        Request::Pause => match disk.engine().pause() {
             Some(n) => serde_json::to_value(Paused { paused: n })?,
             None => bail!("the rules are already paused (`faultline fault resume` resumes them)"),
         },
-        Request::Resume => match disk.engine.resume() {
+        Request::Resume => match disk.engine().resume() {
             Some(n) => serde_json::to_value(Resumed { resumed: n })?,
             None => bail!("the rules are not paused (`faultline fault pause` pauses them)"),
         },
-        Request::Log { since, max } => serde_json::to_value(disk.engine.log.since(since, max))?,
-        Request::Stats => serde_json::to_value(stats(disk))?,
+        Request::Log { since, max } => serde_json::to_value(disk.engine().log.since(since, max))?,
+        Request::Stats => serde_json::to_value(stats(disk, nbd_server))?,
     })
 }
 
 /// The `stats` reply from the disk's parts that count. The one place that knows where each
 /// section's counters live.
-fn stats(disk: &Disk) -> Stats {
+fn stats(disk: &Disk, nbd_server: Option<&ServerCounters>) -> Stats {
     Stats {
-        faults: disk.engine.stats(),
-        latency_model: disk.latency.as_ref().map(|l| l.stats()),
-        service: disk.service.snapshot(),
+        faults: disk.engine().stats(),
+        latency_model: disk.latency().map(|l| l.stats()),
+        service: disk.service().snapshot(),
         nbd_client: disk.client_counters(),
-        nbd_server: disk.nbd_server.get().map(|c| c.snapshot()),
+        nbd_server: nbd_server.map(|c| c.snapshot()),
     }
 }
 
@@ -337,7 +337,7 @@ mod tests {
     #[test]
     fn stats_sections() {
         let d = crate::disk::Disk::open(&crate::spec::disk::DiskConfig { size: Some(1 << 20), ..Default::default() }).unwrap();
-        let v = serde_json::to_value(stats(&d)).unwrap();
+        let v = serde_json::to_value(stats(&d, None)).unwrap();
         assert!(v["requests"].is_u64() && v["delay_lateness"].is_object() && v["service"].is_object(), "{v}");
         assert!(v.get("latency_model").is_none() && v.get("nbd_client").is_none() && v.get("nbd_server").is_none(), "{v}");
         let back: Stats = serde_json::from_value(v).unwrap();

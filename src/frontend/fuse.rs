@@ -2,6 +2,7 @@
 //! mode. Only plumbing: every byte goes through `Disk`, which owns the fault logic.
 
 use super::delay::Delayer;
+use super::guard;
 use super::poll::{InFlight, Poller};
 use crate::disk::{Disk, Outcome};
 use fuser::{
@@ -117,7 +118,7 @@ impl DiskFs {
                 self.delayer.at(
                     at,
                     Box::new(move || {
-                        disk.engine.log.delay_lateness.record(at.elapsed());
+                        disk.engine().log.delay_lateness.record(at.elapsed());
                         reply(errno);
                         drop(flight);
                     }),
@@ -228,7 +229,7 @@ impl Filesystem for DiskFs {
                 buf.resize(len, 0);
             }
             let buf = &mut buf[..len];
-            let o = self.disk.read(offset, buf);
+            let o = guard::guarded("read", offset, len as u64, || self.disk.read(offset, buf));
             match (o.errno, o.delay) {
                 (Some(e), None) => reply.error(Errno::from_i32(e)),
                 (None, None) => reply.data(buf),
@@ -258,13 +259,26 @@ impl Filesystem for DiskFs {
     ) {
         let n = data.len() as u32;
         let flight = self.poller.arrived();
+        let mut owed = Some((reply, flight));
         // the disk may acknowledge before the bytes are in (RAM store, `Disk::write_then`)
-        self.disk.write_then(offset, data, |o| {
-            self.complete(o, flight, move |e| match e {
-                None => reply.written(n),
-                Some(e) => reply.error(Errno::from_i32(e)),
+        let r = guard::caught(|| {
+            self.disk.write_then(offset, data, |o| {
+                let (reply, flight) = owed.take().expect("one acknowledgement");
+                self.complete(o, flight, move |e| match e {
+                    None => reply.written(n),
+                    Some(e) => reply.error(Errno::from_i32(e)),
+                })
             })
         });
+        if let Err(m) = r {
+            // answered already if the panic came after the acknowledgement
+            let then = if owed.is_some() { "answered with EIO" } else { "after its acknowledgement" };
+            guard::report("write", offset, n as u64, &m, then);
+            if let Some((reply, flight)) = owed.take() {
+                reply.error(Errno::EIO);
+                drop(flight);
+            }
+        }
         self.poller.idle();
     }
 
@@ -275,7 +289,7 @@ impl Filesystem for DiskFs {
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         let flight = self.poller.arrived();
-        let o = self.disk.flush();
+        let o = guard::guarded("flush", 0, 0, || self.disk.flush());
         self.complete(o, flight, empty(reply));
     }
 
@@ -284,7 +298,7 @@ impl Filesystem for DiskFs {
             return reply.ok();
         }
         let flight = self.poller.arrived();
-        let o = self.disk.discard(offset, length);
+        let o = guard::guarded("discard", offset, length, || self.disk.discard(offset, length));
         self.complete(o, flight, empty(reply));
     }
 

@@ -5,6 +5,7 @@ pub mod control;
 pub mod cpu_latency;
 pub mod delay;
 pub mod fuse;
+pub mod guard;
 pub mod poll;
 pub mod steer;
 pub mod uring;

@@ -99,6 +99,11 @@ impl NbdServer {
         uri(&self.addr)
     }
 
+    /// The server's request counters (the control socket's `stats` shows them as `nbd_server`).
+    pub fn counters(&self) -> Arc<crate::nbd_wire::ServerCounters> {
+        self.shared.counters.clone()
+    }
+
     /// Connections refused because the limit was reached, since the start.
     pub fn refused(&self) -> u64 {
         self.shared.refused.load(Ordering::Relaxed)

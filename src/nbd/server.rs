@@ -210,7 +210,7 @@ pub(super) struct Shared {
     /// When the last "refused" note was printed (one per second at most).
     refused_note: Mutex<Option<Instant>>,
     pub refused: AtomicU64,
-    /// Connections in transmission and requests in flight (the disk's, shown by `stats`).
+    /// Connections in transmission and requests in flight (the server's own; `stats` shows them).
     pub counters: Arc<ServerCounters>,
 }
 
@@ -223,7 +223,7 @@ impl Shared {
             next_id: AtomicU64::new(0),
             refused_note: Mutex::new(None),
             refused: AtomicU64::new(0),
-            counters: disk.nbd_server.get_or_init(Default::default).clone(),
+            counters: Arc::default(),
             disk,
         }
     }
@@ -677,7 +677,14 @@ impl Conn<'_> {
             self.t0 = Instant::now();
             self.tune.tick(self.t0, self.spin);
             self.delayed = false;
-            let r = self.request(&req);
+            // a panic on the request path ends the connection: what of this request (or an
+            // early reply) already went out is not known here, and the client fails every
+            // request in flight on a closed connection (frontend::guard)
+            let r = crate::frontend::guard::caught(|| self.request(&req)).unwrap_or_else(|m| {
+                let then = "the connection is closed";
+                crate::frontend::guard::report(p::cmd_name(req.cmd), req.offset, req.length, &m, then);
+                Err(format!("a {} request panicked", p::cmd_name(req.cmd)))
+            });
             if !self.delayed {
                 let c = &self.sh.counters;
                 c.in_flight_ns.fetch_add(self.t0.elapsed().as_nanos() as u64, Ordering::Relaxed);

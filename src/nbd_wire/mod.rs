@@ -6,8 +6,8 @@
 
 pub mod client;
 
-/// The NBD server's request counters (`nbd::server` counts, the control socket's `stats`
-/// reports them as `nbd_server`): here, below `disk`, so a disk can carry them.
+/// The NBD server's request counters (`nbd::server` counts and keeps them, the control
+/// socket's `stats` reports them as `nbd_server`).
 #[derive(Debug, Default)]
 pub struct ServerCounters {
     pub connections: std::sync::atomic::AtomicU64,

@@ -88,7 +88,7 @@ impl ServedDisk {
                 block_size: disk.block_size(),
                 size: disk.size(),
             };
-            frontend::control::start(s, disk, info)?;
+            frontend::control::start(s, disk, me.nbd.as_ref().map(|n| n.counters()), info)?;
             me.socket = Some(s.to_owned());
         }
         Ok(me)

@@ -28,6 +28,7 @@ pub mod abi;
 mod shared;
 
 use super::fuse::{self, NodeAttrs};
+use super::guard;
 use super::poll::{InFlight, Poller};
 use crate::disk::store::Lent;
 use crate::disk::{Disk, Outcome};
@@ -583,7 +584,7 @@ impl Station {
         let now = Instant::now();
         while self.server.late.peek().is_some_and(|Reverse(l)| l.at <= now) {
             let Reverse(l) = self.server.late.pop().unwrap();
-            self.server.disk.engine.log.delay_lateness.record(l.at.elapsed());
+            self.server.disk.engine().log.delay_lateness.record(l.at.elapsed());
             let l = l.item;
             self.server.commit(&mut self.slots[l.slot], l.slot, l.unique, l.errno, l.len);
         }
@@ -732,7 +733,7 @@ impl Server {
             abi::READ => {
                 let r: abi::ReadIn = abi::get(&op_in);
                 let len = (r.size as u64).min(self.disk.size().saturating_sub(r.offset)).min(PAYLOAD as u64) as usize;
-                let o = self.disk.read(r.offset, &mut payload[..len]);
+                let o = guard::guarded("read", r.offset, len as u64, || self.disk.read(r.offset, &mut payload[..len]));
                 self.finish(o, len as u32, h.unique, idx, flight)
             }
             abi::WRITE => {
@@ -745,19 +746,27 @@ impl Server {
                 // the RAM store gives once the bytes are stored (and hashed on the way in): the
                 // reply can go out there, and its commit refills this payload with the next
                 // request while the store still edits, under locks that hold off later requests
-                self.disk.write_then_copied(w.offset, Lent::new(&mut *payload, n), |o, buf| {
-                    if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
-                        let len = abi::put(buf, &abi::WriteOut { size: n as u32, padding: 0 });
-                        let e = commit_sqe(fuse_fd, header, qid, idx, unique, None, len as u32);
-                        // SAFETY: the commit's buffers are the entry's, registered for the ring's
-                        // lifetime; the payload is not touched again until its next request
-                        unsafe { ring.submission().push(&e) }.expect("one commit per entry fits");
-                        // an interrupted submit leaves it queued for the loop's next submit
-                        let _ = ring.submit();
-                        sent = true;
-                    }
-                    out = Some(o);
+                let disk = &self.disk;
+                let r = guard::caught(|| {
+                    disk.write_then_copied(w.offset, Lent::new(&mut *payload, n), |o, buf| {
+                        if o.errno.is_none() && o.delay.is_none_or(|d| d.is_zero()) {
+                            let len = abi::put(buf, &abi::WriteOut { size: n as u32, padding: 0 });
+                            let e = commit_sqe(fuse_fd, header, qid, idx, unique, None, len as u32);
+                            // SAFETY: the commit's buffers are the entry's, registered for the ring's
+                            // lifetime; the payload is not touched again until its next request
+                            unsafe { ring.submission().push(&e) }.expect("one commit per entry fits");
+                            // an interrupted submit leaves it queued for the loop's next submit
+                            let _ = ring.submit();
+                            sent = true;
+                        }
+                        out = Some(o);
+                    })
                 });
+                if let Err(m) = &r {
+                    // answered already if the reply went out before the panic
+                    guard::report("write", w.offset, n as u64, m, if sent { "after its reply" } else { "answered with EIO" });
+                    out = Some(guard::eio());
+                }
                 let o = out.expect("write_then always acknowledges");
                 if sent {
                     drop(flight);
@@ -767,7 +776,7 @@ impl Server {
                 self.finish(o, len as u32, h.unique, idx, flight)
             }
             abi::FSYNC => {
-                let o = self.disk.flush();
+                let o = guard::guarded("flush", 0, 0, || self.disk.flush());
                 self.finish(o, 0, h.unique, idx, flight)
             }
             abi::FALLOCATE => {
@@ -775,7 +784,7 @@ impl Server {
                 if !fuse::fallocate_discards(f.mode as i32) {
                     return ok(0);
                 }
-                let o = self.disk.discard(f.offset, f.length);
+                let o = guard::guarded("discard", f.offset, f.length, || self.disk.discard(f.offset, f.length));
                 self.finish(o, 0, h.unique, idx, flight)
             }
             abi::LOOKUP => {
