@@ -9,6 +9,7 @@ pub mod direct;
 pub mod engine;
 pub mod files;
 pub mod fileset;
+pub mod jsonl;
 pub mod map;
 pub mod maps;
 pub mod op;
