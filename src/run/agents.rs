@@ -692,7 +692,10 @@ impl Placement for Agents<'_> {
             let (target, g, down, done, kills, argv, tpid) =
                 (target.clone(), self.gathered.clone(), self.target_down.clone(), kill_done.clone(), p.kills.clone(), p.target_argv.clone(), p.tpid);
             // a restarted faultline target gets the setup's disk faults again
-            let rearm = p.disk.as_ref().map(|d| (d.socket.clone(), super::schedule::split(&r.setup.faults).0.into_iter().map(|f| f.rule).collect::<Vec<_>>()));
+            let rearm = p.disk.as_ref().map(|d| {
+                let disk = RemoteDisk { target: d.target.clone(), socket: d.socket.clone(), block_size: d.block_size };
+                (disk, super::schedule::split(&r.setup.faults).0.into_iter().map(|f| f.rule).collect::<Vec<_>>())
+            });
             let t = std::thread::spawn(move || kill_target(&target, &g, &down, &done, &kills, &argv, tpid, t0, rearm.as_ref()));
             self.kills = Some((kill_done, t));
         }
@@ -965,8 +968,8 @@ pub const CPU_SOURCE: &str =
 /// Arm the setup's disk faults on a restarted faultline target: its clock starts now, so each
 /// window moves back by the time the run has already gone (`elapsed`); a window that is over
 /// is left out. Counts (`times`, `after_requests`) start again on the fresh disk.
-fn rearm_restarted(target: &Remote, socket: &str, rules: &[crate::spec::rule::Rule], elapsed: Duration, notes: &mut Vec<String>) {
-    if let Err(e) = target.control(socket, json!({"cmd": "reset_epoch"})) {
+fn rearm_restarted(disk: &RemoteDisk, rules: &[crate::spec::rule::Rule], elapsed: Duration, notes: &mut Vec<String>) {
+    if let Err(e) = disk.reset_epoch() {
         notes.push(format!("the restarted target's clock: {e:#}"));
         return;
     }
@@ -979,8 +982,9 @@ fn rearm_restarted(target: &Remote, socket: &str, rules: &[crate::spec::rule::Ru
             w.from = w.from.saturating_sub(elapsed);
             w.to = w.to.map(|t| t - elapsed);
         }
-        if let Err(e) = target.control(socket, json!({"cmd": "arm", "rules": [r]})) {
-            notes.push(format!("disk fault {} not armed again on the restarted target: {e:#}", r.name.as_deref().unwrap_or("(unnamed)")));
+        let name = r.name.clone();
+        if let Err(e) = disk.arm(vec![r]) {
+            notes.push(format!("disk fault {} not armed again on the restarted target: {e:#}", name.as_deref().unwrap_or("(unnamed)")));
         }
     }
 }
@@ -998,7 +1002,7 @@ fn kill_target(
     argv: &[String],
     mut pid: u32,
     t0: Instant,
-    rearm: Option<&(String, Vec<crate::spec::rule::Rule>)>,
+    rearm: Option<&(RemoteDisk, Vec<crate::spec::rule::Rule>)>,
 ) -> Vec<crate::host::HostFaultRecord> {
     let is_fl = rearm.is_some();
     let key = (target.spec.host.clone(), "target".to_string());
@@ -1065,8 +1069,8 @@ fn kill_target(
                     {
                         std::thread::sleep(Duration::from_millis(10));
                     }
-                    if let Some((socket, rules)) = rearm {
-                        rearm_restarted(target, socket, rules, t0.elapsed(), &mut rec.notes);
+                    if let Some((disk, rules)) = rearm {
+                        rearm_restarted(disk, rules, t0.elapsed(), &mut rec.notes);
                     }
                     down.store(false, Relaxed);
                 }
