@@ -17,8 +17,11 @@
 //! 4. collects every line on the controller's clock (agent time minus its offset) while a
 //!    heartbeat (`time`) watches each agent; a lost agent aborts the run or is marked
 //!    (`on_agent_loss`);
-//! 5. tears down on every host and returns the repetition with its `study`, the same
-//!    structures as the namespace run.
+//! 5. tears down on every host; the repetition gets its `study`, the same structures as the
+//!    namespace run.
+//!
+//! `Agents` is this placement's part of the repetition pipeline (run::pipeline): build is
+//! steps 1-2, arm step 3, drive and collect step 4, teardown step 5.
 
 use super::hosts::{client_series, windows};
 use super::pipeline::{FaultControl, Outcome, Placement, Rep, arm_faults, check_windows_only, collect_faults};
@@ -460,8 +463,7 @@ impl FaultControl for RemoteDisk {
     }
 }
 
-/// The agents placement (module doc): build is steps 1-2, arm step 3, drive and collect
-/// step 4, teardown step 5.
+/// The agents placement (module doc).
 pub(crate) struct Agents<'a> {
     hosts: &'a StudyHosts,
     /// Names this repetition's sockets and nftables tables: `<run pid>-<repetition>`.

@@ -1,6 +1,6 @@
 //! `faultline run FILE`: one experiment in, one results directory out. Every repetition goes
 //! through one pipeline (`pipeline`: build, arm, drive, crash + check, verify, collect,
-//! teardown); where its parts run is the placement: [`Local`] (disk servers and the stack on
+//! teardown); where its parts run is the placement: `Local` (disk servers and the stack on
 //! this machine, the workload in this process, timed layer by layer by the BPF monitor unless
 //! `monitor: off`), `hosts::Namespaces` (hosts as network namespaces) or `agents::Agents`
 //! (hosts reached through agents). Teardown happens on success, error and Ctrl-C (Drop of
