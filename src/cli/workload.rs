@@ -209,14 +209,16 @@ pub fn workload(a: WorkloadArgs) -> Result<()> {
     Ok(())
 }
 
-/// `--jsonl`: the workload with live per-interval lines and the result as the last line.
+/// `--jsonl`: the workload with live per-interval lines and the result as the last line
+/// (`workload::jsonl::JsonLine`, the type run::agents reads them as).
 fn workload_jsonl(w: &Workload) -> Result<()> {
+    use crate::workload::jsonl::{Interval, JsonLine};
     let maps = Maps::new(w)?;
     let progress = Progress::new();
     let done = std::sync::atomic::AtomicBool::new(false);
-    let line = |v: serde_json::Value| {
+    let line = |l: JsonLine| {
         let mut o = std::io::stdout().lock();
-        let _ = writeln!(o, "{v}").and_then(|()| o.flush());
+        let _ = writeln!(o, "{}", l.to_line()).and_then(|()| o.flush());
     };
     let res = std::thread::scope(|sc| {
         let live = sc.spawn(|| {
@@ -226,7 +228,7 @@ fn workload_jsonl(w: &Workload) -> Result<()> {
             let Some(start) = progress.start.get() else { return };
             // the first I/O's instant on this host's clock
             let start_ns = crate::cluster::proto::now_ns().saturating_sub(start.elapsed().as_nanos() as u64);
-            line(serde_json::json!({"start_ns": start_ns}));
+            line(JsonLine::Start { start_ns });
             let (mut ops, mut bytes, mut errors) = (0, 0, 0);
             for k in 1.. {
                 let due = w.interval * k;
@@ -237,7 +239,7 @@ fn workload_jsonl(w: &Workload) -> Result<()> {
                     return;
                 }
                 let (o, b, e) = (progress.ops(), progress.bytes(), progress.errors());
-                line(serde_json::json!({"t_s": due.as_secs_f64(), "ops": o - ops, "bytes": b - bytes, "errors": e - errors}));
+                line(JsonLine::Interval(Interval { t_s: due.as_secs_f64(), ops: o - ops, bytes: b - bytes, errors: e - errors }));
                 (ops, bytes, errors) = (o, b, e);
             }
         });
@@ -246,7 +248,7 @@ fn workload_jsonl(w: &Workload) -> Result<()> {
         let _ = live.join();
         r
     })?;
-    line(serde_json::json!({ "result": res }));
+    line(JsonLine::Result { result: Box::new(res) });
     Ok(())
 }
 

@@ -17,20 +17,26 @@
 //! 4. collects every line on the controller's clock (agent time minus its offset) while a
 //!    heartbeat (`time`) watches each agent; a lost agent aborts the run or is marked
 //!    (`on_agent_loss`);
-//! 5. tears down on every host and returns the repetition with its `study`, the same
-//!    structures as the namespace run.
+//! 5. tears down on every host; the repetition gets its `study`, the same structures as the
+//!    namespace run.
+//!
+//! `Agents` is this placement's part of the repetition pipeline (run::pipeline): build is
+//! steps 1-2, arm step 3, drive and collect step 4, teardown step 5.
 
-use super::hosts::windows;
+use super::hosts::{client_series, windows};
+use super::pipeline::{FaultControl, Outcome, Placement, Rep, arm_faults, check_windows_only, collect_faults};
 use crate::cluster::netfaults::{NetPlan, NftChain};
 use crate::cluster::proto::{Event, Op, now_ns};
 use crate::cluster::{Agent, Channel, ClockOffset, install};
 use crate::frontend::control::{Client, Request, Transport};
-use crate::report::model as rm;
+use crate::fault::Rule;
 use crate::report::study::{AgentLoss, ClientPoint, ClientSeries, Probe, Study, StudyAgent, StudyHost};
 use crate::run::probe::HostSample;
 use crate::spec::experiment::{Experiment, Setup};
 use crate::spec::study::{AgentChannel, HostAgent, OnAgentLoss, StudyHosts, TargetKind};
 use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, Pattern, Workload};
+use crate::workload::WorkloadResult;
+use crate::workload::jsonl::{Interval, JsonLine};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -120,8 +126,8 @@ struct Gathered {
     probes: Vec<(String, HostSample)>,
     /// client -> its workload's first I/O on the agent's clock, live lines, final result.
     start_ns: HashMap<String, u64>,
-    live: HashMap<String, Vec<(f64, u64, u64, u64)>>,
-    results: HashMap<String, Value>,
+    live: HashMap<String, Vec<Interval>>,
+    results: HashMap<String, WorkloadResult>,
     /// (host, command) -> ended (exit code, signal).
     exits: HashMap<(String, String), (Option<i32>, Option<i32>)>,
     /// (host, command) -> stdout lines (the target's URI line, host faults' JSON).
@@ -149,17 +155,17 @@ fn gather(r: Arc<Remote>, events: std::sync::mpsc::Receiver<Event>, g: Shared, t
                     g.probes.push((host.clone(), s));
                 }
             }
-            Event::Output { name, line, .. } if name == "workload" => {
-                let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
-                if let Some(s) = v["start_ns"].as_u64() {
-                    g.start_ns.insert(host.clone(), s);
-                } else if let Some(t) = v["t_s"].as_f64() {
-                    let e = (t, v["ops"].as_u64().unwrap_or(0), v["bytes"].as_u64().unwrap_or(0), v["errors"].as_u64().unwrap_or(0));
-                    g.live.entry(host.clone()).or_default().push(e);
-                } else if !v["result"].is_null() {
-                    g.results.insert(host.clone(), v["result"].clone());
+            Event::Output { name, line, .. } if name == "workload" => match serde_json::from_str::<JsonLine>(&line) {
+                Ok(JsonLine::Start { start_ns }) => {
+                    g.start_ns.insert(host.clone(), start_ns);
                 }
-            }
+                Ok(JsonLine::Interval(i)) => g.live.entry(host.clone()).or_default().push(i),
+                Ok(JsonLine::Result { result }) => {
+                    g.results.insert(host.clone(), *result);
+                }
+                // kept with its stderr: said if the workload then fails
+                Err(e) => g.stderr.entry((host.clone(), name)).or_default().push(format!("unreadable output line ({e}): {line}")),
+            },
             Event::Output { name, line, .. } => g.stdout.entry((host.clone(), name)).or_default().push(line),
             Event::Exit { name, code, signal, .. } => {
                 g.exits.insert((host.clone(), name), (code, signal));
@@ -363,11 +369,6 @@ fn nft_table(tag: &str) -> String {
     format!("faultline_{}", tag.replace('-', "_"))
 }
 
-/// Everything spawned and applied on the hosts, to undo at the end.
-struct Applied {
-    nft_hosts: Vec<String>,
-}
-
 fn connect_all(hosts: &StudyHosts) -> Result<Vec<Arc<Remote>>> {
     let connected: Vec<Result<Remote>> = std::thread::scope(|sc| {
         let hs: Vec<_> = hosts
@@ -439,488 +440,543 @@ pub fn preflight(exp: &Experiment) -> Result<()> {
     res
 }
 
-/// One repetition of a networked setup whose hosts are reached through agents.
-pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
-    let hosts = exp.hosts.as_ref().context("a networked setup needs `hosts:`")?;
-    let t_rep = Instant::now();
-    let phase = super::phase_printer(label, quiet);
-    let tag = format!("{}-{}", std::process::id(), rep);
-    // 1. agents, in parallel (an ssh handshake each)
-    let remotes = connect_all(hosts)?;
-    for r in &remotes {
-        phase(&format!(
-            "agent on {} ({}, via `{}`): clock offset {:+.3} ms ± {:.3} ms",
-            r.spec.host,
-            r.hello_host,
-            channel_of(&r.spec).describe(),
-            r.offset.offset_ns as f64 / 1e6,
-            r.offset.error_ns as f64 / 1e6
-        ));
-    }
-    let gathered: Shared = Arc::new(Mutex::new(Gathered::default()));
-    let t_ref: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
-    let mut gatherers = Vec::new();
-    for r in &remotes {
-        let ev = r.agent.lock().unwrap().take_events();
-        let (r, g, t) = (r.clone(), gathered.clone(), t_ref.clone());
-        gatherers.push(std::thread::spawn(move || gather(r, ev, g, t)));
-    }
-    let mut applied = Applied { nft_hosts: vec![] };
-    let result = drive(exp, setup, hosts, &remotes, &gathered, &t_ref, &tag, &mut applied, stop, &phase);
-    // 5. teardown on every host still there; a lost host gets `faultline cleanup` through a
-    // fresh agent (what its lost agent left)
-    let mut notes = Vec::new();
-    let table = nft_table(&tag);
-    for r in &remotes {
-        r.set_doing("done");
-        if r.is_lost() {
-            match Agent::connect(&channel_of(&r.spec), &r.spec.faultline) {
-                Ok(mut a) => {
-                    let res = a.call(Op::Exec { argv: vec![r.spec.faultline.clone(), "cleanup".into()], stdin: None }, Duration::from_secs(60));
-                    if applied.nft_hosts.contains(&r.spec.host) {
-                        let _ = a.call(
-                            Op::Exec { argv: vec!["nft".into(), "delete".into(), "table".into(), "inet".into(), table.clone()], stdin: None },
-                            CALL_LIMIT,
-                        );
-                    }
-                    let _ = a.shutdown();
-                    if let Err(e) = res {
-                        notes.push(format!("host {}: cleanup after its lost agent failed: {e:#}", r.spec.host));
-                    }
-                }
-                Err(e) => notes.push(format!("host {}: cannot reach it to clean up after its lost agent (run `faultline cleanup` there): {e:#}", r.spec.host)),
-            }
-            continue;
-        }
-        if applied.nft_hosts.contains(&r.spec.host) {
-            let _ = r.exec(&["nft", "delete", "table", "inet", &table], None);
-        }
-    }
-    for r in remotes.iter().filter(|r| !r.is_lost()) {
-        // ends every spawned command (SIGTERM, then SIGKILL after 2 s) and the agent
-        let a = r.agent.lock().unwrap().call(Op::Shutdown, Duration::from_secs(30));
-        if let Err(e) = a {
-            notes.push(format!("host {}: shutdown: {e:#}", r.spec.host));
-        }
-    }
-    drop(remotes);
-    for g in gatherers {
-        let _ = g.join();
-    }
-    let (mut r, study) = result?;
-    r.index = rep + 1;
-    r.seconds = t_rep.elapsed().as_secs_f64();
-    r.notes.extend(notes);
-    r.study = Some(Box::new(study));
-    Ok(r)
+/// The target's disk server reached through its agent (a faultline target).
+struct RemoteDisk {
+    target: Arc<Remote>,
+    socket: String,
+    block_size: u64,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn drive(
-    exp: &Experiment,
-    setup: &Setup,
-    hosts: &StudyHosts,
-    remotes: &[Arc<Remote>],
-    gathered: &Shared,
-    t_ref: &Arc<Mutex<Option<Instant>>>,
-    tag: &str,
-    applied: &mut Applied,
-    stop: &Arc<AtomicBool>,
-    phase: &dyn Fn(&str),
-) -> Result<(rm::Repetition, Study)> {
-    let target = remotes.iter().find(|r| r.role == "target").context("no agent for the target")?.clone();
-    let clients: Vec<Arc<Remote>> = remotes.iter().filter(|r| r.role == "client").cloned().collect();
-    let taddr = target.spec.address.clone().context("the target needs `address`")?;
-    let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
-    let host_part = if taddr.contains(':') { format!("[{taddr}]") } else { taddr.clone() };
-    let uri = format!("nbd://{host_part}:{}/{q}", hosts.port);
-    let w = exp.workload_for_client(setup, &uri).map_err(anyhow::Error::msg)?;
-    if !matches!(w.interface, Interface::Nbd { .. }) {
-        bail!("the clients' workload is not an NBD workload");
+impl FaultControl for RemoteDisk {
+    fn block_size(&self) -> u64 {
+        self.block_size
     }
-    // checks before anything runs: faults every host can apply, flags the workload can travel as
-    workload_argv("faultline", &w, &uri, 0)?;
-    let host_yaml: Vec<String> = setup.host_faults.iter().map(host_fault_yaml).collect::<Result<Vec<_>>>()?.into_iter().flatten().collect();
-    let kills: Vec<crate::spec::host::HostFault> =
-        setup.host_faults.iter().filter(|h| matches!(h.action, crate::spec::host::HostAction::Kill)).cloned().collect();
-    let (static_faults, scheduled) = super::schedule::split(&setup.faults);
-    if !scheduled.is_empty() {
-        bail!("faults placed by workload progress (`at:`/content targets) are not supported with `hosts:`; use windows");
+    fn reset_epoch(&self) -> Result<u64> {
+        self.target.control(&self.socket).reset_epoch()
     }
-    let table = nft_table(tag);
-    let (net_plans, net_paths) = plan_net_faults(setup, hosts, remotes, &table)?;
-    for p in &net_paths {
-        phase(p);
+    fn arm(&self, rules: Vec<Rule>) -> Result<()> {
+        self.target.control(&self.socket).arm(rules).map(drop)
     }
-    // 2. the target
-    // in the target's own run directory (it tells in its hello)
-    let run_dir = if target.run_dir.is_empty() { "/run/faultline".to_string() } else { target.run_dir.clone() };
-    let socket = format!("{run_dir}/agent-{tag}.sock");
-    target.set_doing("starting the target");
-    let target_argv = match &hosts.kind {
-        TargetKind::Faultline => {
-            let mut argv = vec![target.spec.faultline.clone(), "serve".into(), format!("--nbd=tcp://0.0.0.0:{}", hosts.port), "--no-loop".into()];
-            argv.extend(super::disks::serve_args(&setup.disk));
-            argv.extend(["--socket".into(), socket.clone(), format!("--owned-by={}", target.agent_pid)]);
-            argv
+    fn list(&self) -> Result<Vec<crate::fault::engine::RuleStatus>> {
+        self.target.control(&self.socket).list()
+    }
+    fn log_since(&self, since: u64) -> Result<Vec<crate::fault::log::LogEntry>> {
+        self.target.control(&self.socket).log_since(since)
+    }
+    fn log_dropped(&self) -> Result<u64> {
+        Ok(self.target.control(&self.socket).stats()?.faults.log_dropped)
+    }
+}
+
+/// The agents placement (module doc).
+pub(crate) struct Agents<'a> {
+    hosts: &'a StudyHosts,
+    /// Names this repetition's sockets and nftables tables: `<run pid>-<repetition>`.
+    tag: String,
+    remotes: Vec<Arc<Remote>>,
+    gathered: Shared,
+    /// The start instant T on this clock, once chosen (agent losses are timed from it).
+    t_ref: Arc<Mutex<Option<Instant>>>,
+    gatherers: Vec<std::thread::JoinHandle<()>>,
+    /// Hosts whose nftables table this repetition made.
+    nft_hosts: Vec<String>,
+    /// Set up by build, for the later phases.
+    plan: Option<Plan>,
+    /// The heartbeat: its stop flag and thread.
+    heart: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+    /// The `kill` host faults' thread: its stop flag, the target-is-down flag and the thread.
+    kills: Option<(Arc<AtomicBool>, std::thread::JoinHandle<Vec<crate::host::HostFaultRecord>>)>,
+    target_down: Arc<AtomicBool>,
+    seq0: Vec<u64>,
+}
+
+/// What build decided and started, for arm, drive and collect.
+struct Plan {
+    target: Arc<Remote>,
+    clients: Vec<Arc<Remote>>,
+    /// The target's disk (a faultline target).
+    disk: Option<RemoteDisk>,
+    target_argv: Vec<String>,
+    tpid: u32,
+    /// Start instant T, ns on the controller's CLOCK_REALTIME.
+    t_start: u64,
+    host_yaml: Vec<String>,
+    kills: Vec<crate::spec::host::HostFault>,
+    net_plans: Vec<NetPlan>,
+}
+
+impl<'a> Agents<'a> {
+    pub(crate) fn new(hosts: &'a StudyHosts) -> Self {
+        Agents {
+            hosts,
+            tag: String::new(),
+            remotes: Vec::new(),
+            gathered: Arc::new(Mutex::new(Gathered::default())),
+            t_ref: Arc::new(Mutex::new(None)),
+            gatherers: Vec::new(),
+            nft_hosts: Vec::new(),
+            plan: None,
+            heart: None,
+            kills: None,
+            target_down: Arc::new(AtomicBool::new(false)),
+            seq0: Vec::new(),
         }
-        TargetKind::Command(cmd) => vec!["env".into(), format!("FAULTLINE_PORT={}", hosts.port), "sh".into(), "-c".into(), cmd.clone()],
-    };
-    let tpid = target.spawn("target", target_argv.clone())?;
-    wait_target(&target, &clients[0], hosts, &taddr, gathered)?;
-    target.set_doing("serving the disk");
-    // every client waits for the agreed instant T (its own clock: T plus its offset)
-    let max_err = remotes.iter().map(|r| r.offset.error_ns).max().unwrap_or(0);
-    let lead = START_LEAD + START_LEAD_PER_HOST * remotes.len() as u32;
-    let t_start = now_ns() + lead.as_nanos() as u64 + 2 * max_err;
-    let mut groups: HashMap<String, u32> = HashMap::from([(target.spec.host.clone(), tpid)]);
-    for c in &clients {
-        let at = (t_start as i128 + c.offset.offset_ns as i128).max(0) as u64;
-        groups.insert(c.spec.host.clone(), c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at)?)?);
-        c.set_doing("running the workload");
     }
-    // the network faults of each sending host, windows from T on its clock; in place (TUN
-    // device, nftables table) before T
-    for p in &net_plans {
-        let r = remotes.iter().find(|r| r.spec.host == p.host).context("host")?;
-        let plan = NetPlan { start_at_ns: (t_start as i128 + r.offset.offset_ns as i128).max(0) as u64, ..p.clone() };
-        applied.nft_hosts.push(p.host.clone());
-        r.spawn("net-faults", vec![r.spec.faultline.clone(), "agent".into(), "--net-faults".into(), serde_json::to_string(&plan)?])?;
+
+    fn plan(&self) -> &Plan {
+        self.plan.as_ref().expect("built before the later phases")
     }
-    for p in &net_plans {
-        let key = (p.host.clone(), "net-faults".to_string());
-        let t = Instant::now();
-        loop {
-            {
-                let g = gathered.lock().unwrap();
-                if g.stdout.get(&key).is_some_and(|v| v.iter().any(|l| l == "ready")) {
-                    break;
-                }
-                if g.exits.contains_key(&key) || t.elapsed() > CALL_LIMIT {
-                    let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
-                    bail!("host {}: cannot apply its network faults: {why}", p.host);
-                }
+
+    /// 1-2: agents, the target, then every client's workload, the network faults' helpers and
+    /// the probers, all waiting for T; the heartbeat from here on.
+    fn start(&mut self, r: &mut Rep) -> Result<()> {
+        let (hosts, setup, exp) = (self.hosts, r.setup, r.exp);
+        let remotes = self.remotes.clone();
+        let target = remotes.iter().find(|r| r.role == "target").context("no agent for the target")?.clone();
+        let clients: Vec<Arc<Remote>> = remotes.iter().filter(|r| r.role == "client").cloned().collect();
+        let taddr = target.spec.address.clone().context("the target needs `address`")?;
+        let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
+        let host_part = if taddr.contains(':') { format!("[{taddr}]") } else { taddr.clone() };
+        let uri = format!("nbd://{host_part}:{}/{q}", hosts.port);
+        let w = exp.workload_for_client(setup, &uri).map_err(anyhow::Error::msg)?;
+        if !matches!(w.interface, Interface::Nbd { .. }) {
+            bail!("the clients' workload is not an NBD workload");
+        }
+        // checks before anything runs: faults every host can apply, flags the workload can travel as
+        workload_argv("faultline", &w, &uri, 0)?;
+        let host_yaml: Vec<String> = setup.host_faults.iter().map(host_fault_yaml).collect::<Result<Vec<_>>>()?.into_iter().flatten().collect();
+        let kills: Vec<crate::spec::host::HostFault> =
+            setup.host_faults.iter().filter(|h| matches!(h.action, crate::spec::host::HostAction::Kill)).cloned().collect();
+        check_windows_only(setup)?;
+        let (net_plans, net_paths) = plan_net_faults(setup, hosts, &remotes, &nft_table(&self.tag))?;
+        for p in &net_paths {
+            r.phase(p);
+        }
+        // the target, in its own run directory (it tells in its hello)
+        let run_dir = if target.run_dir.is_empty() { "/run/faultline".to_string() } else { target.run_dir.clone() };
+        let socket = format!("{run_dir}/agent-{}.sock", self.tag);
+        target.set_doing("starting the target");
+        let target_argv = match &hosts.kind {
+            TargetKind::Faultline => {
+                let mut argv = vec![target.spec.faultline.clone(), "serve".into(), format!("--nbd=tcp://0.0.0.0:{}", hosts.port), "--no-loop".into()];
+                argv.extend(super::disks::serve_args(&setup.disk));
+                argv.extend(["--socket".into(), socket.clone(), format!("--owned-by={}", target.agent_pid)]);
+                argv
             }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    let mut net_notes: Vec<String> = net_paths.iter().map(|p| format!("network: {p}")).collect();
-    // probers everywhere, each also sampling its host's server or workload process group
-    let interval = format!("{}us", hosts.interval.as_micros());
-    for r in remotes {
-        let mut argv = vec![r.spec.faultline.clone(), "agent".into(), "--probe".into(), interval.clone()];
-        argv.extend(groups.get(&r.spec.host).map(|g| format!("--probe-group={g}")));
-        if r.role == "target" && hosts.kind == TargetKind::Faultline {
-            argv.push(format!("--probe-socket={socket}"));
-        }
-        r.spawn("probe", argv)?;
-    }
-    // the heartbeat watches every agent from here on
-    let done = Arc::new(AtomicBool::new(false));
-    let heart = {
-        let (rs, done, t_ref) = (remotes.to_vec(), done.clone(), t_ref.clone());
-        std::thread::spawn(move || {
-            while !done.load(Relaxed) {
-                for r in &rs {
-                    if r.is_lost() || done.load(Relaxed) {
-                        continue;
-                    }
-                    let alive = r.agent.lock().unwrap().alive();
-                    if !alive {
-                        lose(r, "its channel closed", &t_ref);
-                    } else if let Err(e) = r.call(Op::Time, HEARTBEAT_LIMIT) {
-                        lose(r, &format!("it stopped answering ({e:#})"), &t_ref);
-                        // a hung agent is let go: its channel ends, and with it what it ran
-                        r.agent.lock().unwrap().kill_channel();
-                    }
-                }
-                std::thread::sleep(HEARTBEAT);
-            }
-        })
-    };
-    let outcome = armed_phase(
-        setup,
-        hosts,
-        remotes,
-        &target,
-        &clients,
-        gathered,
-        t_ref,
-        t_start,
-        &socket,
-        &host_yaml,
-        &kills,
-        &target_argv,
-        static_faults,
-        &net_plans,
-        tpid,
-        stop,
-        phase,
-    );
-    done.store(true, Relaxed);
-    let _ = heart.join();
-    let (host_records, disk_faults, rules, notes) = outcome?;
-    net_notes.extend(notes);
-    let mut notes = net_notes;
-    // 4. everything on the controller's clock, from T
-    let g = gathered.lock().unwrap();
-    let rel = |r: &Remote, t_ns: u64| (r.to_local(t_ns) - t_start as i128) as f64 / 1e9;
-    let mut series = Vec::new();
-    let mut first_result = None;
-    let mut start_lag: Option<f64> = None;
-    for c in &clients {
-        let h = &c.spec.host;
-        let shift = g.start_ns.get(h).map(|s| rel(c, *s));
-        if let Some(s) = shift {
-            start_lag = Some(start_lag.map_or(s, |l: f64| l.min(s)));
-        }
-        let shift = shift.unwrap_or(0.0);
-        let s = match g.results.get(h) {
-            Some(res) => {
-                if first_result.is_none() {
-                    first_result = Some(res.clone());
-                }
-                client_series_json(h, res, shift)
-            }
-            // no result (its agent was lost): what its live lines said, up to the loss
-            None => live_series(h, g.live.get(h).map(|v| v.as_slice()).unwrap_or(&[]), shift, hosts.interval),
+            TargetKind::Command(cmd) => vec!["env".into(), format!("FAULTLINE_PORT={}", hosts.port), "sh".into(), "-c".into(), cmd.clone()],
         };
-        series.push(s);
-    }
-    let mut probes: Vec<Probe> = Vec::new();
-    for (host, s) in &g.probes {
-        let r = remotes.iter().find(|r| r.spec.host == *host).context("host")?;
-        let t_s = rel(r, s.t_ns);
-        if t_s <= 0.0 {
-            continue;
+        let tpid = target.spawn("target", target_argv.clone())?;
+        wait_target(&target, &clients[0], hosts, &taddr, &self.gathered)?;
+        target.set_doing("serving the disk");
+        // every client waits for the agreed instant T (its own clock: T plus its offset)
+        let max_err = remotes.iter().map(|r| r.offset.error_ns).max().unwrap_or(0);
+        let lead = START_LEAD + START_LEAD_PER_HOST * remotes.len() as u32;
+        let t_start = now_ns() + lead.as_nanos() as u64 + 2 * max_err;
+        let mut groups: HashMap<String, u32> = HashMap::from([(target.spec.host.clone(), tpid)]);
+        for c in &clients {
+            let at = (t_start as i128 + c.offset.offset_ns as i128).max(0) as u64;
+            groups.insert(c.spec.host.clone(), c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at)?)?);
+            c.set_doing("running the workload");
         }
-        if let Some(l) = r.lost.lock().unwrap().as_ref()
-            && t_s > l.t_s
-        {
-            continue;
+        // the network faults of each sending host, windows from T on its clock; in place (TUN
+        // device, nftables table) before T
+        for p in &net_plans {
+            let r = remotes.iter().find(|r| r.spec.host == p.host).context("host")?;
+            let plan = NetPlan { start_at_ns: (t_start as i128 + r.offset.offset_ns as i128).max(0) as u64, ..p.clone() };
+            self.nft_hosts.push(p.host.clone());
+            r.spawn("net-faults", vec![r.spec.faultline.clone(), "agent".into(), "--net-faults".into(), serde_json::to_string(&plan)?])?;
         }
-        probes.push(Probe { t_s, host: host.clone(), sys: s.sys.clone(), ..Default::default() });
-    }
-    probes.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
-    // a client's ops and errors per probe interval, from its workload's live lines
-    let mut last_t: HashMap<String, f64> = HashMap::new();
-    for p in probes.iter_mut() {
-        let Some(c) = clients.iter().find(|c| c.spec.host == p.host) else { continue };
-        let shift = g.start_ns.get(&p.host).map_or(0.0, |s| rel(c, *s));
-        let from = last_t.insert(p.host.clone(), p.t_s).unwrap_or(f64::MIN);
-        for (t, ops, _, errors) in g.live.get(&p.host).map(|v| v.as_slice()).unwrap_or(&[]) {
-            let t = t + shift;
-            if t > from && t <= p.t_s {
-                p.ops += ops;
-                p.errors += errors;
+        for p in &net_plans {
+            let key = (p.host.clone(), "net-faults".to_string());
+            let t = Instant::now();
+            loop {
+                {
+                    let g = self.gathered.lock().unwrap();
+                    if g.stdout.get(&key).is_some_and(|v| v.iter().any(|l| l == "ready")) {
+                        break;
+                    }
+                    if g.exits.contains_key(&key) || t.elapsed() > CALL_LIMIT {
+                        let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
+                        bail!("host {}: cannot apply its network faults: {why}", p.host);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
-    }
-    for r in remotes {
-        if let Some(l) = r.lost.lock().unwrap().as_ref() {
-            notes.push(format!("agent on host {} lost at {:+.1} s while {}: {}", r.spec.host, l.t_s, l.doing, l.reason));
+        r.notes.extend(net_paths.iter().map(|p| format!("network: {p}")));
+        // probers everywhere, each also sampling its host's server or workload process group
+        let interval = format!("{}us", hosts.interval.as_micros());
+        for rm in &remotes {
+            let mut argv = vec![rm.spec.faultline.clone(), "agent".into(), "--probe".into(), interval.clone()];
+            argv.extend(groups.get(&rm.spec.host).map(|g| format!("--probe-group={g}")));
+            if rm.role == "target" && hosts.kind == TargetKind::Faultline {
+                argv.push(format!("--probe-socket={socket}"));
+            }
+            rm.spawn("probe", argv)?;
         }
-    }
-    let mut study = Study {
-        hosts: remotes
-            .iter()
-            .map(|r| StudyHost {
-                name: r.spec.host.clone(),
-                role: r.role.into(),
-                address: r.spec.address.clone().unwrap_or_default(),
-                namespace: String::new(),
+        // the heartbeat watches every agent from here on
+        let done = Arc::new(AtomicBool::new(false));
+        let heart = {
+            let (rs, done, t_ref) = (remotes.clone(), done.clone(), self.t_ref.clone());
+            std::thread::spawn(move || {
+                while !done.load(Relaxed) {
+                    for r in &rs {
+                        if r.is_lost() || done.load(Relaxed) {
+                            continue;
+                        }
+                        let alive = r.agent.lock().unwrap().alive();
+                        if !alive {
+                            lose(r, "its channel closed", &t_ref);
+                        } else if let Err(e) = r.call(Op::Time, HEARTBEAT_LIMIT) {
+                            lose(r, &format!("it stopped answering ({e:#})"), &t_ref);
+                            // a hung agent is let go: its channel ends, and with it what it ran
+                            r.agent.lock().unwrap().kill_channel();
+                        }
+                    }
+                    std::thread::sleep(HEARTBEAT);
+                }
             })
-            .collect(),
-        interval_s: hosts.interval.as_secs_f64(),
-        cpu_source: CPU_SOURCE.into(),
-        clients: series,
-        probes,
-        windows: windows(setup, hosts),
-        window_stats: vec![],
-        links: Value::Null,
-        start_lag_s: start_lag.unwrap_or(0.0).max(0.0),
-        agents: remotes
-            .iter()
-            .map(|r| StudyAgent {
-                host: r.spec.host.clone(),
-                channel: channel_of(&r.spec).describe(),
-                version: r.version.clone(),
-                offset_ms: r.offset.offset_ns as f64 / 1e6,
-                offset_error_ms: r.offset.error_ns as f64 / 1e6,
-                lost: r.lost.lock().unwrap().clone(),
-            })
-            .collect(),
-    };
-    study.analyse();
-    drop(g);
-    let mut r = crate::report::collect::repetition(0, 0.0, None, None, disk_faults, rules, notes);
-    // the repetition's own figures are the first client's (all clients are in `study`)
-    if let Some(res) = first_result {
-        r.read = serde_json::from_value(res["read"].clone()).unwrap_or_default();
-        r.write = serde_json::from_value(res["write"].clone()).unwrap_or_default();
-        r.io_errors = serde_json::from_value(res["errors"].clone()).unwrap_or_default();
-        r.failed_ios = res["failed_ios"].as_array().map_or(0, |a| a.len() as u64);
-        r.retries = res["retries"].as_u64().unwrap_or(0);
-        r.timeseries = res["timeseries"].as_array().map(|a| a.iter().map(rm_sample).collect()).unwrap_or_default();
+        };
+        self.heart = Some((done, heart));
+        let disk = (hosts.kind == TargetKind::Faultline).then(|| RemoteDisk {
+            target: target.clone(),
+            socket: socket.clone(),
+            block_size: setup.disk.disk.block_size as u64,
+        });
+        self.plan = Some(Plan { target, clients, disk, target_argv, tpid, t_start, host_yaml, kills, net_plans });
+        Ok(())
     }
-    r.host_faults = host_records;
-    Ok((r, study))
+}
+
+impl Placement for Agents<'_> {
+    /// Steps 1-2: agents, in parallel (an ssh handshake each), the threads that gather their
+    /// events, then the target, the clients waiting for T, the probers.
+    fn build(&mut self, r: &mut Rep) -> Result<()> {
+        self.tag = format!("{}-{}", std::process::id(), r.index);
+        self.remotes = connect_all(self.hosts)?;
+        for rm in &self.remotes {
+            r.phase(&format!(
+                "agent on {} ({}, via `{}`): clock offset {:+.3} ms ± {:.3} ms",
+                rm.spec.host,
+                rm.hello_host,
+                channel_of(&rm.spec).describe(),
+                rm.offset.offset_ns as f64 / 1e6,
+                rm.offset.error_ns as f64 / 1e6
+            ));
+        }
+        for rm in &self.remotes {
+            let ev = rm.agent.lock().unwrap().take_events();
+            let (rm, g, t) = (rm.clone(), self.gathered.clone(), self.t_ref.clone());
+            self.gatherers.push(std::thread::spawn(move || gather(rm, ev, g, t)));
+        }
+        self.start(r)
+    }
+
+    /// Step 3, at T (every agent ready): the disk's clock restarts and its rules go in, host
+    /// faults start on the target's agent.
+    fn arm(&mut self, r: &mut Rep) -> Result<()> {
+        let p = self.plan.as_ref().expect("built before arm");
+        // every agent reported ready (its spawns answered); a loss before T aborts whatever the policy
+        if let Some(rm) = self.remotes.iter().find(|r| r.is_lost()) {
+            bail!("agent on host {} was lost before the start", rm.spec.host);
+        }
+        let t0 = Instant::now() + Duration::from_nanos(p.t_start.saturating_sub(now_ns()));
+        *self.t_ref.lock().unwrap() = Some(t0);
+        std::thread::sleep(t0.saturating_duration_since(Instant::now()));
+        if let Some(d) = &p.disk {
+            self.seq0 = arm_faults(&[d as &dyn FaultControl], &r.setup.faults)?.0;
+        }
+        let target = &p.target;
+        if !p.host_yaml.is_empty() {
+            let mut argv = vec![target.spec.faultline.clone(), "host".into(), "--pid".into(), p.tpid.to_string(), "--json".into()];
+            for y in &p.host_yaml {
+                argv.extend(["--fault".into(), y.clone()]);
+            }
+            target.spawn("host-faults", argv)?;
+        }
+        if !p.kills.is_empty() {
+            let kill_done = Arc::new(AtomicBool::new(false));
+            let (target, g, down, done, kills, argv, tpid) =
+                (target.clone(), self.gathered.clone(), self.target_down.clone(), kill_done.clone(), p.kills.clone(), p.target_argv.clone(), p.tpid);
+            // a restarted faultline target gets the setup's disk faults again
+            let rearm = p.disk.as_ref().map(|d| {
+                let disk = RemoteDisk { target: d.target.clone(), socket: d.socket.clone(), block_size: d.block_size };
+                (disk, super::schedule::split(&r.setup.faults).0.into_iter().map(|f| f.rule).collect::<Vec<_>>())
+            });
+            let t = std::thread::spawn(move || kill_target(&target, &g, &down, &done, &kills, &argv, tpid, t0, rearm.as_ref()));
+            self.kills = Some((kill_done, t));
+        }
+        r.phase(&format!("{} client(s) started together against {}", p.clients.len(), target.spec.address.as_deref().unwrap_or("")));
+        Ok(())
+    }
+
+    /// Step 4: wait until every client's workload ends or its agent is lost; then the network
+    /// and host faults end and say what they did.
+    fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        let (hosts, p, gathered) = (self.hosts, self.plan.as_ref().expect("built before the drive"), &self.gathered);
+        let (target, clients) = (&p.target, &p.clients);
+        let limit = Duration::from_secs(3600);
+        let waited = Instant::now();
+        let abort = loop {
+            if r.stop.load(Relaxed) {
+                break Some("interrupted".to_string());
+            }
+            if hosts.on_agent_loss == OnAgentLoss::Abort
+                && let Some(rm) = self.remotes.iter().find(|r| r.is_lost())
+            {
+                let l = rm.lost.lock().unwrap().clone().unwrap_or_default();
+                break Some(format!("agent on host {} lost at {:+.1} s while {}: {} (on_agent_loss: abort)", rm.spec.host, l.t_s, l.doing, l.reason));
+            }
+            if target.is_lost() {
+                break Some(format!("agent on the target host {} lost: nothing left to measure", target.spec.host));
+            }
+            let g = gathered.lock().unwrap();
+            if let Some(((h, _), (code, sig))) = g.exits.iter().find(|((h, n), _)| h == &target.spec.host && n == "target" && !self.target_down.load(Relaxed)) {
+                let why = g.stderr.get(&(h.clone(), "target".into())).map(|v| v.join(" | ")).unwrap_or_default();
+                break Some(format!("the target on {h} ended during the run (code {code:?}, signal {sig:?}): {why}"));
+            }
+            let ended =
+                clients.iter().all(|c| c.is_lost() || g.results.contains_key(&c.spec.host) || g.exits.contains_key(&(c.spec.host.clone(), "workload".into())));
+            drop(g);
+            if ended {
+                break None;
+            }
+            if waited.elapsed() > limit {
+                break Some("the clients did not finish within an hour".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        r.notes.extend(net_reports(&self.remotes, &p.net_plans, gathered));
+        let kill_records = match self.kills.take() {
+            Some((done, t)) => {
+                done.store(true, Relaxed);
+                t.join().unwrap_or_default()
+            }
+            None => vec![],
+        };
+        if let Some(why) = abort {
+            // the other clients stop now; teardown ends the rest
+            for c in clients.iter().filter(|c| !c.is_lost()) {
+                let _ = c.call(Op::Kill { name: "workload".into(), signal: Some(libc::SIGTERM) }, CALL_LIMIT);
+            }
+            bail!("{why}");
+        }
+        // a client's workload that failed (not lost) fails the run, as in the namespace run
+        {
+            let g = gathered.lock().unwrap();
+            for c in clients.iter().filter(|c| !c.is_lost()) {
+                if !g.results.contains_key(&c.spec.host) {
+                    let why = g.stderr.get(&(c.spec.host.clone(), "workload".into())).map(|v| v.join(" | ")).unwrap_or_default();
+                    bail!("client {}: its workload failed: {why}", c.spec.host);
+                }
+            }
+        }
+        // host faults end now and print what they did
+        let mut records = Vec::new();
+        if !p.host_yaml.is_empty() {
+            let _ = target.call(Op::Kill { name: "host-faults".into(), signal: Some(libc::SIGINT) }, CALL_LIMIT);
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(10) && !gathered.lock().unwrap().exits.contains_key(&(target.spec.host.clone(), "host-faults".into())) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let key = (target.spec.host.clone(), "host-faults".to_string());
+            let g = gathered.lock().unwrap();
+            let text = g.stdout.get(&key).map(|v| v.join("\n")).unwrap_or_default();
+            match serde_json::from_str::<Vec<crate::host::HostFaultRecord>>(&text) {
+                Ok(r) => records = r,
+                Err(e) => r.notes.push(format!(
+                    "host faults on {}: no records ({e}): {}",
+                    target.spec.host,
+                    g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default()
+                )),
+            }
+        }
+        records.extend(kill_records);
+        if records.iter().any(|r| !r.restarted.is_empty()) {
+            // a new server: its log starts again
+            self.seq0 = vec![0];
+            r.notes.push(format!(
+                "the target on {} was killed and started again: a fresh disk (its data gone, the fault log from the restart on) with the setup's disk faults armed again on the run's clock",
+                target.spec.host
+            ));
+        }
+        o.host_faults = records;
+        Ok(())
+    }
+
+    fn verify(&mut self, _: &mut Rep, _: &mut Outcome) -> Result<()> {
+        // the clients' maps stay on their hosts: a networked run verifies nothing
+        Ok(())
+    }
+
+    /// Step 4: the target's fault log, and every line on the controller's clock, from T.
+    fn collect(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        let (hosts, p, remotes) = (self.hosts, self.plan(), &self.remotes);
+        if let Some(d) = &p.disk {
+            if self.target_down.load(Relaxed) {
+                r.notes.push(format!("the target on {} was killed (host fault `kill`): no disk figures", p.target.spec.host));
+            } else {
+                (o.faults, o.rules) = collect_faults(&[d as &dyn FaultControl], &self.seq0, &mut r.notes)?;
+            }
+        }
+        let g = self.gathered.lock().unwrap();
+        let rel = |rm: &Remote, t_ns: u64| (rm.to_local(t_ns) - p.t_start as i128) as f64 / 1e9;
+        let mut series = Vec::new();
+        let mut first_result = None;
+        let mut start_lag: Option<f64> = None;
+        for c in &p.clients {
+            let h = &c.spec.host;
+            let shift = g.start_ns.get(h).map(|s| rel(c, *s));
+            if let Some(s) = shift {
+                start_lag = Some(start_lag.map_or(s, |l: f64| l.min(s)));
+            }
+            let shift = shift.unwrap_or(0.0);
+            let s = match g.results.get(h) {
+                Some(res) => {
+                    first_result = first_result.or(Some(h));
+                    client_series(h, res, shift)
+                }
+                // no result (its agent was lost): what its live lines said, up to the loss
+                None => live_series(h, g.live.get(h).map(|v| v.as_slice()).unwrap_or(&[]), shift, hosts.interval),
+            };
+            series.push(s);
+        }
+        let mut probes: Vec<Probe> = Vec::new();
+        for (host, s) in &g.probes {
+            let rm = remotes.iter().find(|r| r.spec.host == *host).context("host")?;
+            let t_s = rel(rm, s.t_ns);
+            if t_s <= 0.0 {
+                continue;
+            }
+            if let Some(l) = rm.lost.lock().unwrap().as_ref()
+                && t_s > l.t_s
+            {
+                continue;
+            }
+            probes.push(Probe { t_s, host: host.clone(), sys: s.sys.clone(), ..Default::default() });
+        }
+        probes.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
+        // a client's ops and errors per probe interval, from its workload's live lines
+        let mut last_t: HashMap<String, f64> = HashMap::new();
+        for pr in probes.iter_mut() {
+            let Some(c) = p.clients.iter().find(|c| c.spec.host == pr.host) else { continue };
+            let shift = g.start_ns.get(&pr.host).map_or(0.0, |s| rel(c, *s));
+            let from = last_t.insert(pr.host.clone(), pr.t_s).unwrap_or(f64::MIN);
+            for l in g.live.get(&pr.host).map(|v| v.as_slice()).unwrap_or(&[]) {
+                let t = l.t_s + shift;
+                if t > from && t <= pr.t_s {
+                    pr.ops += l.ops;
+                    pr.errors += l.errors;
+                }
+            }
+        }
+        for rm in remotes {
+            if let Some(l) = rm.lost.lock().unwrap().as_ref() {
+                r.notes.push(format!("agent on host {} lost at {:+.1} s while {}: {}", rm.spec.host, l.t_s, l.doing, l.reason));
+            }
+        }
+        let mut study = Study {
+            hosts: remotes
+                .iter()
+                .map(|r| StudyHost {
+                    name: r.spec.host.clone(),
+                    role: r.role.into(),
+                    address: r.spec.address.clone().unwrap_or_default(),
+                    namespace: String::new(),
+                })
+                .collect(),
+            interval_s: hosts.interval.as_secs_f64(),
+            cpu_source: CPU_SOURCE.into(),
+            clients: series,
+            probes,
+            windows: windows(r.setup, hosts),
+            window_stats: vec![],
+            links: Value::Null,
+            start_lag_s: start_lag.unwrap_or(0.0).max(0.0),
+            agents: remotes
+                .iter()
+                .map(|r| StudyAgent {
+                    host: r.spec.host.clone(),
+                    channel: channel_of(&r.spec).describe(),
+                    version: r.version.clone(),
+                    offset_ms: r.offset.offset_ns as f64 / 1e6,
+                    offset_error_ms: r.offset.error_ns as f64 / 1e6,
+                    lost: r.lost.lock().unwrap().clone(),
+                })
+                .collect(),
+        };
+        study.analyse();
+        o.study = Some(study);
+        // the repetition's own figures are the first client's (all clients are in `study`)
+        let first = first_result.cloned();
+        drop(g);
+        o.workload = first.and_then(|h| self.gathered.lock().unwrap().results.remove(&h));
+        Ok(())
+    }
+
+    /// Step 5: teardown on every host still there; a lost host gets `faultline cleanup`
+    /// through a fresh agent (what its lost agent left).
+    fn teardown(&mut self, r: &mut Rep) -> Result<()> {
+        if let Some((done, t)) = self.heart.take() {
+            done.store(true, Relaxed);
+            let _ = t.join();
+        }
+        if let Some((done, t)) = self.kills.take() {
+            done.store(true, Relaxed);
+            let _ = t.join();
+        }
+        let table = nft_table(&self.tag);
+        for rm in &self.remotes {
+            rm.set_doing("done");
+            if rm.is_lost() {
+                match Agent::connect(&channel_of(&rm.spec), &rm.spec.faultline) {
+                    Ok(mut a) => {
+                        let res = a.call(Op::Exec { argv: vec![rm.spec.faultline.clone(), "cleanup".into()], stdin: None }, Duration::from_secs(60));
+                        if self.nft_hosts.contains(&rm.spec.host) {
+                            let _ = a.call(
+                                Op::Exec { argv: vec!["nft".into(), "delete".into(), "table".into(), "inet".into(), table.clone()], stdin: None },
+                                CALL_LIMIT,
+                            );
+                        }
+                        let _ = a.shutdown();
+                        if let Err(e) = res {
+                            r.notes.push(format!("host {}: cleanup after its lost agent failed: {e:#}", rm.spec.host));
+                        }
+                    }
+                    Err(e) => {
+                        r.notes.push(format!("host {}: cannot reach it to clean up after its lost agent (run `faultline cleanup` there): {e:#}", rm.spec.host))
+                    }
+                }
+                continue;
+            }
+            if self.nft_hosts.contains(&rm.spec.host) {
+                let _ = rm.exec(&["nft", "delete", "table", "inet", &table], None);
+            }
+        }
+        for rm in self.remotes.iter().filter(|r| !r.is_lost()) {
+            // ends every spawned command (SIGTERM, then SIGKILL after 2 s) and the agent
+            let a = rm.agent.lock().unwrap().call(Op::Shutdown, Duration::from_secs(30));
+            if let Err(e) = a {
+                r.notes.push(format!("host {}: shutdown: {e:#}", rm.spec.host));
+            }
+        }
+        self.plan = None;
+        self.remotes.clear();
+        for g in self.gatherers.drain(..) {
+            let _ = g.join();
+        }
+        Ok(())
+    }
 }
 
 pub const CPU_SOURCE: &str =
     "every host's own /proc: target: its server's process group, clients: their workload's (/proc/PID/stat); machine_*: the host's /proc/stat";
 
-type Armed = (Vec<crate::host::HostFaultRecord>, Vec<rm::InjectedFault>, Vec<rm::RuleCount>, Vec<String>);
-
-/// 3. Arm at T, wait for the clients, collect the target's figures.
-#[allow(clippy::too_many_arguments)]
-fn armed_phase(
-    setup: &Setup,
-    hosts: &StudyHosts,
-    remotes: &[Arc<Remote>],
-    target: &Arc<Remote>,
-    clients: &[Arc<Remote>],
-    gathered: &Shared,
-    t_ref: &Arc<Mutex<Option<Instant>>>,
-    t_start: u64,
-    socket: &str,
-    host_yaml: &[String],
-    kills: &[crate::spec::host::HostFault],
-    target_argv: &[String],
-    static_faults: Vec<crate::spec::rules::FaultSpec>,
-    net_plans: &[NetPlan],
-    tpid: u32,
-    stop: &Arc<AtomicBool>,
-    phase: &dyn Fn(&str),
-) -> Result<Armed> {
-    // every agent reported ready (its spawns answered); a loss before T aborts whatever the policy
-    if let Some(r) = remotes.iter().find(|r| r.is_lost()) {
-        bail!("agent on host {} was lost before the start", r.spec.host);
-    }
-    let t0 = Instant::now() + Duration::from_nanos(t_start.saturating_sub(now_ns()));
-    *t_ref.lock().unwrap() = Some(t0);
-    std::thread::sleep(t0.saturating_duration_since(Instant::now()));
-    let is_fl = hosts.kind == TargetKind::Faultline;
-    let mut seq0 = 0;
-    if is_fl {
-        seq0 = target.control(socket).reset_epoch()?;
-        for f in &static_faults {
-            target.control(socket).arm(vec![f.rule.clone()])?;
-        }
-    }
-    if !host_yaml.is_empty() {
-        let mut argv = vec![target.spec.faultline.clone(), "host".into(), "--pid".into(), tpid.to_string(), "--json".into()];
-        for y in host_yaml {
-            argv.extend(["--fault".into(), y.clone()]);
-        }
-        target.spawn("host-faults", argv)?;
-    }
-    let target_down = Arc::new(AtomicBool::new(false));
-    let kill_done = Arc::new(AtomicBool::new(false));
-    let kill_thread = (!kills.is_empty()).then(|| {
-        let (target, g, down, done, kills, argv) =
-            (target.clone(), gathered.clone(), target_down.clone(), kill_done.clone(), kills.to_vec(), target_argv.to_vec());
-        // a restarted faultline target gets the setup's disk faults again
-        let rearm = is_fl.then(|| (socket.to_string(), static_faults.iter().map(|f| f.rule.clone()).collect::<Vec<_>>()));
-        std::thread::spawn(move || kill_target(&target, &g, &down, &done, &kills, &argv, tpid, t0, rearm.as_ref()))
-    });
-    phase(&format!("{} client(s) started together against {}", clients.len(), target.spec.address.as_deref().unwrap_or("")));
-    // wait: every client's workload ends, or its agent is lost
-    let limit = Duration::from_secs(3600);
-    let waited = Instant::now();
-    let abort = loop {
-        if stop.load(Relaxed) {
-            break Some("interrupted".to_string());
-        }
-        if hosts.on_agent_loss == OnAgentLoss::Abort
-            && let Some(r) = remotes.iter().find(|r| r.is_lost())
-        {
-            let l = r.lost.lock().unwrap().clone().unwrap_or_default();
-            break Some(format!("agent on host {} lost at {:+.1} s while {}: {} (on_agent_loss: abort)", r.spec.host, l.t_s, l.doing, l.reason));
-        }
-        if target.is_lost() {
-            break Some(format!("agent on the target host {} lost: nothing left to measure", target.spec.host));
-        }
-        let g = gathered.lock().unwrap();
-        if let Some(((h, _), (code, sig))) = g.exits.iter().find(|((h, n), _)| h == &target.spec.host && n == "target" && !target_down.load(Relaxed)) {
-            let why = g.stderr.get(&(h.clone(), "target".into())).map(|v| v.join(" | ")).unwrap_or_default();
-            break Some(format!("the target on {h} ended during the run (code {code:?}, signal {sig:?}): {why}"));
-        }
-        let ended =
-            clients.iter().all(|c| c.is_lost() || g.results.contains_key(&c.spec.host) || g.exits.contains_key(&(c.spec.host.clone(), "workload".into())));
-        drop(g);
-        if ended {
-            break None;
-        }
-        if waited.elapsed() > limit {
-            break Some("the clients did not finish within an hour".into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut notes = net_reports(remotes, net_plans, gathered);
-    kill_done.store(true, Relaxed);
-    let kill_records = kill_thread.map(|t| t.join().unwrap_or_default()).unwrap_or_default();
-    if let Some(why) = abort {
-        // the other clients stop now; teardown ends the rest
-        for c in clients.iter().filter(|c| !c.is_lost()) {
-            let _ = c.call(Op::Kill { name: "workload".into(), signal: Some(libc::SIGTERM) }, CALL_LIMIT);
-        }
-        bail!("{why}");
-    }
-    // a client's workload that failed (not lost) fails the run, as in the namespace run
-    {
-        let g = gathered.lock().unwrap();
-        for c in clients.iter().filter(|c| !c.is_lost()) {
-            if !g.results.contains_key(&c.spec.host) {
-                let why = g.stderr.get(&(c.spec.host.clone(), "workload".into())).map(|v| v.join(" | ")).unwrap_or_default();
-                bail!("client {}: its workload failed: {why}", c.spec.host);
-            }
-        }
-    }
-    // host faults end now and print what they did
-    let mut records = Vec::new();
-    if !host_yaml.is_empty() {
-        let _ = target.call(Op::Kill { name: "host-faults".into(), signal: Some(libc::SIGINT) }, CALL_LIMIT);
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(10) && !gathered.lock().unwrap().exits.contains_key(&(target.spec.host.clone(), "host-faults".into())) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let key = (target.spec.host.clone(), "host-faults".to_string());
-        let g = gathered.lock().unwrap();
-        let text = g.stdout.get(&key).map(|v| v.join("\n")).unwrap_or_default();
-        match serde_json::from_str::<Vec<crate::host::HostFaultRecord>>(&text) {
-            Ok(r) => records = r,
-            Err(e) => {
-                notes.push(format!("host faults on {}: no records ({e}): {}", target.spec.host, g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default()))
-            }
-        }
-    }
-    records.extend(kill_records);
-    if records.iter().any(|r| !r.restarted.is_empty()) {
-        // a new server: its log starts again
-        seq0 = 0;
-        notes.push(format!(
-            "the target on {} was killed and started again: a fresh disk (its data gone, the fault log from the restart on) with the setup's disk faults armed again on the run's clock",
-            target.spec.host
-        ));
-    }
-    let (mut faults, mut rules) = (vec![], vec![]);
-    if is_fl && target_down.load(Relaxed) {
-        notes.push(format!("the target on {} was killed (host fault `kill`): no disk figures", target.spec.host));
-    } else if is_fl {
-        let listed = target.control(socket).list()?;
-        let log = target.control(socket).log_since(seq0)?;
-        faults = crate::report::collect::injected_faults(0, setup.disk.disk.block_size as u64, &listed, &log);
-        rules = crate::report::collect::rule_counts(&listed);
-    }
-    Ok((records, faults, rules, notes))
-}
-
 /// Arm the setup's disk faults on a restarted faultline target: its clock starts now, so each
 /// window moves back by the time the run has already gone (`elapsed`); a window that is over
 /// is left out. Counts (`times`, `after_requests`) start again on the fresh disk.
-fn rearm_restarted(target: &Remote, socket: &str, rules: &[crate::spec::rule::Rule], elapsed: Duration, notes: &mut Vec<String>) {
-    if let Err(e) = target.control(socket).reset_epoch() {
+fn rearm_restarted(disk: &RemoteDisk, rules: &[crate::spec::rule::Rule], elapsed: Duration, notes: &mut Vec<String>) {
+    if let Err(e) = disk.reset_epoch() {
         notes.push(format!("the restarted target's clock: {e:#}"));
         return;
     }
@@ -933,8 +989,9 @@ fn rearm_restarted(target: &Remote, socket: &str, rules: &[crate::spec::rule::Ru
             w.from = w.from.saturating_sub(elapsed);
             w.to = w.to.map(|t| t - elapsed);
         }
-        if let Err(e) = target.control(socket).arm(vec![r.clone()]) {
-            notes.push(format!("disk fault {} not armed again on the restarted target: {e:#}", r.name.as_deref().unwrap_or("(unnamed)")));
+        let name = r.name.clone();
+        if let Err(e) = disk.arm(vec![r]) {
+            notes.push(format!("disk fault {} not armed again on the restarted target: {e:#}", name.as_deref().unwrap_or("(unnamed)")));
         }
     }
 }
@@ -952,7 +1009,7 @@ fn kill_target(
     argv: &[String],
     mut pid: u32,
     t0: Instant,
-    rearm: Option<&(String, Vec<crate::spec::rule::Rule>)>,
+    rearm: Option<&(RemoteDisk, Vec<crate::spec::rule::Rule>)>,
 ) -> Vec<crate::host::HostFaultRecord> {
     let is_fl = rearm.is_some();
     let key = (target.spec.host.clone(), "target".to_string());
@@ -1019,8 +1076,8 @@ fn kill_target(
                     {
                         std::thread::sleep(Duration::from_millis(10));
                     }
-                    if let Some((socket, rules)) = rearm {
-                        rearm_restarted(target, socket, rules, t0.elapsed(), &mut rec.notes);
+                    if let Some((disk, rules)) = rearm {
+                        rearm_restarted(disk, rules, t0.elapsed(), &mut rec.notes);
                     }
                     down.store(false, Relaxed);
                 }
@@ -1104,73 +1161,20 @@ fn wait_target(target: &Remote, client: &Remote, hosts: &StudyHosts, addr: &str,
     bail!("host {}: the target did not listen on port {} within {} s", target.spec.host, hosts.port, TARGET_START_LIMIT.as_secs())
 }
 
-fn rm_sample(s: &Value) -> rm::Sample {
-    let f = |a: &str, b: &str| s[a][b].as_f64().unwrap_or(0.0);
-    rm::Sample {
-        t_s: s["t"].as_f64().unwrap_or(0.0),
-        read_iops: f("read", "iops"),
-        read_mib_s: f("read", "mib_s"),
-        read_mean_us: f("read", "mean_us"),
-        read_p99_us: f("read", "p99_us"),
-        write_iops: f("write", "iops"),
-        write_mib_s: f("write", "mib_s"),
-        write_mean_us: f("write", "mean_us"),
-        write_p99_us: f("write", "p99_us"),
-        cpu_pct: s["cpu_pct"].as_f64().unwrap_or(0.0),
-        rss_mib: s["rss_mib"].as_f64().unwrap_or(0.0),
-    }
-}
-
-/// A client's series from its workload's result (result.json's form), its times moved by
-/// `shift` s (its first I/O on the controller's clock, from T).
-fn client_series_json(host: &str, r: &Value, shift: f64) -> ClientSeries {
-    let points = r["timeseries"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(rm_sample)
-                .map(|s| {
-                    let ops = s.read_iops + s.write_iops;
-                    let wmean = if ops > 0.0 { (s.read_mean_us * s.read_iops + s.write_mean_us * s.write_iops) / ops } else { 0.0 };
-                    ClientPoint {
-                        t_s: s.t_s + shift,
-                        iops: ops,
-                        mib_s: s.read_mib_s + s.write_mib_s,
-                        mean_us: wmean,
-                        p99_us: s.read_p99_us.max(s.write_p99_us),
-                    }
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let g = |op: &str, k: &str| r[op][k].as_f64().unwrap_or(0.0);
-    let io_errors: std::collections::BTreeMap<String, u64> = serde_json::from_value(r["errors"].clone()).unwrap_or_default();
-    ClientSeries {
-        host: host.into(),
-        seconds: r["seconds"].as_f64().unwrap_or(0.0),
-        mib_s: g("read", "mib_s") + g("write", "mib_s"),
-        ops: (g("read", "ops") + g("write", "ops")) as u64,
-        failed_ios: io_errors.values().sum(),
-        io_errors,
-        nbd_client: serde_json::from_value(r["nbd_client"].clone()).ok(),
-        points,
-    }
-}
-
 /// A lost client's series from its live lines (ops per interval; no latency).
-fn live_series(host: &str, live: &[(f64, u64, u64, u64)], shift: f64, interval: Duration) -> ClientSeries {
+fn live_series(host: &str, live: &[Interval], shift: f64, interval: Duration) -> ClientSeries {
     let secs = interval.as_secs_f64().max(1e-3);
-    let seconds = live.last().map_or(0.0, |l| l.0);
-    let bytes: u64 = live.iter().map(|l| l.2).sum();
+    let seconds = live.last().map_or(0.0, |l| l.t_s);
+    let bytes: u64 = live.iter().map(|l| l.bytes).sum();
     ClientSeries {
         host: host.into(),
         seconds,
         mib_s: if seconds > 0.0 { bytes as f64 / seconds / 1048576.0 } else { 0.0 },
-        ops: live.iter().map(|l| l.1).sum(),
-        failed_ios: live.iter().map(|l| l.3).sum(),
+        ops: live.iter().map(|l| l.ops).sum(),
+        failed_ios: live.iter().map(|l| l.errors).sum(),
         points: live
             .iter()
-            .map(|(t, o, b, _)| ClientPoint { t_s: t + shift, iops: *o as f64 / secs, mib_s: *b as f64 / secs / 1048576.0, ..Default::default() })
+            .map(|l| ClientPoint { t_s: l.t_s + shift, iops: l.ops as f64 / secs, mib_s: l.bytes as f64 / secs / 1048576.0, ..Default::default() })
             .collect(),
         ..Default::default()
     }

@@ -3,17 +3,18 @@
 //! server inside the target host (faultline's, owned by the run as `disks` does, or a
 //! command), runs each client's workload over NBD from a thread that entered the client's
 //! namespace (its sockets live there), applies network, disk and host faults with windows
-//! counted from the workload's start, samples every host each interval (probers), and returns
-//! the repetition with its `study` (series, windows, per-window figures). Everything built is
+//! counted from the workload's start, samples every host each interval (probers), and gives
+//! the repetition its `study` (series, windows, per-window figures). `Namespaces` is this
+//! placement's part of the repetition pipeline (run::pipeline). Everything built is
 //! in the ledger (namespaces, the disk server's own records) and goes at teardown, on error,
 //! on Ctrl-C, and with `faultline cleanup` after a crash.
 
 use super::disks::DiskServer;
+use super::pipeline::{FaultControl, Outcome, Placement, Rep};
 use super::probe::{link_counters, machine_cpu, mem_available_mib, proc_cpu, proc_rss_mib, tcp_retrans};
 use crate::net::{Network, RelayOptions};
-use crate::report::model as rm;
 use crate::report::study::{ClientPoint, ClientSeries, FaultWindow, HostCounters, Probe, Study, StudyHost};
-use crate::spec::experiment::{Experiment, Setup};
+use crate::spec::experiment::Setup;
 use crate::spec::study::{StudyHosts, TargetKind};
 use crate::sys::netns;
 use crate::workload::{Progress, WorkloadResult};
@@ -266,14 +267,16 @@ pub(crate) fn windows(setup: &Setup, hosts: &StudyHosts) -> Vec<FaultWindow> {
     w
 }
 
-fn client_series(host: &str, r: &WorkloadResult) -> ClientSeries {
+/// A client's series from its workload's result, its times moved by `shift` s (from its own
+/// first I/O to the run's clock).
+pub(crate) fn client_series(host: &str, r: &WorkloadResult, shift: f64) -> ClientSeries {
     let points = r
         .timeseries
         .iter()
         .map(|s| {
             let ops = s.read.iops + s.write.iops;
             let wmean = if ops > 0.0 { (s.read.mean_us * s.read.iops + s.write.mean_us * s.write.iops) / ops } else { 0.0 };
-            ClientPoint { t_s: s.t, iops: ops, mib_s: s.read.mib_s + s.write.mib_s, mean_us: wmean, p99_us: s.read.p99_us.max(s.write.p99_us) }
+            ClientPoint { t_s: s.t + shift, iops: ops, mib_s: s.read.mib_s + s.write.mib_s, mean_us: wmean, p99_us: s.read.p99_us.max(s.write.p99_us) }
         })
         .collect();
     ClientSeries {
@@ -288,179 +291,173 @@ fn client_series(host: &str, r: &WorkloadResult) -> ClientSeries {
     }
 }
 
-/// One repetition of a networked setup.
-pub fn run_one(exp: &Experiment, setup: &Setup, rep: u32, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
-    let hosts = exp.hosts.as_ref().context("a networked setup needs `hosts:`")?;
-    let t_rep = Instant::now();
-    let phase = super::phase_printer(label, quiet);
-    let names = hosts.names();
-    let net = Arc::new(Network::up(&names, RelayOptions::default()).context("cannot build the hosts")?);
-    let th = net.host(&hosts.target).context("target host")?.clone();
-    let first_client = net.host(&hosts.clients[0]).context("client host")?.clone();
-    phase(&format!("hosts: {}", net.hosts().iter().map(|h| format!("{} {}", h.name, h.address)).collect::<Vec<_>>().join(", ")));
-    let bind = format!("tcp://{}:{}", th.address, hosts.port);
-    let target = match &hosts.kind {
-        TargetKind::Faultline => Target::Faultline(Arc::new(DiskServer::start_in(&setup.disk, 0, Some((&th.namespace, &bind)))?)),
-        TargetKind::Command(cmd) => Target::Command(start_command(cmd, &th.namespace, hosts.port, th.address, &first_client.namespace)?),
-    };
-    let disk = match &target {
-        Target::Faultline(d) => Some(d.clone()),
-        Target::Command(_) => None,
-    };
-    let result = drive(exp, setup, hosts, &net, disk.as_ref(), stop, &phase);
-    let stopped = target.stop();
-    drop(disk);
-    let net = Arc::try_unwrap(net).map_err(|_| anyhow::anyhow!("the network is still in use"))?;
-    let down = net.down();
-    let (mut r, study, seq_notes) = result?;
-    stopped?;
-    down?;
-    r.index = rep + 1;
-    r.seconds = t_rep.elapsed().as_secs_f64();
-    r.notes.extend(seq_notes);
-    r.study = Some(Box::new(study));
-    Ok(r)
+/// The namespace placement: the hosts as network namespaces joined by the relay, the
+/// target's server in the target host, each client's workload from a thread of this process
+/// that entered its host's namespace.
+pub(crate) struct Namespaces<'a> {
+    hosts: &'a StudyHosts,
+    net: Option<Arc<Network>>,
+    target: Option<Target>,
+    /// The target's disk server (a faultline target).
+    disk: Option<Arc<DiskServer>>,
+    /// The clients' workload against the target's URI.
+    workload: Option<(crate::workload::Workload, String)>,
+    seq0: Vec<u64>,
 }
 
-type Driven = (rm::Repetition, Study, Vec<String>);
+impl<'a> Namespaces<'a> {
+    pub(crate) fn new(hosts: &'a StudyHosts) -> Self {
+        Namespaces { hosts, net: None, target: None, disk: None, workload: None, seq0: Vec::new() }
+    }
+}
 
-fn drive(
-    exp: &Experiment,
-    setup: &Setup,
-    hosts: &StudyHosts,
-    net: &Arc<Network>,
-    disk: Option<&Arc<DiskServer>>,
-    stop: &Arc<AtomicBool>,
-    phase: &dyn Fn(&str),
-) -> Result<Driven> {
-    let th = net.host(&hosts.target).context("target host")?.clone();
-    let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
-    let uri = format!("nbd://{}:{}/{q}", th.address, hosts.port);
-    let w = exp.workload_for_client(setup, &uri).map_err(anyhow::Error::msg)?;
-    // arm: the disk's clock restarts now; its windows then count from (about) the workload's start
-    let mut seq0 = 0;
-    if let Some(d) = disk {
-        seq0 = d.reset_epoch()?;
-        let (static_faults, scheduled) = super::schedule::split(&setup.faults);
-        if !scheduled.is_empty() {
-            bail!("faults placed by workload progress (`at:`/content targets) are not supported with `hosts:`; use windows");
+impl Placement for Namespaces<'_> {
+    fn build(&mut self, r: &mut Rep) -> Result<()> {
+        let hosts = self.hosts;
+        super::pipeline::check_windows_only(r.setup)?;
+        let net = Arc::new(Network::up(&hosts.names(), RelayOptions::default()).context("cannot build the hosts")?);
+        self.net = Some(net.clone());
+        let th = net.host(&hosts.target).context("target host")?.clone();
+        let first_client = net.host(&hosts.clients[0]).context("client host")?.clone();
+        r.phase(&format!("hosts: {}", net.hosts().iter().map(|h| format!("{} {}", h.name, h.address)).collect::<Vec<_>>().join(", ")));
+        let bind = format!("tcp://{}:{}", th.address, hosts.port);
+        let target = match &hosts.kind {
+            TargetKind::Faultline => Target::Faultline(Arc::new(DiskServer::start_in(&r.setup.disk, 0, Some((&th.namespace, &bind)))?)),
+            TargetKind::Command(cmd) => Target::Command(start_command(cmd, &th.namespace, hosts.port, th.address, &first_client.namespace)?),
+        };
+        if let Target::Faultline(d) = &target {
+            self.disk = Some(d.clone());
         }
-        for f in static_faults {
-            d.arm(vec![f.rule.clone()])?;
+        self.target = Some(target);
+        let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
+        let uri = format!("nbd://{}:{}/{q}", th.address, hosts.port);
+        self.workload = Some((r.exp.workload_for_client(r.setup, &uri).map_err(anyhow::Error::msg)?, uri));
+        Ok(())
+    }
+
+    /// The disk's clock restarts now; its windows then count from (about) the workload's start.
+    fn arm(&mut self, r: &mut Rep) -> Result<()> {
+        if let Some(d) = &self.disk {
+            self.seq0 = super::pipeline::arm_faults(&[&**d as &dyn FaultControl], &r.setup.faults)?.0;
         }
+        Ok(())
     }
-    let t0 = Instant::now();
-    for n in &setup.net_faults {
-        net.set(n.rule.clone())?;
-    }
-    let host_sched = if setup.host_faults.is_empty() {
-        None
-    } else {
-        crate::host::check(&setup.host_faults, false)?;
-        let pids: Vec<u32> = netns::pids(&th.namespace).into_iter().map(|p| p as u32).collect();
-        Some(crate::host::Schedule::start(setup.host_faults.clone(), crate::host::Targets { pids, restart: None }, t0)?)
-    };
-    phase(&format!("workload from {} client(s) against {uri}", hosts.clients.len()));
-    let done = Arc::new(AtomicBool::new(false));
-    let mut probe_hosts = vec![ProbeHost { name: th.name.clone(), namespace: th.namespace.clone(), client: None }];
-    let mut threads = Vec::new();
-    for c in &hosts.clients {
-        let h = net.host(c).context("client host")?.clone();
-        let progress = Arc::new(Progress::new());
-        let tid = Arc::new(AtomicI32::new(0));
-        probe_hosts.push(ProbeHost { name: h.name.clone(), namespace: h.namespace.clone(), client: Some((tid.clone(), progress.clone())) });
-        let (w, ns) = (w.clone(), h.namespace.clone());
-        threads.push((
-            h.name.clone(),
-            std::thread::spawn(move || -> Result<WorkloadResult> {
-                enter(&ns)?;
-                tid.store(nix::unistd::gettid().as_raw(), Relaxed);
-                let maps = crate::workload::Maps::new(&w)?;
-                crate::workload::run(&w, &maps, None, Some(&progress))
-            }),
-        ));
-    }
-    let prober = Prober { hosts: probe_hosts, net: net.clone(), disk: disk.cloned(), t0, interval: hosts.interval };
-    let first_progress = prober.hosts.iter().find_map(|h| h.client.as_ref().map(|c| c.1.clone()));
-    let progresses: Vec<Arc<Progress>> = prober.hosts.iter().filter_map(|h| h.client.as_ref().map(|c| c.1.clone())).collect();
-    let pdone = done.clone();
-    let probe_thread = std::thread::spawn(move || prober.run(pdone));
-    // Ctrl-C: the clients stop early, then everything is torn down in order
-    let watcher = {
-        let (stop, done) = (stop.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Relaxed) {
-                if stop.load(Relaxed) {
-                    for p in &progresses {
-                        p.stop.store(true, Relaxed);
-                    }
+
+    fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        let (hosts, setup) = (self.hosts, r.setup);
+        let net = self.net.as_ref().expect("hosts built before the drive");
+        let (w, uri) = self.workload.as_ref().expect("built before the drive");
+        let th = net.host(&hosts.target).context("target host")?.clone();
+        let t0 = Instant::now();
+        for n in &setup.net_faults {
+            net.set(n.rule.clone())?;
+        }
+        let host_sched = if setup.host_faults.is_empty() {
+            None
+        } else {
+            crate::host::check(&setup.host_faults, false)?;
+            let pids: Vec<u32> = netns::pids(&th.namespace).into_iter().map(|p| p as u32).collect();
+            Some(crate::host::Schedule::start(setup.host_faults.clone(), crate::host::Targets { pids, restart: None }, t0)?)
+        };
+        r.phase(&format!("workload from {} client(s) against {uri}", hosts.clients.len()));
+        let done = Arc::new(AtomicBool::new(false));
+        let mut probe_hosts = vec![ProbeHost { name: th.name.clone(), namespace: th.namespace.clone(), client: None }];
+        let mut threads = Vec::new();
+        for c in &hosts.clients {
+            let h = net.host(c).context("client host")?.clone();
+            let progress = Arc::new(Progress::new());
+            let tid = Arc::new(AtomicI32::new(0));
+            probe_hosts.push(ProbeHost { name: h.name.clone(), namespace: h.namespace.clone(), client: Some((tid.clone(), progress.clone())) });
+            let (w, ns) = (w.clone(), h.namespace.clone());
+            threads.push((
+                h.name.clone(),
+                std::thread::spawn(move || -> Result<WorkloadResult> {
+                    enter(&ns)?;
+                    tid.store(nix::unistd::gettid().as_raw(), Relaxed);
+                    let maps = crate::workload::Maps::new(&w)?;
+                    crate::workload::run(&w, &maps, None, Some(&progress))
+                }),
+            ));
+        }
+        let prober = Prober { hosts: probe_hosts, net: net.clone(), disk: self.disk.clone(), t0, interval: hosts.interval };
+        let first_progress = prober.hosts.iter().find_map(|h| h.client.as_ref().map(|c| c.1.clone()));
+        let progresses: Vec<Arc<Progress>> = prober.hosts.iter().filter_map(|h| h.client.as_ref().map(|c| c.1.clone())).collect();
+        let pdone = done.clone();
+        let probe_thread = std::thread::spawn(move || prober.run(pdone));
+        // Ctrl-C: the clients stop early, then everything is torn down in order
+        let watcher = super::pipeline::forward_stop(r.stop, progresses, done.clone());
+        let mut results = Vec::new();
+        let mut first_err = None;
+        for (name, t) in threads {
+            match t.join().map_err(|_| anyhow::anyhow!("client {name}: its thread panicked")).and_then(|r| r) {
+                Ok(r) => results.push((name, r)),
+                Err(e) => {
+                    first_err.get_or_insert(e.context(format!("client {name}")));
                 }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
-    let mut results = Vec::new();
-    let mut first_err = None;
-    for (name, t) in threads {
-        match t.join().map_err(|_| anyhow::anyhow!("client {name}: its thread panicked")).and_then(|r| r) {
-            Ok(r) => results.push((name, r)),
-            Err(e) => {
-                first_err.get_or_insert(e.context(format!("client {name}")));
             }
         }
-    }
-    done.store(true, Relaxed);
-    let probes = probe_thread.join().unwrap_or_default();
-    let _ = watcher.join();
-    let host_records = host_sched.map(|h| h.stop()).unwrap_or_default();
-    let links = net.show().unwrap_or_default();
-    if let Some(e) = first_err {
-        return Err(e);
-    }
-    if stop.load(Relaxed) {
-        bail!("interrupted");
-    }
-    let (faults, rules, mut notes) = match disk {
-        Some(d) => {
-            let listed = d.list()?;
-            let faults = crate::report::collect::injected_faults(0, d.block_size, &listed, &d.log_since(seq0)?);
-            let mut notes = Vec::new();
-            let dropped = d.stats()?.log_dropped;
-            if dropped > 0 {
-                notes.push(format!("target disk: the fault log dropped {dropped} entries (cap); counters are exact"));
-            }
-            (faults, crate::report::collect::rule_counts(&listed), notes)
+        done.store(true, Relaxed);
+        let probes = probe_thread.join().unwrap_or_default();
+        let _ = watcher.join();
+        let host_records = host_sched.map(|h| h.stop()).unwrap_or_default();
+        let links = net.show().unwrap_or_default();
+        if let Some(e) = first_err {
+            return Err(e);
         }
-        None => (vec![], vec![], vec![]),
-    };
-    for h in host_records.iter().filter(|h| h.error.is_some()) {
-        notes.push(format!("host fault {}: {}", h.description, h.error.as_deref().unwrap_or_default()));
+        if r.stop.load(Relaxed) {
+            bail!("interrupted");
+        }
+        let mut study = Study {
+            hosts: net
+                .hosts()
+                .iter()
+                .map(|h| StudyHost {
+                    name: h.name.clone(),
+                    role: if h.name == hosts.target { "target".into() } else { "client".into() },
+                    address: h.address.to_string(),
+                    namespace: h.namespace.clone(),
+                })
+                .collect(),
+            interval_s: hosts.interval.as_secs_f64(),
+            cpu_source: CPU_SOURCE.into(),
+            clients: results.iter().map(|(n, r)| client_series(n, r, 0.0)).collect(),
+            probes,
+            windows: windows(setup, hosts),
+            window_stats: vec![],
+            links,
+            start_lag_s: first_progress.and_then(|p| p.start.get().map(|s| s.saturating_duration_since(t0).as_secs_f64())).unwrap_or(0.0),
+            agents: vec![],
+        };
+        study.analyse();
+        o.study = Some(study);
+        // the repetition's own figures are the first client's (all clients are in `study`)
+        o.workload = Some(results.into_iter().next().context("no client result")?.1);
+        o.host_faults = host_records;
+        Ok(())
     }
-    let mut study = Study {
-        hosts: net
-            .hosts()
-            .iter()
-            .map(|h| StudyHost {
-                name: h.name.clone(),
-                role: if h.name == hosts.target { "target".into() } else { "client".into() },
-                address: h.address.to_string(),
-                namespace: h.namespace.clone(),
-            })
-            .collect(),
-        interval_s: hosts.interval.as_secs_f64(),
-        cpu_source: CPU_SOURCE.into(),
-        clients: results.iter().map(|(n, r)| client_series(n, r)).collect(),
-        probes,
-        windows: windows(setup, hosts),
-        window_stats: vec![],
-        links,
-        start_lag_s: first_progress.and_then(|p| p.start.get().map(|s| s.saturating_duration_since(t0).as_secs_f64())).unwrap_or(0.0),
-        agents: vec![],
-    };
-    study.analyse();
-    // the repetition's own figures are the first client's (all clients are in `study`)
-    let (_, first) = results.into_iter().next().context("no client result")?;
-    let mut r = crate::report::collect::repetition(0, 0.0, Some(first), None, faults, rules, notes);
-    r.host_faults = host_records;
-    Ok((r, study, vec![]))
+
+    fn verify(&mut self, _: &mut Rep, _: &mut Outcome) -> Result<()> {
+        // the clients' maps stay in their threads: a networked run verifies nothing
+        Ok(())
+    }
+
+    fn collect(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        if let Some(d) = &self.disk {
+            (o.faults, o.rules) = super::pipeline::collect_faults(&[&**d as &dyn FaultControl], &self.seq0, &mut r.notes)?;
+        }
+        Ok(())
+    }
+
+    /// The target's server, then the hosts.
+    fn teardown(&mut self, _: &mut Rep) -> Result<()> {
+        let stopped = self.target.take().map_or(Ok(()), Target::stop);
+        self.disk = None;
+        let down = match self.net.take().map(Arc::try_unwrap) {
+            Some(Ok(net)) => net.down().map(drop),
+            Some(Err(_)) => Err(anyhow::anyhow!("the network is still in use")),
+            None => Ok(()),
+        };
+        stopped?;
+        down
+    }
 }

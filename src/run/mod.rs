@@ -1,15 +1,17 @@
-//! `faultline run FILE`: one experiment in, one results directory out. Per setup and
-//! repetition, in named phases: build (disk servers, then the stack), arm (static faults),
-//! drive (the workload with scheduled faults, or the stack's command, timed layer by layer by
-//! the BPF monitor unless `monitor: off`), verify (after making
-//! reads reach the disk), collect (fault log and rule counters), tear down. Teardown
-//! happens on success, error and Ctrl-C (Drop of every part), and `faultline cleanup` after a crash.
+//! `faultline run FILE`: one experiment in, one results directory out. Every repetition goes
+//! through one pipeline (`pipeline`: build, arm, drive, crash + check, verify, collect,
+//! teardown); where its parts run is the placement: `Local` (disk servers and the stack on
+//! this machine, the workload in this process, timed layer by layer by the BPF monitor unless
+//! `monitor: off`), `hosts::Namespaces` (hosts as network namespaces) or `agents::Agents`
+//! (hosts reached through agents). Teardown happens on success, error and Ctrl-C (Drop of
+//! every part too), and `faultline cleanup` after a crash.
 //! Setups run interleaved (repetition 1 of each, then 2, ...); with `baseline: true` each
 //! repetition is first run with no fault armed, then with the setup's faults.
 
 pub mod agents;
 pub mod disks;
 pub mod hosts;
+pub mod pipeline;
 pub mod probe;
 pub mod schedule;
 
@@ -21,6 +23,7 @@ use crate::spec::workload::config::CONTENT_BLOCK;
 use crate::workload::{Maps, Progress, WorkloadResult};
 use anyhow::{Context, Result, bail};
 use disks::DiskServer;
+use pipeline::{FaultControl, Outcome, Placement, Rep};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -117,12 +120,11 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
                     eprintln!("faultline: {label}: {} stack, {} fault(s)", s.stack.label(), s.faults.len());
                 }
                 let t = Instant::now();
-                let r = if exp.hosts.as_ref().is_some_and(|h| !h.agents.is_empty()) {
-                    agents::run_one(exp, s, rep, &label, &stop, opts.quiet)
-                } else if exp.hosts.is_some() {
-                    hosts::run_one(exp, s, rep, &label, &stop, opts.quiet)
-                } else {
-                    run_one(exp, s, rep, baseline, out, &label, &stop, opts.quiet)
+                let cx = Rep { exp, setup: s, index: rep, baseline, out, label: &label, stop: &stop, quiet: opts.quiet, notes: Vec::new() };
+                let r = match &exp.hosts {
+                    Some(h) if !h.agents.is_empty() => pipeline::run_repetition(&mut agents::Agents::new(h), cx),
+                    Some(h) => pipeline::run_repetition(&mut hosts::Namespaces::new(h), cx),
+                    None => pipeline::run_repetition(&mut Local::default(), cx),
                 };
                 let mut r = r.with_context(|| format!("setup `{}`, repetition {}{kind}", setup.name, rep + 1))?;
                 r.sequence = n;
@@ -224,97 +226,100 @@ impl Built {
     }
 }
 
-/// What one repetition passes from phase to phase.
-struct Rep<'a> {
-    setup: &'a Setup,
-    label: &'a str,
-    stop: &'a Arc<AtomicBool>,
-    quiet: bool,
-    notes: Vec<String>,
+/// The local placement: one disk server per disk the stack needs, the stack on their
+/// devices, the workload in this process (with the scheduler placing faults by its progress),
+/// verified after the drive.
+#[derive(Default)]
+pub(crate) struct Local {
+    built: Option<Built>,
+    /// Each disk's fault-log position at arm.
+    seq0: Vec<u64>,
+    /// Faults placed by workload progress, for the scheduler.
+    scheduled: Vec<crate::spec::rules::FaultSpec>,
+    /// The disks' `nbd://` store clients' counters at the start of the drive.
+    nbd0: Vec<Option<crate::nbd_wire::client::CounterSnapshot>>,
+    /// The workload's content maps, once it ran (not for a command stack).
+    maps: Option<Maps>,
 }
 
-impl Rep<'_> {
-    fn phase(&self, what: &str) {
-        if !self.quiet {
-            eprintln!("faultline: {}: {what}", self.label);
-        }
-    }
-}
-
-/// Prints a repetition's phases ("faultline: LABEL: WHAT") unless quiet.
-pub(crate) fn phase_printer(label: &str, quiet: bool) -> impl Fn(&str) + '_ {
-    move |what| {
-        if !quiet {
-            eprintln!("faultline: {label}: {what}");
-        }
+impl Local {
+    fn built(&mut self) -> &mut Built {
+        self.built.as_mut().expect("built before the later phases")
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_one(exp: &Experiment, setup: &Setup, rep: u32, baseline: bool, out: &Path, label: &str, stop: &Arc<AtomicBool>, quiet: bool) -> Result<rm::Repetition> {
-    let t_rep = Instant::now();
-    let mut r = Rep { setup, label, stop, quiet, notes: Vec::new() };
-    let mut built = build(&mut r)?;
-    let (seq0, scheduled) = arm(&built, setup)?;
-    let nbd0: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
-    let mut mon = start_monitor(&mut r, exp, &built)?;
-    let hosts = start_host_faults(&r, &built)?;
-    let cpu0 = drive_cpu(&built);
-    let monitored;
-    let host_records;
-    let drive_cpu_end;
-    let (wres, verified) = match &setup.stack {
-        StackSpec::Command { .. } => {
-            drive_command(&mut r, &built)?;
-            host_records = hosts.map(|h| h.stop()).unwrap_or_default();
-            drive_cpu_end = drive_cpu(&built);
-            monitored = stop_monitor(&mut r, mon.take(), &built);
-            (None, None)
-        }
-        _ => {
-            let mut maps;
-            let w = {
-                let target = built.mountpoint.clone().unwrap_or_else(|| built.devices[0].clone());
-                let w = exp.workload_for(setup, &target).map_err(anyhow::Error::msg)?;
-                maps = crate::workload::Maps::new(&w)?;
-                w
-            };
-            let res = drive_workload(&mut r, &mut built, &w, &mut maps, scheduled)?;
-            host_records = hosts.map(|h| h.stop()).unwrap_or_default();
-            drive_cpu_end = drive_cpu(&built);
-            // the verifier's reads are not the workload's: they stay out of the figures
-            monitored = stop_monitor(&mut r, mon.take(), &built);
-            let v = verify(&mut r, &mut built, &maps)?;
-            let kind = if baseline { "-baseline" } else { "" };
-            maps.save(&out.join("maps").join(format!("{}{kind}-{}", setup.name, rep + 1)))?;
-            (Some(res), Some(v))
-        }
-    };
-    r.notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
-    let drive_cpu_end = rm::DriveCpu { workload: drive_cpu_end.workload - cpu0.workload, disks: drive_cpu_end.disks - cpu0.disks };
-    let (faults, rules) = collect(&mut r, &built.disks, &seq0)?;
-    let mut latency_model = Vec::new();
-    for (i, d) in built.disks.iter().enumerate() {
-        if let Some((stats, late)) = d.latency_stats()? {
-            latency_model.push(rm::DiskLatencyModel { disk: i as u32, stats, reply_lateness: Some(late) });
-        }
+impl Placement for Local {
+    fn build(&mut self, r: &mut Rep) -> Result<()> {
+        self.built = Some(build(r)?);
+        Ok(())
     }
-    let nbd1: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
-    let mut notes = r.notes;
-    notes.extend(built.teardown()?);
-    let mut rep = collect::repetition(rep, t_rep.elapsed().as_secs_f64(), wres, verified, faults, rules, notes);
-    rep.monitor = monitored;
-    rep.latency_model = latency_model;
-    for h in host_records.iter().filter(|h| h.error.is_some()) {
-        rep.notes.push(format!("host fault {}: {}", h.description, h.error.as_deref().unwrap_or_default()));
+
+    fn arm(&mut self, r: &mut Rep) -> Result<()> {
+        let built = self.built();
+        let disks: Vec<&dyn FaultControl> = built.disks.iter().map(|d| &**d as &dyn FaultControl).collect();
+        (self.seq0, self.scheduled) = pipeline::arm_faults(&disks, &r.setup.faults)?;
+        Ok(())
     }
-    rep.host_faults = host_records;
-    rep.drive_cpu_s = Some(drive_cpu_end);
-    if let Some(totals) = collect::nbd_client(&nbd0, &nbd1) {
-        let intervals = rep.nbd_client.take().map(|c| c.intervals).unwrap_or_default();
-        rep.nbd_client = Some(rm::NbdClient { totals, intervals });
+
+    fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        let scheduled = std::mem::take(&mut self.scheduled);
+        let built = self.built.as_mut().expect("built before the drive");
+        self.nbd0 = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
+        let mut mon = start_monitor(r, built)?;
+        let hosts = start_host_faults(r, built)?;
+        let cpu0 = drive_cpu(built);
+        if let StackSpec::Command { .. } = &r.setup.stack {
+            drive_command(r, built)?;
+        } else {
+            let target = built.mountpoint.clone().unwrap_or_else(|| built.devices[0].clone());
+            let w = r.exp.workload_for(r.setup, &target).map_err(anyhow::Error::msg)?;
+            let mut maps = Maps::new(&w)?;
+            o.workload = Some(drive_workload(r, built, &w, &mut maps, scheduled)?);
+            self.maps = Some(maps);
+        }
+        o.host_faults = hosts.map(|h| h.stop()).unwrap_or_default();
+        let cpu1 = drive_cpu(built);
+        o.drive_cpu_s = Some(rm::DriveCpu { workload: cpu1.workload - cpu0.workload, disks: cpu1.disks - cpu0.disks });
+        // the verifier's reads are not the workload's: they stay out of the figures
+        o.monitor = stop_monitor(r, mon.take(), built);
+        Ok(())
     }
-    Ok(rep)
+
+    /// Reread every mapped block from the disk (not the page cache) and classify it.
+    fn verify(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        let Some(maps) = &self.maps else { return Ok(()) };
+        let built = self.built.as_mut().expect("built before verify");
+        built.stack().cold_cache()?;
+        r.phase("verify");
+        o.verified = Some(crate::verify::verify(maps)?);
+        Ok(())
+    }
+
+    fn collect(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        if let Some(maps) = &self.maps {
+            let kind = if r.baseline { "-baseline" } else { "" };
+            maps.save(&r.out.join("maps").join(format!("{}{kind}-{}", r.setup.name, r.index + 1)))?;
+        }
+        let built = self.built.as_mut().expect("built before collect");
+        r.notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
+        let disks: Vec<&dyn FaultControl> = built.disks.iter().map(|d| &**d as &dyn FaultControl).collect();
+        (o.faults, o.rules) = pipeline::collect_faults(&disks, &self.seq0, &mut r.notes)?;
+        for (i, d) in built.disks.iter().enumerate() {
+            if let Some((stats, late)) = d.latency_stats()? {
+                o.latency_model.push(rm::DiskLatencyModel { disk: i as u32, stats, reply_lateness: Some(late) });
+            }
+        }
+        let nbd1: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
+        o.nbd_client = collect::nbd_client(&self.nbd0, &nbd1);
+        Ok(())
+    }
+
+    fn teardown(&mut self, r: &mut Rep) -> Result<()> {
+        if let Some(b) = self.built.take() {
+            r.notes.extend(b.teardown()?);
+        }
+        Ok(())
+    }
 }
 
 /// CPU time used so far by this process and by the disk servers.
@@ -341,8 +346,9 @@ fn start_host_faults(r: &Rep, built: &Built) -> Result<Option<crate::host::Sched
 /// driver), the experiment's `extra` pairs, and with `syscall` the run's own I/O calls.
 /// `auto`: where it cannot load, the repetition runs without it and its notes say why; `on`:
 /// that is an error.
-fn start_monitor(r: &mut Rep, exp: &Experiment, built: &Built) -> Result<Option<Monitors>> {
+fn start_monitor(r: &mut Rep, built: &Built) -> Result<Option<Monitors>> {
     use crate::spec::experiment::MonitorMode;
+    let exp = r.exp;
     if exp.monitor.mode == MonitorMode::Off {
         return Ok(None);
     }
@@ -449,18 +455,6 @@ fn build(r: &mut Rep) -> Result<Built> {
     Ok(built)
 }
 
-/// Arm: the faults' clock and counters start now (not with mkfs); static faults are armed,
-/// the ones scheduled by workload progress are returned. Also returns each disk's fault-log
-/// position, from which `collect` reads.
-fn arm(built: &Built, setup: &Setup) -> Result<(Vec<u64>, Vec<crate::spec::rules::FaultSpec>)> {
-    let seq0: Vec<u64> = built.disks.iter().map(|d| d.reset_epoch()).collect::<Result<_>>()?;
-    let (static_faults, scheduled) = schedule::split(&setup.faults);
-    for f in static_faults {
-        built.disks[f.disk].arm(vec![f.rule.clone()])?;
-    }
-    Ok((seq0, scheduled))
-}
-
 /// Drive a `command` stack: the user's command is the workload.
 fn drive_command(r: &mut Rep, built: &Built) -> Result<()> {
     let StackSpec::Command { command, .. } = &r.setup.stack else { unreachable!("a command stack") };
@@ -507,18 +501,7 @@ fn drive_workload(
     let pb = progress_thread(r.label.to_string(), progress.clone(), w.size, done.clone(), r.quiet);
     let p2 = progress.clone();
     let ticker = observe.then(|| schedule::spawn_ticker(sched.clone(), move || p2.ops(), done.clone()));
-    let stopper = {
-        // Ctrl-C ends the workload early (its threads watch `progress.stop`)
-        let (stop, progress, done) = (stop.clone(), progress.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Relaxed) {
-                if stop.load(Relaxed) {
-                    progress.stop.store(true, Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
-    };
+    let stopper = pipeline::forward_stop(stop, vec![progress.clone()], done.clone());
     // disks whose store is an NBD export: their clients' counters per interval
     let store_sampler = {
         let (disks, done, interval) = (built.disks.clone(), done.clone(), w.interval);
@@ -597,28 +580,4 @@ fn drive_workload(
         r.notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
     }
     Ok(res)
-}
-
-/// Verify: reread every mapped block from the disk (not the page cache) and classify it.
-fn verify(r: &mut Rep, built: &mut Built, maps: &Maps) -> Result<crate::verify::VerifyReport> {
-    built.stack().cold_cache()?;
-    r.phase("verify");
-    crate::verify::verify(maps)
-}
-
-/// Collect what the fault engines did since the workload started: every logged fault and
-/// every rule's counters, from each disk server.
-fn collect(r: &mut Rep, disks: &[Arc<DiskServer>], seq0: &[u64]) -> Result<(Vec<rm::InjectedFault>, Vec<rm::RuleCount>)> {
-    let mut faults = Vec::new();
-    let mut rules = Vec::new();
-    for (i, d) in disks.iter().enumerate() {
-        let listed = d.list()?;
-        faults.extend(collect::injected_faults(i as u32, d.block_size, &listed, &d.log_since(seq0[i])?));
-        let dropped = d.stats()?.log_dropped;
-        if dropped > 0 {
-            r.notes.push(format!("disk {i}: the fault log dropped {dropped} entries (cap); counters below are exact"));
-        }
-        rules.extend(collect::rule_counts(&listed));
-    }
-    Ok((faults, rules))
 }

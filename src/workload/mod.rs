@@ -9,6 +9,7 @@ pub mod content_map;
 pub mod direct;
 pub mod files;
 pub mod fileset;
+pub mod jsonl;
 pub mod maps;
 pub mod op;
 pub mod pattern;

@@ -293,7 +293,7 @@ impl<'s, 'a> Worker<'s, 'a> {
     /// Record a failed I/O (also an fsync) and apply the stop policy.
     pub fn fail(&mut self, op: &'static str, file: Option<usize>, offset: u64, len: u64, errno: i32) {
         self.sh.progress.errors.fetch_add(1, Relaxed);
-        self.out.failed.push(IoError { op, file, offset, len, errno });
+        self.out.failed.push(IoError { op: op.into(), file, offset, len, errno });
         if self.sh.w.on_error == ErrorPolicy::Stop {
             self.sh.stopped_on_error.store(true, Relaxed);
             self.sh.stop.store(true, Relaxed);

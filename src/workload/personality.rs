@@ -339,7 +339,7 @@ impl<'s, 'a> Worker<'s, 'a> {
     fn fail(&mut self, op: &'static str, entry: Option<usize>, offset: u64, len: u64, e: &std::io::Error) {
         let sh = self.sh;
         sh.progress.errors.fetch_add(1, Relaxed);
-        self.failed.push(IoError { op, file: entry, offset, len, errno: e.raw_os_error().unwrap_or(libc::EIO) });
+        self.failed.push(IoError { op: op.into(), file: entry, offset, len, errno: e.raw_os_error().unwrap_or(libc::EIO) });
         if sh.w.on_error == ErrorPolicy::Stop {
             sh.stopped_on_error.store(true, Relaxed);
             sh.stop.store(true, Relaxed);
@@ -652,7 +652,7 @@ fn prealloc(sh: &Shared, failed: &Mutex<Vec<IoError>>) -> Result<()> {
                             live.record(off / CONTENT_BLOCK, &ids, r.is_ok());
                             if let Err(e) = r {
                                 failed.lock().unwrap().push(IoError {
-                                    op: "write",
+                                    op: "write".into(),
                                     file: Some(i),
                                     offset: off,
                                     len: n,

@@ -10,7 +10,7 @@ pub use crate::spec::workload::config::{CONTENT_BLOCK, ErrorPolicy};
 use crate::spec::workload::config::{Interface, IoEngine, SyncMode, Workload};
 use crate::workload::pattern::Pattern;
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
@@ -20,10 +20,10 @@ use std::time::Duration;
 
 pub use super::stats::LatencySummary;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct IoError {
     /// read | write | fsync
-    pub op: &'static str,
+    pub op: std::borrow::Cow<'static, str>,
     /// File index (file interface).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<usize>,
@@ -32,7 +32,7 @@ pub struct IoError {
     pub errno: i32,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct WorkloadResult {
     pub seconds: f64,
     pub read: Summary,
@@ -48,18 +48,18 @@ pub struct WorkloadResult {
     pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
     /// The NBD client's counters per interval (`interface: nbd`; `faultline run` puts its
     /// disks' `nbd://` stores' here).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nbd_client_intervals: Vec<crate::nbd_wire::client::IntervalCounts>,
     pub stopped_on_error: bool,
     /// User + system CPU seconds of this process during the run (all threads).
     pub cpu_seconds: f64,
     pub timeseries: Vec<Sample>,
     /// Personality runs: latency and rate per flowop type (filebench's flowop names).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub flowops: BTreeMap<String, super::stats::FlowopSummary>,
     /// Personality runs: flowops skipped because no file of the kind they need (existing or
     /// not, not busy) turned up within a second, or their descriptor was not open.
-    #[serde(skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub flowops_skipped: u64,
     /// Personality runs: the content maps of the files that exist at the end, replacing the
     /// caller's (files are created and deleted, so the maps are only known afterwards).

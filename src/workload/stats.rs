@@ -133,7 +133,7 @@ pub struct IntervalAcc {
     pub write: OpAcc,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct OpSample {
     pub iops: f64,
     pub mib_s: f64,
@@ -141,7 +141,7 @@ pub struct OpSample {
     pub p99_us: f64,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Sample {
     /// End of the interval, seconds since the workload started.
     pub t: f64,
