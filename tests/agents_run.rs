@@ -65,7 +65,7 @@ fn run(file: &Path, out: &Path, run_dir: &Path, netns: Option<&str>) -> Output {
 
 fn study(out: &Path) -> Value {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    r["setups"][0]["repetitions"][0]["study"].clone()
+    r["setups"][0]["repetitions"][0]["networked"].clone()
 }
 
 fn f(v: &Value) -> f64 {
@@ -438,7 +438,7 @@ fn check_delay_window(out: &Path, client: &str, other: &str, from: f64, to: f64,
     assert_eq!(num("late route switches"), 0, "{engine}");
     // per interval, `client`'s mean latency minus `other`'s (the machine's load, shared by
     // both, cancels); the median over the intervals before, inside and after the window
-    let st = &rep["study"];
+    let st = &rep["networked"];
     let points = |c: &str| -> Vec<Value> { st["clients"].as_array().unwrap().iter().find(|x| x["host"] == c).unwrap()["points"].as_array().unwrap().clone() };
     let (pc, po) = (points(client), points(other));
     let median = |lo: f64, hi: f64| -> f64 {
@@ -499,7 +499,7 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
     let setup = |n: &str| r["setups"].as_array().unwrap().iter().find(|s| s["name"] == n).unwrap()["repetitions"][0].clone();
     // EIO only inside 1..2 s of the controller's clock (a probe interval of slack at the edges)
     let eio = setup("eio");
-    let st = &eio["study"];
+    let st = &eio["networked"];
     // (the NBD client retries some; what still failed reached the workload)
     assert!(st["clients"][0]["failed_ios"].as_u64().unwrap() > 10, "{}", st["clients"][0]);
     let with_errors: Vec<f64> =
@@ -509,19 +509,19 @@ fn disk_and_host_faults_in_their_windows_and_a_command_target() {
     // freeze: the target's server stops for the window, the client with it
     let fr = setup("freeze");
     assert!(fr["host_faults"].as_array().is_some_and(|h| h.len() == 1 && h[0]["error"].is_null()), "{}", fr["host_faults"]);
-    let ratio = f(&fr["study"]["window_stats"][0]["ratio"]);
-    assert!(ratio < 0.3, "the client went on while its target was frozen: {}", fr["study"]["window_stats"]);
+    let ratio = f(&fr["networked"]["window_stats"][0]["ratio"]);
+    assert!(ratio < 0.3, "the client went on while its target was frozen: {}", fr["networked"]["window_stats"]);
     // kill: the target's agent kills its server at 1 s and the controller starts it again at
     // 2 s; the client stalls in between and reads again after
     let k = setup("kill");
     let h = &k["host_faults"][0];
     assert!(h["error"].is_null() && h["killed"].as_array().unwrap().len() == 1 && h["restarted"].as_array().unwrap().len() == 1, "{}", k["host_faults"]);
     assert_ne!(h["killed"], h["restarted"]);
-    let kw = k["study"]["windows"].as_array().unwrap().iter().position(|w| w["kind"] == "host").expect("the kill's window");
-    let ws = k["study"]["window_stats"].as_array().unwrap().iter().find(|w| w["window"] == kw).unwrap();
+    let kw = k["networked"]["windows"].as_array().unwrap().iter().position(|w| w["kind"] == "host").expect("the kill's window");
+    let ws = k["networked"]["window_stats"].as_array().unwrap().iter().find(|w| w["window"] == kw).unwrap();
     assert!(f(&ws["ratio"]) < 0.5, "the client went on while its target was dead: {ws}");
-    let late_ops: f64 = k["study"]["clients"][0]["points"].as_array().unwrap().iter().filter(|p| f(&p["t_s"]) > 2.5).map(|p| f(&p["iops"])).sum();
-    assert!(late_ops > 0.0, "no reads after the restart: {}", k["study"]["clients"][0]["points"]);
+    let late_ops: f64 = k["networked"]["clients"][0]["points"].as_array().unwrap().iter().filter(|p| f(&p["t_s"]) > 2.5).map(|p| f(&p["iops"])).sum();
+    assert!(late_ops > 0.0, "no reads after the restart: {}", k["networked"]["clients"][0]["points"]);
     // the setup's disk fault is armed again on the restarted server, its window on the run's clock
     assert!(k["faults"].as_array().is_some_and(|f| !f.is_empty()), "the restarted target injected nothing: {}", k["notes"]);
     assert!(k["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("armed again")), "{}", k["notes"]);
@@ -688,7 +688,7 @@ fn performability_example_over_openssh_matches_the_namespace_run() {
             .unwrap()
             .iter()
             .map(|s| {
-                let st = &s["repetitions"][0]["study"];
+                let st = &s["repetitions"][0]["networked"];
                 let hf = &s["repetitions"][0]["host_faults"];
                 assert!(hf.as_array().is_none_or(|h| h.iter().all(|h| h["error"].is_null())), "{out}: {}: {hf}", s["name"]);
                 let w = st["window_stats"].as_array().unwrap().first().cloned().unwrap_or_default();

@@ -477,7 +477,7 @@ faults:\n  - {type: delay, op: read, delay: 20ms, window: {from: 1500ms, to: 3s}
     let o = Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
     assert!(o.status.success(), "faultline run failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     let j: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    let probes = j["setups"][0]["repetitions"][0]["study"]["probes"].as_array().unwrap().clone();
+    let probes = j["setups"][0]["repetitions"][0]["networked"]["probes"].as_array().unwrap().clone();
     let target: Vec<&Value> = probes.iter().filter(|p| p["host"] == "target").collect();
     let inside: Vec<f64> =
         target.iter().filter(|p| (1.9..=2.9).contains(&p["t_s"].as_f64().unwrap())).map(|p| p["target_queue_depth"].as_f64().unwrap()).collect();

@@ -67,7 +67,7 @@ fn setup<'a>(r: &'a Value, name: &str) -> &'a Value {
 }
 
 fn study<'a>(r: &'a Value, name: &str) -> &'a Value {
-    &setup(r, name)["repetitions"][0]["study"]
+    &setup(r, name)["repetitions"][0]["networked"]
 }
 
 fn probes<'a>(st: &'a Value, host: &str) -> Vec<&'a Value> {

@@ -198,7 +198,7 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
     monitor_layers_table(h, &s.repetitions);
     rules_table(h, &s.repetitions);
     host_faults_table(h, &s.repetitions);
-    h.push_str(&super::study::html(&s.repetitions));
+    h.push_str(&super::networked::html(&s.repetitions));
     files_table(h, &s.repetitions);
     let notes: Vec<(u32, &String)> = s.repetitions.iter().flat_map(|r| r.notes.iter().map(move |n| (r.index, n))).collect();
     if !notes.is_empty() {

@@ -7,8 +7,8 @@ pub mod csv;
 pub mod html;
 pub mod html_slowdown;
 pub mod model;
+pub mod networked;
 pub mod slowdown;
-pub mod study;
 pub mod svg;
 
 pub use model::*;
@@ -42,11 +42,11 @@ pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
     if r.setups.iter().any(|s| !s.baseline.is_empty()) {
         files.push(("slowdown.csv", csv::slowdown(&r)));
     }
-    let studies: Vec<(String, u32, &study::Study)> =
-        r.setups.iter().flat_map(|s| s.repetitions.iter().filter_map(move |rep| rep.study.as_deref().map(|st| (s.name.clone(), rep.index, st)))).collect();
+    let studies: Vec<(String, u32, &networked::NetworkedRun)> =
+        r.setups.iter().flat_map(|s| s.repetitions.iter().filter_map(move |rep| rep.networked.as_deref().map(|st| (s.name.clone(), rep.index, st)))).collect();
     if !studies.is_empty() {
-        files.push(("windows.csv", study::windows_csv(&studies)));
-        files.push(("hosts_timeseries.csv", study::hosts_csv(&studies)));
+        files.push(("windows.csv", networked::windows_csv(&studies)));
+        files.push(("hosts_timeseries.csv", networked::hosts_csv(&studies)));
     }
     for (name, text) in files {
         let p = dir.join(name);

@@ -108,8 +108,9 @@ pub struct Repetition {
     pub baseline: bool,
     /// Networked experiments (`hosts:`): per-client series, probes, fault windows and their
     /// figures (docs/results.md).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub study: Option<Box<super::study::Study>>,
+    /// Results written before this key was named `networked` called it `study`.
+    #[serde(default, skip_serializing_if = "Option::is_none", alias = "study")]
+    pub networked: Option<Box<super::networked::NetworkedRun>>,
 }
 
 /// One disk's latency-model figures in a repetition.

@@ -17,7 +17,7 @@
 //! 4. collects every line on the controller's clock (agent time minus its offset) while a
 //!    heartbeat (`time`) watches each agent; a lost agent aborts the run or is marked
 //!    (`on_agent_loss`);
-//! 5. tears down on every host; the repetition gets its `study`, the same structures as the
+//! 5. tears down on every host; the repetition gets its `networked`, the same structures as the
 //!    namespace run.
 //!
 //! `Agents` is this placement's part of the repetition pipeline (run::pipeline): build is
@@ -28,12 +28,12 @@ use super::pipeline::{FaultControl, Outcome, Placement, Rep, arm_faults, check_w
 use crate::cluster::netfaults::{NetPlan, NftChain};
 use crate::cluster::proto::{Event, Op, now_ns};
 use crate::cluster::{Agent, Channel, ClockOffset, install};
-use crate::frontend::control::{Client, Request, Transport};
 use crate::fault::Rule;
-use crate::report::study::{AgentLoss, ClientPoint, ClientSeries, Probe, Study, StudyAgent, StudyHost};
+use crate::frontend::control::{Client, Request, Transport};
+use crate::report::networked::{AgentLoss, ClientPoint, ClientSeries, NetworkedAgent, NetworkedHost, NetworkedRun, Probe};
 use crate::run::probe::HostSample;
 use crate::spec::experiment::{Experiment, Setup};
-use crate::spec::study::{AgentChannel, HostAgent, OnAgentLoss, StudyHosts, TargetKind};
+use crate::spec::networked::{AgentChannel, HostAgent, NetworkedHosts, OnAgentLoss, TargetKind};
 use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, Pattern, Workload};
 use crate::workload::WorkloadResult;
 use crate::workload::jsonl::{Interval, JsonLine};
@@ -271,7 +271,7 @@ fn needs_engine(f: &crate::spec::net::NetFault) -> bool {
 /// Plan the network faults on the sending hosts (one `faultline agent --net-faults` each),
 /// or say why a host cannot apply one (before anything runs). Also says per host which path
 /// each fault takes.
-fn plan_net_faults(setup: &Setup, hosts: &StudyHosts, remotes: &[Arc<Remote>], table: &str) -> Result<(Vec<NetPlan>, Vec<String>)> {
+fn plan_net_faults(setup: &Setup, hosts: &NetworkedHosts, remotes: &[Arc<Remote>], table: &str) -> Result<(Vec<NetPlan>, Vec<String>)> {
     let addr = |h: &str| -> Result<String> {
         remotes.iter().find(|r| r.spec.host == h).and_then(|r| r.spec.address.clone()).with_context(|| format!("host `{h}` has no `address` in `agents:`"))
     };
@@ -369,7 +369,7 @@ fn nft_table(tag: &str) -> String {
     format!("faultline_{}", tag.replace('-', "_"))
 }
 
-fn connect_all(hosts: &StudyHosts) -> Result<Vec<Arc<Remote>>> {
+fn connect_all(hosts: &NetworkedHosts) -> Result<Vec<Arc<Remote>>> {
     let connected: Vec<Result<Remote>> = std::thread::scope(|sc| {
         let hs: Vec<_> = hosts
             .agents
@@ -470,7 +470,7 @@ impl FaultControl for RemoteDisk {
 
 /// The agents placement (module doc).
 pub(crate) struct Agents<'a> {
-    hosts: &'a StudyHosts,
+    hosts: &'a NetworkedHosts,
     /// Names this repetition's sockets and nftables tables: `<run pid>-<repetition>`.
     tag: String,
     remotes: Vec<Arc<Remote>>,
@@ -506,7 +506,7 @@ struct Plan {
 }
 
 impl<'a> Agents<'a> {
-    pub(crate) fn new(hosts: &'a StudyHosts) -> Self {
+    pub(crate) fn new(hosts: &'a NetworkedHosts) -> Self {
         Agents {
             hosts,
             tag: String::new(),
@@ -875,10 +875,10 @@ impl Placement for Agents<'_> {
                 r.notes.push(format!("agent on host {} lost at {:+.1} s while {}: {}", rm.spec.host, l.t_s, l.doing, l.reason));
             }
         }
-        let mut study = Study {
+        let mut networked = NetworkedRun {
             hosts: remotes
                 .iter()
-                .map(|r| StudyHost {
+                .map(|r| NetworkedHost {
                     name: r.spec.host.clone(),
                     role: r.role.into(),
                     address: r.spec.address.clone().unwrap_or_default(),
@@ -895,7 +895,7 @@ impl Placement for Agents<'_> {
             start_lag_s: start_lag.unwrap_or(0.0).max(0.0),
             agents: remotes
                 .iter()
-                .map(|r| StudyAgent {
+                .map(|r| NetworkedAgent {
                     host: r.spec.host.clone(),
                     channel: channel_of(&r.spec).describe(),
                     version: r.version.clone(),
@@ -905,9 +905,9 @@ impl Placement for Agents<'_> {
                 })
                 .collect(),
         };
-        study.analyse();
-        o.study = Some(study);
-        // the repetition's own figures are the first client's (all clients are in `study`)
+        networked.analyse();
+        o.networked = Some(networked);
+        // the repetition's own figures are the first client's (all clients are in `networked`)
         let first = first_result.cloned();
         drop(g);
         o.workload = first.and_then(|h| self.gathered.lock().unwrap().results.remove(&h));
@@ -1136,7 +1136,7 @@ fn net_reports(remotes: &[Arc<Remote>], plans: &[NetPlan], g: &Shared) -> Vec<St
 
 /// Wait until the target listens: its URI line (faultline), or a TCP connect from the first
 /// client host (a command).
-fn wait_target(target: &Remote, client: &Remote, hosts: &StudyHosts, addr: &str, g: &Shared) -> Result<()> {
+fn wait_target(target: &Remote, client: &Remote, hosts: &NetworkedHosts, addr: &str, g: &Shared) -> Result<()> {
     let t = Instant::now();
     let key = (target.spec.host.clone(), "target".to_string());
     while t.elapsed() < TARGET_START_LIMIT {

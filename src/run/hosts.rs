@@ -4,7 +4,7 @@
 //! command), runs each client's workload over NBD from a thread that entered the client's
 //! namespace (its sockets live there), applies network, disk and host faults with windows
 //! counted from the workload's start, samples every host each interval (probers), and gives
-//! the repetition its `study` (series, windows, per-window figures). `Namespaces` is this
+//! the repetition its `networked` (series, windows, per-window figures). `Namespaces` is this
 //! placement's part of the repetition pipeline (run::pipeline). Everything built is
 //! in the ledger (namespaces, the disk server's own records) and goes at teardown, on error,
 //! on Ctrl-C, and with `faultline cleanup` after a crash.
@@ -13,9 +13,9 @@ use super::disks::DiskServer;
 use super::pipeline::{FaultControl, Outcome, Placement, Rep};
 use super::probe::{link_counters, machine_cpu, mem_available_mib, proc_cpu, proc_rss_mib, tcp_retrans};
 use crate::net::{Network, RelayOptions};
-use crate::report::study::{ClientPoint, ClientSeries, FaultWindow, HostCounters, Probe, Study, StudyHost};
+use crate::report::networked::{ClientPoint, ClientSeries, FaultWindow, HostCounters, NetworkedHost, NetworkedRun, Probe};
 use crate::spec::experiment::Setup;
-use crate::spec::study::{StudyHosts, TargetKind};
+use crate::spec::networked::{NetworkedHosts, TargetKind};
 use crate::sys::netns;
 use crate::workload::{Progress, WorkloadResult};
 use anyhow::{Context, Result, bail};
@@ -245,7 +245,7 @@ impl Prober {
 }
 
 /// The windows of every fault of the setup, in seconds from the workload's start.
-pub(crate) fn windows(setup: &Setup, hosts: &StudyHosts) -> Vec<FaultWindow> {
+pub(crate) fn windows(setup: &Setup, hosts: &NetworkedHosts) -> Vec<FaultWindow> {
     let secs = |d: Duration| d.as_secs_f64();
     let mut w = Vec::new();
     for n in &setup.net_faults {
@@ -295,7 +295,7 @@ pub(crate) fn client_series(host: &str, r: &WorkloadResult, shift: f64) -> Clien
 /// target's server in the target host, each client's workload from a thread of this process
 /// that entered its host's namespace.
 pub(crate) struct Namespaces<'a> {
-    hosts: &'a StudyHosts,
+    hosts: &'a NetworkedHosts,
     net: Option<Arc<Network>>,
     target: Option<Target>,
     /// The target's disk server (a faultline target).
@@ -306,7 +306,7 @@ pub(crate) struct Namespaces<'a> {
 }
 
 impl<'a> Namespaces<'a> {
-    pub(crate) fn new(hosts: &'a StudyHosts) -> Self {
+    pub(crate) fn new(hosts: &'a NetworkedHosts) -> Self {
         Namespaces { hosts, net: None, target: None, disk: None, workload: None, seq0: Vec::new() }
     }
 }
@@ -407,11 +407,11 @@ impl Placement for Namespaces<'_> {
         if r.stop.load(Relaxed) {
             bail!("interrupted");
         }
-        let mut study = Study {
+        let mut networked = NetworkedRun {
             hosts: net
                 .hosts()
                 .iter()
-                .map(|h| StudyHost {
+                .map(|h| NetworkedHost {
                     name: h.name.clone(),
                     role: if h.name == hosts.target { "target".into() } else { "client".into() },
                     address: h.address.to_string(),
@@ -428,9 +428,9 @@ impl Placement for Namespaces<'_> {
             start_lag_s: first_progress.and_then(|p| p.start.get().map(|s| s.saturating_duration_since(t0).as_secs_f64())).unwrap_or(0.0),
             agents: vec![],
         };
-        study.analyse();
-        o.study = Some(study);
-        // the repetition's own figures are the first client's (all clients are in `study`)
+        networked.analyse();
+        o.networked = Some(networked);
+        // the repetition's own figures are the first client's (all clients are in `networked`)
         o.workload = Some(results.into_iter().next().context("no client result")?.1);
         o.host_faults = host_records;
         Ok(())

@@ -43,7 +43,7 @@ pub(crate) trait Placement {
     fn build(&mut self, r: &mut Rep) -> Result<()>;
     /// Restart the disks' fault clocks and arm the static faults.
     fn arm(&mut self, r: &mut Rep) -> Result<()>;
-    /// Run the workload with its faults; its figures, host fault records, monitor and study
+    /// Run the workload with its faults; its figures, host fault records, monitor and networked figures
     /// go into `o`.
     fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()>;
     /// Reread and classify what the workload wrote (`o.verified`), where that is possible.
@@ -97,7 +97,7 @@ pub(crate) struct Outcome {
     /// What the disks' `nbd://` stores' clients did over the repetition, summed.
     pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
     /// Networked placements: every host's series, probes and fault windows.
-    pub study: Option<crate::report::study::Study>,
+    pub networked: Option<crate::report::networked::NetworkedRun>,
 }
 
 /// Run one repetition on `placement`.
@@ -132,7 +132,7 @@ fn record(r: Rep, o: Outcome, took: Duration) -> rm::Repetition {
         let intervals = rep.nbd_client.take().map(|c| c.intervals).unwrap_or_default();
         rep.nbd_client = Some(rm::NbdClient { totals, intervals });
     }
-    rep.study = o.study.map(Box::new);
+    rep.networked = o.networked.map(Box::new);
     rep
 }
 

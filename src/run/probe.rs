@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::report::study::HostCounters;
+use crate::report::networked::HostCounters;
 
 pub fn ticks_per_s() -> f64 {
     nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100).max(1) as f64

@@ -37,9 +37,9 @@ struct RawExperiment {
     /// A cross product of partial setups instead of `setups:` (docs/experiment.md).
     matrix: Option<Spanned<RawMatrix>>,
     /// Networked experiments (docs/experiment.md, "Hosts"): client and target hosts.
-    hosts: Option<Spanned<super::study::RawHosts>>,
+    hosts: Option<Spanned<super::networked::RawHosts>>,
     /// Network faults between the hosts, windows from the start of the workload.
-    net_faults: Option<Vec<Spanned<super::study::RawNetFault>>>,
+    net_faults: Option<Vec<Spanned<super::networked::RawNetFault>>>,
 }
 
 /// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
@@ -284,7 +284,7 @@ struct RawSetup {
     /// Replaces the experiment's `host_faults:` for this setup.
     host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
     /// Replaces the experiment's `net_faults:` for this setup.
-    net_faults: Option<Vec<Spanned<super::study::RawNetFault>>>,
+    net_faults: Option<Vec<Spanned<super::networked::RawNetFault>>>,
 }
 
 /// One setup of an experiment, fully validated.
@@ -304,7 +304,7 @@ pub struct Setup {
     /// Setups made by `matrix:`: (axis, entry name) for each axis, in the file's order.
     pub axes: Vec<(String, String)>,
     /// Network faults between the experiment's hosts (docs/experiment.md, "Hosts").
-    pub net_faults: Vec<super::study::NetFaultSpec>,
+    pub net_faults: Vec<super::networked::NetFaultSpec>,
 }
 
 #[derive(Clone, Debug)]
@@ -319,7 +319,7 @@ pub struct Experiment {
     /// `baseline: true`: every repetition runs twice, without then with the faults.
     pub baseline: bool,
     /// `hosts:`: a networked experiment (run::hosts), None for a local one.
-    pub hosts: Option<super::study::StudyHosts>,
+    pub hosts: Option<super::networked::NetworkedHosts>,
 }
 
 impl Experiment {
@@ -392,11 +392,11 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         Some(s) => stack(s, source)?,
         None => StackSpec::Raw,
     };
-    let study_hosts = raw.hosts.as_ref().map(|h| super::study::hosts(h, source)).transpose()?;
+    let networked_hosts = raw.hosts.as_ref().map(|h| super::networked::hosts(h, source)).transpose()?;
     // through agents a `kill` takes the target's server down and the controller starts it again
-    let agents = study_hosts.as_ref().is_some_and(|h| !h.agents.is_empty());
+    let agents = networked_hosts.as_ref().is_some_and(|h| !h.agents.is_empty());
     let base_host_faults = super::host::validate_experiment(raw.host_faults.unwrap_or_default(), source, agents)?;
-    let base_net_faults = super::study::net_faults(raw.net_faults.clone().unwrap_or_default(), study_hosts.as_ref(), source)?;
+    let base_net_faults = super::networked::net_faults(raw.net_faults.clone().unwrap_or_default(), networked_hosts.as_ref(), source)?;
     let mut setups = Vec::new();
     if let Some(m) = &raw.matrix {
         if raw.setups.is_some() {
@@ -458,7 +458,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     None => base_host_faults.clone(),
                 };
                 let nf = match s.net_faults {
-                    Some(n) => super::study::net_faults(n, study_hosts.as_ref(), source)?,
+                    Some(n) => super::networked::net_faults(n, networked_hosts.as_ref(), source)?,
                     None => base_net_faults.clone(),
                 };
                 setups.push(Setup {
@@ -490,9 +490,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         ));
     }
     for s in &setups {
-        super::study::check_setup(s, study_hosts.as_ref(), source)?;
+        super::networked::check_setup(s, networked_hosts.as_ref(), source)?;
     }
-    let exp = Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec, baseline, hosts: study_hosts };
+    let exp =
+        Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec, baseline, hosts: networked_hosts };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() || s.workload.is_some() {

@@ -9,10 +9,10 @@ pub mod host;
 pub mod latency;
 pub mod nbd;
 pub mod net;
+pub mod networked;
 pub mod rule;
 pub mod rules;
 pub mod stack;
-pub mod study;
 pub mod units;
 pub mod workload;
 

@@ -47,7 +47,7 @@ pub(super) struct MatrixBase<'a> {
     pub faults: Option<&'a Vec<Spanned<RawRule>>>,
     pub repeat: u32,
     pub host_faults: &'a [crate::spec::host::HostFault],
-    pub net_faults: &'a [crate::spec::study::NetFaultSpec],
+    pub net_faults: &'a [crate::spec::networked::NetFaultSpec],
 }
 
 pub(super) fn expand_matrix(m: &Spanned<RawMatrix>, base: &MatrixBase, source: &str) -> Result<Vec<Setup>, String> {

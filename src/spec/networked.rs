@@ -25,7 +25,7 @@ pub enum TargetKind {
 
 /// `hosts:` of an experiment, validated.
 #[derive(Clone, Debug, PartialEq)]
-pub struct StudyHosts {
+pub struct NetworkedHosts {
     /// Client host names, in address order (each runs the workload over NBD).
     pub clients: Vec<String>,
     /// The target host's name (`target`).
@@ -77,7 +77,7 @@ pub enum OnAgentLoss {
     Continue,
 }
 
-impl StudyHosts {
+impl NetworkedHosts {
     /// Every host in address order: the target first (10.77.0.1), then the clients.
     pub fn names(&self) -> Vec<String> {
         std::iter::once(self.target.clone()).chain(self.clients.iter().cloned()).collect()
@@ -182,7 +182,7 @@ fn at<T>(s: &Spanned<T>, source: &str) -> String {
     format!("{source}:{}:{}", s.referenced.line(), s.referenced.column())
 }
 
-pub(crate) fn hosts(raw: &Spanned<RawHosts>, source: &str) -> Result<StudyHosts, String> {
+pub(crate) fn hosts(raw: &Spanned<RawHosts>, source: &str) -> Result<NetworkedHosts, String> {
     let l = at(raw, source);
     let r = &raw.value;
     let clients = r.clients.clone().unwrap_or_else(|| vec!["client".to_string()]);
@@ -226,7 +226,7 @@ pub(crate) fn hosts(raw: &Spanned<RawHosts>, source: &str) -> Result<StudyHosts,
             w => return Err(format!("{}: hosts: unknown `on_agent_loss: {w}`; allowed: abort (default), continue", at(s, source))),
         },
     };
-    let h = StudyHosts { clients, target: "target".into(), kind, port, nbd_query: q.join("&"), interval, agents, on_agent_loss };
+    let h = NetworkedHosts { clients, target: "target".into(), kind, port, nbd_query: q.join("&"), interval, agents, on_agent_loss };
     let spec = super::net::HostsSpec { hosts: h.names().into_iter().map(|name| super::net::HostSpec { name, role: super::net::HostRole::Client }).collect() };
     spec.validate().map_err(|e| format!("{l}: hosts: {e}"))?;
     Ok(h)
@@ -302,7 +302,7 @@ impl NetFaultSpec {
     }
 }
 
-pub(crate) fn net_faults(raw: Vec<Spanned<RawNetFault>>, hosts: Option<&StudyHosts>, source: &str) -> Result<Vec<NetFaultSpec>, String> {
+pub(crate) fn net_faults(raw: Vec<Spanned<RawNetFault>>, hosts: Option<&NetworkedHosts>, source: &str) -> Result<Vec<NetFaultSpec>, String> {
     let mut out = Vec::new();
     for (i, s) in raw.into_iter().enumerate() {
         let l = at(&s, source);
@@ -318,7 +318,7 @@ pub(crate) fn net_faults(raw: Vec<Spanned<RawNetFault>>, hosts: Option<&StudyHos
     Ok(out)
 }
 
-fn net_fault(r: RawNetFault, h: &StudyHosts) -> Result<NetFaultSpec, String> {
+fn net_fault(r: RawNetFault, h: &NetworkedHosts) -> Result<NetFaultSpec, String> {
     let loss = match (r.loss, &r.loss_bursts) {
         (Some(_), Some(_)) => return Err("give either `loss` or `loss_bursts`, not both".into()),
         (Some(p), None) => Some(Loss::Random { probability: p.0 }),
@@ -359,7 +359,7 @@ fn net_fault(r: RawNetFault, h: &StudyHosts) -> Result<NetFaultSpec, String> {
 
 /// Host faults in a networked experiment act on the target host's processes: `host:` may be
 /// left out or say the target's name.
-pub(crate) fn check_host_faults(faults: &[super::host::HostFault], hosts: Option<&StudyHosts>, source: &str) -> Result<(), String> {
+pub(crate) fn check_host_faults(faults: &[super::host::HostFault], hosts: Option<&NetworkedHosts>, source: &str) -> Result<(), String> {
     for f in faults {
         match (&f.host, hosts) {
             (None, _) => {}
@@ -375,7 +375,7 @@ pub(crate) fn check_host_faults(faults: &[super::host::HostFault], hosts: Option
 
 /// A setup of a networked experiment: the target host serves a plain disk (`stack: raw`, the
 /// default), host faults name the target.
-pub(crate) fn check_setup(s: &super::experiment::Setup, hosts: Option<&StudyHosts>, source: &str) -> Result<(), String> {
+pub(crate) fn check_setup(s: &super::experiment::Setup, hosts: Option<&NetworkedHosts>, source: &str) -> Result<(), String> {
     check_host_faults(&s.host_faults, hosts, source)?;
     let Some(h) = hosts else { return Ok(()) };
     if s.stack != super::stack::StackSpec::Raw {
@@ -507,7 +507,7 @@ mod tests {
         let ag = parse_experiment(&format!("{}{hosts}{}", &text[..a], &text[b..]), "performability.yaml").unwrap();
         let (h1, h2) = (ns.hosts.clone().unwrap(), ag.hosts.clone().unwrap());
         assert!(h1.agents.is_empty() && h2.agents.len() == 2);
-        assert_eq!(StudyHosts { agents: vec![], ..h2 }, h1);
+        assert_eq!(NetworkedHosts { agents: vec![], ..h2 }, h1);
         assert_eq!(format!("{:?}", ns.setups), format!("{:?}", ag.setups));
     }
 

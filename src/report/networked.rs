@@ -11,8 +11,8 @@ pub const RECOVERED_WITHIN: f64 = 0.10;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Study {
-    pub hosts: Vec<StudyHost>,
+pub struct NetworkedRun {
+    pub hosts: Vec<NetworkedHost>,
     /// Probe interval, s.
     pub interval_s: f64,
     /// Where the CPU figures come from (see docs/results.md).
@@ -30,12 +30,12 @@ pub struct Study {
     pub start_lag_s: f64,
     /// Hosts reached through agents (run::agents; empty for namespaces faultline built): each
     /// one's channel, clock offset and, if it was lost, when and doing what.
-    pub agents: Vec<StudyAgent>,
+    pub agents: Vec<NetworkedAgent>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct StudyAgent {
+pub struct NetworkedAgent {
     pub host: String,
     /// How the controller reached it: `ssh root@h`, `ip netns exec NS`, ...
     pub channel: String,
@@ -60,7 +60,7 @@ pub struct AgentLoss {
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct StudyHost {
+pub struct NetworkedHost {
     pub name: String,
     /// client | target
     pub role: String,
@@ -248,7 +248,7 @@ pub fn window_stats(index: usize, w: &FaultWindow, c: &ClientSeries, probes: &[&
     }
 }
 
-impl Study {
+impl NetworkedRun {
     /// Compute `window_stats` for every window and client.
     pub fn analyse(&mut self) {
         let mut out = Vec::new();
@@ -267,7 +267,7 @@ fn opt(v: Option<f64>) -> String {
 }
 
 /// windows.csv: one row per setup, repetition, window and client.
-pub fn windows_csv(rows: &[(String, u32, &Study)]) -> String {
+pub fn windows_csv(rows: &[(String, u32, &NetworkedRun)]) -> String {
     let mut s = String::from(
         "setup,rep,window,kind,description,from_s,to_s,client,before_mib_s,during_mib_s,ratio,mean_us,p99_us,errors,retries,timeouts,recovery_s,ops_lost\n",
     );
@@ -301,7 +301,7 @@ pub fn windows_csv(rows: &[(String, u32, &Study)]) -> String {
 
 /// hosts_timeseries.csv: every probe of every host, with the client's throughput where the
 /// host is a client (the workload interval ending nearest the probe).
-pub fn hosts_csv(rows: &[(String, u32, &Study)]) -> String {
+pub fn hosts_csv(rows: &[(String, u32, &NetworkedRun)]) -> String {
     let mut s = String::from(
         "setup,rep,t_s,host,mib_s,iops,mean_us,p99_us,ops,errors,retries,timeouts,requests,cpu_user_pct,cpu_system_pct,machine_user_pct,machine_system_pct,machine_steal_pct,rss_mib,mem_available_mib,rx_packets,tx_packets,rx_dropped,tx_dropped,tcp_retrans,relay_dropped,target_in_flight,target_queue_depth\n",
     );
@@ -358,7 +358,7 @@ pub fn html(reps: &[super::model::Repetition]) -> String {
         _ => "#009E73",
     };
     for r in reps {
-        let Some(st) = r.study.as_deref() else { continue };
+        let Some(st) = r.networked.as_deref() else { continue };
         let chart = LineChart {
             title: format!("Throughput over time, repetition {} (shaded: fault windows; blue network, orange disk, green host)", r.index),
             x_label: "seconds from the workload's start".into(),
