@@ -12,7 +12,6 @@ pub mod host;
 pub mod mem;
 pub mod monitor;
 pub mod nbd;
-pub mod nbd_wire;
 pub mod net;
 pub mod report;
 pub mod run;

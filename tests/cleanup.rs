@@ -47,7 +47,10 @@ fn serve_and_read_own_disk() {
     let served = faultline::stack::served::ServedDisk::start(
         &cfg,
         &opts,
-        |d| faultline::spec::rules::parse_rules("rules:\n  - type: delay\n    delay: 60s\n    op: read\n", "test", d.geometry()).map_err(anyhow::Error::msg),
+        |d| {
+            faultline::spec::rule::yaml::parse_rules("rules:\n  - type: delay\n    delay: 60s\n    op: read\n", "test", d.geometry())
+                .map_err(anyhow::Error::msg)
+        },
         None,
     )
     .unwrap();

@@ -350,11 +350,11 @@ fn open(addr: &str, structured: bool, extended: bool) -> TcpStream {
     }
 }
 
-fn rq(flags: u16, cmd: u16, cookie: u64, offset: u64, length: u64) -> faultline::nbd::proto::Request {
-    faultline::nbd::proto::Request { flags, cmd, cookie, offset, length }
+fn rq(flags: u16, cmd: u16, cookie: u64, offset: u64, length: u64) -> faultline::nbd::Request {
+    faultline::nbd::Request { flags, cmd, cookie, offset, length }
 }
 
-fn request(s: &mut TcpStream, ext: bool, r: faultline::nbd::proto::Request, payload: &[u8]) {
+fn request(s: &mut TcpStream, ext: bool, r: faultline::nbd::Request, payload: &[u8]) {
     let mut m = r.encode(ext);
     m.extend_from_slice(payload);
     s.write_all(&m).unwrap();
@@ -508,7 +508,7 @@ fn hostile_clients_get_errors_or_closed_connections_never_a_crash() {
             greeted += 1;
         }
     }
-    assert!((1..=faultline::nbd::server::MAX_CONNECTIONS).contains(&greeted), "{greeted} connections were served");
+    assert!((1..=faultline::frontend::nbd::server::MAX_CONNECTIONS).contains(&greeted), "{greeted} connections were served");
     assert!(s.alive(), "the server survived 1000 connections");
     drop(conns);
 

@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use faultline::nbd_wire::client::Client;
+use faultline::nbd::client::Client;
 use faultline::spec::nbd::NbdTarget;
 use faultline::verify::verify_device;
 use faultline::workload::content_map::ContentMap;

@@ -110,7 +110,7 @@ impl SetArgs {
     fn rule(self) -> Result<NetRule> {
         let delay = match (self.delay, self.delay_dist) {
             (Some(d), _) => Some(DelayDist::Fixed(d)),
-            (None, Some(y)) => Some(crate::spec::rules::parse_delay_yaml(&y, "--delay-dist").map_err(anyhow::Error::msg)?),
+            (None, Some(y)) => Some(crate::spec::rule::yaml::parse_delay_yaml(&y, "--delay-dist").map_err(anyhow::Error::msg)?),
             _ => None,
         };
         let fault = NetFault {

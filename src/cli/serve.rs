@@ -76,7 +76,7 @@ pub struct ServeArgs {
     /// (docs/nbd.md). The export's URI is printed on stdout (libnbd form: nbd://HOST:PORT,
     /// nbd+unix:///?socket=PATH).
     #[arg(long, value_name = "ADDRESS")]
-    nbd: Option<crate::nbd::NbdAddr>,
+    nbd: Option<crate::frontend::nbd::NbdAddr>,
     /// Serve over NBD only: no FUSE mount, no loop device (needs --nbd).
     #[arg(long, requires = "nbd")]
     no_loop: bool,
@@ -133,7 +133,7 @@ fn run(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option<P
         front,
         how,
         |d| match &rules {
-            Some(p) => crate::spec::rules::parse_rules_file(p, d.geometry()).map_err(anyhow::Error::msg),
+            Some(p) => crate::spec::rule::yaml::parse_rules_file(p, d.geometry()).map_err(anyhow::Error::msg),
             None => Ok(vec![]),
         },
         Some(&socket),

@@ -78,7 +78,7 @@ pub struct Disk {
     block_size: u32,
     describe: String,
     /// The NBD client's counters when the store is a remote export (the client keeps them).
-    nbd_client: Option<Arc<crate::nbd_wire::client::Counters>>,
+    nbd_client: Option<Arc<crate::nbd::client::Counters>>,
     /// Test-only (`frontend::guard`): a read or write covering this byte panics.
     panic_at: Option<u64>,
 }
@@ -149,7 +149,7 @@ impl Disk {
         self.describe.clone()
     }
     /// The NBD client's counters when the store is a remote export.
-    pub fn client_counters(&self) -> Option<crate::nbd_wire::client::CounterSnapshot> {
+    pub fn client_counters(&self) -> Option<crate::nbd::client::CounterSnapshot> {
         self.nbd_client.as_ref().map(|c| c.snapshot())
     }
 
@@ -169,8 +169,8 @@ impl Disk {
         self.top.counters()
     }
 
-    pub fn geometry(&self) -> crate::spec::rules::DiskGeometry {
-        crate::spec::rules::DiskGeometry { size: self.size(), block_size: self.block_size }
+    pub fn geometry(&self) -> crate::spec::rule::check::DiskGeometry {
+        crate::spec::rule::check::DiskGeometry { size: self.size(), block_size: self.block_size }
     }
 
     fn in_range(&self, off: u64, len: u64) -> bool {
@@ -240,7 +240,7 @@ impl Disk {
     /// Arm rules; `rot` rules corrupt the stored data now (and stay listed with their counts).
     pub fn arm(&self, rules: Vec<Rule>) -> Result<Vec<Arc<ArmedRule>>> {
         // every path that arms (rules file, `add`, `arm`, a run, an agent) comes here: one check
-        crate::spec::rules::check_rules(&rules, self.geometry()).map_err(anyhow::Error::msg)?;
+        crate::spec::rule::check::check_rules(&rules, self.geometry()).map_err(anyhow::Error::msg)?;
         self.faults().arm(rules)
     }
 }

@@ -706,17 +706,17 @@ impl FileStore {
     }
 }
 
-/// A remote NBD export (`nbd://`, `nbd+unix://`) through `nbd_wire::client`: the disk's
+/// A remote NBD export (`nbd://`, `nbd+unix://`) through `nbd::client`: the disk's
 /// requests become NBD requests, several in flight (the FUSE threads or ring share the
 /// client's connections). Errors come back as the server's errno, EIO once retries of a
 /// timed-out or broken connection are used up.
 pub struct NbdStore {
-    client: crate::nbd_wire::client::Client,
+    client: crate::nbd::client::Client,
 }
 
 impl NbdStore {
     pub fn connect(t: &crate::spec::nbd::NbdTarget) -> Result<NbdStore> {
-        let client = crate::nbd_wire::client::Client::connect(t)?;
+        let client = crate::nbd::client::Client::connect(t)?;
         if client.read_only() {
             bail!("{t}: the export is read-only; a faultline disk needs a writable store");
         }
@@ -724,7 +724,7 @@ impl NbdStore {
     }
 
     /// The client's counters (retries, timeouts, ...), which it keeps while it works.
-    pub fn counters(&self) -> std::sync::Arc<crate::nbd_wire::client::Counters> {
+    pub fn counters(&self) -> std::sync::Arc<crate::nbd::client::Counters> {
         self.client.counters.clone()
     }
 }

@@ -716,7 +716,7 @@ pub fn flip_position(at: &FlipAt, seed: u64, block: u64, n: u64, bs: u64) -> (u3
 pub fn sample_delay(d: &DelayDist, seed: u64, n: u64) -> Duration {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     // This runs on the request path, so it cannot panic whatever the rule says: the rule
-    // validation (`spec::rules`) refuses bad parameters, and one that got past it anyway gives
+    // validation (`spec::rule::check`) refuses bad parameters, and one that got past it anyway gives
     // the distribution's central value (uniform bounds in either order are one range).
     let secs = match *d {
         DelayDist::Fixed(d) => return d,

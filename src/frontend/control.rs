@@ -10,8 +10,8 @@ use crate::disk::service::OpService;
 use crate::fault::Rule;
 use crate::fault::engine::{EngineStats, RuleStatus};
 use crate::fault::log::LogEntry;
-use crate::nbd_wire::client::CounterSnapshot;
-use crate::nbd_wire::{ServerCounters, ServerSnapshot};
+use crate::nbd::client::CounterSnapshot;
+use crate::nbd::{ServerCounters, ServerSnapshot};
 use crate::spec::rule::RuleId;
 use anyhow::{Context, Result, bail};
 use serde::de::DeserializeOwned;
@@ -164,7 +164,7 @@ fn handle(req: Request, disk: &Disk, nbd_server: Option<&ServerCounters>, info: 
     let armed = |rules| -> Result<Armed> { Ok(Armed { ids: disk.arm(rules)?.iter().map(|r| r.id).collect() }) };
     Ok(match req {
         Request::Add { rules } => {
-            let rules = crate::spec::rules::parse_rules(&rules, "rules", disk.geometry()).map_err(anyhow::Error::msg)?;
+            let rules = crate::spec::rule::yaml::parse_rules(&rules, "rules", disk.geometry()).map_err(anyhow::Error::msg)?;
             serde_json::to_value(armed(rules)?)?
         }
         Request::Arm { rules } => serde_json::to_value(armed(rules)?)?,

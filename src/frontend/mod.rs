@@ -6,6 +6,7 @@ pub mod cpu_latency;
 pub mod delay;
 pub mod fuse;
 pub mod guard;
+pub mod nbd;
 pub mod poll;
 pub mod steer;
 pub mod uring;

@@ -7,7 +7,7 @@ use super::model as rm;
 use crate::fault::Target;
 use crate::fault::engine::RuleStatus;
 use crate::fault::log::LogEntry;
-use crate::nbd_wire::client::CounterSnapshot;
+use crate::nbd::client::CounterSnapshot;
 use crate::verify::{BadBlock, VerifyReport};
 use crate::workload::WorkloadResult;
 use std::collections::{HashMap, HashSet};

@@ -24,7 +24,7 @@ pub use crate::disk::latency::LatencyStats;
 pub use crate::fault::log::LatenessSummary;
 pub use crate::host::HostFaultRecord;
 pub use crate::monitor::MonitorResults;
-pub use crate::nbd_wire::client::{CounterSnapshot, IntervalCounts};
+pub use crate::nbd::client::{CounterSnapshot, IntervalCounts};
 /// One flowop type of a personality repetition: the workload's own per-flowop summary.
 pub use crate::workload::FlowopSummary as FlowopStats;
 /// Per-op statistics of a repetition (reads or writes): the workload's own summary.

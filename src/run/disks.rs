@@ -145,13 +145,13 @@ impl DiskServer {
     }
 
     /// The NBD client's counters of an `nbd://` store (None for local stores).
-    pub fn client_counters(&self) -> Result<Option<crate::nbd_wire::client::CounterSnapshot>> {
+    pub fn client_counters(&self) -> Result<Option<crate::nbd::client::CounterSnapshot>> {
         Ok(self.client.stats()?.nbd_client)
     }
 
     /// The engine's figures and, when the disk is served over NBD, its server's counters
     /// (requests in flight; zeroes otherwise), from one `stats` call.
-    pub fn stats_and_queue(&self) -> Result<(EngineStats, crate::nbd_wire::ServerSnapshot)> {
+    pub fn stats_and_queue(&self) -> Result<(EngineStats, crate::nbd::ServerSnapshot)> {
         let s = self.client.stats()?;
         Ok((s.faults, s.nbd_server.unwrap_or_default()))
     }

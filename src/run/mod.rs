@@ -235,9 +235,9 @@ pub(crate) struct Local {
     /// Each disk's fault-log position at arm.
     seq0: Vec<u64>,
     /// Faults placed by workload progress, for the scheduler.
-    scheduled: Vec<crate::spec::rules::FaultSpec>,
+    scheduled: Vec<crate::spec::rule::yaml::FaultSpec>,
     /// The disks' `nbd://` store clients' counters at the start of the drive.
-    nbd0: Vec<Option<crate::nbd_wire::client::CounterSnapshot>>,
+    nbd0: Vec<Option<crate::nbd::client::CounterSnapshot>>,
     /// The workload's content maps, once it ran (not for a command stack).
     maps: Option<Maps>,
 }
@@ -488,7 +488,7 @@ fn drive_workload(
     built: &mut Built,
     w: &crate::workload::Workload,
     maps: &mut Maps,
-    scheduled: Vec<crate::spec::rules::FaultSpec>,
+    scheduled: Vec<crate::spec::rule::yaml::FaultSpec>,
 ) -> Result<WorkloadResult> {
     let (setup, stop) = (r.setup, r.stop);
     let disks = built.disks.clone();
@@ -507,7 +507,7 @@ fn drive_workload(
         let (disks, done, interval) = (built.disks.clone(), done.clone(), w.interval);
         let start = std::time::Instant::now();
         std::thread::spawn(move || {
-            crate::nbd_wire::client::sample_intervals(start, interval, &done, || {
+            crate::nbd::client::sample_intervals(start, interval, &done, || {
                 let now: Vec<_> = disks.iter().map(|d| d.client_counters().ok().flatten()).collect();
                 let zero: Vec<_> = now.iter().map(|c| c.map(|_| Default::default())).collect();
                 collect::nbd_client(&zero, &now)

@@ -28,7 +28,7 @@ use crate::fault::log::LogEntry;
 use crate::report::collect;
 use crate::report::model as rm;
 use crate::spec::experiment::{Experiment, Setup};
-use crate::spec::rules::FaultSpec;
+use crate::spec::rule::yaml::FaultSpec;
 use crate::workload::{Progress, WorkloadResult};
 use anyhow::{Result, bail};
 use std::path::Path;
@@ -95,7 +95,7 @@ pub(crate) struct Outcome {
     pub latency_model: Vec<rm::DiskLatencyModel>,
     pub drive_cpu_s: Option<rm::DriveCpu>,
     /// What the disks' `nbd://` stores' clients did over the repetition, summed.
-    pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
+    pub nbd_client: Option<crate::nbd::client::CounterSnapshot>,
     /// Networked placements: every host's series, probes and fault windows.
     pub networked: Option<crate::report::networked::NetworkedRun>,
 }

@@ -9,7 +9,7 @@
 use super::disks::DiskServer;
 use crate::content::{block_hash, fill_block, stream::Stream};
 use crate::fault::{Rule, Target};
-use crate::spec::rules::{Deferred, FaultSpec, Trigger};
+use crate::spec::rule::yaml::{Deferred, FaultSpec, Trigger};
 use crate::workload::{WriteEvent, WriteObserver};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -425,7 +425,8 @@ pub fn split(faults: &[FaultSpec]) -> (Vec<FaultSpec>, Vec<FaultSpec>) {
 mod tests {
     use super::*;
     use crate::content::profile::Profile;
-    use crate::spec::rules::{DiskGeometry, parse_rules};
+    use crate::spec::rule::check::DiskGeometry;
+    use crate::spec::rule::yaml::parse_rules;
 
     fn scheduler(trigger: Trigger) -> Arc<Scheduler> {
         let geo = DiskGeometry { size: 1 << 30, block_size: 4096 };

@@ -12,7 +12,7 @@ pub enum StoreSpec {
     Ram,
     File(PathBuf),
     Device(PathBuf),
-    /// A remote NBD export (`nbd://...`, `nbd+unix://...`), through `nbd_wire::client`.
+    /// A remote NBD export (`nbd://...`, `nbd+unix://...`), through `nbd::client`.
     Nbd(super::nbd::NbdTarget),
 }
 

@@ -4,7 +4,8 @@
 //! disk is created; errors name the file, line, column and what is allowed.
 
 use super::disk::{CpuLatency, DEFAULT_EXPERIMENT_SIZE, DiskConfig, DiskSpec, RingMode, RqAffinity, StoreSpec};
-use super::rules::{DiskGeometry, FaultSpec, RawRule, WordOr, validate_fault};
+use super::rule::check::DiskGeometry;
+use super::rule::yaml::{FaultSpec, RawRule, WordOr, validate_fault};
 pub use super::stack::{Cmdline, CommandSpec, FsKind, StackSpec};
 use super::units::{BusyPoll, Dur, Size};
 use super::workload::WorkloadYaml;
@@ -501,7 +502,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             let content_target = s.faults.iter().any(|f| {
                 f.deferred.is_some()
                     && (f.by_content.unwrap_or(s.stack.has_fs())
-                        || matches!(f.deferred, Some(super::rules::Deferred::MostDuplicated | super::rules::Deferred::Unique)))
+                        || matches!(f.deferred, Some(super::rule::yaml::Deferred::MostDuplicated | super::rule::yaml::Deferred::Unique)))
             });
             if content_target && s.disk.disk.block_size != 4096 {
                 return Err(format!(

@@ -85,7 +85,7 @@ pub(crate) struct RawHostFault {
     method: Option<String>,
     limit: Option<Size>,
     hold: Option<Size>,
-    window: Option<super::rules::RawWindow>,
+    window: Option<super::rule::yaml::RawWindow>,
     target: Option<String>,
 }
 
@@ -193,7 +193,7 @@ fn validate(r: RawHostFault) -> Result<HostFault, String> {
         }
         other => return Err(format!("unknown type `{other}`; allowed: {TYPES}")),
     };
-    let (from, to) = match r.window.map(super::rules::parse_window).transpose()? {
+    let (from, to) = match r.window.map(super::rule::yaml::parse_window).transpose()? {
         None => (Duration::ZERO, None),
         Some(w) => (w.from, w.to),
     };

@@ -11,8 +11,8 @@
 //! seed: 7
 //! ```
 
+use super::rule::yaml::{RawDelay, WordOr, parse_delay};
 use super::rule::{DelayDist, Op};
-use super::rules::{RawDelay, WordOr, parse_delay};
 use super::units::Dur;
 use serde::{Deserialize, Serialize};
 use serde_saphyr::Spanned;

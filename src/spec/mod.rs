@@ -11,7 +11,6 @@ pub mod nbd;
 pub mod net;
 pub mod networked;
 pub mod rule;
-pub mod rules;
 pub mod stack;
 pub mod units;
 pub mod workload;
@@ -166,14 +165,14 @@ mod tests {
         assert!(m.starts_with("r.yaml:1:1: the document ends") && !m.contains("at line"), "{m}");
         // a value none of an untagged enum's forms takes says what the key allows, never the
         // enum's Rust name
-        let geo = super::rules::DiskGeometry { size: 1 << 30, block_size: 4096 };
+        let geo = super::rule::check::DiskGeometry { size: 1 << 30, block_size: 4096 };
         for (y, want) in [
             ("rules:\n  - {type: error, op: 5}\n", "r.yaml:2:23: not an op or a list of ops; allowed: read, write"),
             ("rules:\n  - {type: error, errno: 5.5}\n", "r.yaml:2:26: not a number or a word; allowed:"),
             ("rules:\n  - {type: error, probability: [1]}\n", "r.yaml:2:32: not a number or a value with its unit"),
             ("rules:\n  - {type: error, probability: .nan}\n", "r.yaml:2:32: `.nan` is not a finite number"),
         ] {
-            let m = super::rules::parse_rules(y, "r.yaml", geo).unwrap_err();
+            let m = super::rule::yaml::parse_rules(y, "r.yaml", geo).unwrap_err();
             assert!(m.starts_with(want) && !m.contains("untagged") && !m.contains("policy"), "{y:?}: {m}");
         }
         for (d, want) in [("busy_poll: [1]", "not a busy-poll budget; expected 0, off"), ("rq_affinity: [1]", "allowed: auto, keep, 0, 1, 2")] {

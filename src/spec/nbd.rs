@@ -1,7 +1,7 @@
 //! An NBD target as a client names it: libnbd's URI forms `nbd://HOST[:PORT]/[EXPORT]` and
 //! `nbd+unix:///[EXPORT]?socket=PATH`, plus the client's request policy (timeout, retries,
 //! backoff, connections) as query keys or an experiment's `nbd:` map. Parsing only: the client
-//! itself is `nbd_wire::client`.
+//! itself is `nbd::client`.
 
 use super::units::{format_duration, parse_duration};
 use std::path::PathBuf;

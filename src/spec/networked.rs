@@ -240,7 +240,7 @@ pub(crate) struct RawNetFault {
     from: Option<String>,
     to: Option<String>,
     both: Option<bool>,
-    window: Option<super::rules::RawWindow>,
+    window: Option<super::rule::yaml::RawWindow>,
     seed: Option<u64>,
     delay: Option<Dur>,
     jitter: Option<Dur>,
@@ -341,7 +341,7 @@ fn net_fault(r: RawNetFault, h: &NetworkedHosts) -> Result<NetFaultSpec, String>
         partition: r.partition.unwrap_or(false),
         reset: r.reset.unwrap_or(false),
     };
-    let window = r.window.map(super::rules::parse_window).transpose()?;
+    let window = r.window.map(super::rule::yaml::parse_window).transpose()?;
     let rule = NetRule { from: r.from, to: r.to, both: r.both.unwrap_or(false), window, seed: r.seed, fault };
     rule.validate(&h.names())?;
     // through agents the hosts' own kernels match packets by address: every host the rule

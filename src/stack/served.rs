@@ -4,8 +4,8 @@
 
 use crate::disk::{Disk, DiskConfig};
 use crate::fault::Rule;
+use crate::frontend::nbd::{NbdAddr, NbdServer};
 use crate::frontend::{self, Exposed};
-use crate::nbd::{NbdAddr, NbdServer};
 use crate::sys::ledger::LedgerFile;
 use anyhow::Result;
 use std::path::{Path, PathBuf};

@@ -149,7 +149,7 @@ impl ReadAt for File {
         FileExt::read_exact_at(self, buf, off)
     }
 }
-impl ReadAt for crate::nbd_wire::client::Client {
+impl ReadAt for crate::nbd::client::Client {
     fn read_exact_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
         self.read(off, buf)
     }
@@ -157,7 +157,7 @@ impl ReadAt for crate::nbd_wire::client::Client {
 
 /// Verify an NBD export against its content map (`interface: nbd`), reread through NBD.
 pub fn verify_nbd(target: &crate::spec::nbd::NbdTarget, map: &ContentMap) -> Result<VerifyReport> {
-    let c = crate::nbd_wire::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?;
+    let c = crate::nbd::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?;
     let index: HashMap<u128, (usize, u64)> = expected_index(&[map], map.seed).into_iter().map(|(h, (_, b))| (h, (usize::MAX, b))).collect();
     let mut t = Tally::default();
     check(&c, c.size(), map, usize::MAX, &index, &mut t);

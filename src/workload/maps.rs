@@ -62,7 +62,7 @@ impl Maps {
                 })
             }
             Interface::Nbd { target } => {
-                let size = crate::nbd_wire::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?.size();
+                let size = crate::nbd::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?.size();
                 let span = w.span.unwrap_or(size);
                 if span > size {
                     bail!("span {span} is larger than {target} ({size} bytes)");

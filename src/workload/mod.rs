@@ -64,7 +64,7 @@ pub struct Progress {
     /// Set by the caller to end the run early (e.g. Ctrl-C); in-flight I/Os complete.
     pub stop: AtomicBool,
     /// `interface: nbd`: the client's counters, for sampling while the workload runs.
-    pub nbd: OnceLock<std::sync::Arc<crate::nbd_wire::client::Counters>>,
+    pub nbd: OnceLock<std::sync::Arc<crate::nbd::client::Counters>>,
 }
 
 impl Progress {

@@ -101,7 +101,7 @@ fn issue(wk: &mut Worker, files: &[File], op: &Op, buf: &mut [u8], ids: &[u64]) 
 
 /// `interface: nbd`: one request at a time per thread through the shared client (its
 /// connections carry the threads' requests side by side); fsync:N becomes an NBD FLUSH.
-pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client) -> Result<()> {
+pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd::client::Client) -> Result<()> {
     let bs = wk.sh.w.block_size as usize;
     if segment_buffers(wk.sh.w) {
         let mut h = Homes::new()?;
@@ -119,7 +119,7 @@ pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client) -> R
     Ok(())
 }
 
-fn issue_nbd(wk: &mut Worker, c: &crate::nbd_wire::client::Client, op: &Op, buf: &mut [u8], ids: &[u64]) {
+fn issue_nbd(wk: &mut Worker, c: &crate::nbd::client::Client, op: &Op, buf: &mut [u8], ids: &[u64]) {
     let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, false) } else { c.read(op.offset, buf) };
     let first = io(buf);
     let res = if first.is_err() { wk.retry(first, || io(buf)) } else { first };

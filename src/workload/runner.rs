@@ -45,11 +45,11 @@ pub struct WorkloadResult {
     /// `interface: nbd`: what the NBD client's own retry policy did (below `retries`, which
     /// counts the workload's `on_error: retry:N`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub nbd_client: Option<crate::nbd_wire::client::CounterSnapshot>,
+    pub nbd_client: Option<crate::nbd::client::CounterSnapshot>,
     /// The NBD client's counters per interval (`interface: nbd`; `faultline run` puts its
     /// disks' `nbd://` stores' here).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub nbd_client_intervals: Vec<crate::nbd_wire::client::IntervalCounts>,
+    pub nbd_client_intervals: Vec<crate::nbd::client::IntervalCounts>,
     pub stopped_on_error: bool,
     /// User + system CPU seconds of this process during the run (all threads).
     pub cpu_seconds: f64,
@@ -80,10 +80,10 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
     // per thread: its open files and where its block indexes land
     let mut plans: Vec<(Vec<File>, Region, u64)> = Vec::new();
     // interface: nbd: one client, its connections shared by the threads
-    let mut nbd: Option<crate::nbd_wire::client::Client> = None;
+    let mut nbd: Option<crate::nbd::client::Client> = None;
     match &w.interface {
         Interface::Nbd { target } => {
-            let c = crate::nbd_wire::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?;
+            let c = crate::nbd::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?;
             let span = maps.maps[0].len() * CONTENT_BLOCK;
             let total = span / w.block_size;
             if total < w.threads as u64 {
@@ -133,7 +133,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
         let sampler = sc.spawn(|| sampler(&sh.intervals, sh.start, w.interval, &done));
         let nbd_sampler = nbd_ref.map(|c| {
             let (sh, done) = (&sh, &done);
-            sc.spawn(move || crate::nbd_wire::client::sample_intervals(sh.start, w.interval, done, || Some(c.counters.snapshot())))
+            sc.spawn(move || crate::nbd::client::sample_intervals(sh.start, w.interval, done, || Some(c.counters.snapshot())))
         });
         let handles: Vec<_> = plans
             .into_iter()

@@ -6,7 +6,7 @@
 //! set by one axis only. Documented in docs/experiment.md.
 
 use super::super::disk::DiskSpec;
-use super::super::rules::{RawRule, WordOr};
+use super::super::rule::yaml::{RawRule, WordOr};
 use super::{RawSetup, RawStack, Setup, disk, faults, loc, repeat, stack};
 use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, Visitor};

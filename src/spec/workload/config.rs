@@ -120,7 +120,7 @@ pub enum Interface {
     Block { device: PathBuf },
     /// `count` files of `size` bytes in `dir`, named by `files::file_name`.
     File { dir: PathBuf, count: u32, size: u64 },
-    /// An NBD export spoken to directly (`nbd_wire::client`), no loop device in between.
+    /// An NBD export spoken to directly (`nbd::client`), no loop device in between.
     Nbd { target: crate::spec::nbd::NbdTarget },
 }
 

@@ -1,5 +1,9 @@
 //! A validated fault rule: what to do (action), to which requests (ops + target), and when
-//! (persistence, probability, window, progress trigger). Built by `spec::rules` from YAML/JSON.
+//! (persistence, probability, window, progress trigger). Built by `yaml` from rules files and experiments, or sent typed (JSON) to the control
+//! socket; `check` is the one check every rule passes before it is armed.
+
+pub mod check;
+pub mod yaml;
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -7,9 +7,9 @@
 //! shared delay thread and written later under the connection's write lock; requests behind it
 //! are not held up (replies are matched by cookie, order is free).
 
-use super::proto::{self as p, Request, ServerCounters, Sink, Style};
 use crate::disk::{Disk, Outcome};
 use crate::frontend::delay::Delayer;
+use crate::nbd::{self as p, Request, ServerCounters, Sink, Style};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
