@@ -3,7 +3,7 @@
 //! writes only: with ordinary stores, for small writes, it measured slower than hashing first)
 //! and folded into the hash accumulators. Hashing a block and then copying it leaves
 //! the stores idle while the block is hashed; here they drain while the hash computes, which
-//! hides most of the hashing (BENCHMARKS.md, "Injection overhead"). The result is standard
+//! hides most of the hashing (BENCHMARKS.md, "The cost of content rules on writes"). The result is standard
 //! XXH3-128 with the default secret and seed 0 (`content::block_hash`; tests check it against
 //! xxhash-rust). Only the long-input path (more than 240 bytes, whole stripes) is written here:
 //! blocks are 512 bytes or more, a power of two. AVX2 (32-byte vectors) even where the CPU has

@@ -148,7 +148,7 @@ impl Filesystem for DiskFs {
         // Over io_uring, the kernel's own background limit (12, congestion at 9), as libfuse
         // leaves it: with more async requests allowed the loop worker drains its list and
         // sleeps, and each submission wakes it under the loop's lock; held at 12 it stays busy
-        // (BENCHMARKS.md, session 18). The classic path keeps its measured 256.
+        // (BENCHMARKS.md, "Background limit over io_uring"). The classic path keeps its measured 256.
         let bg = if self.ask_uring { RING_MAX_BACKGROUND } else { CLASSIC_MAX_BACKGROUND };
         let _ = config.set_max_background(bg);
         let _ = config.set_congestion_threshold(bg * 3 / 4);
