@@ -22,8 +22,8 @@ pub fn run(file: Option<&Path>, inline: &[String], pids: &[u32], duration: Optio
         bail!("no host faults: give a file with `host_faults: [...]` or --fault '{{type: cpu, share: 50%}}'");
     }
     for p in pids {
-        // frozen, it could never thaw itself (it hung, its cgroup left frozen); killed, it
-        // could not revert the rest
+        // faultline never acts on itself: frozen, nothing would thaw it; killed, nothing would
+        // revert the other faults
         if *p == std::process::id() {
             bail!("--pid {p} is this faultline process itself; give the processes to act on");
         }

@@ -21,7 +21,8 @@ pub fn size_arg(s: &str) -> Result<u64, String> {
     crate::spec::units::parse_size(s)
 }
 
-/// `monitor --duration`, `host --duration`: 0 watched or applied nothing and reported success.
+/// `monitor --duration`, `host --duration`: more than 0 (a zero duration would do nothing and
+/// still report success).
 pub fn positive_duration(s: &str) -> Result<Duration, String> {
     let d = crate::spec::units::parse_duration(s)?;
     if d.is_zero() {

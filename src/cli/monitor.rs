@@ -41,7 +41,7 @@ pub fn monitor(a: MonitorArgs) -> Result<()> {
     watch(&a.device, &a.pid, a.duration, a.interval, a.out, a.pair, &a.layers)
 }
 
-/// `monitor --interval`: at least 10ms, as an experiment's `monitor: {interval}` (a 0 was taken).
+/// `monitor --interval`: at least 10ms, as an experiment's `monitor: {interval}`.
 fn monitor_interval(s: &str) -> Result<Duration, String> {
     let d = crate::spec::units::parse_duration(s)?;
     if d < Duration::from_millis(10) {

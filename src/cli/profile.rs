@@ -31,7 +31,7 @@ fn measure(paths: &[PathBuf], block_size: u64, out: Option<PathBuf>) -> Result<(
     for p in paths {
         m.add_path(p)?;
     }
-    // a profile of nothing said `1 blocks, 1 distinct` and was written as if measured
+    // a profile must be measured from data: an empty input is an error, not a profile
     if m.bytes == 0 {
         bail!(
             "{}: no data to measure ({} files, 0 bytes); give files, directories or block devices that hold data",

@@ -130,7 +130,7 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
             (None, None) => bail!("give --device DEV, --dir DIR, or --spec FILE"),
         },
     };
-    // flags of the other interface were ignored without a word (a spec file's keys are errors)
+    // a flag of the other interface is an error, as a spec file's foreign keys are
     match &mut w.interface {
         Interface::File { count, size, .. } => {
             if a.span.is_some() {
@@ -175,7 +175,7 @@ pub fn workload(a: WorkloadArgs) -> Result<()> {
     if a.jsonl {
         return workload_jsonl(&w);
     }
-    // found only after the workload had written the device
+    // every output path is checked before the workload writes anything
     if a.out.exists() && !a.out.is_dir() {
         bail!("--out {}: exists and is not a directory; give a directory for the results (created if missing)", a.out.display());
     }
