@@ -9,6 +9,7 @@
 //! - runs `faultline cleanup`, or looks for leftovers, in a `RunDir` of its own
 //!   (`Serve::start_in`, `RunDir::cmd`): the default one holds other tests' live runs;
 //! - waits for the event it needs (poll with a deadline), not a guessed sleep.
+//!
 //! A new test runs in both passes (default transport, then `FAULTLINE_RING=off`) until
 //! scripts/test.sh lists it in TRANSPORT_FREE (it serves no FUSE disk) or TRANSPORT_PINNED
 //! (each of its disks names its transport); one that measures time or changes what the whole
