@@ -120,7 +120,7 @@ fn workload_flags_of_the_other_interface() {
 
 #[test]
 fn workload_bound_of_zero() {
-    // it ran nothing and reported success
+    // a bound of 0 would run nothing and still report success: refused with what is allowed
     let dir = tempfile::tempdir().unwrap();
     let dev = dir.path().join("dev.img");
     std::fs::write(&dev, vec![0u8; 1 << 20]).unwrap();
@@ -251,7 +251,7 @@ fn workload_out_that_is_a_file() {
 
 #[test]
 fn profile_of_no_data() {
-    // it wrote a profile of `1 blocks, 1 distinct` from nothing
+    // a profile is measured from data: paths that hold none are refused, no profile written
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("empty")).unwrap();
     std::fs::write(dir.path().join("empty/zero"), "").unwrap();
@@ -283,7 +283,7 @@ fn output_paths_are_checked_before_the_work() {
 
 #[test]
 fn monitor_and_host_duration_of_zero() {
-    // they watched or applied nothing and reported success
+    // a zero duration would watch or apply nothing and still report success: refused
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     let pid = sleeper.id().to_string();
     for args in [&["monitor", "--device", "/dev/null"][..], &["host", "--pid", &pid, "--fault", "{type: cpu, share: 50%}"][..]] {

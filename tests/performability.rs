@@ -214,7 +214,7 @@ fn cgroups_of(pid: u32) -> Vec<std::path::PathBuf> {
 /// kill -9 of a networked run while a host fault holds its target's disk server in a CPU
 /// group: the server, in the target host's namespace (a /sys of its own, without the cgroup
 /// mounts), releases what its dead run built; it must leave the group's record to `cleanup`,
-/// which removes the group (it forgot the record, and the group stayed for good).
+/// which removes the group (a group counts as gone only where its hierarchy is mounted).
 #[test]
 fn kill9_during_a_host_fault_window_then_cleanup_leaves_no_cgroup() {
     if !need_net(&[]) || faultline::sys::cgroup::hierarchy("cpu").is_none() {
