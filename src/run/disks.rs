@@ -6,9 +6,9 @@
 //! (the kernel aborts a FUSE connection whose server is gone). docs/architecture.md has the why.
 
 use crate::fault::Rule;
-use crate::fault::engine::{EngineStats, RuleStatus};
+use crate::fault::engine::RuleStatus;
 use crate::fault::log::LogEntry;
-use crate::frontend::control::{Client, Request, Transport};
+use crate::frontend::control::{Client, Request, Stats, Transport};
 use crate::spec::disk::DiskSpec;
 use crate::spec::rule::RuleId;
 use anyhow::{Context, Result, bail};
@@ -144,33 +144,9 @@ impl DiskServer {
         self.client.log_since(since)
     }
 
-    /// The NBD client's counters of an `nbd://` store (None for local stores).
-    pub fn client_counters(&self) -> Result<Option<crate::nbd::client::CounterSnapshot>> {
-        Ok(self.client.stats()?.nbd_client)
-    }
-
-    /// The engine's figures and, when the disk is served over NBD, its server's counters
-    /// (requests in flight; zeroes otherwise), from one `stats` call.
-    pub fn stats_and_queue(&self) -> Result<(EngineStats, crate::nbd::ServerSnapshot)> {
-        let s = self.client.stats()?;
-        Ok((s.faults, s.nbd_server.unwrap_or_default()))
-    }
-
-    /// The daemon's service counters per op since it started (`stats`' `service`): op ->
-    /// (count, service ns, held delay ns).
-    pub fn service(&self) -> Result<std::collections::BTreeMap<String, (u64, u64, u64)>> {
-        Ok(self.client.stats()?.service.into_iter().map(|(k, o)| (k, (o.count, o.service_ns, o.delay_ns))).collect())
-    }
-
-    /// The fault engine's figures (`stats` without its other sections).
-    pub fn stats(&self) -> Result<EngineStats> {
-        Ok(self.client.stats()?.faults)
-    }
-
-    /// The latency model's figures and the replies' lateness, if the disk has a model.
-    pub fn latency_stats(&self) -> Result<Option<(crate::disk::latency::LatencyStats, crate::fault::log::LatenessSummary)>> {
-        let s = self.client.stats()?;
-        Ok(s.latency_model.map(|m| (m, s.faults.delay_lateness)))
+    /// The server's `stats` reply, typed (docs/control.md): the caller picks its sections.
+    pub fn stats(&self) -> Result<Stats> {
+        self.client.stats()
     }
 
     /// Restart the fault clock; returns the log's sequence number at that moment.

@@ -264,7 +264,7 @@ impl Placement for Local {
     fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
         let scheduled = std::mem::take(&mut self.scheduled);
         let built = self.built.as_mut().expect("built before the drive");
-        self.nbd0 = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
+        self.nbd0 = built.disks.iter().map(|d| Ok(d.stats()?.nbd_client)).collect::<Result<_>>()?;
         let mut mon = start_monitor(r, built)?;
         let hosts = start_host_faults(r, built)?;
         let cpu0 = drive_cpu(built);
@@ -304,12 +304,14 @@ impl Placement for Local {
         r.notes.extend(built.stack.as_ref().map(|s| s.health()).unwrap_or_default());
         let disks: Vec<&dyn FaultControl> = built.disks.iter().map(|d| &**d as &dyn FaultControl).collect();
         (o.faults, o.rules) = pipeline::collect_faults(&disks, &self.seq0, &mut r.notes)?;
-        for (i, d) in built.disks.iter().enumerate() {
-            if let Some((stats, late)) = d.latency_stats()? {
-                o.latency_model.push(rm::DiskLatencyModel { disk: i as u32, stats, reply_lateness: Some(late) });
+        let stats: Vec<_> = built.disks.iter().map(|d| d.stats()).collect::<Result<_>>()?;
+        let mut nbd1 = Vec::new();
+        for (i, s) in stats.into_iter().enumerate() {
+            if let Some(m) = s.latency_model {
+                o.latency_model.push(rm::DiskLatencyModel { disk: i as u32, stats: m, reply_lateness: Some(s.faults.delay_lateness) });
             }
+            nbd1.push(s.nbd_client);
         }
-        let nbd1: Vec<_> = built.disks.iter().map(|d| d.client_counters()).collect::<Result<_>>()?;
         o.nbd_client = collect::nbd_client(&self.nbd0, &nbd1);
         Ok(())
     }
@@ -381,7 +383,7 @@ fn start_monitor(r: &mut Rep, built: &Built) -> Result<Option<Monitors>> {
         }
     };
     // the daemons' service counters, to be differenced at the end (their part of block_service)
-    let service0 = built.disks.iter().map(|d| d.service().ok()).collect();
+    let service0 = built.disks.iter().map(service_counts).collect();
     Ok(Some(Monitors { block, pairs, sys, service0 }))
 }
 
@@ -396,9 +398,15 @@ struct Monitors {
 /// A disk daemon's service counters: op -> (count, service ns, held delay ns).
 type ServiceCounts = std::collections::BTreeMap<String, (u64, u64, u64)>;
 
+/// The daemon's service counters per op since it started (`stats`' `service`); None if the
+/// daemon did not answer.
+fn service_counts(d: &Arc<DiskServer>) -> Option<ServiceCounts> {
+    Some(d.stats().ok()?.service.into_iter().map(|(k, o)| (k, (o.count, o.service_ns, o.delay_ns))).collect())
+}
+
 fn stop_monitor(r: &mut Rep, m: Option<Monitors>, built: &Built) -> Option<crate::monitor::MonitorResults> {
     let m = m?;
-    let service1: Vec<_> = built.disks.iter().map(|d| d.service().ok()).collect();
+    let service1: Vec<_> = built.disks.iter().map(service_counts).collect();
     let pairs = m.pairs.map(|p| p.stop());
     let sys = m.sys.map(|s| s.stop());
     match m.block.stop() {
@@ -508,7 +516,7 @@ fn drive_workload(
         let start = std::time::Instant::now();
         std::thread::spawn(move || {
             crate::nbd::client::sample_intervals(start, interval, &done, || {
-                let now: Vec<_> = disks.iter().map(|d| d.client_counters().ok().flatten()).collect();
+                let now: Vec<_> = disks.iter().map(|d| d.stats().ok().and_then(|s| s.nbd_client)).collect();
                 let zero: Vec<_> = now.iter().map(|c| c.map(|_| Default::default())).collect();
                 collect::nbd_client(&zero, &now)
             })

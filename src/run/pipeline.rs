@@ -167,7 +167,7 @@ impl FaultControl for DiskServer {
         DiskServer::log_since(self, seq)
     }
     fn log_dropped(&self) -> Result<u64> {
-        Ok(self.stats()?.log_dropped)
+        Ok(self.stats()?.faults.log_dropped)
     }
 }
 
