@@ -10,11 +10,12 @@
 //! are re-sent by their callers on a fresh one); failed and timed-out requests are retried
 //! `retries` times with exponential backoff. `Counters` say what that cost.
 
+use super::sock::Sock;
 use super::{self as p};
 use crate::spec::nbd::{NbdEndpoint, NbdTarget};
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
-use std::net::{Shutdown, TcpStream, ToSocketAddrs};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -23,59 +24,6 @@ use std::time::{Duration, Instant};
 
 /// Largest request sent (the reference server refuses more than 32 MiB).
 const MAX_REQUEST: u64 = 32 << 20;
-
-enum Sock {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Sock {
-    fn try_clone(&self) -> io::Result<Sock> {
-        Ok(match self {
-            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
-            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
-        })
-    }
-    fn shutdown(&self) {
-        let _ = match self {
-            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
-            Sock::Unix(s) => s.shutdown(Shutdown::Both),
-        };
-    }
-    fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
-        match self {
-            Sock::Tcp(s) => s.set_read_timeout(d),
-            Sock::Unix(s) => s.set_read_timeout(d),
-        }
-    }
-}
-
-impl Read for Sock {
-    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => s.read(b),
-            Sock::Unix(s) => s.read(b),
-        }
-    }
-}
-
-impl Write for Sock {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => s.write(b),
-            Sock::Unix(s) => s.write(b),
-        }
-    }
-    fn write_vectored(&mut self, b: &[IoSlice]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => s.write_vectored(b),
-            Sock::Unix(s) => s.write_vectored(b),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 /// What the client did, since it was made (all counters only grow).
 #[derive(Default)]
@@ -232,10 +180,7 @@ enum RxErr {
 
 impl Rx {
     fn fd(&self) -> RawFd {
-        match &self.sock {
-            Sock::Tcp(s) => s.as_raw_fd(),
-            Sock::Unix(s) => s.as_raw_fd(),
-        }
+        self.sock.as_raw_fd()
     }
 
     /// Wait until the socket is readable, at most until `deadline`.

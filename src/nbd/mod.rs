@@ -5,6 +5,7 @@
 //! server, a transport); imports only `spec` (the target's URI and policy).
 
 pub mod client;
+pub mod sock;
 
 /// The NBD server's request counters (`nbd::server` counts and keeps them, the control
 /// socket's `stats` reports them as `nbd_server`).

@@ -113,8 +113,8 @@ impl NbdServer {
 fn accept_loop(sh: &Arc<server::Shared>, l: Listener) {
     loop {
         let got = match &l {
-            Listener::Tcp(l) => l.accept().map(|(s, a)| (server::Sock::Tcp(s), a.to_string())),
-            Listener::Unix(l) => l.accept().map(|(s, _)| (server::Sock::Unix(s), "a unix socket client".to_string())),
+            Listener::Tcp(l) => l.accept().map(|(s, a)| (crate::nbd::sock::Sock::Tcp(s), a.to_string())),
+            Listener::Unix(l) => l.accept().map(|(s, _)| (crate::nbd::sock::Sock::Unix(s), "a unix socket client".to_string())),
         };
         if sh.stop.load(Ordering::Relaxed) {
             return;

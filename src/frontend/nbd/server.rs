@@ -9,11 +9,10 @@
 
 use crate::disk::{Disk, Outcome};
 use crate::frontend::delay::Delayer;
+use crate::nbd::sock::Sock;
 use crate::nbd::{self as p, Request, ServerCounters, Sink, Style};
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -137,63 +136,6 @@ static SPINNING: AtomicBool = AtomicBool::new(false);
 fn spin_budget() -> Duration {
     static B: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *B.get_or_init(|| std::env::var("FAULTLINE_NBD_BUSY_POLL_US").ok().and_then(|v| v.parse().ok()).map(Duration::from_micros).unwrap_or(SPIN))
-}
-
-/// A connected socket, TCP or Unix.
-pub(super) enum Sock {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl Sock {
-    fn try_clone(&self) -> io::Result<Sock> {
-        Ok(match self {
-            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
-            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
-        })
-    }
-    fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Sock::Tcp(s) => s.set_read_timeout(t),
-            Sock::Unix(s) => s.set_read_timeout(t),
-        }
-    }
-    pub(super) fn shutdown(&self) {
-        let _ = match self {
-            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
-            Sock::Unix(s) => s.shutdown(Shutdown::Both),
-        };
-    }
-}
-
-impl std::os::fd::AsRawFd for Sock {
-    fn as_raw_fd(&self) -> i32 {
-        match self {
-            Sock::Tcp(s) => s.as_raw_fd(),
-            Sock::Unix(s) => s.as_raw_fd(),
-        }
-    }
-}
-
-impl Read for &Sock {
-    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => (&*s).read(b),
-            Sock::Unix(s) => (&*s).read(b),
-        }
-    }
-}
-
-impl Write for &Sock {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        match self {
-            Sock::Tcp(s) => (&*s).write(b),
-            Sock::Unix(s) => (&*s).write(b),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 /// An open connection: a clone of its socket and its thread.
