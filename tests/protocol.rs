@@ -1,6 +1,6 @@
 //! The control protocol as a script speaks it: raw JSON lines on the socket. A rule the disk
-//! cannot apply is refused on every path (socket `add` and `arm`, rules file, `fault add`)
-//! with a message that says what is wrong, and the device keeps answering.
+//! cannot apply is refused on every path (socket `add` and `arm`, rules file, `fault add`, an
+//! agent's `control` op) with a message that says what is wrong, and the device keeps answering.
 
 mod common;
 use common::*;
@@ -170,4 +170,30 @@ fn protocol_serve_takes_its_disk_as_one_document() {
     let o = Command::new(bin()).args(["serve", "--spec-json", r#"{"disk":{"size":1}}"#]).output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && e.contains("--spec-json: not a disk spec"), "{e}");
+}
+
+/// The agents' path: a run across machines arms a target's rules through its agent's
+/// `control` op, which relays the typed request to the server's socket. The same check refuses
+/// a rule the disk cannot apply there, the agent says so, and the device keeps answering.
+#[test]
+fn protocol_agent_control_refuses_rules_the_disk_cannot_apply() {
+    use faultline::cluster::proto::Op;
+    use faultline::cluster::{Agent, Channel};
+    use faultline::fault::{Action, Op as IoOp, Rule, Target};
+    use faultline::frontend::control::Request;
+    use faultline::spec::rule::DelayDist;
+    let s = Serve::start("16MiB", "rules: []\n");
+    // `env` as the exec channel: the agent runs here, as it would behind ssh
+    let mut a = Agent::connect(&Channel::Exec(vec!["env".into()]), bin()).unwrap();
+    let swapped = DelayDist::Uniform { min: Duration::from_micros(2), max: Duration::from_micros(1) };
+    let rule = Rule::new(Action::Delay { delay: swapped }, &[IoOp::Read], Target::Any);
+    let socket = s.socket.to_str().unwrap().to_string();
+    let e = a.call(Op::Control { socket: socket.clone(), request: Request::Arm { rules: vec![rule] } }, Duration::from_secs(10)).unwrap_err();
+    assert!(format!("{e:#}").contains("uniform delay: `max` must be >= `min`"), "{e:#}");
+    // nothing armed; the agent and the device still answer
+    let listed = a.call(Op::Control { socket, request: Request::List }, Duration::from_secs(10)).unwrap();
+    assert_eq!(listed, json!([]));
+    read_completes(&s);
+    drop(a);
+    s.stop();
 }
