@@ -87,6 +87,10 @@ struct Counters {
     reset: AtomicU64,
     /// Delayed packets dropped because the relay fell more than `OVERDUE` behind.
     overdue: AtomicU64,
+    /// Packets the destination's TUN device refused (its receive backlog full: EAGAIN,
+    /// ENOBUFS), as a congested wire drops them. Not in `dropped`, which counts what the
+    /// network faults dropped (rules, `overdue`, the timer queue's bound).
+    backlog_full: AtomicU64,
 }
 
 struct RuleState {
@@ -348,6 +352,7 @@ impl Relay {
                     "delivered": c.delivered.load(Relaxed), "dropped": c.dropped.load(Relaxed),
                     "delayed": c.delayed.load(Relaxed), "duplicated": c.duplicated.load(Relaxed),
                     "reordered": c.reordered.load(Relaxed), "reset": c.reset.load(Relaxed), "overdue": c.overdue.load(Relaxed),
+                    "backlog_full": c.backlog_full.load(Relaxed),
                     "lateness_us": {"p50": q(0.5), "p99": q(0.99), "max": if h.is_empty() { Value::Null } else { json!(h.max() as f64 / 1000.0) }},
                     "rules": l.rules.load().iter().map(|r| r.id).collect::<Vec<_>>(),
                     "path": if l.via_relay.load(Relaxed) { "relay" } else { "veth" },
@@ -666,7 +671,7 @@ fn forward(s: &Shared, i: usize, pkt: &[u8], scratch: &mut Vec<u8>) {
             if write_pkt(&s.ports[j], pkt) {
                 c.delivered.fetch_add(1, Relaxed);
             } else {
-                c.dropped.fetch_add(1, Relaxed);
+                c.backlog_full.fetch_add(1, Relaxed);
             }
         }
         return;
@@ -704,7 +709,7 @@ fn timer(s: &Shared, dst: usize) {
             link.c.delivered.fetch_add(1, Relaxed);
             let _ = link.late.lock().unwrap().record((late.as_nanos() as u64).max(1));
         } else {
-            link.c.dropped.fetch_add(1, Relaxed);
+            link.c.backlog_full.fetch_add(1, Relaxed);
         }
         let (pool, max) = if p.buf.capacity() <= POOL_BUF { (&s.pool, POOL_MAX) } else { (&s.pool_big, POOL_BIG_MAX) };
         let mut pool = pool.lock().unwrap();

@@ -127,8 +127,11 @@ pub struct Probe {
     pub host: String,
     #[serde(flatten)]
     pub sys: HostCounters,
-    /// Packets the relay dropped on links into this host.
+    /// Packets the relay's network faults dropped on links into this host (rules, and delayed
+    /// packets it could not keep or send in time).
     pub relay_dropped: u64,
+    /// Packets into this host that its full receive queue refused (congestion, no fault).
+    pub relay_backlog_full: u64,
     /// Client: its workload's completed and failed I/Os, and its NBD client's retries and
     /// timed-out requests.
     pub ops: u64,
@@ -303,7 +306,7 @@ pub fn windows_csv(rows: &[(String, u32, &NetworkedRun)]) -> String {
 /// host is a client (the workload interval ending nearest the probe).
 pub fn hosts_csv(rows: &[(String, u32, &NetworkedRun)]) -> String {
     let mut s = String::from(
-        "setup,rep,t_s,host,mib_s,iops,mean_us,p99_us,ops,errors,retries,timeouts,requests,cpu_user_pct,cpu_system_pct,machine_user_pct,machine_system_pct,machine_steal_pct,rss_mib,mem_available_mib,rx_packets,tx_packets,rx_dropped,tx_dropped,tcp_retrans,relay_dropped,target_in_flight,target_queue_depth\n",
+        "setup,rep,t_s,host,mib_s,iops,mean_us,p99_us,ops,errors,retries,timeouts,requests,cpu_user_pct,cpu_system_pct,machine_user_pct,machine_system_pct,machine_steal_pct,rss_mib,mem_available_mib,rx_packets,tx_packets,rx_dropped,tx_dropped,tcp_retrans,relay_dropped,relay_backlog_full,target_in_flight,target_queue_depth\n",
     );
     for (setup, rep, st) in rows {
         for p in &st.probes {
@@ -317,7 +320,7 @@ pub fn hosts_csv(rows: &[(String, u32, &NetworkedRun)]) -> String {
             });
             let _ = writeln!(
                 s,
-                "{setup},{rep},{:.3},{},{m},{i},{mu},{p99},{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{:.2}",
+                "{setup},{rep},{:.3},{},{m},{i},{mu},{p99},{},{},{},{},{},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{:.1},{},{},{},{},{},{},{},{},{:.2}",
                 p.t_s,
                 p.host,
                 p.ops,
@@ -338,6 +341,7 @@ pub fn hosts_csv(rows: &[(String, u32, &NetworkedRun)]) -> String {
                 p.sys.tx_dropped,
                 p.sys.tcp_retrans,
                 p.relay_dropped,
+                p.relay_backlog_full,
                 p.target_in_flight,
                 p.target_queue_depth
             );

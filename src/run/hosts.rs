@@ -123,6 +123,7 @@ struct Counters {
     tx_dropped: u64,
     tcp_retrans: u64,
     relay_dropped: u64,
+    relay_backlog_full: u64,
     requests: u64,
     ops: u64,
     errors: u64,
@@ -189,8 +190,9 @@ impl Prober {
                     None => {
                         let pids: Vec<u32> = netns::pids(&h.namespace).into_iter().map(|p| p as u32).collect();
                         let pn = pids.first().map(|p| format!("/proc/{p}/net"));
-                        if let Some((s, q)) = self.disk.as_ref().and_then(|d| d.stats_and_queue().ok()) {
-                            (c.requests, c.in_flight, c.in_flight_ns) = (s.requests, q.in_flight, q.in_flight_ns);
+                        if let Some(s) = self.disk.as_ref().and_then(|d| d.stats().ok()) {
+                            let q = s.nbd_server.unwrap_or_default();
+                            (c.requests, c.in_flight, c.in_flight_ns) = (s.faults.requests, q.in_flight, q.in_flight_ns);
                         }
                         (pids, pn)
                     }
@@ -204,10 +206,10 @@ impl Prober {
                     (c.rx_packets, c.rx_dropped, c.tx_packets, c.tx_dropped) = link_counters(pn, None);
                     c.tcp_retrans = tcp_retrans(pn);
                 }
-                c.relay_dropped = links["links"]
-                    .as_array()
-                    .map(|l| l.iter().filter(|x| x["to"] == h.name.as_str()).map(|x| x["dropped"].as_u64().unwrap_or(0)).sum())
-                    .unwrap_or(0);
+                let into_host = |key: &str| -> u64 {
+                    links["links"].as_array().map(|l| l.iter().filter(|x| x["to"] == h.name.as_str()).map(|x| x[key].as_u64().unwrap_or(0)).sum()).unwrap_or(0)
+                };
+                (c.relay_dropped, c.relay_backlog_full) = (into_host("dropped"), into_host("backlog_full"));
                 let rss: f64 = pids.iter().map(|p| proc_rss_mib(*p)).sum();
                 let prev = last.insert(h.name.clone(), c.clone()).unwrap_or_default();
                 let d = |a: u64, b: u64| a.saturating_sub(b);
@@ -230,6 +232,7 @@ impl Prober {
                         requests: d(c.requests, prev.requests),
                     },
                     relay_dropped: d(c.relay_dropped, prev.relay_dropped),
+                    relay_backlog_full: d(c.relay_backlog_full, prev.relay_backlog_full),
                     ops: d(c.ops, prev.ops),
                     errors: d(c.errors, prev.errors),
                     retries: d(c.retries, prev.retries),
