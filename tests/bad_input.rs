@@ -302,14 +302,14 @@ fn device_store_needs_destructive_and_refuses_signatures() {
     let img = dir.path().join("img");
     std::fs::write(&img, vec![0u8; 32 << 20]).unwrap();
     assert!(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img).status().unwrap().success());
-    let out = Command::new("losetup").args(["-f", "--show"]).arg(&img).output().unwrap();
-    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let loopdev = LoopDev::attach(&img);
+    let dev = loopdev.0.clone();
     let store = format!("device:{dev}");
     let e = serve_fails("rules: []\n", &["--store", &store]);
     assert!(e.contains("--destructive"), "{e}");
     let e = serve_fails("rules: []\n", &["--store", &store, "--destructive"]);
     assert!(e.contains("ext4") && e.contains("--force"), "{e}");
-    Command::new("losetup").arg("-d").arg(&dev).status().unwrap();
+    drop(loopdev);
     // the signature is still there: nothing was written
     let out = Command::new("blkid").arg("-p").arg(&img).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("ext4"));

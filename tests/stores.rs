@@ -47,11 +47,10 @@ fn device_store_holds_the_data_and_discards() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("dev.img");
     std::fs::write(&img, vec![0u8; 64 << 20]).unwrap();
-    let out = Command::new("losetup").args(["-f", "--show"]).arg(&img).output().unwrap();
-    let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(dev.starts_with("/dev/loop"), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+    let loopdev = LoopDev::attach(&img);
+    let dev = loopdev.0.clone();
     let s = Serve::start_args(&["--store", &format!("device:{dev}"), "--destructive"], "rules: []\n");
     write_read_discard(&s, std::path::Path::new(&dev));
     s.stop();
-    Command::new("losetup").arg("-d").arg(&dev).status().unwrap();
+    drop(loopdev);
 }

@@ -389,3 +389,22 @@ impl Drop for RunDir {
         let _ = std::fs::remove_dir(&self.0);
     }
 }
+
+/// A loop device over `file` (`losetup -f`), detached when dropped: also when the test fails
+/// before its end, so a failed assertion leaves no device behind.
+pub struct LoopDev(pub String);
+
+impl LoopDev {
+    pub fn attach(file: &Path) -> LoopDev {
+        let out = Command::new("losetup").args(["-f", "--show"]).arg(file).output().unwrap();
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(dev.starts_with("/dev/loop"), "losetup: {}", String::from_utf8_lossy(&out.stderr));
+        LoopDev(dev)
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+    }
+}
