@@ -1,6 +1,7 @@
 //! `faultline fault`: a client of a running `faultline serve`'s control socket
 //! (docs/control.md), through the typed `Client`.
 
+use crate::disk::cache::SurvivalModel;
 use crate::frontend::control::Client;
 use anyhow::Result;
 use serde::Serialize;
@@ -38,6 +39,19 @@ enum FaultCmd {
     },
     /// Device counters (requests, bytes, faults).
     Stats,
+    /// Cut the disk's power: the volatile write cache keeps what the survival model says of
+    /// the writes since the last flush, and every request fails until `power-on`
+    /// (docs/crash.md). Needs `serve --write-cache volatile`.
+    PowerCut {
+        /// What survives of the unflushed writes.
+        #[arg(long, value_enum, default_value_t = SurvivalModel::LoseAll)]
+        model: SurvivalModel,
+        /// The model's random choices (default: drawn, and printed).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Power the disk on after a cut: requests are served again.
+    PowerOn,
 }
 
 pub fn fault(a: FaultArgs) -> Result<()> {
@@ -72,6 +86,11 @@ pub fn fault(a: FaultArgs) -> Result<()> {
             }
         }
         FaultCmd::Stats => pretty(&c.stats()?)?,
+        FaultCmd::PowerCut { model, seed } => pretty(&c.power_cut(model, seed)?)?,
+        FaultCmd::PowerOn => {
+            c.power_on()?;
+            pretty(&serde_json::json!({"powered": true}))?
+        }
     }
     Ok(())
 }

@@ -41,6 +41,15 @@ pub struct ServeArgs {
     /// not change speed as it fills (default: true with --latency, else false).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     populate: Option<bool>,
+    /// A volatile write cache (docs/crash.md): `volatile` = writes are durable once a flush
+    /// (or FUA) after them completes, and `faultline fault power-cut` loses what its survival
+    /// model says; `none` = every acknowledged write is durable.
+    #[arg(long, value_enum, default_value_t = DiskConfig::default().write_cache)]
+    write_cache: crate::disk::cache::CacheMode,
+    /// The most unflushed bytes the volatile cache holds; at the bound it writes everything
+    /// back, as a flush would (docs/crash.md).
+    #[arg(long, default_value = "256MiB", value_parser = size_arg)]
+    write_cache_size: u64,
     /// Control socket path (default: /run/faultline/<pid>.sock).
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -91,8 +100,22 @@ pub struct ServeArgs {
 }
 
 /// The flags `--spec-json` stands for.
-const SPEC_FLAGS: [&str; 12] =
-    ["size", "block_size", "store", "destructive", "force", "latency", "populate", "busy_poll", "ring", "rq_affinity", "cpu_latency", "ring_threads"];
+const SPEC_FLAGS: [&str; 14] = [
+    "size",
+    "block_size",
+    "store",
+    "destructive",
+    "force",
+    "latency",
+    "populate",
+    "write_cache",
+    "write_cache_size",
+    "busy_poll",
+    "ring",
+    "rq_affinity",
+    "cpu_latency",
+    "ring_threads",
+];
 
 pub fn serve(a: ServeArgs) -> Result<()> {
     let spec = match &a.spec_json {
@@ -110,6 +133,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 force: a.force,
                 latency: a.latency.map(|p| crate::spec::latency::parse_latency_file(&p)).transpose().map_err(anyhow::Error::msg)?,
                 populate: a.populate,
+                write_cache: a.write_cache,
+                write_cache_size: a.write_cache_size,
             },
             front: FrontendOptions {
                 busy_poll: a.busy_poll,

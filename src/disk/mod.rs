@@ -7,8 +7,7 @@
 //! Counted       per-op request counts and service times (service.rs)
 //! Modelled      the latency model: admits each request, holds its reply to the due time (latency.rs)
 //! Faults        the fault engine: fails, edits, drops, redirects, delays (faults.rs)
-//! [write cache] the slot for a volatile write cache (none today): it takes `Faults`' writes and
-//!               passes them to the store, forwarding `write_locked` and `update` where it can
+//! WriteCache    the volatile write cache and the power switch (cache.rs, docs/crash.md)
 //! store         RAM | file | device | NBD client (store.rs)
 //! ```
 //!
@@ -17,6 +16,7 @@
 //! another thread without holding up other requests. Counters are kept by whoever counts: the
 //! disk's own here, the NBD server's by the server, the NBD client's by the client store.
 
+pub mod cache;
 pub mod faults;
 pub mod hashcopy;
 pub mod latency;
@@ -68,9 +68,10 @@ impl Outcome {
     }
 }
 
-/// The layers under `Disk`, top to bottom. #37's volatile write cache goes between `Faults`
-/// and the store: `Faults<WriteCache<StoreLayer>>`.
-pub type Chain = service::Counted<latency::Modelled<faults::Faults<layer::StoreLayer>>>;
+/// The layers under `Disk`, top to bottom.
+pub type Chain = service::Counted<latency::Modelled<faults::Faults<Cached>>>;
+/// The cache over the store.
+pub type Cached = cache::WriteCache<layer::StoreLayer>;
 
 pub struct Disk {
     top: Chain,
@@ -123,7 +124,7 @@ impl Disk {
         if cfg.populates() {
             store.populate()?;
         }
-        let mut d = Disk::over(store, bs, cfg.latency.clone().map(latency::Latency::new));
+        let mut d = Disk::over_cached(store, bs, cfg.latency.clone().map(latency::Latency::new), cfg.write_cache, cfg.write_cache_size);
         d.nbd_client = nbd_client;
         d.panic_at = match std::env::var("FAULTLINE_TEST_PANIC_AT") {
             Ok(v) => Some(v.parse().map_err(|_| anyhow::anyhow!("FAULTLINE_TEST_PANIC_AT={v:?}: not a byte offset (a test-only setting)"))?),
@@ -134,8 +135,14 @@ impl Disk {
 
     /// The chain over `store`, with the latency model if given.
     pub fn over(store: Box<dyn Store>, block_size: u32, latency: Option<latency::Latency>) -> Disk {
+        Disk::over_cached(store, block_size, latency, cache::CacheMode::None, 0)
+    }
+
+    /// The chain over `store`, with the latency model if given and the write cache.
+    pub fn over_cached(store: Box<dyn Store>, block_size: u32, latency: Option<latency::Latency>, cache: cache::CacheMode, cache_size: u64) -> Disk {
         let (size, describe) = (store.size(), store.describe());
-        let top = service::Counted::new(latency::Modelled::new(latency, faults::Faults::new(block_size, layer::StoreLayer(store))));
+        let cached = cache::WriteCache::new(cache, cache_size, layer::StoreLayer(store));
+        let top = service::Counted::new(latency::Modelled::new(latency, faults::Faults::new(block_size, cached)));
         Disk { top, size, block_size, describe, nbd_client: None, panic_at: None }
     }
 
@@ -154,8 +161,21 @@ impl Disk {
     }
 
     /// The fault layer (its engine: rules, log, stats).
-    pub fn faults(&self) -> &faults::Faults<layer::StoreLayer> {
+    pub fn faults(&self) -> &faults::Faults<Cached> {
         self.top.next().next()
+    }
+    /// The write cache and power switch (docs/crash.md).
+    pub fn cache(&self) -> &Cached {
+        self.faults().next()
+    }
+    /// Cut the power: the cache applies `model` (seeded) to the unflushed writes, then every
+    /// request fails until `power_on`. Refused on a disk without a volatile cache.
+    pub fn power_cut(&self, model: cache::SurvivalModel, seed: u64) -> Result<cache::CutReport> {
+        self.cache().power_cut(model, seed)
+    }
+    /// Power on after a cut.
+    pub fn power_on(&self) -> Result<()> {
+        self.cache().power_on()
     }
     pub fn engine(&self) -> &crate::fault::Engine {
         &self.faults().engine
@@ -260,6 +280,7 @@ mod tests {
             force: false,
             latency: None,
             populate: None,
+            ..Default::default()
         })
         .unwrap()
     }
@@ -600,6 +621,16 @@ mod tests {
     }
 
     fn disk_of(store: StoreSpec, size: u64) -> Disk {
-        Disk::open(&DiskConfig { size: Some(size), block_size: 4096, store, destructive: false, force: false, latency: None, populate: None }).unwrap()
+        Disk::open(&DiskConfig {
+            size: Some(size),
+            block_size: 4096,
+            store,
+            destructive: false,
+            force: false,
+            latency: None,
+            populate: None,
+            ..Default::default()
+        })
+        .unwrap()
     }
 }

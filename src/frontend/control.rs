@@ -5,6 +5,7 @@
 //! `{"ok":true,"result":<reply>}` or `{"ok":false,"error":"<message>"}`.
 
 use crate::disk::Disk;
+use crate::disk::cache::{CacheMode, CacheStats, CutReport, SurvivalModel};
 use crate::disk::latency::LatencyStats;
 use crate::disk::service::OpService;
 use crate::fault::Rule;
@@ -55,6 +56,22 @@ pub enum Request {
     },
     /// The disk's counters. Reply: `Stats`.
     Stats,
+    /// Cut the power (docs/crash.md): the volatile cache applies `model` to the unflushed
+    /// writes (random choices from `seed`, drawn when absent), then every request fails until
+    /// `power_on`. Reply: `CutReport`.
+    PowerCut {
+        model: SurvivalModel,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seed: Option<u64>,
+    },
+    /// Serve requests again after a cut. Reply: `PoweredOn`.
+    PowerOn,
+}
+
+/// Reply to `power_on`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoweredOn {
+    pub powered: bool,
 }
 
 /// Reply to `add` and `arm`: the new rules' ids, in the order given.
@@ -121,6 +138,9 @@ pub struct Stats {
     /// Served over NBD: the server's connections and requests in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nbd_server: Option<ServerSnapshot>,
+    /// The volatile write cache and the power switch (docs/crash.md), if the disk has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_cache: Option<CacheStats>,
 }
 
 fn default_max() -> usize {
@@ -195,6 +215,11 @@ fn handle(req: Request, disk: &Disk, nbd_server: Option<&ServerCounters>, info: 
         },
         Request::Log { since, max } => serde_json::to_value(disk.engine().log.since(since, max))?,
         Request::Stats => serde_json::to_value(stats(disk, nbd_server))?,
+        Request::PowerCut { model, seed } => serde_json::to_value(disk.power_cut(model, seed.unwrap_or_else(rand::random))?)?,
+        Request::PowerOn => {
+            disk.power_on()?;
+            serde_json::to_value(PoweredOn { powered: true })?
+        }
     })
 }
 
@@ -207,6 +232,7 @@ fn stats(disk: &Disk, nbd_server: Option<&ServerCounters>) -> Stats {
         service: disk.service().snapshot(),
         nbd_client: disk.client_counters(),
         nbd_server: nbd_server.map(|c| c.snapshot()),
+        write_cache: (disk.cache().mode() != CacheMode::None).then(|| disk.cache().stats()),
     }
 }
 
@@ -301,6 +327,15 @@ impl<T: Transport> Client<T> {
 
     pub fn stats(&self) -> Result<Stats> {
         self.call(&Request::Stats)
+    }
+
+    /// Cut the disk's power (`seed` drawn by the server when absent).
+    pub fn power_cut(&self, model: SurvivalModel, seed: Option<u64>) -> Result<CutReport> {
+        self.call(&Request::PowerCut { model, seed })
+    }
+
+    pub fn power_on(&self) -> Result<()> {
+        self.call::<PoweredOn>(&Request::PowerOn).map(|_| ())
     }
 }
 

@@ -72,6 +72,19 @@ pub struct DiskConfig {
     /// Touch every page of a RAM store before the device appears; `None`: only where a latency
     /// model is set (`DiskConfig::populates`).
     pub populate: Option<bool>,
+    /// A volatile write cache (docs/crash.md); `none`: every acknowledged write is durable.
+    #[serde(default)]
+    pub write_cache: crate::disk::cache::CacheMode,
+    /// The most unflushed bytes the cache holds before it writes everything back on its own.
+    #[serde(default = "default_write_cache_size")]
+    pub write_cache_size: u64,
+}
+
+/// The volatile cache's default bound on unflushed bytes.
+pub const DEFAULT_WRITE_CACHE_SIZE: u64 = 256 << 20;
+
+fn default_write_cache_size() -> u64 {
+    DEFAULT_WRITE_CACHE_SIZE
 }
 
 /// Experiments' disk size when the file gives none.
@@ -79,7 +92,17 @@ pub const DEFAULT_EXPERIMENT_SIZE: u64 = 1 << 30;
 
 impl Default for DiskConfig {
     fn default() -> DiskConfig {
-        DiskConfig { size: None, block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None }
+        DiskConfig {
+            size: None,
+            block_size: 4096,
+            store: StoreSpec::Ram,
+            destructive: false,
+            force: false,
+            latency: None,
+            populate: None,
+            write_cache: Default::default(),
+            write_cache_size: DEFAULT_WRITE_CACHE_SIZE,
+        }
     }
 }
 
@@ -177,7 +200,7 @@ pub trait Keyword: clap::ValueEnum + Copy + PartialEq + 'static {
 }
 
 /// Deserializes a `Keyword` from a string, a bool or a number.
-fn de_keyword<'de, T: Keyword, D: serde::Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+pub(crate) fn de_keyword<'de, T: Keyword, D: serde::Deserializer<'de>>(d: D) -> Result<T, D::Error> {
     use serde::Deserialize;
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -199,33 +222,34 @@ fn de_keyword<'de, T: Keyword, D: serde::Deserializer<'de>>(d: D) -> Result<T, D
 
 macro_rules! keyword {
     ($t:ty, $what:literal, [$($name:literal),+]) => {
-        impl Keyword for $t {
+        impl $crate::spec::disk::Keyword for $t {
             const WHAT: &'static str = $what;
             const NAMES: &'static [&'static str] = &[$($name),+];
         }
         impl std::fmt::Display for $t {
             fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str(self.word())
+                f.write_str($crate::spec::disk::Keyword::word(*self))
             }
         }
         impl std::str::FromStr for $t {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, String> {
-                <$t as Keyword>::parse(s)
+                <$t as $crate::spec::disk::Keyword>::parse(s)
             }
         }
         impl serde::Serialize for $t {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.word())
+                s.serialize_str($crate::spec::disk::Keyword::word(*self))
             }
         }
         impl<'de> serde::Deserialize<'de> for $t {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                de_keyword(d)
+                $crate::spec::disk::de_keyword(d)
             }
         }
     };
 }
+pub(crate) use keyword;
 
 /// Whether the disk is served over FUSE over io_uring (`serve --ring`, `disk: {ring: ...}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -26,7 +26,16 @@ pub fn run(size: u64, stack: &str, busy: bool) -> Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
-    let cfg = DiskConfig { size: Some(size), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None };
+    let cfg = DiskConfig {
+        size: Some(size),
+        block_size: 4096,
+        store: StoreSpec::Ram,
+        destructive: false,
+        force: false,
+        latency: None,
+        populate: None,
+        ..Default::default()
+    };
     // declared before the stack so they drop after it
     let mut disks = Vec::new();
     for _ in 0..spec.devices_needed() {
