@@ -141,7 +141,16 @@ fn block_64k_device_io_and_rules() {
 /// A file system on the disk: written, read back from the disk after a remount (cold cache),
 /// and checked clean by its own checker.
 fn fs_round_trip(bs: u32, size: u64, kind: FsKind, mkfs: &[&str]) {
-    let cfg = DiskConfig { size: Some(size), block_size: bs, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None };
+    let cfg = DiskConfig {
+        size: Some(size),
+        block_size: bs,
+        store: StoreSpec::Ram,
+        destructive: false,
+        force: false,
+        latency: None,
+        populate: None,
+        ..Default::default()
+    };
     let d = ServedDisk::start(&cfg, &Default::default(), |_| Ok(vec![]), None).unwrap();
     let dev = d.device().to_owned();
     let spec = StackSpec::Fs { kind, mkfs: mkfs.iter().map(|s| s.to_string()).collect(), mount: vec![] };

@@ -42,7 +42,16 @@ fn serve(run: &RunDir, args: &[&str]) -> (std::process::Child, std::path::PathBu
 fn serve_and_read_own_disk() {
     use faultline::disk::{DiskConfig, StoreSpec};
     use faultline::frontend::{Options, uring::RingMode};
-    let cfg = DiskConfig { size: Some(64 << 20), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None };
+    let cfg = DiskConfig {
+        size: Some(64 << 20),
+        block_size: 4096,
+        store: StoreSpec::Ram,
+        destructive: false,
+        force: false,
+        latency: None,
+        populate: None,
+        ..Default::default()
+    };
     let opts = Options { ring: RingMode::Off, ..Options::default() };
     let served = faultline::stack::served::ServedDisk::start(
         &cfg,

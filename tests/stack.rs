@@ -28,7 +28,16 @@ fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
 }
 
 fn disk(size: u64) -> ServedDisk {
-    let cfg = DiskConfig { size: Some(size), block_size: 4096, store: StoreSpec::Ram, destructive: false, force: false, latency: None, populate: None };
+    let cfg = DiskConfig {
+        size: Some(size),
+        block_size: 4096,
+        store: StoreSpec::Ram,
+        destructive: false,
+        force: false,
+        latency: None,
+        populate: None,
+        ..Default::default()
+    };
     ServedDisk::start(&cfg, &Default::default(), |_| Ok(vec![]), None).unwrap()
 }
 
