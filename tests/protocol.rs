@@ -186,7 +186,7 @@ fn protocol_agent_control_refuses_rules_the_disk_cannot_apply() {
     // `env` as the exec channel: the agent runs here, as it would behind ssh
     let mut a = Agent::connect(&Channel::Exec(vec!["env".into()]), bin()).unwrap();
     let swapped = DelayDist::Uniform { min: Duration::from_micros(2), max: Duration::from_micros(1) };
-    let rule = Rule::new(Action::Delay { delay: swapped }, &[IoOp::Read], Target::Any);
+    let rule = Rule::new(Action::Delay { delay: swapped, hold: Default::default() }, &[IoOp::Read], Target::Any);
     let socket = s.socket.to_str().unwrap().to_string();
     let e = a.call(Op::Control { socket: socket.clone(), request: Request::Arm { rules: vec![rule] } }, Duration::from_secs(10)).unwrap_err();
     assert!(format!("{e:#}").contains("uniform delay: `max` must be >= `min`"), "{e:#}");

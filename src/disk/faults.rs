@@ -17,7 +17,26 @@ use crate::fault::engine::{ArmedRule, Edit, Planning, block_span, flip_position}
 use crate::fault::log::{LogEntry, runs};
 use crate::fault::{Action, Engine, Op, Plan, Rule, StoreMode, Target};
 use anyhow::{Result, bail};
+use std::cell::Cell;
 use std::sync::Arc;
+use std::time::Duration;
+
+thread_local! {
+    /// The held part (`hold: device`) of the delay of the outcome this thread's fault layer
+    /// passed up last. It travels beside the outcome, not in it: every layer call runs on the
+    /// calling thread, and only the latency layer above (`Modelled`) reads it, to book the
+    /// device for it; the layers in between and the transports never see it.
+    static HELD: Cell<Option<Duration>> = const { Cell::new(None) };
+}
+
+/// Take the held delay of the outcome the fault layer gave last on this thread.
+pub(super) fn take_held() -> Option<Duration> {
+    HELD.with(|h| h.take())
+}
+
+pub(super) fn give_held(d: Option<Duration>) {
+    HELD.with(|h| h.set(d));
+}
 
 pub struct Faults<L> {
     pub engine: Engine,
@@ -42,6 +61,7 @@ impl<L: Layer> Faults<L> {
     fn write_two_pass(&self, off: u64, data: &[u8], mut p: Planning) -> Outcome {
         p.match_data(data);
         let plan = p.plan;
+        give_held(plan.held);
         if plan.errno.is_some() {
             return Outcome { errno: plan.errno, delay: plan.delay };
         }
@@ -68,9 +88,12 @@ impl<L: Layer> Faults<L> {
     /// A flush or discard as `plan` says: failed by a rule, or passed down.
     fn finish(&self, plan: Plan, down: impl FnOnce(&L) -> Outcome) -> Outcome {
         if plan.errno.is_some() {
+            give_held(plan.held);
             return Outcome { errno: plan.errno, delay: plan.delay };
         }
-        down(&self.next).after(plan.delay)
+        let o = down(&self.next).after(plan.delay);
+        give_held(plan.held);
+        o
     }
 
     /// Arm rules; `rot` rules corrupt the stored data now (and stay listed with their counts).
@@ -168,12 +191,14 @@ impl<L: Layer> Layer for Faults<L> {
     fn read(&self, off: u64, buf: &mut [u8]) -> Outcome {
         let o = self.next.read(off, buf);
         if o.errno.is_some() {
+            give_held(None);
             return o;
         }
         let plan = self.engine.plan(Op::Read, off, buf.len() as u64, Some(buf));
         if plan.errno.is_none() {
             apply_edits(&plan.edits, buf);
         }
+        give_held(plan.held);
         Outcome { errno: plan.errno, delay: plan.delay }.after(o.delay)
     }
 
@@ -190,7 +215,7 @@ impl<L: Layer> Layer for Faults<L> {
                 let (start, blocks) = p.hashed_blocks();
                 Hashed { bs: self.block_size as usize, start, blocks }
             });
-            let early = p.reply_known().then_some(p.plan.delay);
+            let early = p.reply_known().then_some((p.plan.delay, p.plan.held));
             // a lent buffer whose acknowledgement waits for the hashes (a content delay)
             let mut back = None;
             let r = self.next.write_locked(
@@ -198,7 +223,10 @@ impl<L: Layer> Layer for Faults<L> {
                 data,
                 hashed,
                 &mut |lent| match early {
-                    Some(delay) => (ack.take().unwrap())(Outcome { errno: None, delay }, lent),
+                    Some((delay, held)) => {
+                        give_held(held);
+                        (ack.take().unwrap())(Outcome { errno: None, delay }, lent)
+                    }
                     None => back = lent,
                 },
                 &mut |hashes, stored| {
@@ -209,6 +237,7 @@ impl<L: Layer> Layer for Faults<L> {
             match r {
                 Ok(()) => {
                     if let Some(ack) = ack.take() {
+                        give_held(p.plan.held);
                         ack(Outcome { errno: None, delay: p.plan.delay }, back);
                     }
                     return;

@@ -184,6 +184,10 @@ impl Disk {
     pub fn latency(&self) -> Option<&latency::Latency> {
         self.top.next().model()
     }
+    /// What held delays (`hold: device`) did: `stats`' `held`.
+    pub fn hold_stats(&self) -> latency::HoldStats {
+        self.top.next().hold_stats()
+    }
     /// Per-op request counts and service times (`stats`' `service`).
     pub fn service(&self) -> &service::ServiceCounters {
         self.top.counters()
@@ -346,7 +350,11 @@ mod tests {
             vec![
                 Rule::new(Action::Bitflip { at: FlipAt { byte: Some(9), bit: Some(3) } }, &[Op::Write], Target::Content { hash: h(1) }),
                 Rule::new(Action::Corrupt { offset: 100, length: Some(50), fill: Fill::Random }, &[Op::Write], Target::Content { hash: h(2) }),
-                Rule::new(Action::Delay { delay: DelayDist::Fixed(Duration::from_micros(70)) }, &[Op::Write], Target::Content { hash: h(3) }),
+                Rule::new(
+                    Action::Delay { delay: DelayDist::Fixed(Duration::from_micros(70)), hold: Default::default() },
+                    &[Op::Write],
+                    Target::Content { hash: h(3) },
+                ),
                 Rule::new(Action::Bitflip { at: FlipAt::default() }, &[Op::Write], Target::Range { start: 200 << 12, end: 201 << 12 }),
             ]
         };
@@ -594,7 +602,7 @@ mod tests {
         d.arm(vec![
             Rule::new(Action::LostWrite, &[Op::Write], range(1)),
             Rule::new(Action::Error { errno: libc::EIO }, &[Op::Write], range(2)),
-            Rule::new(Action::Delay { delay: crate::spec::rule::DelayDist::Fixed(Duration::from_millis(20)) }, &[Op::Read], range(3)),
+            Rule::new(Action::Delay { delay: crate::spec::rule::DelayDist::Fixed(Duration::from_millis(20)), hold: Default::default() }, &[Op::Read], range(3)),
         ])
         .unwrap();
         let blk = vec![7u8; 4096];

@@ -9,7 +9,7 @@ use super::index::IntervalIndex;
 use super::log::{FaultLog, LogEntry, runs};
 use super::pattern::{RunCounters, RunStats, unit};
 use crate::content::{block_hash, seeded_hash};
-use crate::spec::rule::{Action, DelayDist, Fill, FlipAt, Op, OpSet, Rule, RuleId, Target};
+use crate::spec::rule::{Action, DelayDist, Fill, FlipAt, Hold, Op, OpSet, Rule, RuleId, Target};
 use arc_swap::ArcSwap;
 use rand::SeedableRng;
 use rand_distr::Distribution;
@@ -148,14 +148,18 @@ pub enum StoreMode {
 #[derive(Debug, Default, PartialEq)]
 pub struct Plan {
     pub errno: Option<i32>,
+    /// A delay on the path (`hold: path`): the reply is late, nothing waits for it.
     pub delay: Option<Duration>,
+    /// A delay held in the device (`hold: device`): the latency layer books it on the
+    /// request's channel (disk::latency).
+    pub held: Option<Duration>,
     pub edits: Vec<Edit>,
     pub store: StoreMode,
 }
 
 impl Plan {
     pub fn is_clean(&self) -> bool {
-        self.errno.is_none() && self.delay.is_none() && self.edits.is_empty() && self.store == StoreMode::Normal
+        self.errno.is_none() && self.delay.is_none() && self.held.is_none() && self.edits.is_empty() && self.store == StoreMode::Normal
     }
 }
 
@@ -664,10 +668,15 @@ impl Ctx<'_> {
                 plan.errno.get_or_insert(*errno);
                 (whole, crate::spec::rule::errno_name(*errno))
             }
-            Action::Delay { delay } => {
+            Action::Delay { delay, hold } => {
                 let d = sample_delay(delay, r.rule.seed, r.fired.load(Relaxed));
-                plan.delay = Some(plan.delay.map_or(d, |p| p.max(d)));
-                (whole, crate::spec::units::format_duration(d))
+                let slot = match hold {
+                    Hold::Path => &mut plan.delay,
+                    Hold::Device => &mut plan.held,
+                };
+                *slot = Some(slot.map_or(d, |p| p.max(d)));
+                let held = if hold.is_path() { "" } else { " held" };
+                (whole, format!("{}{held}", crate::spec::units::format_duration(d)))
             }
             Action::LostWrite => {
                 plan.store = StoreMode::Skip;
@@ -858,7 +867,7 @@ mod tests {
         let e = eng();
         let mut burst = Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Any);
         burst.pattern = Some(Pattern::Burst { ratio: 0.1, length: 5, period: 50 });
-        let mut every = Rule::new(Action::Delay { delay: DelayDist::Fixed(Duration::from_micros(10)) }, &[Op::Read], Target::Any);
+        let mut every = Rule::new(Action::Delay { delay: DelayDist::Fixed(Duration::from_micros(10)), hold: Hold::Path }, &[Op::Read], Target::Any);
         every.pattern = Some(Pattern::Interval { every: 4 });
         every.times = Some(10);
         e.add(vec![burst, every]);

@@ -129,6 +129,9 @@ pub struct Stats {
     /// The latency model's figures (docs/latency.md), if the disk has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_model: Option<LatencyStats>,
+    /// Held delays (`hold: device`, docs/rules.md), once a request held the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<crate::disk::latency::HoldStats>,
     /// The disk's per-op service times since it started (docs/monitor.md), by op name.
     #[serde(default)]
     pub service: BTreeMap<String, OpService>,
@@ -229,6 +232,7 @@ fn stats(disk: &Disk, nbd_server: Option<&ServerCounters>) -> Stats {
     Stats {
         faults: disk.engine().stats(),
         latency_model: disk.latency().map(|l| l.stats()),
+        held: Some(disk.hold_stats()).filter(|h| h.held > 0),
         service: disk.service().snapshot(),
         nbd_client: disk.client_counters(),
         nbd_server: nbd_server.map(|c| c.snapshot()),

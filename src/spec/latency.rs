@@ -58,6 +58,10 @@ pub struct LatencyModel {
     pub ops: [Option<OpLatency>; 4],
     /// At most this many requests in service at once (FIFO); `None`: unlimited.
     pub channels: Option<u32>,
+    /// Requests each channel admits (in service plus queued in the device); the device holds
+    /// at most `channels` x `depth`. `None`: no limit. Needs `channels`.
+    #[serde(default)]
+    pub depth: Option<u32>,
     pub seed: u64,
 }
 
@@ -108,6 +112,9 @@ impl LatencyModel {
         if let Some(c) = self.channels {
             s += &format!("channels: {c}\n");
         }
+        if let Some(d) = self.depth {
+            s += &format!("depth: {d}\n");
+        }
         s += &format!("seed: {}\n", self.seed);
         s
     }
@@ -132,6 +139,7 @@ pub(crate) struct RawLatency {
     flush: Option<Spanned<WordOr<RawOp>>>,
     discard: Option<Spanned<WordOr<RawOp>>>,
     channels: Option<Spanned<u64>>,
+    depth: Option<Spanned<u64>>,
     seed: Option<u64>,
 }
 
@@ -166,6 +174,9 @@ pub const DISTRIBUTIONS: &str = "fixed, uniform, normal, lognormal, pareto, empi
 /// A device with more channels than this is as good as unlimited; the bound keeps the
 /// scheduler's per-request scan short.
 pub const MAX_CHANNELS: u64 = 1024;
+/// A depth beyond any real device's queue (NVMe allows 64 Ki; the kernel's loop and null_blk
+/// default to 128 and 64).
+pub const MAX_DEPTH: u64 = 65536;
 
 /// Parse a latency file's text; errors name `source`, line and column.
 pub fn parse_latency(text: &str, source: &str) -> Result<LatencyModel, String> {
@@ -196,6 +207,16 @@ pub(crate) fn validate(raw: RawLatency, source: &str) -> Result<LatencyModel, St
             ));
         }
         m.channels = Some(c.value as u32);
+    }
+    if let Some(d) = raw.depth {
+        let (l, c) = (d.referenced.line(), d.referenced.column());
+        if m.channels.is_none() {
+            return Err(format!("{source}:{l}:{c}: `depth` is per channel and needs `channels` (e.g. `channels: 16, depth: 64`)"));
+        }
+        if d.value == 0 || d.value > MAX_DEPTH {
+            return Err(format!("{source}:{l}:{c}: `depth: {}` is out of range; allowed: 1 to {MAX_DEPTH} (leave it out for no limit)", d.value));
+        }
+        m.depth = Some(d.value as u32);
     }
     Ok(m)
 }
@@ -402,6 +423,13 @@ mod tests {
         assert!(e.contains("m.yaml:1:") && e.contains("p0 to p100"), "{e}");
         let e = parse_latency("channels: 0\n", "m.yaml").unwrap_err();
         assert!(e.starts_with("m.yaml:1:") && e.contains("allowed: 1 to"), "{e}");
+        let e = parse_latency("read: 50us\ndepth: 64\n", "m.yaml").unwrap_err();
+        assert!(e.starts_with("m.yaml:2:") && e.contains("needs `channels`"), "{e}");
+        let e = parse_latency("channels: 16\ndepth: 0\n", "m.yaml").unwrap_err();
+        assert!(e.starts_with("m.yaml:2:") && e.contains("allowed: 1 to 65536"), "{e}");
+        let m = parse_latency("read: 5us\nchannels: 16\ndepth: 64\n", "m.yaml").unwrap();
+        assert_eq!((m.channels, m.depth), (Some(16), Some(64)));
+        assert_eq!(parse_latency(&m.to_yaml(), "again").unwrap(), m);
         let e = parse_latency("read: 50us\nreads: 3us\n", "m.yaml").unwrap_err();
         assert!(e.starts_with("m.yaml:2:"), "{e}");
         let e = parse_latency("read: 50\n", "m.yaml").unwrap_err();

@@ -60,6 +60,17 @@ pub fn find(p: &Path) -> Option<MountInfo> {
     mounts().into_iter().rev().find(|m| m.mount_point == p)
 }
 
+/// The mount holding `p` (the deepest mount point above it).
+pub fn containing(p: &Path) -> Option<MountInfo> {
+    let p = std::fs::canonicalize(p).ok()?;
+    mounts().into_iter().filter(|m| p.starts_with(&m.mount_point)).max_by_key(|m| m.mount_point.components().count())
+}
+
+/// The type of the file system holding `p` (`ext4`, `fuse.NAME`, `tmpfs`...).
+pub fn fs_type(p: &Path) -> Option<String> {
+    containing(p).map(|m| m.fs_type)
+}
+
 pub fn is_mounted(p: &Path) -> bool {
     find(p).is_some()
 }

@@ -46,7 +46,7 @@ pub fn check_rule(r: &Rule, geo: DiskGeometry) -> Result<(), String> {
                 return Err(errno_out_of_range(*errno as i64));
             }
         }
-        Action::Delay { delay } => check_delay(delay)?,
+        Action::Delay { delay, .. } => check_delay(delay)?,
         Action::LostWrite | Action::TornWrite { .. } => {}
         Action::MisdirectedWrite { shift } => {
             if *shift == 0 || shift.unsigned_abs() % bs != 0 {

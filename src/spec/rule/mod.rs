@@ -137,6 +137,24 @@ pub enum DelayDist {
     },
 }
 
+/// What a delayed request holds while it waits (docs/rules.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hold {
+    /// Nothing: the reply is late, the device goes on serving others (slowness on the path).
+    #[default]
+    Path,
+    /// Its channel of the device: requests behind it wait (slowness in the device, as a driver
+    /// that busy-waits).
+    Device,
+}
+
+impl Hold {
+    pub fn is_path(&self) -> bool {
+        *self == Hold::Path
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "type")]
 pub enum Action {
@@ -146,8 +164,12 @@ pub enum Action {
     Corrupt { offset: u32, length: Option<u32>, fill: Fill },
     /// Fail the whole request with this errno.
     Error { errno: i32 },
-    /// Complete the whole request late.
-    Delay { delay: DelayDist },
+    /// Complete the whole request late; `hold` says whether the device is held meanwhile.
+    Delay {
+        delay: DelayDist,
+        #[serde(default, skip_serializing_if = "Hold::is_path")]
+        hold: Hold,
+    },
     /// Acknowledge the write, store nothing.
     LostWrite,
     /// Acknowledge the write, store only its first `keep` bytes.

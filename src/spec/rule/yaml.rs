@@ -9,7 +9,7 @@ use super::check::{
     errno_out_of_range,
 };
 use crate::content::parse_hash;
-use crate::spec::rule::{Action, DelayDist, ERRNOS, Fill, FlipAt, Op, OpSet, Pattern, Rule, Target, Window};
+use crate::spec::rule::{Action, DelayDist, ERRNOS, Fill, FlipAt, Hold, Op, OpSet, Pattern, Rule, Target, Window};
 use crate::spec::units::{Dur, Ratio, Size, parse_size};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
@@ -182,6 +182,7 @@ pub(crate) struct RawRule {
     errno: Option<NumOrWord>,
     // delay
     delay: Option<WordOr<RawDelay>>,
+    hold: Option<String>,
     // torn-write
     keep: Option<Size>,
     // misdirected-write
@@ -214,6 +215,7 @@ impl RawRule {
         k(self.fill.is_some(), "fill");
         k(self.errno.is_some(), "errno");
         k(self.delay.is_some(), "delay");
+        k(self.hold.is_some(), "hold");
         k(self.keep.is_some(), "keep");
         k(self.shift.is_some(), "shift");
         v
@@ -421,7 +423,7 @@ fn allowed_params(kind: &str) -> &'static [&'static str] {
         "bitflip" | "rot" => &["byte", "bit", "random"],
         "corrupt" => &["offset", "length", "fill"],
         "error" => &["errno"],
-        "delay" => &["delay"],
+        "delay" => &["delay", "hold"],
         "lost-write" => &[],
         "torn-write" => &["keep"],
         "misdirected-write" => &["shift"],
@@ -474,6 +476,15 @@ fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
                 // the published default of a slow-I/O pattern
                 None if r.pattern.is_some() => DelayDist::Fixed(DEFAULT_PATTERN_DELAY),
                 d => parse_delay(d.ok_or("type delay needs `delay` (e.g. `delay: 100us` or `delay: {distribution: lognormal, median: 1ms, sigma: 0.5}`)")?)?,
+            },
+            hold: match r.hold.as_deref() {
+                None | Some("path") => Hold::Path,
+                Some("device") => Hold::Device,
+                Some(other) => {
+                    return Err(format!(
+                        "unknown hold `{other}`; allowed: path (the default: nothing waits behind the delay), device (the delayed request holds its channel of the device)"
+                    ));
+                }
             },
         },
         "lost-write" => Action::LostWrite,
@@ -703,10 +714,19 @@ mod tests {
         assert_eq!((r.pattern, r.times), (Some(Pattern::Interval { every: 100 }), Some(3)));
         // the short forms: published defaults, and 10 us for a delay without `delay`
         let r = one("rules:\n  - {type: delay, pattern: random}\n").unwrap();
-        assert_eq!((r.pattern, r.action), (Some(Pattern::Random { ratio: 0.1 }), Action::Delay { delay: DelayDist::Fixed(DEFAULT_PATTERN_DELAY) }));
+        assert_eq!(
+            (r.pattern, r.action),
+            (Some(Pattern::Random { ratio: 0.1 }), Action::Delay { delay: DelayDist::Fixed(DEFAULT_PATTERN_DELAY), hold: Hold::Path })
+        );
         assert_eq!(one("rules:\n  - {type: delay, pattern: burst}\n").unwrap().pattern, Some(Pattern::Burst { ratio: 0.01, length: 1000, period: 100_000 }));
         assert_eq!(one("rules:\n  - {type: bitflip, pattern: {interval: {}}}\n").unwrap().pattern, Some(Pattern::Interval { every: 100 }));
         // a rule without a pattern serializes as before and round-trips with one
+        let r = one("rules:\n  - {type: delay, delay: 10us, hold: device, pattern: random}\n").unwrap();
+        assert_eq!(r.action, Action::Delay { delay: DelayDist::Fixed(DEFAULT_PATTERN_DELAY), hold: Hold::Device });
+        let e = one("rules:\n  - {type: delay, delay: 10us, hold: queue}\n").unwrap_err();
+        assert!(e.contains(":2:") && e.contains("unknown hold `queue`; allowed: path") && e.contains("device"), "{e}");
+        let e = one("rules:\n  - {type: error, hold: device}\n").unwrap_err();
+        assert!(e.contains("key `hold` does not apply to type error"), "{e}");
         let r = one("rules:\n  - {type: delay, pattern: {burst: {ratio: 2%, length: 10}}}\n").unwrap();
         let back: Rule = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
         assert_eq!(back, r);
@@ -785,7 +805,7 @@ mod tests {
     fn typed_rules_are_checked_like_yaml_ones() {
         use std::time::Duration;
         let us = Duration::from_micros;
-        let delay = |d| Rule::new(Action::Delay { delay: d }, &[Op::Read], Target::Any);
+        let delay = |d| Rule::new(Action::Delay { delay: d, hold: Hold::Path }, &[Op::Read], Target::Any);
         let bad = [
             (delay(DelayDist::Uniform { min: us(2), max: us(1) }), "uniform delay: `max` must be >= `min`"),
             (delay(DelayDist::Pareto { scale: us(1), shape: 0.0 }), "`shape: 0` must be a positive number"),

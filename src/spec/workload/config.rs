@@ -142,6 +142,10 @@ pub struct Workload {
     /// Target IOPS over all threads; None = as fast as possible.
     pub rate_iops: Option<u64>,
     pub sync: SyncMode,
+    /// O_DIRECT for file data whatever `sync` says (`direct: true`, filebench's `directio`):
+    /// with `dsync` or `fsync:N` on files, and for personalities. `sync: direct` is O_DIRECT
+    /// too (`o_direct`).
+    pub direct: bool,
     pub on_error: ErrorPolicy,
     /// Time series sampling interval (>= 10 ms).
     pub interval: Duration,
@@ -171,6 +175,7 @@ impl Workload {
             duration: None,
             rate_iops: None,
             sync: SyncMode::Direct,
+            direct: false,
             on_error: ErrorPolicy::Continue,
             interval: Duration::from_secs(1),
             span: None,
@@ -178,6 +183,11 @@ impl Workload {
             seed: 1,
             personality: None,
         }
+    }
+
+    /// File data (and devices, always) go O_DIRECT.
+    pub fn o_direct(&self) -> bool {
+        self.direct || self.sync == SyncMode::Direct
     }
 
     /// The content stream: write n (over all threads, in issue order) carries

@@ -37,6 +37,8 @@ pub struct WorkloadYaml {
     pub ops: Option<Spanned<u64>>,
     pub rate_iops: Option<Spanned<u64>>,
     pub sync: Option<Spanned<String>>,
+    /// O_DIRECT for file data (files and personalities; filebench's `directio`).
+    pub direct: Option<Spanned<bool>>,
     pub on_error: Option<Spanned<String>>,
     pub interval: Option<Spanned<Dur>>,
     pub content: Option<Spanned<ContentYaml>>,
@@ -248,6 +250,9 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     if let Some(s) = &y.sync {
         w.sync = s.value.parse::<SyncMode>().map_err(|m| at(source, s, "sync", m))?;
     }
+    if let Some(d) = &y.direct {
+        direct_key(d, y.sync.as_ref(), &mut w, source)?;
+    }
     if let Some(o) = &y.on_error {
         w.on_error = o.value.parse::<ErrorPolicy>().map_err(|m| at(source, o, "on_error", m))?;
     }
@@ -306,7 +311,7 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
     for (k, l) in not_here {
         if let Some(l) = l {
             return Err(format!(
-                "{source}:{}:{}: {k}: does not apply to `personality` (its file set, flowops, I/O sizes and buffered I/O come from filebench's workload file); allowed with it: dir, scale, threads, duration, ops, interval, on_error, content",
+                "{source}:{}:{}: {k}: does not apply to `personality` (its file set, flowops and I/O sizes come from filebench's workload file); allowed with it: dir, scale, threads, duration, ops, interval, on_error, content, direct",
                 l.line(),
                 l.column()
             ));
@@ -333,7 +338,9 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
         }
         w.threads = t.value;
     }
+    // buffered, as filebench by default; `direct: true` is its `directio`
     w.sync = SyncMode::None;
+    w.direct = y.direct.as_ref().is_some_and(|d| d.value);
     zero_bounds(y, source)?;
     w.duration = y.duration.as_ref().map(|d| d.value.0);
     w.ops = y.ops.as_ref().map(|o| o.value);
@@ -350,6 +357,42 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
     w.personality = Some(spec);
     w.fit_profile();
     Ok(w)
+}
+
+/// `direct` on a block, file or NBD workload. Files: O_DIRECT with any sync mode but `none`
+/// (buffered); `direct: false` without `sync` is buffered (`sync: none`). Sizes need no check
+/// here: `file_size` and `block_size` are already whole 4 KiB blocks, which is what O_DIRECT
+/// asks of offsets and lengths on a 512 B or 4 KiB device, and buffers are page-aligned.
+fn direct_key(d: &Spanned<bool>, sync: Option<&Spanned<String>>, w: &mut Workload, source: &str) -> Result<(), String> {
+    match (&w.interface, d.value) {
+        (Interface::Nbd { .. }, _) => Err(at(source, d, "direct", "does not apply to `interface: nbd` (requests go straight to the export, no page cache)")),
+        (Interface::Block { .. }, false) => Err(at(source, d, "direct", "a block workload always opens the device O_DIRECT; allowed: true (or leave it out)")),
+        (Interface::Block { .. }, true) => Ok(()),
+        (Interface::File { .. }, direct) => {
+            match (direct, sync, w.sync) {
+                (true, Some(s), SyncMode::None) => {
+                    return Err(at(
+                        source,
+                        s,
+                        "sync",
+                        "`none` is buffered I/O, but `direct: true` asks for O_DIRECT; allowed with it: direct, dsync, fsync:N (or leave sync out)",
+                    ));
+                }
+                (false, Some(s), SyncMode::Direct) => {
+                    return Err(at(
+                        source,
+                        s,
+                        "sync",
+                        "`direct` is O_DIRECT, but `direct: false` asks for buffered I/O; allowed with it: none, dsync, fsync:N (or leave sync out)",
+                    ));
+                }
+                (false, None, _) => w.sync = SyncMode::None,
+                _ => {}
+            }
+            w.direct = direct;
+            Ok(())
+        }
+    }
 }
 
 /// A bound (size, ops, duration) must be more than 0: a 0 would end the run before its first
@@ -537,6 +580,32 @@ mod tests {
         for (y, want) in cases {
             let e = p(y).unwrap_err();
             assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
+        }
+    }
+
+    #[test]
+    fn direct_key() {
+        let w = p("workload:\n  personality: varmail\n  dir: /mnt/x\n  ops: 10\n").unwrap();
+        assert!(!w.o_direct(), "personalities are buffered by default");
+        let w = p("workload:\n  personality: varmail\n  dir: /mnt/x\n  ops: 10\n  direct: true\n").unwrap();
+        assert!(w.o_direct());
+        let f = "workload:\n  interface: file\n  dir: /x\n  file_size: 1MiB\n  ops: 10\n";
+        let w = p(f).unwrap();
+        assert!(w.o_direct() && !w.direct, "files are O_DIRECT by default (sync: direct)");
+        let w = p(&format!("{f}  direct: false\n")).unwrap();
+        assert!(!w.o_direct() && w.sync == SyncMode::None);
+        let w = p(&format!("{f}  direct: true\n  sync: fsync:4\n")).unwrap();
+        assert!(w.o_direct() && w.sync == SyncMode::Fsync(4));
+        let w = p(&format!("{f}  direct: false\n  sync: dsync\n")).unwrap();
+        assert!(!w.o_direct() && w.sync == SyncMode::Dsync);
+        for (y, want) in [
+            (format!("{f}  direct: true\n  sync: none\n"), "w.yaml:7:9: sync: `none` is buffered I/O, but `direct: true` asks for O_DIRECT; allowed with it"),
+            (format!("{f}  direct: false\n  sync: direct\n"), "w.yaml:7:9: sync: `direct` is O_DIRECT, but `direct: false`"),
+            ("workload:\n  device: /dev/x\n  ops: 1\n  direct: false\n".into(), "w.yaml:4:11: direct: a block workload always opens the device O_DIRECT"),
+            (format!("{f}  direct: 1\n"), "w.yaml:6:"),
+        ] {
+            let e = p(&y).unwrap_err();
+            assert!(e.contains(want), "{e}\nwanted: {want}");
         }
     }
 
