@@ -135,6 +135,49 @@ fn one_channel_queues_requests() {
     assert_eq!(st["channels"], json!(1));
 }
 
+/// A held delay (`hold: device`) on every 10th read holds the device's one implicit channel
+/// for 1 ms, so at QD 8 the reads behind it wait; the same delay on the path only makes its own
+/// read late. Bounds from the model: the holds are served one after another, so at most 10
+/// reads complete per 1 ms held (IOPS <= 10,000), and a closed loop of 8 reads then has a mean
+/// latency of at least 8 / 10,000 s = 800 µs (Little's law); on the path the mean is the base
+/// latency plus 1 ms / 10, and the IOPS are not capped by the delay.
+#[test]
+fn held_delay_queues_the_reads_behind_it() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have_fio() {
+        return;
+    }
+    let (delay_us, every, qd) = (1000.0, 10.0, 8.0);
+    let rules = |hold: &str| format!("rules:\n  - {{type: delay, op: read, delay: 1ms, hold: {hold}, pattern: {{interval: {{every: 10}}}}}}\n");
+    let s = Serve::start_args(&["--size", "256MiB"], &rules("path"));
+    let path = fio(&s.dev, "randread", "4k", qd as u32, 3);
+    let pst = s.call(json!({"cmd": "stats"}));
+    s.stop();
+    let s = Serve::start_args(&["--size", "256MiB"], &rules("device"));
+    let held = fio(&s.dev, "randread", "4k", qd as u32, 3);
+    let hst = s.call(json!({"cmd": "stats"}));
+    s.stop();
+    eprintln!(
+        "QD8, 1 ms on every 10th read: path {:.0} IOPS mean {:.0} µs; held {:.0} IOPS mean {:.0} µs; held stats {}",
+        path.iops, path.mean, held.iops, held.mean, hst["held"]
+    );
+    let cap = every / delay_us * 1e6;
+    assert!(held.iops <= cap * 1.03, "held: {:.0} IOPS, the model allows at most {cap:.0}", held.iops);
+    let floor = qd * delay_us / every;
+    assert!(held.mean >= floor * 0.97, "held: mean {:.0} µs, the model says at least {floor:.0}", held.mean);
+    // on the path the delay caps nothing: the reads behind a delayed one go on
+    assert!(path.iops > cap * 1.3, "path: {:.0} IOPS, not above the held cap {cap:.0}", path.iops);
+    assert!(path.mean >= delay_us / every * 0.97 && path.mean < held.mean * 0.6, "path: mean {:.0} µs (held {:.0})", path.mean, held.mean);
+    // the daemon's account: every 10th read held, the others waited behind them
+    let h = &hst["held"];
+    let reads = hst["service"]["read"]["count"].as_f64().unwrap();
+    let n = h["held"].as_f64().unwrap();
+    assert!((n / reads - 1.0 / every).abs() < 0.01, "{n} of {reads} reads held: {hst}");
+    assert!(h["waited"].as_u64().unwrap() as f64 > n, "the reads behind the holds waited: {h}");
+    assert!((h["held_us"].as_f64().unwrap() / n - delay_us).abs() < 1.0, "{h}");
+    assert!(pst.get("held").is_none(), "a path delay holds nothing: {pst}");
+}
+
 #[test]
 fn empirical_table_is_recovered_by_the_daemon() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -2,8 +2,9 @@
 //! arrival the disk samples its service time and, with `channels: N`, books it on the channel
 //! that frees first. The reply is due at max(arrival, channel free) + service. Nothing sleeps:
 //! the disk returns the time left as the outcome's delay and the front end's late-reply
-//! machinery sends it, so a modelled request never holds up another. The model is not a fault:
-//! it is not in the fault log; its figures are in `stats`.
+//! machinery sends it, so no thread is held: requests wait for each other only in virtual time,
+//! on the channels, and a held delay (`hold: device`) books its channel for the delay too. The
+//! model is not a fault: it is not in the fault log; its figures are in `stats`.
 
 use super::Outcome;
 use super::layer::Layer;
