@@ -183,7 +183,7 @@ fn run(cfg: DiskConfig, front: &FrontendOptions, how: &Exposure, rules: Option<P
                 Some(m) => format!(
                     ", latency model for {}{}",
                     crate::spec::rule::Op::ALL.iter().filter(|o| m.op(**o).is_some()).map(|o| o.name()).collect::<Vec<_>>().join("/"),
-                    m.channels.map(|c| format!(", {c} channel(s)")).unwrap_or_default()
+                    m.channels.map(|c| format!(", {c} channel(s)")).unwrap_or_default() + &m.depth.map(|d| format!(" of depth {d}")).unwrap_or_default()
                 ),
                 None => String::new(),
             },

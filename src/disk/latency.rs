@@ -329,6 +329,13 @@ impl<L: Layer> Modelled<L> {
         }
     }
 
+    /// Forget the held-delay figures so far (a new repetition's epoch).
+    pub fn reset_hold_stats(&self) {
+        for a in [&self.holds.held, &self.holds.held_ns, &self.holds.waited, &self.holds.waited_ns] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// A request arrives: now, and the model's sample.
     fn arrive(&self, op: Op, len: u64) -> (Instant, Option<Arrival>) {
         // a held delay left by a request whose reply never came up here is not this one's

@@ -188,6 +188,10 @@ impl Disk {
     pub fn hold_stats(&self) -> latency::HoldStats {
         self.top.next().hold_stats()
     }
+    /// Forget the held-delay figures (a new epoch).
+    pub fn reset_hold_stats(&self) {
+        self.top.next().reset_hold_stats()
+    }
     /// Per-op request counts and service times (`stats`' `service`).
     pub fn service(&self) -> &service::ServiceCounters {
         self.top.counters()

@@ -196,6 +196,7 @@ fn handle(req: Request, disk: &Disk, nbd_server: Option<&ServerCounters>, info: 
             if let Some(l) = disk.latency() {
                 l.reset();
             }
+            disk.reset_hold_stats();
             serde_json::to_value(Epoch { log_total: disk.engine().log.total() })?
         }
         Request::Info => serde_json::to_value(info)?,

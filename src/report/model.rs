@@ -122,6 +122,9 @@ pub struct DiskLatencyModel {
     pub stats: LatencyStats,
     /// Late replies (the model's and delay rules'): how late after their due time.
     pub reply_lateness: Option<LatenessSummary>,
+    /// Held delays (`hold: device`, docs/rules.md), if a request held the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<crate::disk::latency::HoldStats>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

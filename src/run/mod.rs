@@ -307,8 +307,10 @@ impl Placement for Local {
         let stats: Vec<_> = built.disks.iter().map(|d| d.stats()).collect::<Result<_>>()?;
         let mut nbd1 = Vec::new();
         for (i, s) in stats.into_iter().enumerate() {
-            if let Some(m) = s.latency_model {
-                o.latency_model.push(rm::DiskLatencyModel { disk: i as u32, stats: m, reply_lateness: Some(s.faults.delay_lateness) });
+            // a disk without a model is listed too once a held delay used its implicit channel
+            if s.latency_model.is_some() || s.held.is_some() {
+                let stats = s.latency_model.unwrap_or_default();
+                o.latency_model.push(rm::DiskLatencyModel { disk: i as u32, stats, reply_lateness: Some(s.faults.delay_lateness), held: s.held });
             }
             nbd1.push(s.nbd_client);
         }
