@@ -372,6 +372,8 @@ fn command_stack_env_exit_and_kills() {
             command: Cmdline::Argv(vec!["/bin/sh".into(), "-c".into(), "pwd; echo hi > $FAULTLINE_MOUNT/x".into()]),
             timeout: None,
             cwd: None,
+            acks: false,
+            check: None,
         },
     };
     let b = BuiltStack::build(&spec, std::slice::from_ref(&dev)).unwrap();

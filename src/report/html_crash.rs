@@ -34,7 +34,7 @@ pub fn figure(reps: &[Repetition]) -> String {
     if cuts.is_empty() {
         return String::new();
     }
-    let (w, row, top, left, bar_w) = (1000.0, 26.0, 34.0, 70.0, 460.0);
+    let (w, row, top, left, bar_w) = (1040.0, 26.0, 50.0, 70.0, 460.0);
     let h = top + row * cuts.len() as f64 + 40.0;
     let mut s = String::new();
     let _ = write!(
@@ -45,7 +45,7 @@ pub fn figure(reps: &[Repetition]) -> String {
         s,
         r#"<text x="{left}" y="16" font-size="13" font-weight="bold">Power cuts: what survived (blocks the workload wrote, by the durability oracle)</text>"#
     );
-    let _ = write!(s, r##"<text x="{}" y="{}" fill="#444">cut · cache kept/lost · check</text>"##, left + bar_w + 12.0, top - 8.0);
+    let _ = write!(s, r##"<text x="{}" y="{}" fill="#444">cut · cache kept/lost · check · application</text>"##, left + bar_w + 12.0, top - 6.0);
     for (k, (rep, c)) in cuts.iter().enumerate() {
         let y = top + k as f64 * row;
         let _ = write!(s, r#"<text x="{}" y="{:.1}" text-anchor="end">rep {rep}</text>"#, left - 6.0, y + 14.0);
@@ -108,14 +108,22 @@ pub fn figure(reps: &[Repetition]) -> String {
             .map(|r| format!("kept {}/lost {}{}", r.kept, r.lost, if r.torn > 0 { format!("/torn {}", r.torn) } else { String::new() }))
             .unwrap_or_else(|| "-".into());
         let colour = if check == "clean" || check == "-" { "#222" } else { "#D00000" };
+        let app = c.app_check.as_ref().map(|a| {
+            let lost = a.figures.get("lost").copied().unwrap_or(0.0);
+            let bad = a.verdict != "consistent" || lost > 0.0;
+            let figs: Vec<String> = a.figures.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            let text = if figs.is_empty() { a.verdict.clone() } else { format!("{} ({})", a.verdict, figs.join(", ")) };
+            format!(" · <tspan fill=\"{}\">{}</tspan>", if bad { "#D00000" } else { "#222" }, esc(&text))
+        });
         let _ = write!(
             s,
-            r#"<text x="{:.1}" y="{:.1}">{} · {} · <tspan fill="{colour}">{}</tspan></text>"#,
+            r#"<text x="{:.1}" y="{:.1}">{} · {} · <tspan fill="{colour}">{}</tspan>{}</text>"#,
             left + bar_w + 12.0,
             y + 14.0,
             esc(&format!("{} {}", c.model.map(|m| m.to_string()).unwrap_or_default(), c.trigger)),
             esc(&cache),
-            esc(&check)
+            esc(&check),
+            app.unwrap_or_default()
         );
     }
     // legend

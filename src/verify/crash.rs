@@ -187,8 +187,11 @@ pub fn verify_crash(maps: &Maps, torn_ok: bool) -> Result<OracleReport> {
     Ok(rep)
 }
 
-/// Every block of map `m` that was written: (block, durable id, later ids).
-fn each(d: &Durability, m: usize, later: &HashMap<u64, Vec<u64>>, blocks: u64, f: &mut dyn FnMut(u64, Option<u64>, &[u64])) {
+/// Called with (block, durable id, later ids).
+type BlockVisitor<'a> = &'a mut dyn FnMut(u64, Option<u64>, &[u64]);
+
+/// Every block of map `m` that was written.
+fn each(d: &Durability, m: usize, later: &HashMap<u64, Vec<u64>>, blocks: u64, f: BlockVisitor<'_>) {
     for b in 0..blocks {
         let dur = d.durable(m, b);
         let l = later.get(&b).map(Vec::as_slice).unwrap_or(&[]);
