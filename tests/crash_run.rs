@@ -250,7 +250,7 @@ fn bad_power_cuts_are_refused_with_their_place() {
         ),
         (
             "name: x\ndisk: {write_cache: volatile}\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, model: unplug, when: {at: 1s}}\n",
-            "exp.yaml:6:5: fault #1: `unplug` is not a survival model; allowed: lose-all, keep-prefix, random-subset, torn, reorder",
+            "exp.yaml:6:5: fault #1: 'unplug' is not a survival model setting; allowed: lose-all, keep-prefix, random-subset, torn, reorder",
         ),
         (
             "name: x\ndisk: {write_cache: volatile}\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, model: torn}\n",

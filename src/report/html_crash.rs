@@ -255,3 +255,49 @@ pub fn summary(r: &Results) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::{AppCheck, FsCheck};
+    use crate::verify::crash::OracleReport;
+
+    fn rep(i: u32, c: CrashRecord) -> Repetition {
+        Repetition { index: i, crash: Some(Box::new(c)), ..Default::default() }
+    }
+
+    /// durable-lost is drawn and printed in red, an application's lost commits too; a clean
+    /// cut has no red at all.
+    #[test]
+    fn failures_are_red_and_clean_cuts_are_not() {
+        let clean = CrashRecord {
+            fired: true,
+            model: Some(crate::disk::cache::SurvivalModel::KeepPrefix),
+            trigger: "after 10 ops".into(),
+            check: Some(FsCheck { command: "e2fsck -f -n /dev/loop9".into(), exit_code: Some(0), verdict: "clean".into(), output_tail: String::new() }),
+            mount: Some("ok".into()),
+            oracle: Some(OracleReport { counts: OracleCounts { checked: 10, durable_kept: 8, unsynced_lost: 2, ..Default::default() }, failures: vec![] }),
+            ..Default::default()
+        };
+        let mut h = String::new();
+        section(&mut h, &[rep(1, clean.clone())]);
+        assert!(h.contains("crash-figure") && h.contains("state-durable-kept") && !h.contains("state-durable-lost") && !h.contains("class=\"bad\""), "{h}");
+        let mut lost = clean.clone();
+        lost.oracle.as_mut().unwrap().counts.durable_lost = 3;
+        let mut app = clean;
+        app.oracle = None;
+        app.app_check =
+            Some(AppCheck { verdict: "inconsistent".into(), figures: [("acked".to_string(), 100.0), ("lost".to_string(), 4.0)].into(), ..Default::default() });
+        let mut h = String::new();
+        section(&mut h, &[rep(1, lost), rep(2, app)]);
+        assert!(h.contains("<td class=\"bad\">3</td>") && h.matches("state-durable-lost").count() == 2, "{h}");
+        assert!(h.contains("inconsistent: acked 100, lost 4"), "{h}");
+        assert_eq!(section_len(&[]), 0, "no cut, no section");
+    }
+
+    fn section_len(reps: &[Repetition]) -> usize {
+        let mut h = String::new();
+        section(&mut h, reps);
+        h.len()
+    }
+}

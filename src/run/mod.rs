@@ -118,7 +118,8 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
                 };
                 let label = format!("[{n}/{total}] {} rep {}{kind}", setup.name, rep + 1);
                 if !opts.quiet {
-                    eprintln!("faultline: {label}: {} stack, {} fault(s)", s.stack.label(), s.faults.len());
+                    let cut = s.power_cut.as_ref().map(|c| format!(", power cut {} {}", c.model, crash::trigger_text(c.trigger))).unwrap_or_default();
+                    eprintln!("faultline: {label}: {} stack, {} fault(s){cut}", s.stack.label(), s.faults.len());
                 }
                 let t = Instant::now();
                 let cx = Rep { exp, setup: s, index: rep, baseline, out, label: &label, stop: &stop, quiet: opts.quiet, notes: Vec::new() };

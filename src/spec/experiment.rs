@@ -785,57 +785,66 @@ mod tests {
         }
     }
 
+    /// A setup's faults parsed as the experiment parser does, on a disk with the given cache.
+    fn cut_faults(list: &str, cache: crate::disk::cache::CacheMode, st: &StackSpec) -> Result<SetupFaults, String> {
+        let raw: Vec<Spanned<RawRule>> = serde_saphyr::from_str(list).map_err(|e| e.to_string())?;
+        let mut d = disk(None, None, "t.yaml").unwrap();
+        d.disk.write_cache = cache;
+        faults(Some(raw), &d, st, "t.yaml")
+    }
+
     #[test]
     fn power_cuts_parse_with_their_schedule() {
-        use crate::disk::cache::SurvivalModel;
+        use crate::disk::cache::{CacheMode, SurvivalModel};
         use crate::spec::rule::yaml::CutTrigger;
-        let y = |disk: &str, fault: &str| format!("name: x\ndisk: {disk}\nstack: ext4\nworkload: {{size: 1MiB}}\nfaults:\n  - {fault}\n");
-        let volatile = "{write_cache: volatile}";
-        let e = parse_experiment(&y(volatile, "{type: power-cut, model: keep-prefix, seed: 7, when: {after_ops: 300}}"), "t.yaml").unwrap();
-        let c = e.setups[0].power_cut.clone().unwrap();
+        let ext4 = StackSpec::Fs { kind: FsKind::Ext4, mkfs: vec![], mount: vec![] };
+        let one = |f: &str| cut_faults(&format!("- {f}\n"), CacheMode::Volatile, &ext4);
+        let (rules, c) = one("{type: power-cut, model: keep-prefix, seed: 7, when: {after_ops: 300}}").unwrap();
+        let c = c.unwrap();
         assert_eq!((c.model, c.seed, c.trigger, c.disk), (SurvivalModel::KeepPrefix, Some(7), CutTrigger::AfterOps(300), 0));
-        assert!(e.setups[0].faults.is_empty(), "a power cut is no engine rule");
-        let c = parse_experiment(&y(volatile, "{type: power-cut, when: {at: 2s}}"), "t.yaml").unwrap().setups[0].power_cut.clone().unwrap();
+        assert!(rules.is_empty(), "a power cut is no engine rule");
+        let c = one("{type: power-cut, when: {at: 2s}}").unwrap().1.unwrap();
         assert_eq!((c.model, c.seed, c.trigger), (SurvivalModel::LoseAll, None, CutTrigger::At(Duration::from_secs(2))));
-        let c =
-            parse_experiment(&y(volatile, "{type: power-cut, model: torn, when: {after_flushes: 40}}"), "t.yaml").unwrap().setups[0].power_cut.clone().unwrap();
+        let c = one("{type: power-cut, model: torn, when: {after_flushes: 40}}").unwrap().1.unwrap();
         assert_eq!((c.model, c.trigger), (SurvivalModel::Torn, CutTrigger::AfterFlushes(40)));
         // bad input: file:line:col, what is wrong, what is allowed
+        let e = cut_faults("- {type: power-cut, when: {at: 1s}}\n", CacheMode::None, &ext4).unwrap_err();
+        assert_eq!(
+            e,
+            "t.yaml:1:3: fault #1: a power cut needs a disk with a volatile write cache: add `disk: {write_cache: volatile}` (this setup's disk has write_cache: none)"
+        );
         let bad = [
             (
-                "{}",
-                "{type: power-cut, when: {at: 1s}}",
-                "t.yaml:6:5: fault #1: a power cut needs a disk with a volatile write cache: add `disk: {write_cache: volatile}` (this setup's disk has write_cache: none)",
-            ),
-            (
-                volatile,
                 "{type: power-cut, model: melt, when: {at: 1s}}",
-                "t.yaml:6:5: fault #1: `melt` is not a survival model; allowed: lose-all, keep-prefix, random-subset, torn, reorder",
+                "t.yaml:1:3: fault #1: 'melt' is not a survival model setting; allowed: lose-all, keep-prefix, random-subset, torn, reorder",
             ),
-            (volatile, "{type: power-cut}", "t.yaml:6:5: fault #1: a power cut needs `when`: {at: DURATION}, {after_ops: N} or {after_flushes: N}"),
-            (volatile, "{type: power-cut, when: {at: 1s, after_ops: 3}}", "`when` of a power cut is exactly one of"),
-            (volatile, "{type: power-cut, when: {every: 1MiB}}", "at most one power cut"),
-            (volatile, "{type: power-cut, op: write, when: {at: 1s}}", "`op` is not a key of a power cut; allowed: type, name, model, seed, when, disk"),
-            (volatile, "{type: error, when: {after_flushes: 3}, target: last_written_block}", "`after_flushes` places a power cut"),
+            ("{type: power-cut}", "t.yaml:1:3: fault #1: a power cut needs `when`: {at: DURATION}, {after_ops: N} or {after_flushes: N}"),
+            ("{type: power-cut, when: {at: 1s, after_ops: 3}}", "`when` of a power cut is exactly one of"),
+            ("{type: power-cut, when: {every: 1MiB}}", "at most one power cut"),
+            ("{type: power-cut, op: write, when: {at: 1s}}", "`op` is not a key of a power cut; allowed: type, name, model, seed, when, disk"),
+            ("{type: error, when: {after_flushes: 3}, target: last_written_block}", "`after_flushes` places a power cut"),
         ];
-        for (disk, fault, want) in bad {
-            let e = parse_experiment(&y(disk, fault), "t.yaml").unwrap_err();
+        for (fault, want) in bad {
+            let e = one(fault).unwrap_err();
             assert!(e.contains(want), "{fault}: {e}");
         }
-        let two = "name: x\ndisk: {write_cache: volatile}\nstack: raw\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, when: {at: 1s}}\n  - {type: power-cut, when: {at: 2s}}\n";
-        assert!(parse_experiment(two, "t.yaml").unwrap_err().starts_with("t.yaml:7:5: fault #2: a setup has at most one power cut (fault #1 is the first)"));
-        let cmd = "name: x\ndisk: {write_cache: volatile}\nstack: {fs: ext4, command: 'true', acks: true, check: 'true'}\nfaults:\n  - {type: power-cut, when: {after_ops: 3}}\n";
-        assert!(
-            parse_experiment(cmd, "t.yaml")
-                .unwrap_err()
-                .contains("a `command` stack has no workload ops to count; allowed: {at: DURATION} or {after_flushes: N}")
-        );
-        let raid = "name: x\ndisk: {write_cache: volatile}\nstack: btrfs-raid1\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, when: {at: 1s}}\n";
-        assert!(parse_experiment(raid, "t.yaml").unwrap_err().contains("stacks of one disk"));
+        let e = cut_faults("- {type: power-cut, when: {at: 1s}}\n- {type: power-cut, when: {at: 2s}}\n", CacheMode::Volatile, &ext4).unwrap_err();
+        assert!(e.starts_with("t.yaml:2:3: fault #2: a setup has at most one power cut (fault #1 is the first)"), "{e}");
+        let cmd = StackSpec::Command {
+            base: Box::new(ext4.clone()),
+            command: CommandSpec { command: Cmdline::Shell("true".into()), timeout: None, cwd: None, acks: true, check: None },
+        };
+        let e = cut_faults("- {type: power-cut, when: {after_ops: 3}}\n", CacheMode::Volatile, &cmd).unwrap_err();
+        assert!(e.contains("a `command` stack has no workload ops to count; allowed: {at: DURATION} or {after_flushes: N}"), "{e}");
+        let e = cut_faults("- {type: power-cut, when: {at: 1s}}\n", CacheMode::Volatile, &StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }).unwrap_err();
+        assert!(e.contains("stacks of one disk"), "{e}");
         // a rules file has no power switch
         let geo = DiskGeometry { size: 1 << 20, block_size: 4096 };
         let e = crate::spec::rule::yaml::parse_rules("rules:\n  - {type: power-cut}\n", "r.yaml", geo).unwrap_err();
         assert!(e.starts_with("r.yaml:2:5: rule #1: `power-cut` is no rule of the fault engine"), "{e}");
+        // through an experiment file: the place of the fault in the file
+        let e = parse_experiment("name: x\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, when: {at: 1s}}\n", "x.yaml").unwrap_err();
+        assert!(e.starts_with("x.yaml:5:5: fault #1: a power cut needs a disk with a volatile write cache"), "{e}");
     }
 
     #[test]
