@@ -46,6 +46,7 @@ TRANSPORT_FREE=(
   bad_input::workload_bound_of_zero
   bad_input::workload_out_that_is_a_file
   bad_input::workload_span_below_one_block_per_thread
+  crash_run::bad_power_cuts_are_refused_with_their_place
   host::a_cpu_quota_caps_busy_processes
   host::a_freeze_stops_processes_until_the_window_ends
   host::a_memory_limit_is_hit_by_an_allocating_process

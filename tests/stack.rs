@@ -342,7 +342,7 @@ fn dedup_xfs_reflink_shares_blocks_and_rot_hits_every_sharer() {
 }
 
 fn shell(s: &str, timeout: Option<Duration>) -> CommandSpec {
-    CommandSpec { command: Cmdline::Shell(s.into()), timeout, cwd: None }
+    CommandSpec { command: Cmdline::Shell(s.into()), timeout, cwd: None, acks: false, check: None }
 }
 
 fn pid_alive(pid: i32) -> bool {
@@ -372,6 +372,8 @@ fn command_stack_env_exit_and_kills() {
             command: Cmdline::Argv(vec!["/bin/sh".into(), "-c".into(), "pwd; echo hi > $FAULTLINE_MOUNT/x".into()]),
             timeout: None,
             cwd: None,
+            acks: false,
+            check: None,
         },
     };
     let b = BuiltStack::build(&spec, std::slice::from_ref(&dev)).unwrap();

@@ -309,7 +309,7 @@ pub fn verify(a: VerifyArgs) -> Result<()> {
         // an old-style single map file: needs the device
         let Some(dev) = &a.device else { bail!("{} is a single map file: give --device", a.map.display()) };
         let m = crate::workload::content_map::ContentMap::load(&a.map)?;
-        Maps { target: crate::workload::maps::Target::Block { device: dev.clone() }, seed: m.seed, maps: vec![m] }
+        Maps { target: crate::workload::maps::Target::Block { device: dev.clone() }, seed: m.seed, maps: vec![m], durability: None }
     } else {
         let mut m = Maps::load(&a.map)?;
         match (&mut m.target, &a.device, &a.dir) {

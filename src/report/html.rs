@@ -75,7 +75,7 @@ const CSS: &str = "body{font-family:sans-serif;margin:1.5em;color:#222;max-width
 table{border-collapse:collapse;margin:.5em 0 1em}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}\
 th{background:#f3f3f3}td.l,th.l{text-align:left}tr.agg td{font-weight:bold;background:#fafafa}\
 pre{background:#f6f6f6;padding:.6em;overflow:auto;max-height:30em}h2{border-top:2px solid #ddd;padding-top:.6em}\
-.muted{color:#666}td.sd{font-weight:bold}.silent{color:#b00;font-weight:bold}svg.chart{display:block;margin:.5em 0}";
+.muted{color:#666}td.sd{font-weight:bold}.silent{color:#b00;font-weight:bold}td.bad{color:#d00;font-weight:bold}svg.chart{display:block;margin:.5em 0}";
 
 pub fn render(runs: &[Run]) -> String {
     let mut h = String::new();
@@ -189,6 +189,7 @@ fn setup(h: &mut String, run: Option<&str>, s: &SetupResult) {
         if s.description.is_empty() { String::new() } else { format!(" · {}", esc(&s.description)) }
     );
     repetitions_table(h, s, &a);
+    super::html_crash::section(h, &s.repetitions);
     h.push_str(&throughput_chart(&label, &s.repetitions));
     latency_table(h, &s.repetitions);
     flowops_table(h, &s.repetitions);

@@ -5,6 +5,7 @@
 pub mod collect;
 pub mod csv;
 pub mod html;
+pub mod html_crash;
 pub mod html_slowdown;
 pub mod model;
 pub mod networked;
@@ -129,6 +130,7 @@ pub fn summary_table(r: &Results) -> String {
         out.push('\n');
     }
     out.push_str(&flowop_summary(r));
+    out.push_str(&html_crash::summary(r));
     out
 }
 

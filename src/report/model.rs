@@ -111,6 +111,82 @@ pub struct Repetition {
     /// Results written before this key was named `networked` called it `study`.
     #[serde(default, skip_serializing_if = "Option::is_none", alias = "study")]
     pub networked: Option<Box<super::networked::NetworkedRun>>,
+    /// A power cut during the repetition and what the crash + check phase found
+    /// (docs/crash.md, docs/results.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crash: Option<Box<CrashRecord>>,
+}
+
+/// One power cut inside `faultline run` and what survived it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CrashRecord {
+    /// The fault's label ("fault #2 (cut)").
+    pub fault: String,
+    pub model: Option<crate::disk::cache::SurvivalModel>,
+    pub seed: u64,
+    /// Its trigger as written: "at 2s", "after 5000 ops", "after 40 flushes".
+    pub trigger: String,
+    /// Whether the trigger came due before the workload ended (else nothing was cut).
+    pub fired: bool,
+    /// Seconds from the start of the workload to the cut.
+    pub t_s: f64,
+    /// What the disk's cache did (kept, lost, torn of the unflushed writes).
+    pub cut: Option<crate::disk::cache::CutReport>,
+    /// The file system's own check after the journal replay; None on a raw device.
+    pub check: Option<FsCheck>,
+    /// The mount after the cut (journal replay): "ok" or why it failed.
+    pub mount: Option<String>,
+    /// The durability oracle's counts (the workload's blocks), None for a command stack.
+    pub oracle: Option<crate::verify::crash::OracleReport>,
+    /// The application's own check (`check:` of a command stack).
+    pub app_check: Option<AppCheck>,
+    /// Lines in FAULTLINE_ACKS when the power went (`acks: true`), and the file.
+    pub acks: Option<u64>,
+    pub acks_file: Option<String>,
+    /// Seconds the crash + check phase took (unmount, power-on, check, mounts, oracle).
+    pub phase_s: f64,
+}
+
+/// A file-system check (`e2fsck -fn`, `xfs_repair -n`, `btrfs check --readonly`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FsCheck {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    /// "clean" (exit 0) or "errors".
+    pub verdict: String,
+    /// The last lines of its output (stdout and stderr).
+    pub output_tail: String,
+}
+
+/// The application's check after a cut.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AppCheck {
+    pub command: String,
+    pub exit_code: Option<i32>,
+    /// "consistent" (exit 0) or "inconsistent".
+    pub verdict: String,
+    pub stdout_tail: String,
+    pub stderr_tail: String,
+    /// The numbers of the JSON object on its last stdout line ({"acked": 1200, "lost": 10}).
+    pub figures: BTreeMap<String, f64>,
+}
+
+impl CrashRecord {
+    /// What broke a promise: durable-lost and garbage blocks, lost files, a check that found
+    /// errors, a mount that failed, an application check that failed or counts `lost`.
+    pub fn failures(&self) -> u64 {
+        let oracle = self.oracle.as_ref().map_or(0, |o| o.counts.failures());
+        let check = self.check.as_ref().is_some_and(|c| c.verdict != "clean") as u64;
+        let mount = self.mount.as_ref().is_some_and(|m| m != "ok") as u64;
+        let app = self.app_check.as_ref().map_or(0, |a| {
+            let lost = a.figures.get("lost").copied().unwrap_or(0.0).max(0.0) as u64;
+            lost.max((a.verdict != "consistent") as u64)
+        });
+        oracle + check + mount + app
+    }
 }
 
 /// One disk's latency-model figures in a repetition.
@@ -320,7 +396,8 @@ pub struct Counts {
 
 impl Repetition {
     pub fn counts(&self) -> Counts {
-        let silent = self.integrity.silent();
+        // what a power cut broke counts as silent: nothing reported it to the workload
+        let silent = self.integrity.silent() + self.crash.as_ref().map_or(0, |c| c.failures());
         let detected = self.integrity.detected();
         Counts {
             faults_injected: self.faults.iter().map(InjectedFault::weight).sum(),

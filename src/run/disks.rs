@@ -154,6 +154,21 @@ impl DiskServer {
         self.client.reset_epoch()
     }
 
+    /// Cut the disk's power (docs/crash.md): its volatile cache applies `model`, then every
+    /// request fails until `power_on`.
+    pub fn power_cut(&self, model: crate::disk::cache::SurvivalModel, seed: u64) -> Result<crate::disk::cache::CutReport> {
+        self.client.power_cut(model, Some(seed))
+    }
+
+    pub fn power_on(&self) -> Result<()> {
+        self.client.power_on()
+    }
+
+    /// Flushes the disk's volatile cache completed since it started (None without one).
+    pub fn flushes(&self) -> Result<Option<u64>> {
+        Ok(self.stats()?.write_cache.map(|c| c.flushes))
+    }
+
     /// Ask the server to tear down (SIGTERM) and wait for it, time-limited.
     pub fn stop(&self) -> Result<()> {
         self.client.0.conn.lock().unwrap().take();

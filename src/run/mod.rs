@@ -9,6 +9,7 @@
 //! repetition is first run with no fault armed, then with the setup's faults.
 
 pub mod agents;
+mod crash;
 pub mod disks;
 pub mod hosts;
 pub mod pipeline;
@@ -110,14 +111,15 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
                 }
                 let unarmed;
                 let (s, kind) = if baseline {
-                    unarmed = Setup { faults: Vec::new(), host_faults: Vec::new(), net_faults: Vec::new(), ..setup.clone() };
+                    unarmed = Setup { faults: Vec::new(), power_cut: None, host_faults: Vec::new(), net_faults: Vec::new(), ..setup.clone() };
                     (&unarmed, " baseline")
                 } else {
                     (setup, "")
                 };
                 let label = format!("[{n}/{total}] {} rep {}{kind}", setup.name, rep + 1);
                 if !opts.quiet {
-                    eprintln!("faultline: {label}: {} stack, {} fault(s)", s.stack.label(), s.faults.len());
+                    let cut = s.power_cut.as_ref().map(|c| format!(", power cut {} {}", c.model, crash::trigger_text(c.trigger))).unwrap_or_default();
+                    eprintln!("faultline: {label}: {} stack, {} fault(s){cut}", s.stack.label(), s.faults.len());
                 }
                 let t = Instant::now();
                 let cx = Rep { exp, setup: s, index: rep, baseline, out, label: &label, stop: &stop, quiet: opts.quiet, notes: Vec::new() };
@@ -240,6 +242,10 @@ pub(crate) struct Local {
     nbd0: Vec<Option<crate::nbd::client::CounterSnapshot>>,
     /// The workload's content maps, once it ran (not for a command stack).
     maps: Option<Maps>,
+    /// The power cut of the drive, once it came (crash + check completes the record).
+    crash: Option<rm::CrashRecord>,
+    /// `acks: true`: the command's acknowledgements file.
+    acks: Option<PathBuf>,
 }
 
 impl Local {
@@ -268,13 +274,32 @@ impl Placement for Local {
         let mut mon = start_monitor(r, built)?;
         let hosts = start_host_faults(r, built)?;
         let cpu0 = drive_cpu(built);
-        if let StackSpec::Command { .. } = &r.setup.stack {
-            drive_command(r, built)?;
+        if let StackSpec::Command { command, .. } = &r.setup.stack {
+            if command.acks {
+                let dir = r.out.join("acks");
+                std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+                let kind = if r.baseline { "-baseline" } else { "" };
+                let p = dir.join(format!("{}{kind}-{}.txt", r.setup.name, r.index + 1));
+                std::fs::File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
+                self.acks = Some(std::path::absolute(&p)?);
+            }
+            self.crash = drive_command(r, built, self.acks.as_deref())?;
         } else {
             let target = built.mountpoint.clone().unwrap_or_else(|| built.devices[0].clone());
             let w = r.exp.workload_for(r.setup, &target).map_err(anyhow::Error::msg)?;
             let mut maps = Maps::new(&w)?;
-            o.workload = Some(drive_workload(r, built, &w, &mut maps, scheduled)?);
+            if r.setup.power_cut.is_some() {
+                if w.personality.is_some() {
+                    bail!("a power cut needs a block or file workload: the durability oracle does not follow a personality's created and renamed files");
+                }
+                if matches!(w.interface, crate::workload::Interface::Nbd { .. }) {
+                    bail!("a power cut needs the workload on the stack's device or files, not `interface: nbd`");
+                }
+                maps.track_durability()?;
+            }
+            let (res, cut) = drive_workload(r, built, &w, &mut maps, scheduled)?;
+            o.workload = Some(res);
+            self.crash = cut;
             self.maps = Some(maps);
         }
         o.host_faults = hosts.map(|h| h.stop()).unwrap_or_default();
@@ -285,8 +310,80 @@ impl Placement for Local {
         Ok(())
     }
 
+    /// After a cut: the stack comes down without a flush (nothing reaches the powered-off
+    /// disk), the disk powers on, the devices' caches are dropped, the file system mounts
+    /// (its journal replays) and unmounts, its check runs, it mounts again, and the oracle
+    /// and the application's check read what survived.
+    fn crash(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        let Some(mut rec) = self.crash.take() else { return Ok(()) };
+        if !rec.fired {
+            r.notes.push(format!("{}: its trigger ({}) never came due during the workload: no power cut", rec.fault, rec.trigger));
+            o.crash = Some(rec);
+            return Ok(());
+        }
+        r.phase(&format!("crash + check ({} cut at {:.3} s)", rec.model.map(|m| m.to_string()).unwrap_or_default(), rec.t_s));
+        let t = Instant::now();
+        let cut = r.setup.power_cut.as_ref().expect("a cut fired");
+        let built = self.built.as_mut().expect("built before the crash");
+        let disk = built.disks[cut.disk].clone();
+        let stack = built.stack.as_mut().expect("built before the crash");
+        if let Some(a) = &self.acks {
+            rec.acks = Some(crash::count_lines(a));
+            rec.acks_file = Some(a.display().to_string());
+        }
+        stack.crash_unmount()?;
+        // while off: dirty pages of the device's cache fail to write and are dropped
+        stack.drop_device_cache()?;
+        disk.power_on()?;
+        stack.drop_device_cache()?;
+        let has_fs = stack.mountpoint.is_some();
+        let mut mounted = false;
+        if has_fs {
+            // the check reads the state a reboot's mount leaves: e2fsck -n and xfs_repair -n
+            // do not replay a journal, and report its unreplayed transactions as damage
+            match stack.remount() {
+                Ok(()) => {
+                    rec.mount = Some("ok".into());
+                    stack.unmount_kept()?;
+                }
+                Err(e) => rec.mount = Some(format!("{e:#}")),
+            }
+            rec.check = stack.fs_check()?;
+            if rec.mount.as_deref() == Some("ok") {
+                stack.remount()?;
+                mounted = true;
+            }
+        }
+        if let Some(maps) = &self.maps
+            && (mounted || !has_fs)
+        {
+            r.phase("crash: durability oracle");
+            rec.oracle = Some(crate::verify::crash::verify_crash(maps, rec.model == Some(crate::disk::cache::SurvivalModel::Torn))?);
+        }
+        if let StackSpec::Command { command, .. } = &r.setup.stack
+            && let Some(check) = &command.check
+        {
+            if mounted || !has_fs {
+                r.phase("crash: application check");
+                let mut env = stack.command_env();
+                env.acks = self.acks.clone();
+                rec.app_check = Some(crash::app_check(check, &env, r.stop)?);
+            } else {
+                r.notes.push("the application check did not run: the file system did not mount after the cut".into());
+            }
+        }
+        rec.phase_s = t.elapsed().as_secs_f64();
+        o.crash = Some(rec);
+        Ok(())
+    }
+
     /// Reread every mapped block from the disk (not the page cache) and classify it.
     fn verify(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        // after a power cut the oracle classified the blocks (crash): unsynced losses are
+        // allowed there, and would read as corruption here
+        if o.crash.as_ref().is_some_and(|c| c.fired) {
+            return Ok(());
+        }
         let Some(maps) = &self.maps else { return Ok(()) };
         let built = self.built.as_mut().expect("built before verify");
         built.stack().cold_cache()?;
@@ -465,11 +562,45 @@ fn build(r: &mut Rep) -> Result<Built> {
     Ok(built)
 }
 
-/// Drive a `command` stack: the user's command is the workload.
-fn drive_command(r: &mut Rep, built: &Built) -> Result<()> {
+/// The record of a power cut about to be watched for (completed by the crash phase).
+fn crash_record(spec: &crate::spec::rule::yaml::PowerCutSpec, seed: u64) -> rm::CrashRecord {
+    rm::CrashRecord { fault: spec.label.clone(), model: Some(spec.model), seed, trigger: crash::trigger_text(spec.trigger), ..Default::default() }
+}
+
+/// A cut's outcome into its record.
+fn crash_fired(rec: &mut rm::CrashRecord, cut: Option<crash::Cut>) {
+    if let Some(c) = cut {
+        rec.fired = true;
+        rec.t_s = c.t_s;
+        rec.cut = Some(c.report);
+    }
+}
+
+/// Drive a `command` stack: the user's command is the workload. With a power cut, its
+/// process group dies with the power.
+fn drive_command(r: &mut Rep, built: &Built, acks: Option<&Path>) -> Result<Option<rm::CrashRecord>> {
     let StackSpec::Command { command, .. } = &r.setup.stack else { unreachable!("a command stack") };
     r.phase("command");
-    let o = built.stack.as_ref().expect("built").run_command(None, Some(r.stop))?;
+    let stack = built.stack.as_ref().expect("built");
+    let mut env = stack.command_env();
+    env.acks = acks.map(Path::to_path_buf);
+    let running = crate::stack::command::spawn_command(command, &env)?;
+    let mut crash_rec = None;
+    let cutter = match &r.setup.power_cut {
+        Some(pc) => {
+            let seed = pc.seed.unwrap_or_else(rand::random);
+            crash_rec = Some(crash_record(pc, seed));
+            let victims = crash::Victims { progress: None, pgid: Some(running.pgid()) };
+            Some(crash::Cutter::start(pc, seed, built.disks[pc.disk].clone(), victims)?)
+        }
+        None => None,
+    };
+    let o = running.wait(Some(r.stop));
+    let cut = cutter.map(|c| c.finish()).transpose()?.flatten();
+    let o = o?;
+    if let Some(rec) = &mut crash_rec {
+        crash_fired(rec, cut);
+    }
     let how = match (o.exit_code, o.signal, o.timed_out, o.cancelled) {
         (_, _, true, _) => "timed out (process group killed)".to_string(),
         (_, _, _, true) => "cancelled".to_string(),
@@ -485,10 +616,12 @@ fn drive_command(r: &mut Rep, built: &Built) -> Result<()> {
     if !o.stderr_tail.trim().is_empty() {
         r.notes.push(format!("command stderr (tail): {}", o.stderr_tail.trim()));
     }
-    if !o.success() {
+    if crash_rec.as_ref().is_some_and(|c| c.fired) {
+        r.notes.push("the command's process group was killed by the power cut".into());
+    } else if !o.success() {
         r.notes.push("the command failed: see its status above".into());
     }
-    Ok(())
+    Ok(crash_rec)
 }
 
 /// Drive the workload, with scheduled faults armed by its progress; then sync, deduplicate
@@ -499,7 +632,7 @@ fn drive_workload(
     w: &crate::workload::Workload,
     maps: &mut Maps,
     scheduled: Vec<crate::spec::rule::yaml::FaultSpec>,
-) -> Result<WorkloadResult> {
+) -> Result<(WorkloadResult, Option<rm::CrashRecord>)> {
     let (setup, stop) = (r.setup, r.stop);
     let disks = built.disks.clone();
     let mountpoint = built.mountpoint.clone();
@@ -525,8 +658,20 @@ fn drive_workload(
         })
     };
     let observer = observe.then(|| sched.clone() as Arc<dyn crate::workload::WriteObserver>);
+    let mut crash_rec = None;
+    let cutter = match &setup.power_cut {
+        Some(pc) => {
+            let seed = pc.seed.unwrap_or_else(rand::random);
+            crash_rec = Some(crash_record(pc, seed));
+            let victims = crash::Victims { progress: Some(progress.clone()), pgid: None };
+            Some(crash::Cutter::start(pc, seed, built.disks[pc.disk].clone(), victims)?)
+        }
+        None => None,
+    };
+    let fired = cutter.as_ref().map(|c| c.fired.clone());
     r.phase("workload");
     let res = crate::workload::run(w, maps, observer, Some(&progress));
+    let cut = cutter.map(|c| c.finish()).transpose();
     done.store(true, Relaxed);
     let store_intervals = store_sampler.join().unwrap_or_default();
     if let Some(t) = ticker {
@@ -537,6 +682,10 @@ fn drive_workload(
         let _ = h.join();
     }
     let mut res = res?;
+    let cut = cut?.flatten();
+    if let Some(rec) = &mut crash_rec {
+        crash_fired(rec, cut);
+    }
     if res.nbd_client_intervals.is_empty() {
         res.nbd_client_intervals = store_intervals;
     }
@@ -547,6 +696,16 @@ fn drive_workload(
     let maps = &*maps;
     if stop.load(Relaxed) {
         bail!("interrupted");
+    }
+    // after a cut the device fails every request: nothing more is written (the crash phase
+    // takes over); faults waiting for the end of the workload are not armed
+    if fired.is_some_and(|f| f.load(Relaxed)) {
+        let (firings, sched_notes) = sched.finish();
+        r.notes.extend(sched_notes);
+        for fr in &firings {
+            r.notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
+        }
+        return Ok((res, crash_rec));
     }
     if let Some(m) = &mountpoint {
         crate::sys::mount::syncfs(m)?;
@@ -589,5 +748,5 @@ fn drive_workload(
     for fr in &firings {
         r.notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
     }
-    Ok(res)
+    Ok((res, crash_rec))
 }

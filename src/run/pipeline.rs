@@ -7,10 +7,11 @@
 //! 2. **arm**: the disks' fault clocks restart and the static faults go in ([`arm_faults`]);
 //! 3. **drive**: the workload (or the stack's command) with its scheduled, network and host
 //!    faults and whatever samples it (monitor, probers);
-//! 4. **crash + check**: the slot where a power cut is handled (the power-loss issue): the
-//!    workload has seen its errors, the placement tears the stack down without flushing,
-//!    applies the survival model, powers the disk on, runs the stack's check and mounts again,
-//!    so that verify reads what survived. Nothing runs there yet: no fault cuts power today;
+//! 4. **crash + check**: after a power cut (`type: power-cut`, docs/crash.md) the workload
+//!    has seen its errors and stopped; the placement takes the stack down without flushing,
+//!    powers the disk on, lets the journal replay, runs the file system's check, mounts again
+//!    and classifies what survived with the durability oracle (and the application's check);
+//!    the local placement only;
 //! 5. **verify**: reread what the workload wrote and classify it (local stacks only);
 //! 6. **collect**: every disk's fault log and rule counters ([`collect_faults`]) and the
 //!    placement's own figures;
@@ -46,6 +47,11 @@ pub(crate) trait Placement {
     /// Run the workload with its faults; its figures, host fault records, monitor and networked figures
     /// go into `o`.
     fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()>;
+    /// After a power cut in the drive: take the stack down without flushing, power on, check,
+    /// mount and classify what survived (`o.crash`). Nothing to do without a cut.
+    fn crash(&mut self, _r: &mut Rep, _o: &mut Outcome) -> Result<()> {
+        Ok(())
+    }
     /// Reread and classify what the workload wrote (`o.verified`), where that is possible.
     fn verify(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()>;
     /// Gather the disks' fault logs, rule counters and the placement's own figures, while
@@ -98,6 +104,8 @@ pub(crate) struct Outcome {
     pub nbd_client: Option<crate::nbd::client::CounterSnapshot>,
     /// Networked placements: every host's series, probes and fault windows.
     pub networked: Option<crate::report::networked::NetworkedRun>,
+    /// The power cut and what the crash + check phase found.
+    pub crash: Option<rm::CrashRecord>,
 }
 
 /// Run one repetition on `placement`.
@@ -108,7 +116,7 @@ pub(crate) fn run_repetition(placement: &mut dyn Placement, mut r: Rep) -> Resul
         placement.build(&mut r)?;
         placement.arm(&mut r)?;
         placement.drive(&mut r, &mut o)?;
-        // crash + check (module doc, step 4) goes here, before verify reads the disk
+        placement.crash(&mut r, &mut o)?;
         placement.verify(&mut r, &mut o)?;
         placement.collect(&mut r, &mut o)
     })();
@@ -133,6 +141,7 @@ fn record(r: Rep, o: Outcome, took: Duration) -> rm::Repetition {
         rep.nbd_client = Some(rm::NbdClient { totals, intervals });
     }
     rep.networked = o.networked.map(Box::new);
+    rep.crash = o.crash.map(Box::new);
     rep
 }
 

@@ -267,6 +267,10 @@ struct RawStack {
     dedup: Option<bool>,
     command: Option<String>,
     timeout: Option<Dur>,
+    /// The command writes its acknowledged commits to FAULTLINE_ACKS (docs/crash.md).
+    acks: Option<bool>,
+    /// Run after a power cut, power-on and remount: exit 0 = consistent (docs/crash.md).
+    check: Option<String>,
     /// `blocks` (default: share exactly the copies the content map lists) or `duperemove`.
     dedupe_with: Option<String>,
 }
@@ -297,6 +301,8 @@ pub struct Setup {
     pub disk: DiskSpec,
     pub stack: StackSpec,
     pub faults: Vec<FaultSpec>,
+    /// A power cut during the workload, then the crash + check phase (docs/crash.md).
+    pub power_cut: Option<crate::spec::rule::yaml::PowerCutSpec>,
     pub repeat: u32,
     /// The setup's own `workload:`, replacing the experiment's.
     pub workload: Option<Spanned<WorkloadYaml>>,
@@ -416,13 +422,14 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     match raw.setups {
         _ if raw.matrix.is_some() => {}
         None => {
-            let faults = faults(raw.faults, &base_disk, &base_stack, source)?;
+            let (faults, power_cut) = faults(raw.faults, &base_disk, &base_stack, source)?;
             setups.push(Setup {
                 name: name.clone(),
                 description: raw.description.clone().unwrap_or_default(),
                 disk: base_disk,
                 stack: base_stack,
                 faults,
+                power_cut,
                 repeat: base_repeat,
                 workload: None,
                 host_faults: base_host_faults,
@@ -446,7 +453,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     None => base_stack.clone(),
                 };
                 // a setup's faults replace the base list (a baseline setup says `faults: []`)
-                let f = match s.faults {
+                let (f, power_cut) = match s.faults {
                     Some(f) => faults(Some(f), &d, &st, source)?,
                     None => faults(raw.faults.clone(), &d, &st, source)?,
                 };
@@ -468,6 +475,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     disk: d,
                     stack: st,
                     faults: f,
+                    power_cut,
                     repeat: rep,
                     workload: s.workload,
                     host_faults: hf,
@@ -476,6 +484,15 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 });
             }
         }
+    }
+    if let Some(h) = &raw.hosts
+        && let Some(s) = setups.iter().find(|s| s.power_cut.is_some())
+    {
+        return Err(format!(
+            "{source}:{}: setup `{}` has a power cut; power cuts in networked experiments (`hosts:`) are not supported yet (allowed: experiments without `hosts:`)",
+            loc(h),
+            s.name
+        ));
     }
     for s in &setups {
         let needs_workload = !matches!(s.stack, StackSpec::Command { .. });
@@ -602,7 +619,9 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackSpec, Strin
                 "btrfs-raid1" => Ok(StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }),
                 "dedup" | "dedup-btrfs" => Ok(StackSpec::Dedup { kind: FsKind::Btrfs, mkfs: vec![], mount: vec![], with_duperemove: false }),
                 "dedup-xfs" => Ok(StackSpec::Dedup { kind: FsKind::Xfs, mkfs: vec![], mount: vec![], with_duperemove: false }),
-                o => Err(format!("{source}:{at}: unknown stack `{o}`; allowed: {STACK_WORDS}, or a map {{fs, mkfs, mount, raid1, dedup, command, timeout}}")),
+                o => Err(format!(
+                    "{source}:{at}: unknown stack `{o}`; allowed: {STACK_WORDS}, or a map {{fs, mkfs, mount, raid1, dedup, command, timeout, acks, check}}"
+                )),
             };
         }
         WordOr::Map(m) => m,
@@ -638,11 +657,23 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackSpec, Strin
             Some(kind) => StackSpec::Fs { kind, mkfs, mount },
             None => StackSpec::Raw,
         };
-        let command = CommandSpec { command: Cmdline::Shell(cmd.clone()), timeout: r.timeout.map(|d| d.0), cwd: None };
+        if r.check.as_ref().is_some_and(|c| c.trim().is_empty()) {
+            return Err(format!("{source}:{at}: `check` is empty; allowed: a shell command run after a power cut (exit 0 = consistent)"));
+        }
+        let command = CommandSpec {
+            command: Cmdline::Shell(cmd.clone()),
+            timeout: r.timeout.map(|d| d.0),
+            cwd: None,
+            acks: r.acks.unwrap_or(false),
+            check: r.check.clone().map(Cmdline::Shell),
+        };
         return Ok(StackSpec::Command { base: Box::new(base), command });
     }
     if r.timeout.is_some() {
         return Err(format!("{source}:{at}: `timeout` applies to a `command` stack"));
+    }
+    if r.acks.is_some() || r.check.is_some() {
+        return Err(format!("{source}:{at}: `acks` and `check` apply to a `command` stack (the application whose commits a power cut tests)"));
     }
     let Some(kind) = kind else {
         return Err(format!("{source}:{at}: a stack map needs `fs` (ext4, xfs, btrfs) or `command`"));
@@ -657,15 +688,51 @@ fn stack(s: &Spanned<WordOr<RawStack>>, source: &str) -> Result<StackSpec, Strin
     }
 }
 
-fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskSpec, st: &StackSpec, source: &str) -> Result<Vec<FaultSpec>, String> {
+/// A setup's faults: the engine's (scheduled by the workload) and at most one power cut.
+type SetupFaults = (Vec<FaultSpec>, Option<crate::spec::rule::yaml::PowerCutSpec>);
+
+fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskSpec, st: &StackSpec, source: &str) -> Result<SetupFaults, String> {
     let geo = DiskGeometry { size: d.size(), block_size: d.disk.block_size };
     let mut out = Vec::new();
+    let mut cut: Option<crate::spec::rule::yaml::PowerCutSpec> = None;
     for (i, r) in list.unwrap_or_default().into_iter().enumerate() {
         let at = loc(&r);
         let label = match r.value.name() {
             Some(n) => format!("fault #{} ({n})", i + 1),
             None => format!("fault #{}", i + 1),
         };
+        if r.value.is_power_cut() {
+            let c = crate::spec::rule::yaml::validate_power_cut(r.value, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
+            if d.disk.write_cache != crate::disk::cache::CacheMode::Volatile {
+                return Err(format!(
+                    "{source}:{at}: {label}: a power cut needs a disk with a volatile write cache: add `disk: {{write_cache: volatile}}` (this setup's disk has write_cache: {})",
+                    d.disk.write_cache
+                ));
+            }
+            if c.disk >= st.devices_needed() {
+                return Err(format!(
+                    "{source}:{at}: {label}: `disk: {}` does not exist; this stack has {} disk(s): 0..{}",
+                    c.disk,
+                    st.devices_needed(),
+                    st.devices_needed() - 1
+                ));
+            }
+            if matches!(st, StackSpec::Command { .. }) && matches!(c.trigger, crate::spec::rule::yaml::CutTrigger::AfterOps(_)) {
+                return Err(format!(
+                    "{source}:{at}: {label}: a `command` stack has no workload ops to count; allowed: {{at: DURATION}} or {{after_flushes: N}}"
+                ));
+            }
+            if st.devices_needed() > 1 {
+                return Err(format!(
+                    "{source}:{at}: {label}: a power cut is supported on stacks of one disk (allowed: raw, ext4, xfs, btrfs, dedup, command on those)"
+                ));
+            }
+            if let Some(first) = &cut {
+                return Err(format!("{source}:{at}: {label}: a setup has at most one power cut ({} is the first); use `repeat:` for more cuts", first.label));
+            }
+            cut = Some(c);
+            continue;
+        }
         let f = validate_fault(r.value, geo, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
         if f.disk >= st.devices_needed() {
             return Err(format!(
@@ -682,7 +749,7 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskSpec, st: &StackSpec, sou
         }
         out.push(f);
     }
-    Ok(out)
+    Ok((out, cut))
 }
 
 #[cfg(test)]
@@ -716,6 +783,80 @@ mod tests {
             let e = parse_experiment(&y, "t.yaml").unwrap_err();
             assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
         }
+    }
+
+    /// A setup's faults parsed as the experiment parser does, on a disk with the given cache.
+    fn cut_faults(list: &str, cache: crate::disk::cache::CacheMode, st: &StackSpec) -> Result<SetupFaults, String> {
+        let raw: Vec<Spanned<RawRule>> = serde_saphyr::from_str(list).map_err(|e| e.to_string())?;
+        let mut d = disk(None, None, "t.yaml").unwrap();
+        d.disk.write_cache = cache;
+        faults(Some(raw), &d, st, "t.yaml")
+    }
+
+    #[test]
+    fn power_cuts_parse_with_their_schedule() {
+        use crate::disk::cache::{CacheMode, SurvivalModel};
+        use crate::spec::rule::yaml::CutTrigger;
+        let ext4 = StackSpec::Fs { kind: FsKind::Ext4, mkfs: vec![], mount: vec![] };
+        let one = |f: &str| cut_faults(&format!("- {f}\n"), CacheMode::Volatile, &ext4);
+        let (rules, c) = one("{type: power-cut, model: keep-prefix, seed: 7, when: {after_ops: 300}}").unwrap();
+        let c = c.unwrap();
+        assert_eq!((c.model, c.seed, c.trigger, c.disk), (SurvivalModel::KeepPrefix, Some(7), CutTrigger::AfterOps(300), 0));
+        assert!(rules.is_empty(), "a power cut is no engine rule");
+        let c = one("{type: power-cut, when: {at: 2s}}").unwrap().1.unwrap();
+        assert_eq!((c.model, c.seed, c.trigger), (SurvivalModel::LoseAll, None, CutTrigger::At(Duration::from_secs(2))));
+        let c = one("{type: power-cut, model: torn, when: {after_flushes: 40}}").unwrap().1.unwrap();
+        assert_eq!((c.model, c.trigger), (SurvivalModel::Torn, CutTrigger::AfterFlushes(40)));
+        // bad input: file:line:col, what is wrong, what is allowed
+        let e = cut_faults("- {type: power-cut, when: {at: 1s}}\n", CacheMode::None, &ext4).unwrap_err();
+        assert_eq!(
+            e,
+            "t.yaml:1:3: fault #1: a power cut needs a disk with a volatile write cache: add `disk: {write_cache: volatile}` (this setup's disk has write_cache: none)"
+        );
+        let bad = [
+            (
+                "{type: power-cut, model: melt, when: {at: 1s}}",
+                "t.yaml:1:3: fault #1: 'melt' is not a survival model setting; allowed: lose-all, keep-prefix, random-subset, torn, reorder",
+            ),
+            ("{type: power-cut}", "t.yaml:1:3: fault #1: a power cut needs `when`: {at: DURATION}, {after_ops: N} or {after_flushes: N}"),
+            ("{type: power-cut, when: {at: 1s, after_ops: 3}}", "`when` of a power cut is exactly one of"),
+            ("{type: power-cut, when: {every: 1MiB}}", "at most one power cut"),
+            ("{type: power-cut, op: write, when: {at: 1s}}", "`op` is not a key of a power cut; allowed: type, name, model, seed, when, disk"),
+            ("{type: error, when: {after_flushes: 3}, target: last_written_block}", "`after_flushes` places a power cut"),
+        ];
+        for (fault, want) in bad {
+            let e = one(fault).unwrap_err();
+            assert!(e.contains(want), "{fault}: {e}");
+        }
+        let e = cut_faults("- {type: power-cut, when: {at: 1s}}\n- {type: power-cut, when: {at: 2s}}\n", CacheMode::Volatile, &ext4).unwrap_err();
+        assert!(e.starts_with("t.yaml:2:3: fault #2: a setup has at most one power cut (fault #1 is the first)"), "{e}");
+        let cmd = StackSpec::Command {
+            base: Box::new(ext4.clone()),
+            command: CommandSpec { command: Cmdline::Shell("true".into()), timeout: None, cwd: None, acks: true, check: None },
+        };
+        let e = cut_faults("- {type: power-cut, when: {after_ops: 3}}\n", CacheMode::Volatile, &cmd).unwrap_err();
+        assert!(e.contains("a `command` stack has no workload ops to count; allowed: {at: DURATION} or {after_flushes: N}"), "{e}");
+        let e = cut_faults("- {type: power-cut, when: {at: 1s}}\n", CacheMode::Volatile, &StackSpec::BtrfsRaid1 { mkfs: vec![], mount: vec![] }).unwrap_err();
+        assert!(e.contains("stacks of one disk"), "{e}");
+        // a rules file has no power switch
+        let geo = DiskGeometry { size: 1 << 20, block_size: 4096 };
+        let e = crate::spec::rule::yaml::parse_rules("rules:\n  - {type: power-cut}\n", "r.yaml", geo).unwrap_err();
+        assert!(e.starts_with("r.yaml:2:5: rule #1: `power-cut` is no rule of the fault engine"), "{e}");
+        // through an experiment file: the place of the fault in the file
+        let e = parse_experiment("name: x\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, when: {at: 1s}}\n", "x.yaml").unwrap_err();
+        assert!(e.starts_with("x.yaml:5:5: fault #1: a power cut needs a disk with a volatile write cache"), "{e}");
+    }
+
+    #[test]
+    fn command_stacks_take_acks_and_a_check() {
+        let e = parse_experiment("name: x\nstack: {fs: ext4, command: 'app', acks: true, check: 'app-check'}\n", "t.yaml").unwrap();
+        let StackSpec::Command { command, .. } = &e.setups[0].stack else { panic!("a command stack") };
+        assert!(command.acks);
+        assert_eq!(command.check, Some(Cmdline::Shell("app-check".into())));
+        let e = parse_experiment("name: x\nstack: {fs: ext4, acks: true}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap_err();
+        assert!(e.starts_with("t.yaml:2:8: `acks` and `check` apply to a `command` stack"), "{e}");
+        let e = parse_experiment("name: x\nstack: {command: 'app', check: ' '}\n", "t.yaml").unwrap_err();
+        assert!(e.contains("`check` is empty"), "{e}");
     }
 
     #[test]

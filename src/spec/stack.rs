@@ -98,4 +98,13 @@ pub struct CommandSpec {
     /// Working directory (default: the mount point if any, else the current directory).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// Give the command FAULTLINE_ACKS, a file outside the faulty disk (in the repetition's
+    /// results) where it appends one line per acknowledged commit (docs/crash.md).
+    #[serde(default)]
+    pub acks: bool,
+    /// Run after a power cut, power-on and remount, with FAULTLINE_ACKS, FAULTLINE_MOUNT and
+    /// FAULTLINE_DEVICE(S) set: exit 0 = consistent; a JSON object as its last stdout line
+    /// gives its figures (`lost` > 0 is shown as a failure).
+    #[serde(default)]
+    pub check: Option<Cmdline>,
 }

@@ -15,12 +15,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// What the command sees: FAULTLINE_DEVICE, FAULTLINE_DEVICES (space-separated),
-/// FAULTLINE_MOUNT (only for file-system stacks).
+/// FAULTLINE_MOUNT (only for file-system stacks), FAULTLINE_ACKS (with `acks: true`).
 #[derive(Clone, Debug, Default)]
 pub struct CommandEnv {
     pub device: Option<PathBuf>,
     pub devices: Vec<PathBuf>,
     pub mount: Option<PathBuf>,
+    /// FAULTLINE_ACKS: where the command appends its acknowledged commits (`acks: true`).
+    pub acks: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -140,6 +142,10 @@ pub fn spawn_command(spec: &CommandSpec, env: &CommandEnv) -> Result<RunningComm
     match &env.mount {
         Some(m) => c.env("FAULTLINE_MOUNT", m),
         None => c.env_remove("FAULTLINE_MOUNT"),
+    };
+    match &env.acks {
+        Some(a) => c.env("FAULTLINE_ACKS", a),
+        None => c.env_remove("FAULTLINE_ACKS"),
     };
     if let Some(d) = spec.cwd.as_ref().or(env.mount.as_ref()) {
         c.current_dir(d);

@@ -52,7 +52,8 @@ pub fn run(size: u64, stack: &str, busy: bool) -> Result<()> {
     }
     std::thread::scope(|s| -> Result<()> {
         if busy {
-            let cmd = CommandSpec { command: Cmdline::Shell("sleep 100000 & echo $! > busy.pid; wait".into()), timeout: None, cwd: None };
+            let cmd =
+                CommandSpec { command: Cmdline::Shell("sleep 100000 & echo $! > busy.pid; wait".into()), timeout: None, cwd: None, acks: false, check: None };
             let (b, st) = (&built, &stop);
             s.spawn(move || b.run_command(Some(&cmd), Some(st)));
             let pidfile = built.mountpoint.as_ref().map(|m| m.join("busy.pid"));

@@ -3,6 +3,8 @@
 //! files are opened O_DIRECT; where a file system refuses O_DIRECT the file is read buffered
 //! after fsync + POSIX_FADV_DONTNEED + drop_caches (see docs/workload.md).
 
+pub mod crash;
+
 use crate::content::{block_hash, fill_block};
 use crate::workload::content_map::ContentMap;
 use crate::workload::direct::AlignedBuf;

@@ -12,7 +12,9 @@ pub fn file_name(i: usize) -> String {
 
 /// Create `dir` and the files that are missing; set every file to `size` bytes (new space is
 /// a hole: the workload's writes fill it). Existing files are kept, so a run rewrites them.
-pub fn prepare(dir: &Path, count: u32, size: u64) -> Result<()> {
+/// `durable`: fsync every file and then the directory, so the files' entries and sizes
+/// survive a power cut (the durability oracle counts on them).
+pub fn prepare(dir: &Path, count: u32, size: u64, durable: bool) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create directory {}", dir.display()))?;
     for i in 0..count as usize {
         let p = dir.join(file_name(i));
@@ -20,6 +22,12 @@ pub fn prepare(dir: &Path, count: u32, size: u64) -> Result<()> {
         if f.metadata()?.len() != size {
             f.set_len(size).with_context(|| format!("cannot size {} to {size} bytes", p.display()))?;
         }
+        if durable {
+            f.sync_all().with_context(|| format!("cannot fsync {}", p.display()))?;
+        }
+    }
+    if durable {
+        File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("cannot fsync directory {}", dir.display()))?;
     }
     Ok(())
 }

@@ -8,6 +8,8 @@ use crate::spec::workload::config::{CONTENT_BLOCK, Interface, Workload};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "interface", rename_all = "snake_case")]
@@ -29,6 +31,62 @@ pub struct Maps {
     pub target: Target,
     pub seed: u64,
     pub maps: Vec<ContentMap>,
+    /// What was acknowledged durable and what was only written (the durability oracle, for a
+    /// run with a power cut); None: not tracked, and the write path pays nothing for it.
+    pub durability: Option<Durability>,
+}
+
+/// The durability oracle's record of one workload (docs/crash.md, "Crash and check in a run").
+/// A write is acknowledged durable when a sync that started after it completed succeeded:
+/// fsync of its file (fdatasync of a device, an NBD flush), or at once with O_DSYNC. Per map
+/// and block, `durable` holds the id (+ 1, 0: none) of the last such content; `unsynced`
+/// lists, in issue order, every write after its block's durable content (also failed writes:
+/// their bytes may have reached the disk's cache). With the file interface the files are
+/// created, sized, fsynced and their directory fsynced before the workload: their directory
+/// entries and sizes are durable.
+pub struct Durability {
+    pub durable: Vec<Vec<AtomicU64>>,
+    pub unsynced: Mutex<Vec<Pending>>,
+}
+
+/// One write not (yet) acknowledged durable: map index, 4 KiB block, content id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub map: u32,
+    pub block: u64,
+    pub id: u64,
+    /// The write failed: never promoted to durable by a later sync.
+    pub failed: bool,
+}
+
+impl Durability {
+    /// Empty records for maps of these sizes (in blocks).
+    pub fn new(sizes: impl Iterator<Item = u64>) -> Result<Durability> {
+        let durable = sizes
+            .map(|n| {
+                let n = usize::try_from(n)?;
+                let mut v = Vec::new();
+                v.try_reserve_exact(n).map_err(|_| anyhow::anyhow!("cannot allocate the durability oracle for {n} blocks"))?;
+                v.extend((0..n).map(|_| AtomicU64::new(0)));
+                Ok(v)
+            })
+            .collect::<Result<_>>()?;
+        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()) })
+    }
+
+    /// Content `id` of block `block` of map `map` is acknowledged durable.
+    pub fn set_durable(&self, map: usize, block: u64, id: u64) {
+        self.durable[map][block as usize].store(id + 1, Relaxed);
+    }
+
+    pub fn durable(&self, map: usize, block: u64) -> Option<u64> {
+        self.durable.get(map)?.get(block as usize).and_then(|s| s.load(Relaxed).checked_sub(1))
+    }
+
+    /// Writes still unsynced when a workload thread ended.
+    pub fn add_unsynced(&self, p: impl IntoIterator<Item = Pending>) {
+        self.unsynced.lock().unwrap().extend(p);
+    }
 }
 
 impl std::fmt::Debug for Maps {
@@ -59,6 +117,7 @@ impl Maps {
                     target: Target::Block { device: device.clone() },
                     seed: w.seed,
                     maps: vec![ContentMap::try_new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)?],
+                    durability: None,
                 })
             }
             Interface::Nbd { target } => {
@@ -71,11 +130,12 @@ impl Maps {
                     target: Target::Nbd { target: target.clone() },
                     seed: w.seed,
                     maps: vec![ContentMap::try_new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)?],
+                    durability: None,
                 })
             }
             // a personality's files come and go: `run` returns their maps (WorkloadResult::maps)
             Interface::File { dir, .. } if w.personality.is_some() => {
-                Ok(Maps { target: Target::File { dir: dir.clone(), names: vec![] }, seed: w.seed, maps: vec![] })
+                Ok(Maps { target: Target::File { dir: dir.clone(), names: vec![] }, seed: w.seed, maps: vec![], durability: None })
             }
             Interface::File { dir, count, size } => {
                 // a slot (8 bytes) per 4 KiB block of every file, and a name and a map per file:
@@ -93,9 +153,16 @@ impl Maps {
                     target: Target::File { dir: dir.clone(), names: (0..*count as usize).map(file_name).collect() },
                     seed: w.seed,
                     maps: (0..*count).map(|_| ContentMap::try_new(size / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)).collect::<Result<_>>()?,
+                    durability: None,
                 })
             }
         }
+    }
+
+    /// Track durability (the oracle) for this workload's writes.
+    pub fn track_durability(&mut self) -> Result<()> {
+        self.durability = Some(Durability::new(self.maps.iter().map(|m| m.len()))?);
+        Ok(())
     }
 
     /// Path of file `i` (file interface).
@@ -131,7 +198,7 @@ impl Maps {
         let text = std::fs::read(&p).with_context(|| format!("cannot read {} (saved by `faultline workload --out`)", p.display()))?;
         let idx: Index = serde_json::from_slice(&text).with_context(|| format!("{} is not a faultline maps index", p.display()))?;
         let maps = idx.map_files.iter().map(|f| ContentMap::load(&dir.join(f))).collect::<Result<Vec<_>>>()?;
-        Ok(Maps { target: idx.target, seed: idx.seed, maps })
+        Ok(Maps { target: idx.target, seed: idx.seed, maps, durability: None })
     }
 }
 

@@ -98,6 +98,8 @@ pub struct Worker<'s, 'a> {
     /// Rate gate: time of the next op, and the gap between ops of this thread.
     next_at: Option<(Instant, Duration)>,
     writes_since_sync: u64,
+    /// The durability oracle (maps.durability): this thread's writes since its last sync.
+    pending: Vec<super::maps::Pending>,
     /// Completed ops and bytes not yet added to `Progress` (`flush_progress`), and when it was
     /// last done: one shared atomic update per batch, not two per op.
     unflushed: (u64, u64, Instant),
@@ -116,6 +118,7 @@ impl<'s, 'a> Worker<'s, 'a> {
             out: ThreadOut { read: OpAcc::new(), write: OpAcc::new(), failed: Vec::new(), retries: 0, retry_time: Duration::ZERO },
             next_at: gap.map(|g| (sh.start, g)),
             writes_since_sync: 0,
+            pending: Vec::new(),
             unflushed: (0, 0, Instant::now()),
         }
     }
@@ -253,6 +256,7 @@ impl<'s, 'a> Worker<'s, 'a> {
                     for i in 0..per {
                         map.set(first + i, ids[i as usize]);
                     }
+                    self.track(op, ids, false);
                     if let SyncMode::Fsync(n) = w.sync {
                         self.writes_since_sync += 1;
                         if self.writes_since_sync >= n as u64 {
@@ -271,12 +275,48 @@ impl<'s, 'a> Worker<'s, 'a> {
                     for i in 0..per {
                         map.forget(first + i);
                     }
+                    self.track(op, ids, true);
                 }
                 let errno = e.raw_os_error().unwrap_or(libc::EIO);
                 self.fail(if op.is_write { "write" } else { "read" }, op.file, op.offset, op.len, errno);
             }
         }
         false
+    }
+
+    /// The oracle's record of a completed write (`failed`: it returned an error): durable at
+    /// once with O_DSYNC, else pending until a sync of its file (device) succeeds.
+    fn track(&mut self, op: &Op, ids: &[u64], failed: bool) {
+        let Some(d) = &self.sh.maps.durability else { return };
+        let m = op.file.unwrap_or(0);
+        let first = op.offset / CONTENT_BLOCK;
+        for (i, id) in ids[..(op.len / CONTENT_BLOCK) as usize].iter().enumerate() {
+            if !failed && self.sh.w.sync == SyncMode::Dsync {
+                d.set_durable(m, first + i as u64, *id);
+            } else {
+                self.pending.push(super::maps::Pending { map: m as u32, block: first + i as u64, id: *id, failed });
+            }
+        }
+    }
+
+    /// A sync of `file` (None: the device, which flushes every write of it) succeeded: every
+    /// write of it this thread completed before is durable.
+    pub fn synced(&mut self, file: Option<usize>) {
+        let Some(d) = &self.sh.maps.durability else { return };
+        self.pending.retain(|p| {
+            if file.is_some_and(|f| f as u32 != p.map) || p.failed {
+                return true;
+            }
+            d.set_durable(p.map as usize, p.block, p.id);
+            false
+        });
+    }
+
+    /// The thread ends: what it wrote and never synced goes to the oracle's record.
+    pub fn hand_over_unsynced(&mut self) {
+        if let Some(d) = &self.sh.maps.durability {
+            d.add_unsynced(std::mem::take(&mut self.pending));
+        }
     }
 
     /// Add the ops and bytes completed since the last call to `Progress` (the engine calls it

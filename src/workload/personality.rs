@@ -879,7 +879,7 @@ fn final_maps(sh: &Shared) -> Maps {
         names.push(e.path.display().to_string());
         maps.push(m);
     }
-    Maps { target: Target::File { dir: sh.dir.clone(), names }, seed: sh.seed, maps }
+    Maps { target: Target::File { dir: sh.dir.clone(), names }, seed: sh.seed, maps, durability: None }
 }
 
 /// The R:W ratio of flowops the study quotes: reads (readwholefile) per write (writewholefile

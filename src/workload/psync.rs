@@ -123,10 +123,11 @@ fn issue_nbd(wk: &mut Worker, c: &crate::nbd::client::Client, op: &Op, buf: &mut
     let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, false) } else { c.read(op.offset, buf) };
     let first = io(buf);
     let res = if first.is_err() { wk.retry(first, || io(buf)) } else { first };
-    if wk.complete(op, ids, res, op.t0.elapsed())
-        && let Err(e) = c.flush()
-    {
-        wk.fail("fsync", None, 0, 0, e.raw_os_error().unwrap_or(libc::EIO));
+    if wk.complete(op, ids, res, op.t0.elapsed()) {
+        match c.flush() {
+            Ok(()) => wk.synced(None),
+            Err(e) => wk.fail("fsync", None, 0, 0, e.raw_os_error().unwrap_or(libc::EIO)),
+        }
     }
 }
 

@@ -113,7 +113,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
             if maps.maps.len() != *count as usize {
                 bail!("the maps hold {} files, the workload has {count}", maps.maps.len());
             }
-            files::prepare(dir, *count, *size)?;
+            files::prepare(dir, *count, *size, maps.durability.is_some())?;
             let per_file = size / w.block_size;
             for t in 0..w.threads as usize {
                 let mine: Vec<usize> = (t..*count as usize).step_by(w.threads as usize).collect();
@@ -157,9 +157,9 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                     if r.is_err() {
                         sh.stop.store(true, Relaxed);
                     }
-                    r?;
                     // buffered and fsync:N files: make the data durable before the run counts as done
-                    if matches!(sh.w.sync, SyncMode::None | SyncMode::Fsync(_))
+                    if r.is_ok()
+                        && matches!(sh.w.sync, SyncMode::None | SyncMode::Fsync(_))
                         && let Region::Files { files, .. } = wk.region()
                     {
                         let idx = files.clone();
@@ -167,6 +167,8 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
                             sync_file(&mut wk, f, slot, Some(idx[slot]));
                         }
                     }
+                    wk.hand_over_unsynced();
+                    r?;
                     Ok(wk.out)
                 })
             })
@@ -236,8 +238,9 @@ fn is_zero(n: &u64) -> bool {
 /// fsync (fdatasync on a device) one open file; a failure is a failed I/O of op "fsync".
 pub fn sync_file(wk: &mut Worker, f: &File, _slot: usize, file: Option<usize>) {
     let r = if file.is_some() { f.sync_all() } else { f.sync_data() };
-    if let Err(e) = r {
-        wk.fail("fsync", file, 0, 0, e.raw_os_error().unwrap_or(libc::EIO));
+    match r {
+        Ok(()) => wk.synced(file),
+        Err(e) => wk.fail("fsync", file, 0, 0, e.raw_os_error().unwrap_or(libc::EIO)),
     }
 }
 
@@ -276,6 +279,7 @@ pub fn run_block(b: &BlockWorkload, map: Arc<super::content_map::ContentMap>) ->
         target: super::maps::Target::Block { device: b.device.clone() },
         seed: map.seed,
         maps: vec![super::content_map::ContentMap::new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, map.seed)],
+        durability: None,
     };
     let r = run(&w, &maps, None, None).with_context(|| format!("workload on {}", b.device.display()))?;
     for blk in 0..maps.maps[0].len() {

@@ -130,7 +130,7 @@ fn combine(combo: &[(&str, &Spanned<RawSetup>)], base: &MatrixBase, source: &str
     } else {
         base.faults.cloned()
     };
-    let f = faults(list, &d, &st, source)?;
+    let (f, power_cut) = faults(list, &d, &st, source)?;
     let once = |key: &str, set: &dyn Fn(&RawSetup) -> bool| -> Result<Option<usize>, String> {
         let mut by: Option<usize> = None;
         for (i, (axis, e)) in combo.iter().enumerate() {
@@ -155,6 +155,7 @@ fn combine(combo: &[(&str, &Spanned<RawSetup>)], base: &MatrixBase, source: &str
         disk: d,
         stack: st,
         faults: f,
+        power_cut,
         repeat: rep,
         workload,
         host_faults: base.host_faults.to_vec(),

@@ -154,6 +154,8 @@ struct RawWhen {
     /// How many times an `every` trigger fires at most.
     count: Option<u64>,
     after_workload: Option<bool>,
+    /// Power cuts only: after the disk completed this many flushes.
+    after_flushes: Option<u64>,
 }
 
 #[derive(Deserialize, Clone)]
@@ -187,6 +189,8 @@ pub(crate) struct RawRule {
     keep: Option<Size>,
     // misdirected-write
     shift: Option<NumOrWord>,
+    // power-cut (experiments only)
+    model: Option<String>,
     // experiments only (faultline run): schedule, how a workload target is matched, which disk
     when: Option<RawWhen>,
     by: Option<String>,
@@ -197,6 +201,11 @@ pub(crate) struct RawRule {
 impl RawRule {
     pub(crate) fn name(&self) -> Option<&str> {
         self.name.as_deref()
+    }
+
+    /// `type: power-cut`: not an engine rule but the disk's power (`validate_power_cut`).
+    pub(crate) fn is_power_cut(&self) -> bool {
+        self.kind.as_deref() == Some("power-cut")
     }
 
     /// Type-specific keys present in this rule.
@@ -388,6 +397,9 @@ pub(crate) fn validate_fault(mut r: RawRule, geo: DiskGeometry, label: String) -
         None if is_rot => Trigger::AfterWorkload,
         None => Trigger::Start,
         Some(w) => {
+            if w.after_flushes.is_some() {
+                return Err("`after_flushes` places a power cut (`type: power-cut`); other faults use every, after_ops, at or after_workload".into());
+            }
             let n = [w.every.is_some(), w.after_ops.is_some(), w.at.is_some(), w.after_workload == Some(true)].iter().filter(|x| **x).count();
             if n != 1 {
                 return Err("`when` is exactly one of {every: SIZE (written), count: N}, {after_ops: N}, {at: DURATION}, {after_workload: true}".into());
@@ -418,6 +430,69 @@ pub(crate) fn validate_fault(mut r: RawRule, geo: DiskGeometry, label: String) -
     Ok(FaultSpec { rule, deferred, trigger, by_content, disk, allow_repeat, label })
 }
 
+/// When a power cut comes, counted from the start of the workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CutTrigger {
+    At(std::time::Duration),
+    AfterOps(u64),
+    /// After the disk completed this many flushes since the workload started.
+    AfterFlushes(u64),
+}
+
+/// `{type: power-cut, model, seed, when, disk}` of an experiment (docs/crash.md).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PowerCutSpec {
+    pub model: crate::disk::cache::SurvivalModel,
+    /// None: drawn per repetition (and recorded).
+    pub seed: Option<u64>,
+    pub trigger: CutTrigger,
+    pub disk: usize,
+    pub label: String,
+}
+
+const CUT_KEYS: &str = "type, name, model, seed, when, disk";
+const CUT_WHEN: &str = "{at: DURATION}, {after_ops: N} or {after_flushes: N}";
+
+/// Validate a `type: power-cut` fault of an experiment (`line:col` are added by the caller).
+pub(crate) fn validate_power_cut(r: RawRule, label: String) -> Result<PowerCutSpec, String> {
+    let others = [
+        ("op", r.op.is_some()),
+        ("target", r.target.is_some()),
+        ("times", r.times.is_some()),
+        ("probability", r.probability.is_some()),
+        ("pattern", r.pattern.is_some()),
+        ("window", r.window.is_some()),
+        ("after", r.after.is_some()),
+        ("by", r.by.is_some()),
+        ("allow_repeat", r.allow_repeat.is_some()),
+    ];
+    if let Some((k, _)) = others.iter().find(|(_, p)| *p) {
+        return Err(format!("`{k}` is not a key of a power cut; allowed: {CUT_KEYS}"));
+    }
+    if let Some(k) = r.param_keys().first() {
+        return Err(format!("`{k}` is not a key of a power cut; allowed: {CUT_KEYS}"));
+    }
+    let model = match r.model.as_deref() {
+        None => crate::disk::cache::SurvivalModel::LoseAll,
+        Some(m) => m.parse::<crate::disk::cache::SurvivalModel>()?,
+    };
+    let Some(w) = r.when else { return Err(format!("a power cut needs `when`: {CUT_WHEN}")) };
+    if w.every.is_some() || w.count.is_some() {
+        return Err(format!(
+            "a repetition has at most one power cut (the run checks and verifies after it): `every` is not allowed; use {CUT_WHEN}, and `repeat:` for more cuts"
+        ));
+    }
+    if w.after_workload.is_some() {
+        return Err(format!("a power cut after the workload cuts nothing unflushed; use {CUT_WHEN}"));
+    }
+    let set: Vec<CutTrigger> = [w.at.map(|t| CutTrigger::At(t.0)), w.after_ops.map(CutTrigger::AfterOps), w.after_flushes.map(CutTrigger::AfterFlushes)]
+        .into_iter()
+        .flatten()
+        .collect();
+    let [trigger] = set[..] else { return Err(format!("`when` of a power cut is exactly one of {CUT_WHEN}")) };
+    Ok(PowerCutSpec { model, seed: r.seed, trigger, disk: r.disk.unwrap_or(0), label })
+}
+
 fn allowed_params(kind: &str) -> &'static [&'static str] {
     match kind {
         "bitflip" | "rot" => &["byte", "bit", "random"],
@@ -434,6 +509,15 @@ fn allowed_params(kind: &str) -> &'static [&'static str] {
 fn validate(r: RawRule, geo: DiskGeometry) -> Result<Rule, String> {
     let bs = geo.block_size as u64;
     let kind = r.kind.as_deref().ok_or_else(|| format!("missing `type`; allowed: {TYPES}"))?;
+    if kind == "power-cut" {
+        return Err(
+            "`power-cut` is no rule of the fault engine: cut a disk's power with `faultline fault power-cut`, or in an experiment's `faults:` (docs/crash.md)"
+                .into(),
+        );
+    }
+    if r.model.is_some() {
+        return Err("`model` belongs to `type: power-cut` (experiments)".into());
+    }
     if !TYPES.split(", ").any(|t| t == kind) {
         return Err(format!("unknown type `{kind}`; allowed: {TYPES}"));
     }

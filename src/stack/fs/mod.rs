@@ -254,9 +254,93 @@ impl BuiltStack {
         self.mount()
     }
 
+    /// After a power cut: unmount without syncing anything (the device fails every request
+    /// until power-on). Retried while busy; a file system that stays busy is an error, not a
+    /// lazy unmount: its superblock and cache would live on, and the mount after power-on
+    /// would reuse them instead of reading what survived. The mount point and its ledger
+    /// entry stay for the mount after power-on.
+    pub fn crash_unmount(&mut self) -> Result<()> {
+        let Some(mnt) = self.mountpoint.clone() else { return Ok(()) };
+        LIVE.lock().unwrap().retain(|(m, _)| *m != mnt);
+        if mount::is_mounted(&mnt) && mount::unmount(&mnt, Duration::from_secs(10))? {
+            for d in &self.devices {
+                wait_unclaimed(d).context("after the power cut the file system stayed busy (detached lazily, still holding the device)")?;
+            }
+        }
+        self.forget_btrfs();
+        Ok(())
+    }
+
+    /// Unmount cleanly (after the replay mount, before the check), keeping the mount point.
+    pub fn unmount_kept(&mut self) -> Result<()> {
+        if self.unmount()? {
+            bail!("{} was busy: unmounted lazily; the check would race it", self.mountpoint.as_ref().map(|m| m.display().to_string()).unwrap_or_default());
+        }
+        self.forget_btrfs();
+        Ok(())
+    }
+
+    /// Mount again on the same mount point (after power-on: the journal replays).
+    pub fn remount(&mut self) -> Result<()> {
+        self.mount()
+    }
+
+    fn forget_btrfs(&self) {
+        if self.kind == Some(FsKind::Btrfs)
+            && let Ok(b) = which("btrfs")
+        {
+            for d in &self.devices {
+                let _ = Command::new(&b).args(["device", "scan", "--forget"]).arg(d).output();
+            }
+        }
+    }
+
+    /// Drop the devices' buffer cache (BLKFLSBUF) without an fsync first. Done while the
+    /// power is off (dirty pages fail to write and are dropped) and again after power-on, so
+    /// nothing cached above the device reaches what the check, the mount or the oracle read.
+    pub fn drop_device_cache(&self) -> Result<()> {
+        for d in &self.devices {
+            let f = std::fs::File::open(d).with_context(|| format!("cannot open {}", d.display()))?;
+            use std::os::fd::AsRawFd;
+            nix::ioctl_none!(blkflsbuf, 0x12, 97);
+            // SAFETY: our open fd; the ioctl takes no argument. Its writeback of dirty pages
+            // fails while the power is off: the error is expected and ignored then
+            let _ = unsafe { blkflsbuf(f.as_raw_fd()) };
+        }
+        Ok(())
+    }
+
+    /// The file system's own read-only check on the (unmounted) device: `e2fsck -fn`,
+    /// `xfs_repair -n`, `btrfs check --readonly`. None on a raw stack.
+    pub fn fs_check(&self) -> Result<Option<crate::report::model::FsCheck>> {
+        let Some(kind) = self.kind else { return Ok(None) };
+        let (prog, args): (&str, &[&str]) = match kind {
+            FsKind::Ext4 => ("e2fsck", &["-f", "-n"]),
+            FsKind::Xfs => ("xfs_repair", &["-n"]),
+            FsKind::Btrfs => ("btrfs", &["check", "--readonly"]),
+        };
+        let mut c = Command::new(which(prog)?);
+        c.args(args).arg(&self.devices[0]);
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the hook runs in the forked child before exec and makes one async-signal-safe
+        // call (prctl): a check must not outlive a killed run and keep its device busy
+        unsafe {
+            c.pre_exec(|| crate::sys::process::die_with_parent(nix::sys::signal::Signal::SIGKILL));
+        }
+        let out = c.output().with_context(|| format!("cannot run {prog}"))?;
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        Ok(Some(crate::report::model::FsCheck {
+            command: format!("{prog} {} {}", args.join(" "), self.devices[0].display()),
+            exit_code: out.status.code(),
+            verdict: if out.status.success() { "clean" } else { "errors" }.into(),
+            output_tail: lines[lines.len().saturating_sub(12)..].join("\n"),
+        }))
+    }
+
     /// Environment for a command on this stack.
     pub fn command_env(&self) -> CommandEnv {
-        CommandEnv { device: self.devices.first().cloned(), devices: self.devices.clone(), mount: self.mountpoint.clone() }
+        CommandEnv { device: self.devices.first().cloned(), devices: self.devices.clone(), mount: self.mountpoint.clone(), acks: None }
     }
 
     /// Run the command of a `Command` stack (or `spec`) on this stack.
@@ -285,13 +369,9 @@ impl BuiltStack {
         self.mountpoint = None;
         if lazy {
             notes.push(format!("{} was busy: unmounted lazily (MNT_DETACH); it goes away when its last user closes it", mnt.display()));
-        } else if self.kind == Some(FsKind::Btrfs) {
+        } else {
             // btrfs keeps scanned devices registered; forget them before the loop devices go
-            if let Ok(b) = which("btrfs") {
-                for d in &self.devices {
-                    let _ = Command::new(&b).args(["device", "scan", "--forget"]).arg(d).output();
-                }
-            }
+            self.forget_btrfs();
         }
         let _ = std::fs::remove_dir(&mnt);
         if let Some(l) = self.ledger.take() {

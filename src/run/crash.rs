@@ -1,0 +1,159 @@
+//! Power cuts inside `faultline run` (docs/crash.md, "Crash and check in a run"): the cutter
+//! thread that cuts the disk's power when the fault's trigger comes due and stops what ran on
+//! it, and the application check of a `command` stack after power-on.
+
+use super::disks::DiskServer;
+use crate::disk::cache::CutReport;
+use crate::report::model as rm;
+use crate::spec::rule::yaml::{CutTrigger, PowerCutSpec};
+use crate::workload::Progress;
+use anyhow::Result;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the cutter looks at its trigger: time and op counts are cheap; the flush count
+/// is one `stats` request to the disk server.
+const POLL: Duration = Duration::from_millis(1);
+const POLL_FLUSHES: Duration = Duration::from_millis(2);
+
+/// A cut that happened.
+pub(crate) struct Cut {
+    pub t_s: f64,
+    pub report: CutReport,
+}
+
+/// What the power took along with the disk.
+#[derive(Default, Clone)]
+pub(crate) struct Victims {
+    /// The workload's progress: its `stop` ends its threads (they have seen their errors).
+    pub progress: Option<Arc<Progress>>,
+    /// A `command` stack's process group, killed at once (SIGKILL): the application lost
+    /// power too.
+    pub pgid: Option<i32>,
+}
+
+/// The cutter thread of one repetition.
+pub(crate) struct Cutter {
+    handle: JoinHandle<Result<Option<Cut>>>,
+    /// Set when the workload ended: a cut not yet due never comes.
+    done: Arc<AtomicBool>,
+    /// Set just before the power goes: whatever runs after the workload knows.
+    pub fired: Arc<AtomicBool>,
+}
+
+impl Cutter {
+    /// Start watching `spec`'s trigger, counted from now (the workload's start).
+    pub(crate) fn start(spec: &PowerCutSpec, seed: u64, disk: Arc<DiskServer>, victims: Victims) -> Result<Cutter> {
+        let done = Arc::new(AtomicBool::new(false));
+        let fired = Arc::new(AtomicBool::new(false));
+        let flushes0 = match spec.trigger {
+            CutTrigger::AfterFlushes(_) => disk.flushes()?.unwrap_or(0),
+            _ => 0,
+        };
+        let (trigger, model) = (spec.trigger, spec.model);
+        let (d2, f2) = (done.clone(), fired.clone());
+        let t0 = Instant::now();
+        let handle = std::thread::spawn(move || -> Result<Option<Cut>> {
+            loop {
+                if d2.load(Relaxed) {
+                    return Ok(None);
+                }
+                let due = match trigger {
+                    CutTrigger::At(t) => t0.elapsed() >= t,
+                    CutTrigger::AfterOps(n) => victims.progress.as_ref().is_some_and(|p| p.ops() >= n),
+                    CutTrigger::AfterFlushes(n) => disk.flushes()?.unwrap_or(0).saturating_sub(flushes0) >= n,
+                };
+                if due {
+                    break;
+                }
+                std::thread::sleep(if matches!(trigger, CutTrigger::AfterFlushes(_)) { POLL_FLUSHES } else { POLL });
+            }
+            f2.store(true, Relaxed);
+            let t_s = t0.elapsed().as_secs_f64();
+            let report = disk.power_cut(model, seed);
+            if let Some(pg) = victims.pgid {
+                // SAFETY: kill takes no pointers; the group is the command's, still running
+                // (the cutter stops with the command)
+                unsafe { libc::kill(-pg, libc::SIGKILL) };
+            }
+            if let Some(p) = &victims.progress {
+                p.stop.store(true, Relaxed);
+            }
+            Ok(Some(Cut { t_s, report: report? }))
+        });
+        Ok(Cutter { handle, done, fired })
+    }
+
+    /// The workload ended: the cut, if it came.
+    pub(crate) fn finish(self) -> Result<Option<Cut>> {
+        self.done.store(true, Relaxed);
+        self.handle.join().map_err(|_| anyhow::anyhow!("the power-cut thread panicked"))?
+    }
+}
+
+/// "at 2s", "after 5000 ops", "after 40 flushes".
+pub(crate) fn trigger_text(t: CutTrigger) -> String {
+    match t {
+        CutTrigger::At(d) => format!("at {}", crate::spec::units::format_duration(d)),
+        CutTrigger::AfterOps(n) => format!("after {n} ops"),
+        CutTrigger::AfterFlushes(n) => format!("after {n} flushes"),
+    }
+}
+
+/// The numbers of a JSON object on the last non-empty line of `stdout` (an application
+/// check's figures); empty when that line is no JSON object.
+pub(crate) fn figures(stdout: &str) -> std::collections::BTreeMap<String, f64> {
+    let Some(last) = stdout.lines().rev().find(|l| !l.trim().is_empty()) else { return Default::default() };
+    match serde_json::from_str::<serde_json::Value>(last.trim()) {
+        Ok(serde_json::Value::Object(m)) => m.into_iter().filter_map(|(k, v)| v.as_f64().map(|n| (k, n))).collect(),
+        _ => Default::default(),
+    }
+}
+
+/// Run a command stack's `check` after power-on and remount.
+pub(crate) fn app_check(check: &crate::spec::stack::Cmdline, env: &crate::stack::command::CommandEnv, stop: &AtomicBool) -> Result<rm::AppCheck> {
+    let spec = crate::spec::stack::CommandSpec { command: check.clone(), timeout: Some(CHECK_LIMIT), cwd: None, acks: false, check: None };
+    let o = crate::stack::command::run_command(&spec, env, Some(stop))?;
+    Ok(rm::AppCheck {
+        command: match check {
+            crate::spec::stack::Cmdline::Shell(s) => s.clone(),
+            crate::spec::stack::Cmdline::Argv(v) => v.join(" "),
+        },
+        exit_code: o.exit_code,
+        verdict: if o.success() { "consistent" } else { "inconsistent" }.into(),
+        figures: figures(&o.stdout_tail),
+        stdout_tail: tail_lines(&o.stdout_tail, 12),
+        stderr_tail: tail_lines(&o.stderr_tail, 12),
+    })
+}
+
+/// An application check is killed after this long (and counts as inconsistent).
+const CHECK_LIMIT: Duration = Duration::from_secs(600);
+
+fn tail_lines(s: &str, n: usize) -> String {
+    let l: Vec<&str> = s.lines().collect();
+    l[l.len().saturating_sub(n)..].join("\n")
+}
+
+/// Lines in the acknowledgements file (0 when it is missing).
+pub(crate) fn count_lines(p: &std::path::Path) -> u64 {
+    std::fs::read(p).map(|b| b.iter().filter(|c| **c == b'\n').count() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_come_from_a_json_object_on_the_last_line() {
+        let f = figures("checking...\n{\"acked\": 1200, \"present\": 1190, \"lost\": 10, \"note\": \"x\"}\n\n");
+        assert_eq!(f.get("acked"), Some(&1200.0));
+        assert_eq!(f.get("lost"), Some(&10.0));
+        assert_eq!(f.len(), 3, "strings are not figures: {f:?}");
+        assert!(figures("{\"lost\": 1}\ndone\n").is_empty(), "only the last line counts");
+        assert!(figures("[1, 2]\n").is_empty());
+        assert!(figures("").is_empty());
+    }
+}

@@ -1,0 +1,286 @@
+//! Power cuts inside `faultline run` (docs/crash.md, "Crash and check in a run"): real disks with
+//! a volatile write cache, real ext4 / xfs / btrfs and their checks, a raw device under O_DIRECT
+//! and fdatasync, a command stack with acknowledgements and its own check, kill -9 of the
+//! runner during the crash phase, and bad input.
+
+mod common;
+
+use common::RunDir;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Run `yaml` with `faultline run` in `run`; the results.json and the run's stderr.
+fn run_experiment(run: &RunDir, dir: &Path, yaml: &str) -> (Value, String, PathBuf) {
+    let exp = dir.join("exp.yaml");
+    std::fs::write(&exp, yaml).unwrap();
+    let out = dir.join("out");
+    let o = run.cmd(&["run"]).arg(&exp).arg("--out").arg(&out).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "run failed:\n{stderr}\n{stdout}");
+    let res: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    (res, format!("{stdout}\n{stderr}"), out)
+}
+
+fn crashes(res: &Value) -> Vec<Value> {
+    res["setups"][0]["repetitions"].as_array().unwrap().iter().map(|r| r["crash"].clone()).collect()
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("no `{k}` in {v}"))
+}
+
+/// The oracle's states add up to the blocks checked, and nothing broke a promise.
+fn no_failures(c: &Value, what: &str) {
+    let o = &c["oracle"];
+    let sum: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage"].iter().map(|k| n(o, k)).sum();
+    assert_eq!(sum, n(o, "checked"), "{what}: {o}");
+    assert!(n(o, "checked") > 0, "{what}: nothing checked: {o}");
+    assert_eq!((n(o, "durable_lost"), n(o, "garbage"), n(o, "files_lost")), (0, 0, 0), "{what}: {c:#}");
+}
+
+/// The cache's own figures are whole: every unflushed write kept, lost or torn.
+fn cut_whole(c: &Value, what: &str) {
+    let k = &c["cut"];
+    assert_eq!(n(k, "kept") + n(k, "lost") + n(k, "torn"), n(k, "unflushed"), "{what}: {k}");
+}
+
+fn fs_case(fs: &str, model: &str, when: &str) {
+    let run = RunDir::new(&format!("crash-{fs}"));
+    let tmp = tempfile::tempdir().unwrap();
+    // 4 threads each fsync every 32 writes: when the power goes, each has 0..31 unsynced
+    let yaml = format!(
+        "name: cut-{fs}\ndisk: {{size: 512MiB, write_cache: volatile}}\nstack: {fs}\nmonitor: off\n\
+workload: {{interface: file, files: 8, file_size: 4MiB, threads: 4, pattern: uniform, mix: {{write: 100}}, sync: 'fsync:32', duration: 30s, content: {{profile: none, seed: 9}}}}\n\
+faults:\n  - {{type: power-cut, model: {model}, seed: 5, when: {when}}}\n"
+    );
+    let (res, out, dir) = run_experiment(&run, tmp.path(), &yaml);
+    let c = &crashes(&res)[0];
+    let what = format!("{fs} {model}");
+    assert_eq!(c["fired"], true, "{what}: {c:#}");
+    assert_eq!(c["model"], model);
+    cut_whole(c, &what);
+    assert_eq!(c["mount"], "ok", "{what}: {c:#}");
+    // ext4's and xfs's journals and btrfs's cow promise a consistent file system after a cut
+    // whose flushes were honoured: the check after the replay is clean
+    assert_eq!(c["check"]["verdict"], "clean", "{what}: {:#}", c["check"]);
+    assert_eq!(c["check"]["exit_code"], 0);
+    no_failures(c, &what);
+    let o = &c["oracle"];
+    assert!(n(o, "durable_kept") > 0, "{what}: {o}");
+    assert!(n(o, "unsynced_kept") + n(o, "unsynced_lost") > 0, "{what}: 4 threads between fsyncs left nothing unsynced: {o}");
+    // the summary line and the report's crash section
+    assert!(out.contains(&format!("crash: cut-{fs} rep 1: {model}")) && out.contains("oracle: durable-lost 0 garbage 0"), "{out}");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.contains("<h3>Crash and check</h3>") && html.contains("crash-figure"), "{what}");
+    assert!(run.leftovers().is_empty(), "{what}: {:?}", run.leftovers());
+}
+
+#[test]
+fn ext4_after_a_cut_is_clean_and_keeps_every_fsynced_block() {
+    fs_case("ext4", "random-subset", "{after_ops: 3000}");
+}
+
+#[test]
+fn xfs_after_a_cut_is_clean_and_keeps_every_fsynced_block() {
+    fs_case("xfs", "keep-prefix", "{after_ops: 3000}");
+}
+
+#[test]
+fn btrfs_after_a_cut_is_clean_and_keeps_every_fsynced_block() {
+    fs_case("btrfs", "lose-all", "{after_flushes: 30}");
+}
+
+fn raw_case(model: &str, threads: u32, pattern: &str) -> Value {
+    let run = RunDir::new(&format!("crash-raw-{model}"));
+    let tmp = tempfile::tempdir().unwrap();
+    // O_DIRECT writes reach the disk's cache at once; an fdatasync every 16 flushes it
+    let yaml = format!(
+        "name: cut-raw\ndisk: {{size: 256MiB, write_cache: volatile}}\nstack: raw\nmonitor: off\n\
+workload: {{span: 64MiB, threads: {threads}, pattern: {pattern}, mix: {{write: 100}}, sync: 'fsync:16', duration: 30s, content: {{profile: none, seed: 4}}}}\n\
+faults:\n  - {{type: power-cut, model: {model}, seed: 21, when: {{after_ops: 2500}}}}\n"
+    );
+    let (res, _, _) = run_experiment(&run, tmp.path(), &yaml);
+    let c = crashes(&res)[0].clone();
+    assert_eq!(c["fired"], true, "{model}: {c:#}");
+    assert!(c["check"].is_null() && c["mount"].is_null(), "raw: no file system to check");
+    cut_whole(&c, model);
+    no_failures(&c, model);
+    assert!(run.leftovers().is_empty(), "{model}: {:?}", run.leftovers());
+    c
+}
+
+/// One thread, sequential 4 KiB writes on distinct blocks: every unflushed write is one block,
+/// so the oracle's unsynced-kept blocks are exactly the writes the cache kept.
+#[test]
+fn raw_keep_prefix_keeps_exactly_what_the_cache_kept() {
+    let c = raw_case("keep-prefix", 1, "sequential");
+    let (o, k) = (&c["oracle"], &c["cut"]);
+    assert!(n(k, "unflushed") > 0, "{c:#}");
+    assert_eq!(n(o, "unsynced_kept"), n(k, "kept"), "{c:#}");
+    assert!(n(o, "unsynced_lost") >= n(k, "lost"), "{c:#}");
+}
+
+#[test]
+fn raw_random_subset_loses_no_flushed_block() {
+    let c = raw_case("random-subset", 2, "uniform");
+    assert!(n(&c["oracle"], "durable_kept") > 0, "{c:#}");
+}
+
+/// lose-all with one thread: nothing written since its last fdatasync survives.
+#[test]
+fn raw_lose_all_keeps_nothing_unsynced() {
+    let c = raw_case("lose-all", 1, "uniform");
+    let o = &c["oracle"];
+    assert_eq!(n(o, "unsynced_kept"), 0, "{c:#}");
+    assert!(n(&c["cut"], "lost") == 0 || n(o, "unsynced_lost") > 0, "{c:#}");
+}
+
+/// A command stack: the application fsyncs each record (and its directory) before it
+/// acknowledges it; its check finds every acknowledged record after the cut.
+#[test]
+fn a_command_s_acknowledged_commits_survive_and_its_check_reports_them() {
+    let run = RunDir::new("crash-cmd");
+    let tmp = tempfile::tempdir().unwrap();
+    let yaml = r#"name: cut-app
+disk: {size: 256MiB, write_cache: volatile}
+monitor: off
+stack:
+  fs: ext4
+  command: 'i=0; while :; do i=$((i+1)); echo $i > f.$i && sync f.$i . && echo $i >> "$FAULTLINE_ACKS"; done'
+  acks: true
+  check: 'n=0; l=0; while read k; do n=$((n+1)); [ "$(cat f.$k 2>/dev/null)" = "$k" ] || l=$((l+1)); done < "$FAULTLINE_ACKS"; echo "{\"acked\": $n, \"lost\": $l}"; [ $l = 0 ]'
+faults:
+  - {type: power-cut, model: random-subset, seed: 3, when: {at: 2s}}
+"#;
+    let (res, out, dir) = run_experiment(&run, tmp.path(), yaml);
+    let c = &crashes(&res)[0];
+    assert_eq!(c["fired"], true, "{c:#}");
+    assert_eq!(c["check"]["verdict"], "clean", "{c:#}");
+    let acks = n(c, "acks");
+    assert!(acks > 5, "the application acknowledged only {acks} commits in 2 s: {c:#}");
+    let a = &c["app_check"];
+    assert_eq!(a["verdict"], "consistent", "{a:#}");
+    // the check read the acknowledgements file as it was when the power went
+    assert_eq!(a["figures"]["acked"].as_f64(), Some(acks as f64), "{a:#}");
+    assert_eq!(a["figures"]["lost"].as_f64(), Some(0.0), "{a:#}");
+    assert!(c["oracle"].is_null(), "a command stack has no workload map");
+    let file = PathBuf::from(c["acks_file"].as_str().unwrap());
+    assert!(file.starts_with(std::fs::canonicalize(&dir).unwrap()) || file.starts_with(&dir), "{}", file.display());
+    assert!(out.contains("application: consistent (acked"), "{out}");
+    assert!(run.leftovers().is_empty(), "{:?}", run.leftovers());
+}
+
+/// kill -9 of the runner inside the crash phase: `faultline cleanup` leaves no loop device,
+/// mount, ledger or process behind (also when the disk was still powered off).
+fn kill9_in_crash(after: Duration) {
+    let run = RunDir::new("crash-kill9");
+    let tmp = tempfile::tempdir().unwrap();
+    let exp = tmp.path().join("exp.yaml");
+    std::fs::write(
+        &exp,
+        "name: k\ndisk: {size: 512MiB, write_cache: volatile}\nstack: ext4\nmonitor: off\n\
+workload: {interface: file, files: 16, file_size: 16MiB, threads: 2, pattern: uniform, mix: {write: 100}, sync: 'fsync:64', duration: 30s}\n\
+faults:\n  - {type: power-cut, model: keep-prefix, when: {after_ops: 2000}}\n",
+    )
+    .unwrap();
+    let mut child = run.cmd(&["run"]).arg(&exp).arg("--out").arg(tmp.path().join("out")).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        assert!(err.read_line(&mut line).unwrap() > 0, "the run ended before its crash phase:\n{seen}");
+        seen.push_str(&line);
+        if line.contains(": crash + check") {
+            break;
+        }
+    }
+    std::thread::sleep(after);
+    assert!(!run.ledgers().is_empty(), "nothing recorded at kill time");
+    child.kill().unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut rest);
+        rest
+    });
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "the killed run did not end");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let rest = drain.join().unwrap();
+    assert!(!rest.contains(": done in"), "the run finished before the kill:\n{seen}{rest}");
+    // its disk server sees its owner gone and tears down; cleanup releases what is left
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (text, took) = run.cleanup();
+        assert!(took < Duration::from_secs(20), "cleanup took {took:?}: {text}");
+        let left = run.leftovers();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left after kill -9 in the crash phase: {left:?}\n{seen}{rest}\n{text}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn kill9_at_the_start_of_the_crash_phase_leaves_nothing() {
+    kill9_in_crash(Duration::from_millis(0));
+}
+
+#[test]
+fn kill9_during_the_check_leaves_nothing() {
+    kill9_in_crash(Duration::from_millis(300));
+}
+
+/// Bad input is refused before anything is built, with file:line:col, what is wrong and what
+/// is allowed.
+#[test]
+fn bad_power_cuts_are_refused_with_their_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = RunDir::new("crash-bad");
+    let cases = [
+        (
+            "name: x\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, when: {at: 1s}}\n",
+            "exp.yaml:5:5: fault #1: a power cut needs a disk with a volatile write cache: add `disk: {write_cache: volatile}`",
+        ),
+        (
+            "name: x\ndisk: {write_cache: volatile}\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, model: unplug, when: {at: 1s}}\n",
+            "exp.yaml:6:5: fault #1: 'unplug' is not a survival model setting; allowed: lose-all, keep-prefix, random-subset, torn, reorder",
+        ),
+        (
+            "name: x\ndisk: {write_cache: volatile}\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, model: torn}\n",
+            "exp.yaml:6:5: fault #1: a power cut needs `when`: {at: DURATION}, {after_ops: N} or {after_flushes: N}",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let exp = tmp.path().join("exp.yaml");
+        std::fs::write(&exp, yaml).unwrap();
+        let o = run.cmd(&["run"]).arg(&exp).arg("--out").arg(tmp.path().join("out")).current_dir(tmp.path()).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{yaml}");
+        assert!(err.contains(want), "{yaml}\n{err}");
+    }
+    assert!(run.leftovers().is_empty(), "{:?}", run.leftovers());
+}
+
+/// A personality workload cannot be followed by the oracle: refused when the repetition starts.
+#[test]
+fn a_personality_workload_is_refused_with_a_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = RunDir::new("crash-pers");
+    let exp = tmp.path().join("p.yaml");
+    std::fs::write(
+        &exp,
+        "name: x\ndisk: {size: 256MiB, write_cache: volatile}\nstack: ext4\nmonitor: off\nworkload: {personality: varmail, duration: 2s}\nfaults:\n  - {type: power-cut, when: {at: 1s}}\n",
+    )
+    .unwrap();
+    let o = run.cmd(&["run"]).arg(&exp).arg("--out").arg(tmp.path().join("out2")).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("a power cut needs a block or file workload"), "{err}");
+    assert!(run.leftovers().is_empty(), "{:?}", run.leftovers());
+}
