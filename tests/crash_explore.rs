@@ -193,6 +193,15 @@ fn explore_checks_ext4_states_and_each_replays_by_id() {
         }
     }
     assert!(past >= 1, "no boundary past the sync");
+    // the workload's own fsyncs are durability points: boundaries before the end already hold
+    // fsynced blocks, and every state keeps every block fsynced before its epoch ended
+    assert_eq!(summary["oracle"], "fsync");
+    let before_sync =
+        boundaries.iter().filter(|r| (r["base_entries"].as_u64().unwrap() as usize) < synced && r["oracle"]["durable_ok"].as_u64().unwrap() > 0).count();
+    assert!(before_sync >= 3, "{before_sync} boundaries before the sync hold fsynced blocks");
+    for r in rs.iter().filter(|r| r["mount"] == "ok") {
+        assert_eq!(r["oracle"]["durable_lost"], 0, "{r}");
+    }
     // a boundary state replays as replay-log builds it from our log (a real recording)
     let id = format!("e{}", first + 2);
     let upto = eps[first + 2].end;
@@ -213,6 +222,28 @@ fn explore_checks_ext4_states_and_each_replays_by_id() {
     let failing = std::fs::read_to_string(out.join("failing.txt")).unwrap();
     assert_eq!(failing.lines().count(), rs.iter().filter(|r| r["failed"] == true).count());
     assert!(failing.lines().all(|l| l.contains("faultline crash replay")));
+    assert_eq!(run.leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn without_barriers_fsynced_blocks_are_lost_in_subsets() {
+    // ext4 mounted barrier=0 sends no flush: the workload is one epoch, and a subset of its
+    // writes loses blocks the workload had fsynced (the disk acknowledged them volatile)
+    let run = RunDir::new("crash-nobarrier");
+    let dir = tempfile::tempdir().unwrap();
+    let exp = dir.path().join("exp.yaml");
+    std::fs::write(&exp, EXPERIMENT.replace("{ fs: ext4 }", "{ fs: ext4, mount: [barrier=0] }")).unwrap();
+    let out = dir.path().join("out");
+    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "3", "--seed", "2", "-q", "--out"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let rs = results(&out);
+    let lost: Vec<&Value> = rs.iter().filter(|r| r["variant"] == "subset" && r["oracle"]["durable_lost"].as_u64().unwrap_or(0) > 0).collect();
+    assert!(!lost.is_empty(), "no subset lost a fsynced block: {rs:?}");
+    assert!(lost.iter().all(|r| r["failed"] == true));
+    // the boundary after the unmount's flush holds everything
+    let last = rs.last().unwrap();
+    assert_eq!((last["variant"].as_str(), last["oracle"]["durable_lost"].as_u64()), (Some("boundary"), Some(0)), "{last}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("durable blocks lost"));
     assert_eq!(run.leftovers(), Vec::<String>::new());
 }
 

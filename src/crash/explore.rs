@@ -4,10 +4,12 @@
 //! own check. Results: OUT/states.jsonl (one line per state), OUT/summary.json,
 //! OUT/failing.txt (with replay commands), OUT/explore.json (what `replay` needs), OUT/log.
 
-use super::oracle::{EndOracle, Oracle, OracleCounts, StateFacts};
+use super::oracle::{EndOracle, FsyncOracle, Oracle, OracleCounts, StateFacts, WriteJournal};
 use super::states::{self, Plan, StateId, Variant};
+use crate::disk::logwrites::Kind;
 use crate::disk::logwrites::Log;
 use crate::spec::stack::{FsKind, StackSpec};
+use crate::spec::workload::config::SyncMode;
 use crate::sys::ledger::{self, LedgerFile};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -140,7 +142,7 @@ pub fn record(exp_path: &Path, opts: &Options) -> Result<Meta> {
         StackSpec::Fs { kind, mount, .. } => (kind.name().to_string(), mount.clone()),
         s => bail!("{}: crash explore takes a raw stack or one file system on one disk, not `{}`", exp_path.display(), s.label()),
     };
-    let server = crate::run::disks::DiskServer::start(&setup.disk, 0)?;
+    let server = Arc::new(crate::run::disks::DiskServer::start(&setup.disk, 0)?);
     let log = std::path::absolute(opts.out.join("log"))?;
     server.record(Some(log.clone()))?;
     let stack = crate::stack::fs::BuiltStack::build(&setup.stack, std::slice::from_ref(&server.device))?;
@@ -150,8 +152,36 @@ pub fn record(exp_path: &Path, opts: &Options) -> Result<Meta> {
     if !opts.quiet {
         eprintln!("crash explore: recording {} on {} ({})", exp.name, server.device.display(), fs);
     }
+    // one thread issuing one write at a time with fsync:N or O_DSYNC: each write's
+    // durability is known, so mark the log before each write (FsyncOracle)
+    let journaled = w.threads == 1
+        && w.engine == crate::spec::workload::config::IoEngine::Psync
+        && w.personality.is_none()
+        && matches!(w.sync, SyncMode::Fsync(_) | SyncMode::Dsync)
+        && stack.mountpoint.is_some();
+    let observer = journaled.then(|| {
+        Arc::new(Journaler {
+            server: server.clone(),
+            journal: std::sync::Mutex::new(WriteJournal {
+                sync: if w.sync == SyncMode::Dsync { "dsync".into() } else { "fsync".into() },
+                every: match w.sync {
+                    SyncMode::Fsync(n) => n as u64,
+                    _ => 1,
+                },
+                writes: vec![],
+            }),
+            error: std::sync::Mutex::new(None),
+        })
+    });
     server.mark(crate::run::MARK_START)?;
-    let res = crate::workload::run(&w, &maps, None, None)?;
+    let res = crate::workload::run(&w, &maps, observer.clone().map(|o| o as Arc<dyn crate::workload::WriteObserver>), None)?;
+    if let Some(o) = &observer {
+        if let Some(e) = o.error.lock().unwrap().take() {
+            bail!("marking the log before a write: {e}");
+        }
+        let j = std::mem::take(&mut *o.journal.lock().unwrap());
+        std::fs::write(opts.out.join("writes.json"), serde_json::to_vec(&j)?)?;
+    }
     if let Some(m) = res.maps {
         maps = m;
     }
@@ -183,6 +213,46 @@ pub fn record(exp_path: &Path, opts: &Options) -> Result<Meta> {
         synced_entry: l.find_mark(MARK_SYNCED),
         source: exp_path.display().to_string(),
     })
+}
+
+/// Marks the log `w{k}` before the workload's write k and keeps the writes (`WriteJournal`).
+struct Journaler {
+    server: Arc<crate::run::disks::DiskServer>,
+    journal: std::sync::Mutex<WriteJournal>,
+    error: std::sync::Mutex<Option<String>>,
+}
+
+impl crate::workload::WriteObserver for Journaler {
+    fn before_write(&self, ev: &crate::workload::WriteEvent) {
+        let mut j = self.journal.lock().unwrap();
+        let k = j.writes.len();
+        if let Err(e) = self.server.mark(&format!("w{k}")) {
+            self.error.lock().unwrap().get_or_insert(format!("{e:#}"));
+        }
+        j.writes.push((ev.file.unwrap_or(0), ev.offset, ev.ids.to_vec()));
+    }
+}
+
+/// The oracle for the results in `out`: per-write durability where the recording kept a
+/// write journal, else the end-of-workload one; none without content maps (a foreign log).
+fn load_oracle(out: &Path, log: &Log, meta: &Meta) -> Option<(Box<dyn Oracle>, &'static str)> {
+    let maps = crate::workload::maps::Maps::load(&out.join("maps")).ok()?;
+    let journal = std::fs::read(out.join("writes.json")).ok().and_then(|b| serde_json::from_slice::<WriteJournal>(&b).ok());
+    match (journal, &maps.target) {
+        (Some(journal), crate::workload::maps::Target::File { names, .. }) => {
+            let marks = log
+                .entries
+                .iter()
+                .enumerate()
+                .filter_map(|(i, e)| match &e.kind {
+                    Kind::Mark(m) => m.strip_prefix('w').and_then(|k| k.parse::<usize>().ok()).map(|k| (i, k)),
+                    _ => None,
+                })
+                .collect();
+            Some((Box::new(FsyncOracle { journal, names: names.clone(), seed: maps.seed, marks, synced_entry: meta.synced_entry }), "fsync"))
+        }
+        _ => Some((Box::new(EndOracle { maps: std::sync::Mutex::new(maps) }), "end")),
+    }
 }
 
 /// BLKFLSBUF: drop the block device's buffer cache, so the next reads reach the served state.
@@ -288,9 +358,9 @@ fn check_cmd(kind: FsKind, dev: &Path) -> Command {
 
 /// One state: mount (recovery), oracle, unmount, the file system's check; or on a raw stack
 /// the oracle on the device.
-fn check_state(meta: &Meta, dev: &Path, mnt: &Path, plan: &Plan, oracle: Option<&dyn Oracle>) -> StateResult {
+fn check_state(meta: &Meta, dev: &Path, mnt: &Path, plan: &Plan, horizon: usize, oracle: Option<&dyn Oracle>) -> StateResult {
     let t = Instant::now();
-    let facts = StateFacts { past_sync: meta.synced_entry.is_some_and(|m| plan.base_end > m) };
+    let facts = StateFacts { past_sync: meta.synced_entry.is_some_and(|m| m < horizon), horizon, torn: matches!(plan.id.variant, Variant::Torn(_)) };
     let mut r = StateResult {
         id: plan.id.to_string(),
         epoch: plan.id.epoch,
@@ -398,10 +468,7 @@ pub fn explore(meta: &Meta, opts: &Options) -> Result<Summary> {
     let mut ids = states::enumerate(&eps, meta.first_epoch, meta.per_epoch);
     let not_checked = opts.max_states.map_or(0, |m| ids.len().saturating_sub(m));
     ids.truncate(ids.len() - not_checked);
-    let oracle: Option<EndOracle> = match crate::workload::maps::Maps::load(&out.join("maps")) {
-        Ok(m) => Some(EndOracle { maps: std::sync::Mutex::new(m) }),
-        Err(_) => None,
-    };
+    let oracle = load_oracle(out, &log, meta);
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;
@@ -438,7 +505,7 @@ pub fn explore(meta: &Meta, opts: &Options) -> Result<Summary> {
             result = Err(e);
             break;
         }
-        let r = check_state(meta, &server.device, &mnt, &plan, oracle.as_ref().map(|o| o as &dyn Oracle));
+        let r = check_state(meta, &server.device, &mnt, &plan, eps[id.epoch].end, oracle.as_ref().map(|(o, _)| &**o));
         serde_json::to_writer(&mut lines, &r)?;
         lines.write_all(b"\n")?;
         if r.failed {
@@ -478,7 +545,7 @@ pub fn explore(meta: &Meta, opts: &Options) -> Result<Summary> {
         failing_per_epoch: per_epoch,
         seconds: secs,
         states_per_s: if secs > 0.0 { done as f64 / secs } else { 0.0 },
-        oracle: if oracle.is_some() { "end".into() } else { "none".into() },
+        oracle: oracle.as_ref().map_or("none", |(_, n)| n).into(),
     };
     std::fs::write(out.join("summary.json"), serde_json::to_vec_pretty(&s)?)?;
     Ok(s)
