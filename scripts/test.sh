@@ -68,6 +68,8 @@ TRANSPORT_FREE=(
   slowdown::bad_matrices_say_where_and_what_is_allowed
   slowdown::matrix_expands_to_named_merged_setups_in_order
   slowdown::matrix_faults_from_several_axes_are_joined_and_baseline_parses
+  crash_explore::bad_input_says_what_is_wrong
+  crash_explore::logs_we_write_replay_with_xfstests_replay_log
 )
 
 # Tests whose every disk names its transport: each of actions' tests runs as NAME::classic,

@@ -5,6 +5,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod content;
+pub mod crash;
 pub mod disk;
 pub mod fault;
 pub mod frontend;

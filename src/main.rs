@@ -20,6 +20,9 @@ enum Cmd {
     Serve(faultline::cli::serve::ServeArgs),
     /// Talk to a running `faultline serve` through its control socket.
     Fault(faultline::cli::fault::FaultArgs),
+    /// Crash states (docs/crash.md): `explore` records a workload once and checks many crash
+    /// states of its write log; `replay` puts one on a device.
+    Crash(faultline::cli::crash::CrashArgs),
     /// Run an experiment file (docs/experiment.md): disk + stack + workload + faults, verify,
     /// write a results directory with report.html, print a summary table.
     Run {
@@ -117,6 +120,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Serve(a) => faultline::cli::serve::serve(a),
         Cmd::Fault(a) => faultline::cli::fault::fault(a),
+        Cmd::Crash(a) => faultline::cli::crash::crash(a),
         Cmd::Run { file, out, check, quiet } => {
             let exp = faultline::spec::experiment::parse_experiment_file(&file).map_err(anyhow::Error::msg)?;
             if check {

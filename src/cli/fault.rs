@@ -52,6 +52,16 @@ enum FaultCmd {
     },
     /// Power the disk on after a cut: requests are served again.
     PowerOn,
+    /// Record every write, discard and flush from now on to a dm-log-writes log FILE
+    /// (docs/crash.md); `--stop` ends the recording.
+    Record {
+        #[arg(required_unless_present = "stop")]
+        file: Option<PathBuf>,
+        #[arg(long, conflicts_with = "file")]
+        stop: bool,
+    },
+    /// Add a named MARK entry to the recording (replay-log's --end-mark NAME).
+    Mark { name: String },
 }
 
 pub fn fault(a: FaultArgs) -> Result<()> {
@@ -91,6 +101,12 @@ pub fn fault(a: FaultArgs) -> Result<()> {
             c.power_on()?;
             pretty(&serde_json::json!({"powered": true}))?
         }
+        FaultCmd::Record { file, .. } => {
+            // the server writes the file: name it from here, not from the server's directory
+            let file = file.map(|f| std::path::absolute(&f)).transpose()?;
+            pretty(&c.record(file)?)?
+        }
+        FaultCmd::Mark { name } => pretty(&serde_json::json!({"entry": c.mark(&name)?}))?,
     }
     Ok(())
 }

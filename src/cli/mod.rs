@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod calibrate;
+pub mod crash;
 pub mod fault;
 pub mod host;
 pub mod monitor;

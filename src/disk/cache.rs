@@ -77,14 +77,20 @@ pub struct CacheStats {
 pub struct WriteCache<L> {
     next: L,
     mode: CacheMode,
+    /// The write log of `faultline crash explore` (disk::record), fed at each completion.
+    record: super::record::Slot,
 }
 
 impl<L: Layer> WriteCache<L> {
     pub fn new(mode: CacheMode, _limit: u64, next: L) -> WriteCache<L> {
-        WriteCache { next, mode }
+        WriteCache { next, mode, record: Default::default() }
     }
     pub fn mode(&self) -> CacheMode {
         self.mode
+    }
+    /// The write recorder's slot (`record`, `mark` requests).
+    pub fn recorder(&self) -> &super::record::Slot {
+        &self.record
     }
     /// Cut the power: apply `model` (seeded) to the unflushed writes, then fail every request
     /// until `power_on`.
@@ -109,13 +115,37 @@ impl<L: Layer> Layer for WriteCache<L> {
         self.next.read(off, buf)
     }
     fn write<'a>(&self, off: u64, data: Src<'a>, ack: impl FnOnce(Outcome, Option<Lent<'a>>)) {
-        self.next.write(off, data, ack)
+        // recording: the write is logged as it completes, before the client hears of it
+        match self.record.get() {
+            None => self.next.write(off, data, ack),
+            Some(r) => {
+                let copy = data.bytes().to_vec();
+                self.next.write(off, data, move |o, lent| {
+                    if o.errno.is_none() {
+                        r.write(off, &copy);
+                    }
+                    ack(o, lent)
+                })
+            }
+        }
     }
     fn flush(&self) -> Outcome {
-        self.next.flush()
+        let o = self.next.flush();
+        if o.errno.is_none()
+            && let Some(r) = self.record.get()
+        {
+            r.flush();
+        }
+        o
     }
     fn discard(&self, off: u64, len: u64) -> Outcome {
-        self.next.discard(off, len)
+        let o = self.next.discard(off, len);
+        if o.errno.is_none()
+            && let Some(r) = self.record.get()
+        {
+            r.discard(off, len);
+        }
+        o
     }
     fn write_locked<'a>(
         &self,
@@ -125,6 +155,11 @@ impl<L: Layer> Layer for WriteCache<L> {
         locked: &mut dyn FnMut(Option<Lent<'a>>),
         edit: &mut dyn FnMut(&[u128], &mut [u8]),
     ) -> Result<(), Src<'a>> {
+        // the early acknowledgement would come before the log has the write: refused while
+        // recording, so the write takes `write` above
+        if self.record.get().is_some() {
+            return Err(data);
+        }
         self.next.write_locked(off, data, hashed, locked, edit)
     }
     fn update(&self, off: u64, len: usize, f: &mut dyn FnMut(&mut [u8]) -> bool) -> io::Result<bool> {

@@ -21,6 +21,8 @@ pub mod faults;
 pub mod hashcopy;
 pub mod latency;
 pub mod layer;
+pub mod logwrites;
+pub mod record;
 pub mod service;
 pub mod store;
 

@@ -66,6 +66,21 @@ pub enum Request {
     },
     /// Serve requests again after a cut. Reply: `PoweredOn`.
     PowerOn,
+    /// Record every write, discard and flush to a dm-log-writes log at `path` from now on;
+    /// without `path`, stop recording (docs/crash.md). Reply: `Recording`.
+    Record {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<PathBuf>,
+    },
+    /// Add a MARK entry named `name` to the recording. Reply: `Marked` (entry null when
+    /// not recording).
+    Mark { name: String },
+}
+
+/// Reply to `mark`: the MARK entry's index in the log, none when nothing is recording.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Marked {
+    pub entry: Option<u64>,
 }
 
 /// Reply to `power_on`.
@@ -224,6 +239,9 @@ fn handle(req: Request, disk: &Disk, nbd_server: Option<&ServerCounters>, info: 
             disk.power_on()?;
             serde_json::to_value(PoweredOn { powered: true })?
         }
+        Request::Record { path: Some(p) } => serde_json::to_value(disk.cache().recorder().start(&p)?)?,
+        Request::Record { path: None } => serde_json::to_value(disk.cache().recorder().stop()?)?,
+        Request::Mark { name } => serde_json::to_value(Marked { entry: disk.cache().recorder().mark(&name)? })?,
     })
 }
 
@@ -341,6 +359,16 @@ impl<T: Transport> Client<T> {
 
     pub fn power_on(&self) -> Result<()> {
         self.call::<PoweredOn>(&Request::PowerOn).map(|_| ())
+    }
+
+    /// Start recording writes to the log `path` (docs/crash.md); None stops it.
+    pub fn record(&self, path: Option<PathBuf>) -> Result<crate::disk::record::Recording> {
+        self.call(&Request::Record { path })
+    }
+
+    /// A MARK in the recording; its entry index (None when not recording).
+    pub fn mark(&self, name: &str) -> Result<Option<u64>> {
+        Ok(self.call::<Marked>(&Request::Mark { name: name.into() })?.entry)
     }
 }
 

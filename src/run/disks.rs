@@ -169,6 +169,16 @@ impl DiskServer {
         Ok(self.stats()?.write_cache.map(|c| c.flushes))
     }
 
+    /// Record the disk's writes to the log `path` (None: stop), docs/crash.md.
+    pub fn record(&self, path: Option<PathBuf>) -> Result<crate::disk::record::Recording> {
+        self.client.record(path)
+    }
+
+    /// A MARK in the disk's recording (nothing when it is not recording).
+    pub fn mark(&self, name: &str) -> Result<Option<u64>> {
+        self.client.mark(name)
+    }
+
     /// Ask the server to tear down (SIGTERM) and wait for it, time-limited.
     pub fn stop(&self) -> Result<()> {
         self.client.0.conn.lock().unwrap().take();

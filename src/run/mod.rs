@@ -194,6 +194,11 @@ fn progress_thread(label: String, p: Arc<Progress>, size: Option<u64>, done: Arc
     }))
 }
 
+/// The marks a recording disk gets when the workload starts and when it returned (after its
+/// own final fsyncs), docs/crash.md.
+pub const MARK_START: &str = "workload-start";
+pub const MARK_END: &str = "workload-end";
+
 /// Everything one repetition builds, dropped (torn down) in reverse order of creation.
 struct Built {
     stack: Option<crate::stack::fs::BuiltStack>,
@@ -670,8 +675,18 @@ fn drive_workload(
     };
     let fired = cutter.as_ref().map(|c| c.fired.clone());
     r.phase("workload");
+    // a recording disk (faultline crash explore, `fault record`) gets the workload's bounds as
+    // marks; a disk that is not recording ignores them
+    for d in &built.disks {
+        d.mark(MARK_START)?;
+    }
     let res = crate::workload::run(w, maps, observer, Some(&progress));
     let cut = cutter.map(|c| c.finish()).transpose();
+    if res.is_ok() {
+        for d in &built.disks {
+            d.mark(MARK_END)?;
+        }
+    }
     done.store(true, Relaxed);
     let store_intervals = store_sampler.join().unwrap_or_default();
     if let Some(t) = ticker {

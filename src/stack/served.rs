@@ -54,8 +54,17 @@ impl ServedDisk {
         if let Some(s) = socket {
             crate::sys::check_new_socket(s)?;
         }
-        let disk = Arc::new(Disk::open(cfg)?);
+        let disk = Disk::open(cfg)?;
         disk.arm(rules(&disk)?)?;
+        Self::start_disk(disk, front, how, socket)
+    }
+
+    /// Serve a disk built by the caller (crash states: `Disk::over` an overlay store).
+    pub fn start_disk(disk: Disk, front: &frontend::Options, how: &Exposure, socket: Option<&Path>) -> Result<ServedDisk> {
+        if how.loop_device {
+            frontend::preflight()?;
+        }
+        let disk = Arc::new(disk);
         let mut ledger = LedgerFile::create()?;
         let mut me = ServedDisk { disk: disk.clone(), exposed: None, nbd: None, ledger: None, socket: None };
         if how.loop_device {

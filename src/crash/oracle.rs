@@ -1,0 +1,191 @@
+//! What a crash state must still hold of what the workload wrote, behind one small interface
+//! (`Oracle`: a state's facts and where its data is -> block counts), so a finer one (the
+//! run's durability oracle) can take its place.
+//!
+//! `FsyncOracle` knows each write's durability (one psync thread with `fsync:N` or `dsync`:
+//! the log is marked before every write). `EndOracle` knows one durability point: the `synced`
+//! mark the explorer adds once the workload returned and the file system (or device) was
+//! synced; in a state past it every mapped block must read back as written (else
+//! `durable_lost`), before it a block that does not is `unsynced_lost` (allowed), and it does
+//! not tell garbage from an older version (`garbage` stays 0).
+
+use crate::workload::maps::{Maps, Target};
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OracleCounts {
+    /// Blocks checked.
+    pub checked: u64,
+    /// Acknowledged durable, now old, wrong or missing: a failure.
+    pub durable_lost: u64,
+    /// Content never written there (not classified by `EndOracle`).
+    pub garbage: u64,
+    /// Not yet durable and not there (allowed).
+    pub unsynced_lost: u64,
+    /// Not yet durable and there.
+    pub unsynced_kept: u64,
+    /// Durable and there.
+    pub durable_ok: u64,
+}
+
+/// What the oracle knows of a state.
+pub struct StateFacts {
+    /// The state holds every entry through the log's durability point (the `synced` mark).
+    pub past_sync: bool,
+    /// Log entries whose marks count for durability: the end of the state's epoch (a mark
+    /// inside epoch N came after every flush an fsync before it waited for, so those
+    /// flushes are at or before the one that closed epoch N-1: in the state's base).
+    pub horizon: usize,
+    /// A torn variant: sectors of a block may come from different versions.
+    pub torn: bool,
+}
+
+pub trait Oracle: Send + Sync {
+    /// Check the state whose files are mounted at `root` (or whose device is `root`).
+    fn check(&self, facts: &StateFacts, root: &Path) -> Result<OracleCounts>;
+}
+
+pub struct EndOracle {
+    /// The workload's maps; their target is pointed at each state's mount or device in turn.
+    pub maps: std::sync::Mutex<Maps>,
+}
+
+impl Oracle for EndOracle {
+    fn check(&self, facts: &StateFacts, root: &Path) -> Result<OracleCounts> {
+        let mut maps = self.maps.lock().unwrap();
+        let target = match &maps.target {
+            Target::Block { .. } => Target::Block { device: root.to_owned() },
+            Target::File { names, .. } => Target::File { dir: root.to_owned(), names: names.clone() },
+            Target::Nbd { .. } => anyhow::bail!("an NBD workload's writes cannot be checked on a crash state"),
+        };
+        maps.target = target;
+        let r = crate::verify::verify(&maps)?;
+        let bad = r.counts.checked - r.counts.ok;
+        let mut c = OracleCounts { checked: r.counts.checked, ..Default::default() };
+        if facts.past_sync {
+            c.durable_ok = r.counts.ok;
+            c.durable_lost = bad;
+        } else {
+            c.unsynced_kept = r.counts.ok;
+            c.unsynced_lost = bad;
+        }
+        Ok(c)
+    }
+}
+
+/// The workload's writes in issue order, recorded by the explorer when each one's durability
+/// can be told (one thread, psync, `sync: fsync:N` or `dsync`): OUT/writes.json. The log has
+/// a mark `w{k}` before write k (0-based) was issued: every fsync the workload made before
+/// it had returned.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct WriteJournal {
+    /// `fsync` (the file of every N-th write is fsynced after it) or `dsync` (every write is
+    /// durable when it returns).
+    pub sync: String,
+    pub every: u64,
+    /// (file index, byte offset in the file, content id of each 4 KiB block).
+    pub writes: Vec<(usize, u64, Vec<u64>)>,
+}
+
+/// The oracle of fsyncs inside the workload: in a state whose horizon (the end of its epoch)
+/// holds the mark `w{k}`, each write the workload had made durable before write k (fsynced
+/// by then: its file's fsync after it, or O_DSYNC) must be there, or a later write to the same
+/// block; after the `synced` mark every write is durable. A durable block holding an older
+/// version, zeroes, another content, or whose file is gone or short is `durable_lost`. A
+/// block only written unsynced holding one of its written versions is `unsynced_kept`,
+/// zeroes or nothing `unsynced_lost`, anything else `garbage`. In torn states a block whose
+/// every 512 B sector holds one of its allowed versions counts as holding one.
+pub struct FsyncOracle {
+    pub journal: WriteJournal,
+    pub names: Vec<String>,
+    pub seed: u64,
+    /// (log entry index of mark `w{k}`, k), ascending.
+    pub marks: Vec<(usize, usize)>,
+    pub synced_entry: Option<usize>,
+}
+
+impl FsyncOracle {
+    /// Writes durable in a state whose horizon holds the first `k` writes' marks.
+    fn durable(&self, k: usize) -> Vec<bool> {
+        let w = &self.journal.writes;
+        let mut d = vec![false; w.len()];
+        if self.journal.sync == "dsync" {
+            d[..k.min(w.len())].iter_mut().for_each(|x| *x = true);
+            return d;
+        }
+        // fsync:N: after write i (0-based) with (i+1) % N == 0 its file is fsynced
+        let n = self.journal.every.max(1) as usize;
+        let mut synced_files = std::collections::HashSet::new();
+        for i in (0..k.min(w.len())).rev() {
+            if (i + 1) % n == 0 {
+                synced_files.insert(w[i].0);
+            }
+            d[i] = synced_files.contains(&w[i].0);
+        }
+        d
+    }
+}
+
+impl Oracle for FsyncOracle {
+    fn check(&self, facts: &StateFacts, root: &Path) -> Result<OracleCounts> {
+        use std::collections::BTreeMap;
+        use std::os::unix::fs::FileExt;
+        const BS: usize = crate::spec::workload::config::CONTENT_BLOCK as usize;
+        let all = facts.past_sync || self.synced_entry.is_some_and(|s| s < facts.horizon);
+        let k = if all { self.journal.writes.len() } else { self.marks.iter().filter(|(e, _)| *e < facts.horizon).map(|(_, k)| *k).max().unwrap_or(0) };
+        // past the sync every write is durable, whatever the workload's own fsyncs covered
+        let durable = if all { vec![true; self.journal.writes.len()] } else { self.durable(k) };
+        // per (file, block): the versions written, in order, and the last durable one's position
+        let mut blocks: BTreeMap<(usize, u64), (Vec<u64>, Option<usize>)> = BTreeMap::new();
+        for (i, (f, off, ids)) in self.journal.writes.iter().enumerate() {
+            for (j, id) in ids.iter().enumerate() {
+                let e = blocks.entry((*f, off / BS as u64 + j as u64)).or_default();
+                e.0.push(*id);
+                if durable[i] {
+                    e.1 = Some(e.0.len() - 1);
+                }
+            }
+        }
+        let mut c = OracleCounts::default();
+        let mut want = vec![0u8; BS];
+        let mut got = vec![0u8; BS];
+        let mut files: BTreeMap<usize, Option<std::fs::File>> = BTreeMap::new();
+        for ((f, b), (versions, last_durable)) in &blocks {
+            c.checked += 1;
+            let file = files.entry(*f).or_insert_with(|| self.names.get(*f).and_then(|n| std::fs::File::open(root.join(n)).ok()));
+            let read = file.as_ref().map(|fh| fh.read_exact_at(&mut got, b * BS as u64).is_ok()).unwrap_or(false);
+            // the versions the block may hold: the last durable one and every later one (all
+            // of them when none is durable)
+            let allowed = &versions[last_durable.unwrap_or(0)..];
+            let holds = read && {
+                let whole = allowed.iter().any(|id| {
+                    crate::content::fill_block(*id, self.seed, &mut want);
+                    want == got
+                });
+                whole
+                    || (facts.torn && {
+                        // each 512 B sector one of the allowed versions'
+                        let fills: Vec<Vec<u8>> = allowed
+                            .iter()
+                            .map(|id| {
+                                let mut v = vec![0u8; BS];
+                                crate::content::fill_block(*id, self.seed, &mut v);
+                                v
+                            })
+                            .collect();
+                        got.chunks(512).enumerate().all(|(s, sec)| fills.iter().any(|v| &v[s * 512..(s + 1) * 512] == sec))
+                    })
+            };
+            match (last_durable.is_some(), holds) {
+                (true, true) => c.durable_ok += 1,
+                (true, false) => c.durable_lost += 1,
+                (false, true) => c.unsynced_kept += 1,
+                (false, false) if !read || got.iter().all(|&x| x == 0) => c.unsynced_lost += 1,
+                (false, false) => c.garbage += 1,
+            }
+        }
+        Ok(c)
+    }
+}

@@ -1,0 +1,370 @@
+//! `faultline crash explore` / `crash replay` and the dm-log-writes format, against real
+//! parts: xfstests' replay-log (built from its source by scripts/replay-log.sh), ext4 with
+//! e2fsck, loop devices.
+
+mod common;
+
+use common::{RunDir, bin, unique};
+use faultline::crash::overlay::{Overlay, OverlayStore};
+use faultline::crash::states::{self, StateId, Variant};
+use faultline::disk::Store;
+use faultline::disk::logwrites::{FUA, Kind, Log, LogWriter, replay_into};
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// xfstests' replay-log, built once per test binary.
+fn replay_log() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = std::env::temp_dir().join(format!("replay-log-{}", std::process::id()));
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/replay-log.sh");
+            let o = Command::new("bash").arg(script).arg(&out).output().unwrap();
+            assert!(o.status.success(), "building replay-log failed (set XFSTESTS_SRC to an xfstests checkout): {}", String::from_utf8_lossy(&o.stderr));
+            out
+        })
+        .clone()
+}
+
+fn run_replay_log(args: &[&str]) -> String {
+    let o = Command::new(replay_log()).args(args).output().unwrap();
+    assert!(o.status.success(), "replay-log {args:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// replay-log's image of `log` after `args` (onto a zeroed file of `size` bytes).
+fn replay_log_image(dir: &Path, log: &Path, size: u64, args: &[&str]) -> Vec<u8> {
+    let img = dir.join(unique("img"));
+    std::fs::File::create(&img).unwrap().set_len(size).unwrap();
+    let mut a = vec!["--log", log.to_str().unwrap(), "--replay", img.to_str().unwrap()];
+    a.extend_from_slice(args);
+    run_replay_log(&a);
+    let b = std::fs::read(&img).unwrap();
+    std::fs::remove_file(&img).unwrap();
+    b
+}
+
+fn our_image(log: &Log, upto: usize, size: u64) -> Vec<u8> {
+    let f = tempfile::tempfile().unwrap();
+    f.set_len(size).unwrap();
+    replay_into(log, upto, &f).unwrap();
+    let mut b = Vec::new();
+    let mut f = f;
+    std::io::Seek::rewind(&mut f).unwrap();
+    f.read_to_end(&mut b).unwrap();
+    b
+}
+
+#[test]
+fn logs_we_write_replay_with_xfstests_replay_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 1u64 << 20;
+    for ss in [512u32, 4096] {
+        let p = dir.path().join(format!("log-{ss}"));
+        let mut w = LogWriter::create(&p, ss).unwrap();
+        let mut r = rand::rngs::StdRng::seed_from_u64(ss as u64);
+        let mut marks = vec![];
+        for i in 0..300u32 {
+            match r.random_range(0..10) {
+                0 => w.flush().unwrap(),
+                1 => {
+                    let n = format!("m{i}");
+                    w.mark(&n).unwrap();
+                    marks.push((n, w.entries() as usize));
+                }
+                2 => {
+                    let off = r.random_range(0..size / ss as u64 - 8) * ss as u64;
+                    w.discard(off, ss as u64 * r.random_range(1..8)).unwrap();
+                }
+                k => {
+                    let len = ss as usize * r.random_range(1..9);
+                    let off = r.random_range(0..(size - len as u64) / ss as u64) * ss as u64;
+                    let data: Vec<u8> = (0..len).map(|_| r.random()).collect();
+                    w.write(off, &data, if k == 3 { FUA } else { 0 }).unwrap();
+                }
+            }
+        }
+        let n = w.finish().unwrap();
+        let log = Log::open(&p).unwrap();
+        assert_eq!(log.entries.len() as u64, n);
+        let ps = p.to_str().unwrap();
+        // its reading of the super block and of every entry header
+        assert_eq!(run_replay_log(&["--log", ps, "--num-entries"]).trim(), n.to_string());
+        assert_eq!(run_replay_log(&["--log", ps]).trim(), format!("Log version=1, sectorsize={ss}, entries={n}"));
+        // replayed to marks (it stops after the mark entry) and to entry counts: the same bytes
+        assert!(marks.len() >= 5, "{} marks", marks.len());
+        for (name, upto) in marks.iter().step_by(marks.len() / 5) {
+            let found = run_replay_log(&["--log", ps, "--find", "--end-mark", name]);
+            assert_eq!(found.split('@').next().unwrap(), (upto - 1).to_string(), "find {name}");
+            let theirs = replay_log_image(dir.path(), &p, size, &["--end-mark", name]);
+            assert!(theirs == our_image(&log, *upto, size), "sector size {ss}: images differ at mark {name}");
+        }
+        for limit in [1, n as usize / 3, n as usize] {
+            let theirs = replay_log_image(dir.path(), &p, size, &["--limit", &limit.to_string()]);
+            assert!(theirs == our_image(&log, limit, size), "sector size {ss}: images differ after {limit} entries");
+        }
+        // the flags replay-log prints are the ones we wrote
+        let v = Command::new(replay_log()).args(["--log", ps, "--replay", "/dev/null", "-v", "--limit", &n.to_string()]).output().unwrap();
+        let text = String::from_utf8_lossy(&v.stdout);
+        let count = |f: &str| text.lines().filter(|l| l.contains(f)).count();
+        let ours = |k: fn(&faultline::disk::logwrites::Entry) -> bool| log.entries.iter().filter(|e| k(e)).count();
+        assert_eq!(count("(FLUSH)"), ours(|e| e.kind == Kind::Flush));
+        assert_eq!(count("(FUA)"), ours(|e| e.fua()));
+        assert_eq!(count("(DISCARD)"), ours(|e| e.kind == Kind::Discard));
+    }
+}
+
+const EXPERIMENT: &str = "
+name: crash-small
+disk: { size: 64MiB, store: ram }
+stack: { fs: ext4 }
+workload:
+  interface: file
+  files: 3
+  file_size: 128KiB
+  pattern: uniform
+  mix: { write: 100 }
+  block_size: 4KiB
+  engine: psync
+  ops: 24
+  sync: fsync:3
+repeat: 1
+";
+
+fn results(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("states.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// `crash replay`: its device, read whole while it serves, then Ctrl-C.
+fn replayed_bytes(run: &RunDir, out: &Path, id: &str) -> Vec<u8> {
+    let mut c = run.cmd(&["crash", "replay"]).arg(out).arg(id).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("/dev/loop"), "replay printed {line:?}");
+    let dev = line.trim().to_string();
+    let bytes = std::fs::read(&dev).unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    let st = c.wait().unwrap();
+    assert!(st.success(), "replay ended with {st}");
+    bytes
+}
+
+#[test]
+fn explore_checks_ext4_states_and_each_replays_by_id() {
+    let run = RunDir::new("crash-explore");
+    let dir = tempfile::tempdir().unwrap();
+    let exp = dir.path().join("exp.yaml");
+    std::fs::write(&exp, EXPERIMENT).unwrap();
+    let out = dir.path().join("out");
+    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "1", "--seed", "5", "-q", "--out"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let summary: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let meta: Value = serde_json::from_slice(&std::fs::read(out.join("explore.json")).unwrap()).unwrap();
+    let rs = results(&out);
+    assert_eq!(rs.len() as u64, summary["states"].as_u64().unwrap());
+    let log = Log::open(&out.join("log")).unwrap();
+    let eps = states::epochs(&log);
+    let first = meta["first_epoch"].as_u64().unwrap() as usize;
+    // every flush boundary from the workload's epoch on was checked, plus subsets and torn ones
+    let boundaries: Vec<&Value> = rs.iter().filter(|r| r["variant"] == "boundary").collect();
+    assert_eq!(boundaries.len(), eps.len() - first);
+    assert!(eps.len() - first >= 8, "an fsync every 3 writes makes many epochs: {}", eps.len() - first);
+    assert!(rs.iter().any(|r| r["variant"] == "subset") && rs.iter().any(|r| r["variant"] == "torn"));
+    // the log's marks: the workload's start and end, and the sync after it
+    let synced = log.find_mark("synced").expect("synced mark");
+    assert!(log.find_mark("workload-start").unwrap() < log.find_mark("workload-end").unwrap());
+    assert!(log.find_mark("workload-end").unwrap() < synced);
+    // at every flush boundary ext4 mounts and checks clean; past the sync every written block
+    // of every file is there
+    let mut past = 0;
+    for r in &boundaries {
+        assert_eq!(r["mount"], "ok", "{r}");
+        assert_eq!(r["check"], "clean", "{r}");
+        let oc = &r["oracle"];
+        assert_eq!(oc["durable_lost"], 0, "{r}");
+        if r["base_entries"].as_u64().unwrap() as usize > synced {
+            past += 1;
+            assert!(oc["durable_ok"].as_u64().unwrap() > 0 && oc["durable_ok"] == oc["checked"], "{r}");
+        }
+    }
+    assert!(past >= 1, "no boundary past the sync");
+    // the workload's own fsyncs are durability points: boundaries before the end already hold
+    // fsynced blocks, and every state keeps every block fsynced before its epoch ended
+    assert_eq!(summary["oracle"], "fsync");
+    let before_sync =
+        boundaries.iter().filter(|r| (r["base_entries"].as_u64().unwrap() as usize) < synced && r["oracle"]["durable_ok"].as_u64().unwrap() > 0).count();
+    assert!(before_sync >= 3, "{before_sync} boundaries before the sync hold fsynced blocks");
+    for r in rs.iter().filter(|r| r["mount"] == "ok") {
+        assert_eq!(r["oracle"]["durable_lost"], 0, "{r}");
+    }
+    // a boundary state replays as replay-log builds it from our log (a real recording)
+    let id = format!("e{}", first + 2);
+    let upto = eps[first + 2].end;
+    let size = meta["size"].as_u64().unwrap();
+    let theirs = replay_log_image(dir.path(), &out.join("log"), size, &["--limit", &upto.to_string()]);
+    assert!(replayed_bytes(&run, &out, &id) == theirs, "state {id} differs from replay-log --limit {upto}");
+    // a subset state: the same bytes in another process from its id and the seed alone
+    let sub = rs.iter().find(|r| r["variant"] == "subset" && r["lost"].as_u64().unwrap() > 0).expect("a subset that lost writes");
+    let sid: StateId = sub["id"].as_str().unwrap().parse().unwrap();
+    assert!(matches!(sid.variant, Variant::Subset(0)));
+    let plan = states::plan(&log, &eps, sid, 5).unwrap();
+    let ov = Overlay::new(size).unwrap();
+    ov.switch(&log, &plan).unwrap();
+    let mut mine = vec![0u8; size as usize];
+    OverlayStore(ov).read(0, &mut mine).unwrap();
+    assert!(replayed_bytes(&run, &out, &sid.to_string()) == mine, "state {sid} did not reproduce");
+    // failing states (if any) are listed with their replay commands
+    let failing = std::fs::read_to_string(out.join("failing.txt")).unwrap();
+    assert_eq!(failing.lines().count(), rs.iter().filter(|r| r["failed"] == true).count());
+    assert!(failing.lines().all(|l| l.contains("faultline crash replay")));
+    assert_eq!(run.leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn without_barriers_fsynced_blocks_are_lost_in_subsets() {
+    // ext4 mounted barrier=0 sends no flush: the workload is one epoch, and a subset of its
+    // writes loses blocks the workload had fsynced (the disk acknowledged them volatile)
+    let run = RunDir::new("crash-nobarrier");
+    let dir = tempfile::tempdir().unwrap();
+    let exp = dir.path().join("exp.yaml");
+    std::fs::write(&exp, EXPERIMENT.replace("{ fs: ext4 }", "{ fs: ext4, mount: [barrier=0] }")).unwrap();
+    let out = dir.path().join("out");
+    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "3", "--seed", "2", "-q", "--out"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let rs = results(&out);
+    let lost: Vec<&Value> = rs.iter().filter(|r| r["variant"] == "subset" && r["oracle"]["durable_lost"].as_u64().unwrap_or(0) > 0).collect();
+    assert!(!lost.is_empty(), "no subset lost a fsynced block: {rs:?}");
+    assert!(lost.iter().all(|r| r["failed"] == true));
+    // the boundary after the unmount's flush holds everything
+    let last = rs.last().unwrap();
+    assert_eq!((last["variant"].as_str(), last["oracle"]["durable_lost"].as_u64()), (Some("boundary"), Some(0)), "{last}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("durable blocks lost"));
+    assert_eq!(run.leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn a_foreign_log_is_explored_with_log_and_stack() {
+    // a log recorded by `fault record` on a plain served disk, read like one from dm-log-writes
+    let run = RunDir::new("crash-foreign");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("rec.log");
+    let mut s = run.cmd(&["serve", "--size", "32MiB"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(s.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let dev = line.trim().to_string();
+    let sock = std::fs::read_dir(&run.0).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "sock")).unwrap();
+    let fault = |args: &[&str]| {
+        let o = run.cmd(&["fault", "--socket", sock.to_str().unwrap()]).args(args).output().unwrap();
+        assert!(o.status.success(), "fault {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    fault(&["record", log.to_str().unwrap()]);
+    assert!(Command::new("mkfs.ext4").args(["-q", "-F", &dev]).status().unwrap().success());
+    fault(&["mark", "made"]);
+    let stopped: Value = serde_json::from_str(&fault(&["record", "--stop"])).unwrap();
+    assert!(stopped["entries"].as_u64().unwrap() > 10, "{stopped}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    assert!(s.wait().unwrap().success());
+    let l = Log::open(&log).unwrap();
+    assert!(l.entries.iter().any(|e| e.kind == Kind::Flush), "mkfs.ext4 flushes");
+    assert_eq!(l.entries.last().unwrap().kind, Kind::Mark("made".into()));
+    let out = dir.path().join("out");
+    let o = run
+        .cmd(&["crash", "explore", "--log"])
+        .arg(&log)
+        .args(["--stack", "ext4", "--size", "32MiB", "--start-mark", "made", "-q", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "explore --log: {}", String::from_utf8_lossy(&o.stderr));
+    let rs = results(&out);
+    // from the mark on: the last epoch only, whole (mkfs's writes all flushed)
+    assert!(!rs.is_empty());
+    let last = rs.last().unwrap();
+    assert_eq!((last["variant"].as_str(), last["mount"].as_str(), last["check"].as_str()), (Some("boundary"), Some("ok"), Some("clean")), "{last}");
+    assert_eq!(run.leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn bad_input_says_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = |args: &[&str]| {
+        let o = Command::new(bin()).args(args).output().unwrap();
+        assert!(!o.status.success(), "{args:?} succeeded");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let d = dir.path().to_str().unwrap();
+    let e = err(&["crash", "replay", d, "e1"]);
+    assert!(e.contains("not a `faultline crash explore` results directory"), "{e}");
+    // a results directory whose log is gone
+    let meta =
+        r#"{"log":"log","size":1048576,"block_size":4096,"seed":1,"per_epoch":1,"fs":"ext4","mount":[],"first_epoch":0,"synced_entry":null,"source":"x"}"#;
+    std::fs::write(dir.path().join("explore.json"), meta).unwrap();
+    let e = err(&["crash", "replay", d, "e1"]);
+    assert!(e.contains("write log") && e.contains("missing"), "{e}");
+    // ids that do not exist
+    let mut w = LogWriter::create(&dir.path().join("log"), 512).unwrap();
+    w.write(0, &[1u8; 512], 0).unwrap();
+    w.flush().unwrap();
+    w.finish().unwrap();
+    let e = err(&["crash", "replay", d, "e7"]);
+    assert!(e.contains("state e7 does not exist") && e.contains("e0 to e0"), "{e}");
+    let e = err(&["crash", "replay", d, "e0-s3"]);
+    assert!(e.contains("does not exist"), "{e}");
+    let e = err(&["crash", "replay", d, "12"]);
+    assert!(e.contains("expected eN"), "{e}");
+    // not a log; a stack that is not one
+    let e = err(&["crash", "explore", "--log", dir.path().join("explore.json").to_str().unwrap(), "--stack", "ext4"]);
+    assert!(e.contains("not a dm-log-writes log"), "{e}");
+    let e = err(&["crash", "explore", "--log", dir.path().join("log").to_str().unwrap(), "--stack", "zfs"]);
+    assert!(e.contains("expected ext4, xfs, btrfs or raw"), "{e}");
+    let e = err(&["crash", "explore", "--log", dir.path().join("log").to_str().unwrap(), "--stack", "ext4", "--start-mark", "nope"]);
+    assert!(e.contains("no mark named"), "{e}");
+    // an experiment whose stack explore cannot take
+    let exp = dir.path().join("raid.yaml");
+    std::fs::write(&exp, EXPERIMENT.replace("{ fs: ext4 }", "{ fs: btrfs, raid1: true }")).unwrap();
+    let e = err(&["crash", "explore", exp.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()]);
+    assert!(e.contains("raid1") || e.contains("btrfs-raid1"), "{e}");
+}
+
+#[test]
+fn kill_9_during_explore_leaves_nothing_behind() {
+    let run = RunDir::new("crash-kill9");
+    let dir = tempfile::tempdir().unwrap();
+    let exp = dir.path().join("exp.yaml");
+    std::fs::write(&exp, EXPERIMENT.replace("ops: 24", "ops: 60")).unwrap();
+    let out = dir.path().join("out");
+    let mut c = run
+        .cmd(&["crash", "explore"])
+        .arg(&exp)
+        .args(["--per-epoch", "2", "-q", "--out"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // wait until states are being checked, then kill it mid-state
+    let t = Instant::now();
+    while std::fs::read_to_string(out.join("states.jsonl")).map_or(0, |s| s.lines().count()) < 3 {
+        assert!(t.elapsed() < Duration::from_secs(120), "explore checked no states");
+        assert!(c.try_wait().unwrap().is_none(), "explore ended early");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.kill().unwrap();
+    c.wait().unwrap();
+    // its state server notices, releases the mount and the device, and ends
+    let t = Instant::now();
+    loop {
+        let left = run.leftovers();
+        if left.is_empty() {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "left behind: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
