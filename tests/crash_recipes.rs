@@ -61,14 +61,21 @@ fn run(rd: &RunDir, yaml: &str) -> (bool, Value, String) {
     (o.status.success(), serde_json::from_str(&results).unwrap(), text)
 }
 
-/// The application check's numbers recorded for each setup: the JSON object in the setup's
-/// repetition that carries `acked` and `lost` (where the run records the check's last line).
-fn app_checks(results: &Value) -> Vec<(String, Value)> {
-    fn find(v: &Value) -> Option<&Value> {
+/// What the run recorded of each setup's cut: the application check (`app_check`: the
+/// command, its `verdict`, the numbers of its last stdout line as `figures`) and the file
+/// system's check after the journal replay (`check`: its `verdict`).
+struct Cut {
+    setup: String,
+    figures: Value,
+    app_verdict: String,
+    fs_verdict: String,
+}
+
+fn cuts(results: &Value) -> Vec<Cut> {
+    fn find<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
         match v {
-            Value::Object(m) if m.contains_key("acked") && m.contains_key("lost") => Some(v),
-            Value::Object(m) => m.values().find_map(find),
-            Value::Array(a) => a.iter().find_map(find),
+            Value::Object(m) => m.get(key).filter(|x| !x.is_null()).or_else(|| m.values().find_map(|x| find(x, key))),
+            Value::Array(a) => a.iter().find_map(|x| find(x, key)),
             _ => None,
         }
     }
@@ -76,45 +83,52 @@ fn app_checks(results: &Value) -> Vec<(String, Value)> {
     setups
         .iter()
         .map(|s| {
-            let name = s["name"].as_str().unwrap().to_string();
+            let setup = s["name"].as_str().unwrap().to_string();
             let rep = &s["repetitions"][0];
-            let c = find(rep).unwrap_or_else(|| panic!("setup {name}: no application check numbers recorded: {rep:#}"));
-            (name, c.clone())
+            let app = find(rep, "app_check").unwrap_or_else(|| panic!("setup {setup}: no application check recorded: {rep:#}"));
+            let fs_verdict = find(rep, "crash").and_then(|c| c["check"]["verdict"].as_str()).unwrap_or("none").to_string();
+            Cut { setup, figures: app["figures"].clone(), app_verdict: app["verdict"].as_str().unwrap_or("").to_string(), fs_verdict }
         })
         .collect()
 }
 
+/// A count of the check's line (recorded as a JSON number, possibly a float).
 fn num(c: &Value, k: &str) -> u64 {
-    c[k].as_u64().unwrap_or_else(|| panic!("`{k}` is not a count in {c}"))
+    let x = c[k].as_f64().unwrap_or_else(|| panic!("`{k}` is not recorded as a number in {c}"));
+    assert!(x >= 0.0 && x.fract() == 0.0, "`{k}` is not a count in {c}");
+    x as u64
 }
 
-/// Every model: something was acknowledged before the cut, and it is all there, whole.
-fn assert_nothing_acked_lost(results: &Value, what: &str, integrity: bool) {
-    let checks = app_checks(results);
-    assert_eq!(checks.len(), MODELS.len(), "{what}: one check per model");
-    for (setup, c) in checks {
+/// Every model: something was acknowledged before the cut, and it is all there, whole; the
+/// application's and the file system's checks passed.
+fn assert_nothing_acked_lost(results: &Value, what: &str, flags: &[&str]) {
+    let cuts = cuts(results);
+    assert_eq!(cuts.len(), MODELS.len(), "{what}: one cut per model");
+    for Cut { setup, figures: c, app_verdict, fs_verdict } in cuts {
         let acked = num(&c, "acked");
         assert!(acked > 0, "{what} {setup}: nothing was acknowledged before the cut, the cut proves nothing: {c}");
         assert_eq!(num(&c, "lost"), 0, "{what} {setup}: acknowledged commits lost: {c}");
         assert_eq!(num(&c, "corrupt"), 0, "{what} {setup}: acknowledged commits corrupt: {c}");
         assert_eq!(num(&c, "present"), acked, "{what} {setup}: {c}");
-        if integrity {
-            assert_eq!(c["integrity"], "ok", "{what} {setup}: {c}");
-            assert_eq!(c["tally_ok"], true, "{what} {setup}: a commit applied in part: {c}");
+        for f in flags {
+            assert_eq!(num(&c, f), 1, "{what} {setup}: {f}: {c}");
         }
+        assert_eq!(app_verdict, "consistent", "{what} {setup}: {c}");
+        assert_eq!(fs_verdict, "clean", "{what} {setup}: e2fsck after the journal replay");
     }
 }
 
 /// Every model: the check ran and its counts add up; what they are is the finding, not asserted.
 fn assert_numbers_reported(results: &Value, what: &str) -> String {
-    let checks = app_checks(results);
-    assert_eq!(checks.len(), MODELS.len(), "{what}: one check per model");
+    let cuts = cuts(results);
+    assert_eq!(cuts.len(), MODELS.len(), "{what}: one cut per model");
     let mut seen = Vec::new();
-    for (setup, c) in checks {
+    for Cut { setup, figures: c, app_verdict, fs_verdict } in cuts {
         let acked = num(&c, "acked");
         assert!(acked > 0, "{what} {setup}: nothing was acknowledged before the cut: {c}");
         assert_eq!(num(&c, "present") + num(&c, "lost") + num(&c, "corrupt"), acked, "{what} {setup}: {c}");
-        seen.push(format!("{setup}: {c}"));
+        assert!(["consistent", "inconsistent"].contains(&app_verdict.as_str()), "{what} {setup}: verdict {app_verdict:?}");
+        seen.push(format!("{setup}: {c} app {app_verdict}, e2fsck {fs_verdict}"));
     }
     seen.join("\n")
 }
@@ -143,7 +157,7 @@ fn sqlite_synchronous_full_keeps_every_acknowledged_commit_under_every_model() {
     }
     let rd = RunDir::new("sqlite-full");
     let (ok, results, text) = run(&rd, &sqlite("full"));
-    assert_nothing_acked_lost(&results, "sqlite synchronous=FULL", true);
+    assert_nothing_acked_lost(&results, "sqlite synchronous=FULL", &["integrity_ok", "tally_ok"]);
     assert!(ok, "faultline run failed although every check passed:\n{text}");
 }
 
@@ -164,7 +178,7 @@ fn postgres(fsync: &str) -> String {
     example_has("crash-postgres.yaml", &command);
     example_has("crash-postgres.yaml", PG_CHECK);
     // initdb and the server's start take the first seconds
-    experiment(&format!("postgres-fsync-{fsync}"), &command, PG_CHECK, &[], "8s")
+    experiment(&format!("postgres-fsync-{fsync}"), &command, PG_CHECK, &[], "10s")
 }
 
 fn need_postgres() -> bool {
@@ -196,7 +210,7 @@ fn postgres_fsync_on_keeps_every_acknowledged_transaction_under_every_model() {
     let rd = RunDir::new("pg-on");
     let (ok, results, text) = run(&rd, &postgres("on"));
     assert!(postgres_left(&rd.0).is_empty(), "postgres processes left: {:?}", postgres_left(&rd.0));
-    assert_nothing_acked_lost(&results, "postgres fsync=on", true);
+    assert_nothing_acked_lost(&results, "postgres fsync=on", &["integrity_ok", "tally_ok"]);
     assert!(ok, "faultline run failed although every check passed:\n{text}");
 }
 
@@ -225,7 +239,7 @@ fn files(barrier: &str) -> String {
 fn ext4_with_barriers_keeps_every_fsynced_file_under_every_model() {
     let rd = RunDir::new("ext4-barrier");
     let (ok, results, text) = run(&rd, &files("barrier=1"));
-    assert_nothing_acked_lost(&results, "ext4 barrier=1", false);
+    assert_nothing_acked_lost(&results, "ext4 barrier=1", &[]);
     assert!(ok, "faultline run failed although every check passed:\n{text}");
 }
 

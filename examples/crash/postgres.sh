@@ -26,7 +26,8 @@
 # installed if missing), and checks that every acknowledged transaction's R rows are there
 # with the right values: `present`, `lost` (no row left), `corrupt` (some rows missing or
 # wrong). `extra` counts transactions found that were never acknowledged (allowed), `tally_ok`
-# whether the tally equals the number of transactions in the table. If the server cannot
+# (1/0) whether the tally equals the number of transactions in the table, `integrity_ok` (1/0)
+# whether pg_amcheck was clean (`integrity` says what it found). If the server cannot
 # start, `integrity` says so and every acknowledged transaction counts as lost. The last stdout
 # line is a JSON object with these numbers; the exit status is 0 only if nothing acknowledged
 # is lost or corrupt, pg_amcheck was clean and the tally adds up. The server is stopped before
@@ -137,7 +138,7 @@ check)
   rm -f "$DATA/postmaster.pid"
   if ! start_server on 120; then
     why=$(grep -E 'PANIC|FATAL|ERROR' "$PG/server.log" | tail -1 | tr -d '"\\' | cut -c1-200)
-    printf '{"acked": %d, "present": 0, "lost": %d, "corrupt": 0, "extra": 0, "integrity": "server did not start: %s", "tally_ok": false}\n' "$acked" "$acked" "${why:-see $PG/server.log}"
+    printf '{"acked": %d, "present": 0, "lost": %d, "corrupt": 0, "extra": 0, "integrity": "server did not start: %s", "integrity_ok": 0, "tally_ok": 0}\n' "$acked" "$acked" "${why:-see $PG/server.log}"
     exit 1
   fi
   integrity=ok
@@ -160,9 +161,10 @@ check)
     END {
       for (k in acked) { na++; if (!(k in seen)) lost++; else if (whole[k]) present++; else corrupt++ }
       for (k in seen) if (!(k in acked)) { if (whole[k]) extra++; else corrupt++ }
-      tok = (tally == ntx) ? "true" : "false"
-      printf "{\"acked\": %d, \"present\": %d, \"lost\": %d, \"corrupt\": %d, \"extra\": %d, \"integrity\": \"%s\", \"tally_ok\": %s}\n", na, present, lost, corrupt, extra, integrity, tok
-      exit (lost == 0 && corrupt == 0 && integrity == "ok" && tok == "true") ? 0 : 1
+      tok = (tally == ntx) ? 1 : 0
+      iok = (integrity == "ok") ? 1 : 0
+      printf "{\"acked\": %d, \"present\": %d, \"lost\": %d, \"corrupt\": %d, \"extra\": %d, \"integrity\": \"%s\", \"integrity_ok\": %d, \"tally_ok\": %d}\n", na, present, lost, corrupt, extra, integrity, iok, tok
+      exit (lost == 0 && corrupt == 0 && iok && tok) ? 0 : 1
     }'
   ;;
 *) die "usage: postgres.sh write --fsync on|off [--writers W] [--rows R] [--checkpoint-every N] | postgres.sh check" ;;

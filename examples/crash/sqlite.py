@@ -18,8 +18,9 @@ every acknowledged transaction checks that its R rows are there with the right v
 A transaction is `present` (all rows right), `lost` (no row left) or `corrupt` (some rows
 missing or wrong: SQLite commits atomically, so this is a failure too). `extra` counts
 transactions found that were never acknowledged (committed, then the power went before the
-ack was written: allowed). `tally_ok` says whether the tally row equals the number of
-transactions in the table (a commit is all or nothing). The last stdout line is a JSON object
+ack was written: allowed). `tally_ok` (1/0) says whether the tally row equals the number of
+transactions in the table (a commit is all or nothing), `integrity_ok` (1/0) whether
+integrity_check said ok (`integrity` is its text). The last stdout line is a JSON object
 with these numbers; the exit status is 0 only if nothing acknowledged is lost or corrupt and
 integrity_check said ok.
 """
@@ -119,6 +120,9 @@ def check(args):
             else:
                 out["corrupt"] += 1
     ok = out["lost"] == 0 and out["corrupt"] == 0 and out["integrity"] == "ok" and out["tally_ok"]
+    # flags as 0/1 too: the run records the line's numbers
+    out["integrity_ok"] = int(out["integrity"] == "ok")
+    out["tally_ok"] = int(out["tally_ok"])
     print(json.dumps(out), flush=True)
     return 0 if ok else 1
 
