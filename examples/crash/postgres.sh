@@ -16,9 +16,9 @@
 # torn down; a PID namespace dies as a whole when its first process (this script) is killed.
 # The server's System V shared memory segment goes with the IPC namespace, also under SIGKILL;
 # dynamic shared memory is `mmap` (files in the data directory, on the faulty disk). W writers
-# loop: each transaction inserts R rows (W, n, i) whose value is a function of them and adds 1
-# to the `tally` row; when psql returns 0 the COMMIT succeeded, and only then "W-n" is appended
-# to the acks file. Every N transactions writer 1 runs CHECKPOINT, so data files get written
+# loop, each with one psql session: each transaction inserts R rows (W, n, i) whose value is a
+# function of them and adds 1 to the `tally` row; psql prints "committed n" after the COMMIT
+# returned, and only then "W-n" is appended to the acks file. Every N transactions writer 1 runs CHECKPOINT, so data files get written
 # (and, with fsync=on, flushed) during the run. Loops until killed.
 #
 # check: starts the server on the remounted data directory (crash recovery replays the WAL),
@@ -74,7 +74,8 @@ stop_server() {
   SERVER=
 }
 
-value_sql() { echo "repeat(md5($1 || ':' || $2 || ':' || $3), 16)"; } # 512 bytes per row
+# The value of row ($1, $2, $3) as SQL, in $VALUE: 512 bytes, a function of the three.
+value_sql() { VALUE="repeat(md5($1 || ':' || $2 || ':' || $3), 16)"; }
 
 # --- as root: the directories, then this script again as postgres in its own IPC namespace.
 # The acks file is opened here (fd 3, append) because the postgres user may not write where
@@ -112,14 +113,20 @@ write)
   echo "postgres.sh: fsync=$fsync, $writers writers, $ROWS rows per transaction, checkpoint every $every"
   for w in $(seq 1 "$writers"); do
     (
+      # one session per writer; `\echo` prints only after the COMMIT before it succeeded (on an
+      # error ON_ERROR_STOP ends psql, and the read below sees end of file). psql flushes its
+      # output at each command, so the line arrives as soon as the COMMIT returned.
+      coproc PSQL { exec psql -X -q -v ON_ERROR_STOP=1; }
       n=1
       while :; do
-        psql -X -q -v ON_ERROR_STOP=1 -c "BEGIN;
-          INSERT INTO rows SELECT $w, $n, i, $(value_sql $w $n i) FROM generate_series(0, $((ROWS - 1))) i;
-          UPDATE tally SET n = n + 1 WHERE id = 1; COMMIT;" || exit 1
+        value_sql "$w" "$n" i
+        printf '%s\n' "BEGIN; INSERT INTO rows SELECT $w, $n, i, $VALUE FROM generate_series(0, $((ROWS - 1))) i;" \
+          "UPDATE tally SET n = n + 1 WHERE id = 1; COMMIT;" "\\echo committed $n" >&"${PSQL[1]}"
+        if [ "$w" = 1 ] && [ $((n % every)) = 0 ]; then echo CHECKPOINT\; >&"${PSQL[1]}"; fi
+        read -r line <&"${PSQL[0]}" || exit 1
+        [ "$line" = "committed $n" ] || { echo "postgres.sh: writer $w: psql said $line" >&2; exit 1; }
         # COMMIT returned: only now is it acknowledged
         echo "$w-$n" >&3
-        if [ "$w" = 1 ] && [ $((n % every)) = 0 ]; then psql -X -q -c CHECKPOINT || exit 1; fi
         n=$((n + 1))
       done
     ) &
@@ -146,7 +153,8 @@ check)
     integrity="pg_amcheck: $(grep -c . "$PG/amcheck.out") lines: $(head -1 "$PG/amcheck.out" | tr -d '"\\' | cut -c1-160)"
   fi
   # every transaction in the table: w-txn, rows, rows with the right value
-  found=$(psql -X -q -A -t -F ' ' -v ON_ERROR_STOP=1 -c "SELECT w || '-' || txn, count(*), count(*) FILTER (WHERE v = $(value_sql w txn i)) FROM rows GROUP BY w, txn" 2>"$PG/query.err") || {
+  value_sql w txn i
+  found=$(psql -X -q -A -t -F ' ' -v ON_ERROR_STOP=1 -c "SELECT w || '-' || txn, count(*), count(*) FILTER (WHERE v = $VALUE) FROM rows GROUP BY w, txn" 2>"$PG/query.err") || {
     integrity="query failed: $(head -1 "$PG/query.err" | tr -d '"\\' | cut -c1-160)"
     found=
   }
