@@ -143,6 +143,9 @@ check)
   # in it; in this new namespace that number may belong to one of our own processes, and the
   # server would then refuse to start.
   rm -f "$DATA/postmaster.pid"
+  # The same for the socket's lock file (the cut may also have left it empty, which the server
+  # takes for another server starting): the socket directory is ours alone.
+  rm -f "$RUN"/.s.PGSQL.*
   if ! start_server on 120; then
     why=$(grep -E 'PANIC|FATAL|ERROR' "$PG/server.log" | tail -1 | tr -d '"\\' | cut -c1-200)
     printf '{"acked": %d, "present": 0, "lost": %d, "corrupt": 0, "extra": 0, "integrity": "server did not start: %s", "integrity_ok": 0, "tally_ok": 0}\n' "$acked" "$acked" "${why:-see $PG/server.log}"

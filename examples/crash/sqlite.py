@@ -82,7 +82,7 @@ def check(args):
             acked = [int(line) for line in f if line.strip()]
     except FileNotFoundError:
         acked = []
-    out = {"acked": len(acked), "present": 0, "lost": 0, "corrupt": 0, "extra": 0, "integrity": "ok", "tally_ok": True}
+    out = {"acked": len(acked), "present": 0, "lost": 0, "corrupt": 0, "extra": 0, "integrity": "ok", "tally_ok": False}
     path = db_path()
     try:
         if not os.path.exists(path):
