@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 [ "$(id -u)" = 0 ] || { echo "setup: run as root (faultline mounts FUSE and attaches loop devices)" >&2; exit 1; }
 
-PKGS=(fuse3 libfuse3-dev pkg-config clang libelf-dev zlib1g-dev fio nbdkit libnbd-bin python3-libnbd qemu-utils xfsprogs btrfs-progs e2fsprogs util-linux udev duperemove curl ca-certificates build-essential openssh-server openssh-client iperf3 iputils-ping nftables iproute2 bpftool)
+PKGS=(fuse3 libfuse3-dev pkg-config clang libelf-dev zlib1g-dev fio nbdkit libnbd-bin python3-libnbd qemu-utils xfsprogs btrfs-progs e2fsprogs util-linux udev duperemove curl ca-certificates build-essential openssh-server openssh-client iperf3 iputils-ping nftables iproute2 bpftool python3 postgresql)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -90,7 +90,9 @@ TRANSPORT_PINNED=(
 # change what the whole machine shares (the CPU latency limit, the next free loop device's
 # settings). run's dedup study counted no failure for its rotten shared block twice beside
 # other binaries over classic /dev/fuse (btrfs saw the corruption), and passed alone.
-ALONE=(agents_run busy_poll cleanup cluster cpu_latency delay latency_model monitor nbd_client net performability run steer)
+# crash_recipes cuts the power a fixed time into database runs (initdb, start-up, commits):
+# beside other binaries, fewer or no commits come before the cut.
+ALONE=(agents_run busy_poll cleanup cluster cpu_latency crash_recipes delay latency_model monitor nbd_client net performability run steer)
 # Other binaries run this many at a time, each with this many tests at a time.
 JOBS=${FAULTLINE_TEST_JOBS:-3}
 THREADS=${FAULTLINE_TEST_THREADS:-2}
