@@ -57,7 +57,9 @@ for p in "${points[@]}"; do
   fio_turns "$work/turns/$pname" "$rounds" "$secs" none volatile
 done
 "$fl" fault --socket "$work/volatile.sock" stats |
-  python3 -c 'import json, sys; c = json.load(sys.stdin)["write_cache"]; print(f"volatile cache after the run: {c[\"drains\"]} drains, {c[\"flushes\"]} flushes, {c[\"unflushed\"]} writes unflushed ({c[\"held_bytes\"] >> 20} MiB of undo copies held, bound {c[\"limit_bytes\"] >> 20} MiB)")'
+  python3 -c 'import json, sys
+c = json.load(sys.stdin)["write_cache"]
+print("volatile cache after the run: %d drains, %d flushes, %d writes unflushed (%d MiB of undo copies held, bound %d MiB)" % (c["drains"], c["flushes"], c["unflushed"], c["held_bytes"] >> 20, c["limit_bytes"] >> 20))'
 
 python3 - "$work" "$here" "${points[@]}" <<'PY'
 import os, sys, statistics
