@@ -65,6 +65,9 @@ TRANSPORT_FREE=(
   nbd_client::interface_nbd_workload_and_verify_against_ours_with_retries
   nbd_client::one_connection_shared_by_threads_out_of_order_replies_and_a_timeout_among_them
   nbd_client::target_queue_depth_is_probed_in_networked_experiments
+  power_cut::a_seed_repeats_its_survivors
+  power_cut::bad_power_requests_are_refused_clearly
+  power_cut::flush_and_fua_over_nbd
   slowdown::bad_matrices_say_where_and_what_is_allowed
   slowdown::matrix_expands_to_named_merged_setups_in_order
   slowdown::matrix_faults_from_several_axes_are_joined_and_baseline_parses
@@ -76,6 +79,8 @@ TRANSPORT_FREE=(
 TRANSPORT_PINNED=(
   actions
   delay
+  power_cut::each_model_keeps_what_it_says_over_the_loop_device
+  power_cut::the_page_cache_above_the_device_does_not_leak_pre_cut_data
   slowdown::paired_runs_alternate_and_show_the_write_slowdown
 )
 

@@ -82,6 +82,8 @@ pub struct Disk {
     nbd_client: Option<Arc<crate::nbd::client::Counters>>,
     /// Test-only (`frontend::guard`): a read or write covering this byte panics.
     panic_at: Option<u64>,
+    /// The loop device the disk is served on, whose page cache a power cut drops.
+    loop_device: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 impl Disk {
@@ -96,6 +98,9 @@ impl Disk {
         // a size given is checked before any store is reserved or any file created
         if let Some(size) = cfg.size {
             check_size(size)?;
+        }
+        if cfg.write_cache == cache::CacheMode::Volatile {
+            crate::spec::disk::check_write_cache_size(cfg.write_cache_size).map_err(anyhow::Error::msg)?;
         }
         let mut nbd_client = None;
         let store: Box<dyn Store> = match &cfg.store {
@@ -143,7 +148,7 @@ impl Disk {
         let (size, describe) = (store.size(), store.describe());
         let cached = cache::WriteCache::new(cache, cache_size, layer::StoreLayer(store));
         let top = service::Counted::new(latency::Modelled::new(latency, faults::Faults::new(block_size, cached)));
-        Disk { top, size, block_size, describe, nbd_client: None, panic_at: None }
+        Disk { top, size, block_size, describe, nbd_client: None, panic_at: None, loop_device: Default::default() }
     }
 
     pub fn size(&self) -> u64 {
@@ -170,8 +175,21 @@ impl Disk {
     }
     /// Cut the power: the cache applies `model` (seeded) to the unflushed writes, then every
     /// request fails until `power_on`. Refused on a disk without a volatile cache.
+    ///
+    /// Served on a loop device, its page cache goes too, once the power is off: dirty pages
+    /// fail their writeback against the dead device and clean ones are dropped, so nothing
+    /// read after power-on comes from before the cut (docs/crash.md). Call it from a thread
+    /// that serves no FUSE request (that writeback comes back to the daemon).
     pub fn power_cut(&self, model: cache::SurvivalModel, seed: u64) -> Result<cache::CutReport> {
-        self.cache().power_cut(model, seed)
+        let r = self.cache().power_cut(model, seed)?;
+        if let Some(dev) = self.loop_device.get() {
+            crate::sys::drop_page_cache(dev)?;
+        }
+        Ok(r)
+    }
+    /// The loop device the disk is served on (`ServedDisk`): a power cut drops its page cache.
+    pub fn set_loop_device(&self, dev: &std::path::Path) {
+        let _ = self.loop_device.set(dev.to_owned());
     }
     /// Power on after a cut.
     pub fn power_on(&self) -> Result<()> {
@@ -248,6 +266,31 @@ impl Disk {
 
     pub fn flush(&self) -> Outcome {
         self.top.flush()
+    }
+
+    /// Run `f`'s requests with FUA (Forced Unit Access), then flush: the NBD server's
+    /// `NBD_CMD_FLAG_FUA`. Without a volatile cache that is `f` then a flush, as before; with
+    /// one, the writes `f` makes are durable at once (every survival model keeps them) while
+    /// earlier unflushed writes stay volatile: the flush that follows goes down to the store
+    /// (and through the rules and counters as any flush) but ends no epoch (docs/crash.md).
+    pub fn with_fua(&self, f: impl FnOnce(&Disk) -> Outcome) -> Outcome {
+        cache::as_fua(true, || {
+            let o = f(self);
+            if o.errno.is_some() {
+                return o;
+            }
+            let fl = self.flush();
+            let delay = match (o.delay, fl.delay) {
+                (Some(x), Some(y)) => Some(x + y),
+                (x, y) => x.or(y),
+            };
+            Outcome { errno: fl.errno, delay }
+        })
+    }
+
+    /// A FUA write (`with_fua`).
+    pub fn write_fua(&self, off: u64, data: &[u8]) -> Outcome {
+        self.with_fua(|d| d.write(off, data))
     }
 
     pub fn discard(&self, off: u64, len: u64) -> Outcome {

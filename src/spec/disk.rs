@@ -83,6 +83,15 @@ pub struct DiskConfig {
 /// The volatile cache's default bound on unflushed bytes.
 pub const DEFAULT_WRITE_CACHE_SIZE: u64 = 256 << 20;
 
+/// The volatile cache's bound must hold one block's undo copy (below it every write is written
+/// back at once: the cache would keep nothing).
+pub fn check_write_cache_size(n: u64) -> Result<u64, String> {
+    if n < 4096 {
+        return Err(format!("write_cache_size {n} is too small; allowed: 4KiB or more (default 256MiB)"));
+    }
+    Ok(n)
+}
+
 fn default_write_cache_size() -> u64 {
     DEFAULT_WRITE_CACHE_SIZE
 }

@@ -60,7 +60,11 @@ impl ServedDisk {
         let mut me = ServedDisk { disk: disk.clone(), exposed: None, nbd: None, ledger: None, socket: None };
         if how.loop_device {
             match Exposed::new(disk.clone(), front, &mut ledger) {
-                Ok(e) => me.exposed = Some(e),
+                Ok(e) => {
+                    // a power cut drops the device's page cache (docs/crash.md)
+                    disk.set_loop_device(&e.device);
+                    me.exposed = Some(e)
+                }
                 Err(e) => {
                     // undo whatever part was built (e.g. the mount point of a failed mount)
                     crate::sys::ledger::release(&ledger.data, &mut Vec::new());

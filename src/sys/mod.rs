@@ -102,3 +102,19 @@ pub fn json_call(
     let mut w = s.try_clone()?;
     json_exchange(&mut w, &mut std::io::BufReader::new(s), req, server)
 }
+
+// BLKFLSBUF = _IO(0x12, 97): write back a block device's dirty page cache, then drop it
+nix::ioctl_none!(blkflsbuf, 0x12, 97);
+
+/// Write back and drop the page cache of block device `dev` (BLKFLSBUF): after a power cut its
+/// dirty pages fail their writeback against the dead device and its clean ones go, so a
+/// buffered read after power-on sees what the device holds. Its writeback comes back to this
+/// process when the device is ours: call it from a thread that serves no request.
+pub fn drop_page_cache(dev: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(dev).with_context(|| format!("cannot open {} to drop its page cache", dev.display()))?;
+    // SAFETY: our open fd; BLKFLSBUF takes no argument
+    unsafe { blkflsbuf(f.as_raw_fd()) }.with_context(|| format!("cannot drop the page cache of {} (BLKFLSBUF)", dev.display()))?;
+    Ok(())
+}

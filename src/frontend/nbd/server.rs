@@ -713,7 +713,8 @@ impl Conn<'_> {
         }
         let disk = self.sh.disk.clone();
         let fua = req.flags & p::CMD_FLAG_FUA != 0;
-        let with_fua = |o: Outcome| if fua { then(o, || disk.flush()) } else { o };
+        // FUA: the request's writes durable at once, then a flush (`Disk::with_fua`)
+        let with_fua = |f: &dyn Fn(&Disk) -> Outcome| if fua { disk.with_fua(f) } else { f(&disk) };
         match req.cmd {
             p::CMD_READ => self.read(req, beyond),
             p::CMD_FLUSH => {
@@ -723,7 +724,7 @@ impl Conn<'_> {
             }
             p::CMD_TRIM | p::CMD_CACHE if beyond => self.error(req, libc::EINVAL, range_msg()),
             p::CMD_TRIM => {
-                let o = with_fua(disk.discard(req.offset, req.length));
+                let o = with_fua(&|d| d.discard(req.offset, req.length));
                 let e = o.errno;
                 self.reply(req, o, || fault_msg(e.unwrap_or(0)));
             }
@@ -739,8 +740,7 @@ impl Conn<'_> {
                 }
                 // without NO_HOLE a discard (the store reads zeroes after it), as the loop
                 // device sends write-zeroes: rules see it as `discard`
-                let o = if no_hole { write_zeroes(&disk, req.offset, req.length) } else { disk.discard(req.offset, req.length) };
-                let o = with_fua(o);
+                let o = with_fua(&|d| if no_hole { write_zeroes(d, req.offset, req.length) } else { d.discard(req.offset, req.length) });
                 let e = o.errno;
                 self.reply(req, o, || fault_msg(e.unwrap_or(0)));
             }
@@ -836,14 +836,17 @@ impl Conn<'_> {
                 let (out, writer, style) = (&mut self.out, &self.writer, self.style);
                 let data = if in_buf { &self.inb[self.start..self.start + len] } else { &self.big[..len] };
                 let (mut rest, mut sent) = (None, Ok(()));
-                self.sh.disk.write_then(req.offset, data, |o| {
-                    if early && o.errno.is_none() && o.delay.is_none() {
-                        p::status_reply(out, style, req, 0, "");
-                        sent = send(&writer.lock().unwrap(), &out.buf[..out.len]);
-                        out.len = 0;
-                    } else {
-                        rest = Some(o);
-                    }
+                let disk = &self.sh.disk;
+                crate::disk::cache::as_fua(fua, || {
+                    disk.write_then(req.offset, data, |o| {
+                        if early && o.errno.is_none() && o.delay.is_none() {
+                            p::status_reply(out, style, req, 0, "");
+                            sent = send(&writer.lock().unwrap(), &out.buf[..out.len]);
+                            out.len = 0;
+                        } else {
+                            rest = Some(o);
+                        }
+                    })
                 });
                 if in_buf {
                     self.start += len;
@@ -851,7 +854,8 @@ impl Conn<'_> {
                 sent?;
                 match rest {
                     None => return Ok(()),
-                    Some(o) if fua => then(o, || self.sh.disk.flush()),
+                    // the flush of a FUA write (`Disk::with_fua`)
+                    Some(o) if fua => then(o, || crate::disk::cache::as_fua(true, || self.sh.disk.flush())),
                     Some(o) => o,
                 }
             }
