@@ -27,37 +27,11 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock};
 
-/// Whether the disk has a volatile write cache (`write_cache`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum CacheMode {
-    /// every acknowledged write is durable (no cache; today's behaviour, costs nothing)
-    #[default]
-    None,
-    /// writes are durable once a flush (or FUA) after them completes; a power cut loses
-    /// what the survival model says
-    Volatile,
-}
-crate::spec::disk::keyword!(CacheMode, "write_cache", ["none", "volatile"]);
-
-/// What survives of the unflushed writes when the power is cut (docs/crash.md, each with the
-/// tool whose behaviour it matches).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SurvivalModel {
-    /// none of them (LazyFS `clear-cache`, Jepsen's `lose-unfsynced-writes!`)
-    LoseAll,
-    /// a prefix in completion order (dm-log-writes + replay-log to an entry)
-    KeepPrefix,
-    /// any subset (CrashMonkey's random subsets of the last epoch)
-    RandomSubset,
-    /// each write keeps some of its 512 B sectors (CrashMonkey per sector, LazyFS torn-op)
-    Torn,
-    /// a later write survives an earlier one that is lost (a cache writing back out of order)
-    Reorder,
-}
-crate::spec::disk::keyword!(SurvivalModel, "survival model", ["lose-all", "keep-prefix", "random-subset", "torn", "reorder"]);
+pub use crate::spec::disk::{CacheMode, SurvivalModel};
 
 /// What a power cut did (reply to `power_cut`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CutReport {
     pub model: Option<SurvivalModel>,
     pub seed: u64,

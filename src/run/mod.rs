@@ -281,10 +281,11 @@ impl Placement for Local {
         let cpu0 = drive_cpu(built);
         if let StackSpec::Command { command, .. } = &r.setup.stack {
             if command.acks {
-                let dir = r.out.join("acks");
-                std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
                 let kind = if r.baseline { "-baseline" } else { "" };
-                let p = dir.join(format!("{}{kind}-{}.txt", r.setup.name, r.index + 1));
+                // a matrix setup's name has `/`s: its acks file sits in folders of those names
+                let p = r.out.join("acks").join(format!("{}{kind}-{}.txt", r.setup.name, r.index + 1));
+                let dir = p.parent().expect("a file in acks/");
+                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
                 std::fs::File::create(&p).with_context(|| format!("cannot create {}", p.display()))?;
                 self.acks = Some(std::path::absolute(&p)?);
             }

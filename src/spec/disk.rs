@@ -74,7 +74,7 @@ pub struct DiskConfig {
     pub populate: Option<bool>,
     /// A volatile write cache (docs/crash.md); `none`: every acknowledged write is durable.
     #[serde(default)]
-    pub write_cache: crate::disk::cache::CacheMode,
+    pub write_cache: CacheMode,
     /// The most unflushed bytes the cache holds before it writes everything back on its own.
     #[serde(default = "default_write_cache_size")]
     pub write_cache_size: u64,
@@ -258,7 +258,35 @@ macro_rules! keyword {
         }
     };
 }
-pub(crate) use keyword;
+
+/// Whether the disk has a volatile write cache (`write_cache`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum CacheMode {
+    /// every acknowledged write is durable (no cache; today's behaviour, costs nothing)
+    #[default]
+    None,
+    /// writes are durable once a flush (or FUA) after them completes; a power cut loses
+    /// what the survival model says
+    Volatile,
+}
+keyword!(CacheMode, "write_cache", ["none", "volatile"]);
+
+/// What survives of the unflushed writes when the power is cut (docs/crash.md, each with the
+/// tool whose behaviour it matches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SurvivalModel {
+    /// none of them (LazyFS `clear-cache`, Jepsen's `lose-unfsynced-writes!`)
+    LoseAll,
+    /// a prefix in completion order (dm-log-writes + replay-log to an entry)
+    KeepPrefix,
+    /// any subset (CrashMonkey's random subsets of the last epoch)
+    RandomSubset,
+    /// each write keeps some of its 512 B sectors (CrashMonkey per sector, LazyFS torn-op)
+    Torn,
+    /// a later write survives an earlier one that is lost (a cache writing back out of order)
+    Reorder,
+}
+keyword!(SurvivalModel, "survival model", ["lose-all", "keep-prefix", "random-subset", "torn", "reorder"]);
 
 /// Whether the disk is served over FUSE over io_uring (`serve --ring`, `disk: {ring: ...}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

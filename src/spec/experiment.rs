@@ -214,7 +214,7 @@ struct RawDisk {
     latency: Option<Spanned<WordOr<super::latency::RawLatency>>>,
     populate: Option<bool>,
     /// The volatile write cache (docs/crash.md).
-    write_cache: Option<crate::disk::cache::CacheMode>,
+    write_cache: Option<crate::spec::disk::CacheMode>,
     write_cache_size: Option<Size>,
     ring_threads: Option<usize>,
     /// The NBD client's policy for an `nbd://` store (docs/nbd.md).
@@ -589,7 +589,7 @@ fn disk(d: Option<&Spanned<RawDisk>>, base: Option<&DiskSpec>, source: &str) -> 
         out.disk.write_cache = c;
     }
     if let Some(n) = v.write_cache_size {
-        if out.disk.write_cache != crate::disk::cache::CacheMode::Volatile {
+        if out.disk.write_cache != crate::spec::disk::CacheMode::Volatile {
             return Err(format!("{source}:{at}: disk `write_cache_size` bounds the volatile cache; it needs `write_cache: volatile`"));
         }
         out.disk.write_cache_size = super::disk::check_write_cache_size(n.0).map_err(|e| format!("{source}:{at}: {e}"))?;
@@ -715,7 +715,7 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskSpec, st: &StackSpec, sou
         };
         if r.value.is_power_cut() {
             let c = crate::spec::rule::yaml::validate_power_cut(r.value, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
-            if d.disk.write_cache != crate::disk::cache::CacheMode::Volatile {
+            if d.disk.write_cache != crate::spec::disk::CacheMode::Volatile {
                 return Err(format!(
                     "{source}:{at}: {label}: a power cut needs a disk with a volatile write cache: add `disk: {{write_cache: volatile}}` (this setup's disk has write_cache: {})",
                     d.disk.write_cache
@@ -798,7 +798,7 @@ mod tests {
     }
 
     /// A setup's faults parsed as the experiment parser does, on a disk with the given cache.
-    fn cut_faults(list: &str, cache: crate::disk::cache::CacheMode, st: &StackSpec) -> Result<SetupFaults, String> {
+    fn cut_faults(list: &str, cache: crate::spec::disk::CacheMode, st: &StackSpec) -> Result<SetupFaults, String> {
         let raw: Vec<Spanned<RawRule>> = serde_saphyr::from_str(list).map_err(|e| e.to_string())?;
         let mut d = disk(None, None, "t.yaml").unwrap();
         d.disk.write_cache = cache;
@@ -807,7 +807,7 @@ mod tests {
 
     #[test]
     fn power_cuts_parse_with_their_schedule() {
-        use crate::disk::cache::{CacheMode, SurvivalModel};
+        use crate::spec::disk::{CacheMode, SurvivalModel};
         use crate::spec::rule::yaml::CutTrigger;
         let ext4 = StackSpec::Fs { kind: FsKind::Ext4, mkfs: vec![], mount: vec![] };
         let one = |f: &str| cut_faults(&format!("- {f}\n"), CacheMode::Volatile, &ext4);
@@ -965,7 +965,7 @@ mod tests {
     /// unknown mode are refused naming the file and line.
     #[test]
     fn disk_write_cache_keys() {
-        use crate::disk::cache::CacheMode;
+        use crate::spec::disk::CacheMode;
         let e = parse_experiment("name: x\ndisk: {write_cache: volatile, write_cache_size: 64MiB}\nworkload: {size: 1MiB}\n", "t.yaml").unwrap();
         let d = &e.setups[0].disk.disk;
         assert_eq!((d.write_cache, d.write_cache_size), (CacheMode::Volatile, 64 << 20));

@@ -442,7 +442,7 @@ pub enum CutTrigger {
 /// `{type: power-cut, model, seed, when, disk}` of an experiment (docs/crash.md).
 #[derive(Clone, Debug, PartialEq)]
 pub struct PowerCutSpec {
-    pub model: crate::disk::cache::SurvivalModel,
+    pub model: crate::spec::disk::SurvivalModel,
     /// None: drawn per repetition (and recorded).
     pub seed: Option<u64>,
     pub trigger: CutTrigger,
@@ -473,8 +473,8 @@ pub(crate) fn validate_power_cut(r: RawRule, label: String) -> Result<PowerCutSp
         return Err(format!("`{k}` is not a key of a power cut; allowed: {CUT_KEYS}"));
     }
     let model = match r.model.as_deref() {
-        None => crate::disk::cache::SurvivalModel::LoseAll,
-        Some(m) => m.parse::<crate::disk::cache::SurvivalModel>()?,
+        None => crate::spec::disk::SurvivalModel::LoseAll,
+        Some(m) => m.parse::<crate::spec::disk::SurvivalModel>()?,
     };
     let Some(w) = r.when else { return Err(format!("a power cut needs `when`: {CUT_WHEN}")) };
     if w.every.is_some() || w.count.is_some() {
