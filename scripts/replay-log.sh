@@ -2,8 +2,8 @@
 # Build xfstests' replay-log (src/log-writes: replay-log.c + log-writes.c, GPL-2.0, not part of
 # this repository) for the dm-log-writes interop tests and for users replaying our logs.
 #   scripts/replay-log.sh [OUT]      prints the path of the binary (default target/replay-log)
-# The source: $XFSTESTS_SRC (an xfstests checkout, or a bare git directory of it), else a
-# shallow clone of the official repository into target/xfstests-src.
+# The source: $XFSTESTS_SRC (an xfstests checkout, or a bare git directory of it), else the
+# copy in vendor/xfstests-log-writes (its README names the commit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/replay-log}
@@ -11,14 +11,10 @@ files=(log-writes.h log-writes.c replay-log.c)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 src=${XFSTESTS_SRC:-}
-if [ -z "$src" ]; then
-  src=target/xfstests-src
-  if [ ! -d "$src" ]; then
-    git clone -q --depth 1 https://git.kernel.org/pub/scm/fs/xfs/xfstests-dev.git "$src" >&2
-  fi
-fi
 for f in "${files[@]}"; do
-  if [ -f "$src/src/log-writes/$f" ]; then
+  if [ -z "$src" ]; then
+    cp "vendor/xfstests-log-writes/$f" "$work/$f"
+  elif [ -f "$src/src/log-writes/$f" ]; then
     cp "$src/src/log-writes/$f" "$work/$f"
   else
     git --git-dir="$src" show "HEAD:src/log-writes/$f" >"$work/$f" 2>/dev/null ||
