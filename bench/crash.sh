@@ -13,8 +13,10 @@
 # (a drain; the count is printed). A point's loss is the median over rounds of the paired window
 # loss of volatile against none, with its bootstrap 90% interval (bench/windows.py).
 # POINTS="w4k-qd1 ..." runs only the points named; KEEP=DIR keeps the raw windows and logs;
-# HOLD_CPU_LATENCY=1 as in device.sh (bench/lib.sh). Last line:
-#   cache_overhead_pct=C   (C: the worst point's loss; target C <= 10)
+# HOLD_CPU_LATENCY=1 as in device.sh (bench/lib.sh). Then bench/crash-states.sh (ext4 crash
+# states checked per second by `faultline crash explore`). Last line:
+#   cache_overhead_pct=C crash_states_per_s=S   (C: the worst point's loss, target C <= 10;
+#   S: target >= 20)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -61,7 +63,7 @@ done
 c = json.load(sys.stdin)["write_cache"]
 print("volatile cache after the run: %d drains, %d flushes, %d writes unflushed (%d MiB of undo copies held, bound %d MiB)" % (c["drains"], c["flushes"], c["unflushed"], c["held_bytes"] >> 20, c["limit_bytes"] >> 20))'
 
-python3 - "$work" "$here" "${points[@]}" <<'PY'
+python3 - "$work" "$here" "${points[@]}" <<'PY' | tee "$work/overhead"
 import os, sys, statistics
 work = sys.argv[1]
 sys.path.insert(0, sys.argv[2])
@@ -81,3 +83,8 @@ print(f"{'  90% interval':<22}" + " ".join(f"{p}=[{ci[p][0]:.1f},{ci[p][1]:.1f}]
 print(f"({len(w)} rounds per point; loss: median over rounds of the paired window loss of volatile against none; intervals: bootstrap over rounds)")
 print(f"cache_overhead_pct={max(loss.values()):.1f}")
 PY
+C=$(tail -1 "$work/overhead" | cut -d= -f2)
+# the second figure: crash states checked per second (bench/crash-states.sh, its own runs)
+echo "== crash states per second (bench/crash-states.sh)" >&2
+S=$(bash "$here/crash-states.sh" | tee /dev/stderr | tail -1 | cut -d= -f2)
+echo "cache_overhead_pct=$C crash_states_per_s=$S"
