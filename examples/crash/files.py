@@ -80,8 +80,12 @@ def check(_args):
     except FileNotFoundError:
         acked = []
     d = os.path.join(env("FAULTLINE_MOUNT"), "files")
-    out = {"acked": len(acked), "present": 0, "lost": 0, "corrupt": 0, "extra": 0, "partial": 0}
-    names = set(os.listdir(d)) if os.path.isdir(d) else set()
+    out = {"acked": len(acked), "present": 0, "lost": 0, "corrupt": 0, "extra": 0, "partial": 0, "dir_unreadable": 0}
+    # a directory the cut damaged may not list (EIO, EUCLEAN): its files count as lost
+    try:
+        names = set(os.listdir(d)) if os.path.isdir(d) else set()
+    except OSError:
+        names, out["dir_unreadable"] = set(), 1
 
     def whole(n):
         try:
