@@ -85,8 +85,14 @@ fn cuts(results: &Value) -> Vec<Cut> {
         .map(|s| {
             let setup = s["name"].as_str().unwrap().to_string();
             let rep = &s["repetitions"][0];
-            let app = find(rep, "app_check").unwrap_or_else(|| panic!("setup {setup}: no application check recorded: {rep:#}"));
             let fs_verdict = find(rep, "crash").and_then(|c| c["check"]["verdict"].as_str()).unwrap_or("none").to_string();
+            // no application check where the file system did not mount after the cut: the
+            // run records why (`crash.mount`), and that is the cut's finding
+            let Some(app) = find(rep, "app_check") else {
+                let mount = find(rep, "crash").map(|c| c["mount"].clone()).unwrap_or_default();
+                assert!(mount.as_str().is_some_and(|m| m != "ok"), "setup {setup}: no application check recorded and the mount did not fail: {rep:#}");
+                return Cut { setup, figures: Value::Null, app_verdict: format!("not run: {}", mount.as_str().unwrap_or("")), fs_verdict };
+            };
             Cut { setup, figures: app["figures"].clone(), app_verdict: app["verdict"].as_str().unwrap_or("").to_string(), fs_verdict }
         })
         .collect()
@@ -128,7 +134,7 @@ fn assert_numbers_reported(results: &Value, what: &str) -> String {
         // must not have called the result consistent, and that is the finding
         if c.as_object().is_none_or(|m| m.is_empty()) {
             assert_ne!(app_verdict, "consistent", "{what} {setup}: a check that printed no figures called it consistent");
-            seen.push(format!("{setup}: the check printed no figures (app {app_verdict:?}, e2fsck {fs_verdict})"));
+            seen.push(format!("{setup}: no figures (app {app_verdict:?}, e2fsck {fs_verdict})"));
             continue;
         }
         let acked = num(&c, "acked");
