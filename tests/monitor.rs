@@ -114,8 +114,9 @@ fn assert_counted(got: (u64, u64), want: (u64, u64), m: &MonitorResults, what: &
     let unseen = (want.0 / 200).max(1);
     assert!(
         got.0 <= want.0 && short <= m.missed_events + lost + unseen && want.1 - got.1.min(want.1) == short * 4096 && got.1 <= want.1,
-        "{what}: monitor {got:?} vs {want:?} ({} events skipped by the kernel, {lost} requests not timed)\n{}notes: {:?}",
+        "{what}: monitor {got:?} vs {want:?} ({} events skipped by the kernel, {lost} requests not timed; completion events the program ran for, dataless: {:?})\n{}notes: {:?}",
         m.missed_events,
+        m.devices.iter().map(|d| (d.completions_seen, d.dataless)).collect::<Vec<_>>(),
         m.table(),
         m.notes
     );

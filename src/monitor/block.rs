@@ -440,6 +440,8 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
         lost_completions: 0,
         inflight_at_end: 0,
         early: ds[3],
+        completions_seen: ds.get(5).copied().unwrap_or(0),
+        dataless: ds.get(6).copied().unwrap_or(0),
         series,
         daemon: Default::default(),
     })

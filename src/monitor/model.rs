@@ -94,6 +94,12 @@ pub struct DeviceResults {
     /// Requests issued before the monitor started that completed while it ran: left out of the
     /// block figures (their issue time is not known).
     pub early: u64,
+    /// Completion events the block program ran for on this device (every op, partial ones
+    /// too), and of them the read/write ones without bytes (not counted: a preflush write's
+    /// flush end). Against the counted requests they tell a drop in the program from a
+    /// completion the kernel never ran it for.
+    pub completions_seen: u64,
+    pub dataless: u64,
     pub series: Vec<Interval>,
     /// The disk daemon's own figures for the device over the monitored span, by op (`faultline
     /// run` on its disks; empty elsewhere): its part of `block_service`.

@@ -110,8 +110,12 @@ static __always_inline void devstat_add(int d, int field)
 		ds->partial++;
 	else if (field == 3)
 		ds->early++;
-	else
+	else if (field == 4)
 		ds->backwards++;
+	else if (field == 5)
+		ds->seen++;
+	else
+		ds->dataless++;
 }
 
 // One completed request: `issue_ns` 0 when its issue time is unknown, `start_ns` 0 when its
@@ -120,10 +124,13 @@ static __always_inline void account(int d, u32 op, u64 bytes, u64 start_ns, u64 
 {
 	if (d < 0 || d >= MAX_DEVS || op >= NR_OPS)
 		return;
+	devstat_add(d, 5);
 	// a data write with a preflush is completed twice: its data, then (bytes used up) the
 	// end of its flush sequence
-	if (!bytes && (op == OP_READ || op == OP_WRITE))
+	if (!bytes && (op == OP_READ || op == OP_WRITE)) {
+		devstat_add(d, 6);
 		return;
+	}
 	if (!whole) {
 		devstat_add(d, 2);
 		return;

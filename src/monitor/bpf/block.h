@@ -31,6 +31,8 @@ struct devstat {
 	u64 partial; // partial completions (their bytes counted, the request once at its end)
 	u64 early; // completions of requests issued before the monitor started (not counted)
 	u64 backwards; // completions whose clock read before their issue stamp (counted, service 0)
+	u64 seen; // completion events the program ran for (every op, whole or partial)
+	u64 dataless; // read/write completions with no bytes (a preflush write's flush end: not counted)
 };
 
 struct slot {
