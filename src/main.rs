@@ -151,6 +151,12 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Net(a) => faultline::cli::net::net(a),
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
+            if let [dir] = &dirs[..]
+                && faultline::report::html_explore::is_explore_dir(dir)
+            {
+                println!("report: {}", faultline::report::html_explore::write(dir, out.as_deref())?.display());
+                return Ok(());
+            }
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;
             for r in &runs {
                 println!("{}\n{}", r.name, faultline::report::summary_table(r));

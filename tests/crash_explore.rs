@@ -244,6 +244,16 @@ fn without_barriers_fsynced_blocks_are_lost_in_subsets() {
     let last = rs.last().unwrap();
     assert_eq!((last["variant"].as_str(), last["oracle"]["durable_lost"].as_u64()), (Some("boundary"), Some(0)), "{last}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("durable blocks lost"));
+    // the report leads with the states per epoch by outcome and lists each failing state with
+    // its replay command; `faultline report DIR` rebuilds it from the directory
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("class=\"chart explore-figure\""), "no figure");
+    let replay = format!("faultline crash replay {} {}", out.display(), lost[0]["id"].as_str().unwrap());
+    assert!(html.contains(&replay), "report lacks `{replay}`");
+    std::fs::remove_file(out.join("report.html")).unwrap();
+    let o = run.cmd(&["report"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "report: {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read_to_string(out.join("report.html")).unwrap(), html, "the rebuilt report differs");
     assert_eq!(run.leftovers(), Vec::<String>::new());
 }
 
