@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
-# bench/net.sh [ROUNDS] [SECONDS] -- the user-space relay (faultline net up, no faults) against
-# a plain veth pair between two namespaces (faultline net up --veth, no relay), side by side.
+# bench/net.sh [ROUNDS] [SECONDS] -- the user-space relay (faultline net up) against a plain
+# veth pair between two namespaces (faultline net up --veth, no relay), side by side.
 #
-# Three networks of two hosts (client, target) exist for the whole run: `veth`, `relay` (the
+# Five networks of two hosts (client, target) exist for the whole run: `veth`, `relay` (the
 # default: links without rules take the veth fast path, so this is what an experiment's
-# fault-free links cost) and `relay-always` (--always-relay: every packet through the user-space
-# relay, its own cost, what a link under a rule pays before the rule's own effect). Points, the
-# same commands on every network:
+# fault-free links cost), `relay-always` (--always-relay: every packet through the user-space
+# relay), `faulted` (the default network with a rule of 0 delay on both directions: the links
+# go through the relay and the rule adds nothing of its own, so what is measured is what a link
+# under a rule pays beyond the rule) and `delay-1ms` (a 1 ms delay rule client -> target: the
+# round trip beyond the rule's own millisecond, through the relay's timer). Points, the same
+# commands on every network (tcp not on delay-1ms):
 #   tcp        iperf3 -c TARGET -t SECONDS, one TCP stream client -> target (Gbit/s, receiver)
 #   rtt        ping -i 0.005 -c 400 TARGET from the client: round-trip time p50 (us)
 # Each round measures every network back to back, in an order rotated per round, so the
 # machine's drift (other tenants) lands on all alike. Ratios are medians over rounds of the
-# per-round figures. Last line: relay_throughput_ratio=T added_latency_us_p50=L, where T is
-# relay tcp / veth tcp and L is relay rtt p50 - veth rtt p50 (a round trip crosses the relay
-# twice, so this is the added latency of a round trip, not of one way); the line before it
-# gives the same for relay-always.
+# per-round figures. Lines `NAME: throughput_ratio=T added_latency_us_p50=L` for relay-always
+# and relay (T: NAME tcp / veth tcp; L: NAME rtt p50 - veth rtt p50, a round trip, which
+# crosses the relay twice), `delay-1ms: added_latency_us_p50=L` (rtt p50 - 1000 - veth rtt
+# p50), then the last line: faulted_throughput_ratio=T faulted_added_latency_us_p50=L.
+#   BEFORE=PATH   another faultline binary (e.g. main's): its `faulted` and `delay-1ms` networks
+#                 run in the same rounds (faulted-before, delay-1ms-before), with their lines
+#                 before the last, so a change to the relay is compared within one run
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/.." && pwd)
@@ -33,9 +39,9 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 declare -A ns_client ns_target
-start() { # name, extra args
+start() { # name, extra args (the binary: $bin, default $fl)
   local name=$1; shift
-  "$fl" net up --hosts client,target --socket "$work/$name.sock" "$@" > "$work/$name.out" 2> "$work/$name.err" &
+  "${bin:-$fl}" net up --hosts client,target --socket "$work/$name.sock" "$@" > "$work/$name.out" 2> "$work/$name.err" &
   local p=$!
   pids+=($p)
   for _ in $(seq 100); do grep -q "Ctrl-C" "$work/$name.out" 2>/dev/null && break; sleep 0.1; done
@@ -47,7 +53,18 @@ start() { # name, extra args
 start veth --veth
 start relay
 start relay-always --always-relay
-names=(veth relay relay-always)
+start faulted
+"$fl" net set --socket "$work/faulted.sock" --from client --to target --both --delay 0ms >/dev/null
+start delay-1ms
+"$fl" net set --socket "$work/delay-1ms.sock" --from client --to target --delay 1ms >/dev/null
+names=(veth relay relay-always faulted delay-1ms)
+if [ -n "${BEFORE:-}" ]; then
+  bin=$BEFORE start faulted-before
+  "$BEFORE" net set --socket "$work/faulted-before.sock" --from client --to target --both --delay 0ms >/dev/null
+  bin=$BEFORE start delay-1ms-before
+  "$BEFORE" net set --socket "$work/delay-1ms-before.sock" --from client --to target --delay 1ms >/dev/null
+  names+=(faulted-before delay-1ms-before)
+fi
 sleep 0.5
 
 tcp() { ip netns exec "${ns_client[$1]}" iperf3 -c 10.77.0.2 -t "$secs" -J | python3 -c "import json,sys; print(json.load(sys.stdin)['end']['sum_received']['bits_per_second']/1e9)"; }
@@ -61,7 +78,7 @@ for r in $(seq "$rounds"); do
   n=${#names[@]}
   for k in $(seq 0 $((n - 1))); do
     name=${names[$(((k + r) % n))]}
-    res[$name,tcp,$r]=$(tcp "$name")
+    [[ "$name" = delay-1ms* ]] && res[$name,tcp,$r]=0 || res[$name,tcp,$r]=$(tcp "$name")
     res[$name,rtt,$r]=$(rtt "$name")
   done
   echo "round $r: $(for name in "${names[@]}"; do printf '%s tcp %.2f Gbit/s rtt p50 %s us; ' "$name" "${res[$name,tcp,$r]}" "${res[$name,rtt,$r]}"; done)" >&2
@@ -74,9 +91,23 @@ for name in "${names[@]}"; do
   l=$(for r in $(seq "$rounds"); do echo "${res[$name,rtt,$r]}"; done | median)
   printf '%-12s %12.2f %14s\n' "$name" "$t" "$l"
 done
+pair() { # name: throughput ratio and added rtt p50 against veth, medians over rounds
+  local ratio added
+  ratio=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$1,tcp,$r]}/${res[veth,tcp,$r]})"; done | median)
+  added=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$1,rtt,$r]}-${res[veth,rtt,$r]})"; done | median)
+  echo "$(printf %.2f "$ratio") $(printf %.1f "$added")"
+}
 for cand in relay-always relay; do
-  ratio=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$cand,tcp,$r]}/${res[veth,tcp,$r]})"; done | median)
-  added=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$cand,rtt,$r]}-${res[veth,rtt,$r]})"; done | median)
-  [ "$cand" = relay ] || echo "$cand: throughput_ratio=$(printf %.2f "$ratio") added_latency_us_p50=$(printf %.1f "$added")"
+  read -r t l < <(pair "$cand")
+  echo "$cand: throughput_ratio=$t added_latency_us_p50=$l"
 done
-echo "relay_throughput_ratio=$(printf %.2f "$ratio") added_latency_us_p50=$(printf %.1f "$added")"
+for cand in delay-1ms ${BEFORE:+delay-1ms-before}; do
+  l=$(for r in $(seq "$rounds"); do python3 -c "print(${res[$cand,rtt,$r]}-1000-${res[veth,rtt,$r]})"; done | median)
+  echo "$cand: added_latency_us_p50=$(printf %.1f "$l") (beyond the rule's 1000 us)"
+done
+if [ -n "${BEFORE:-}" ]; then
+  read -r t l < <(pair faulted-before)
+  echo "faulted-before: throughput_ratio=$t added_latency_us_p50=$l"
+fi
+read -r t l < <(pair faulted)
+echo "faulted_throughput_ratio=$t faulted_added_latency_us_p50=$l"

@@ -1,7 +1,8 @@
 //! The emulated network (docs/net.md) with real namespaces and real traffic: ping, iperf3, and
 //! our NBD server in the target host read by libnbd's nbdinfo/nbdcopy from the client host.
 //! Asserts the mechanics: delay realized per packet, loss ratios within binomial bounds,
-//! bursts from Gilbert-Elliott loss, partition and its clearing, windows on time, the rate
+//! bursts from Gilbert-Elliott loss, duplicates, reordering and jitter, partition and its
+//! clearing, windows on time, the rate
 //! cap, reset, and nothing left after teardown or after kill -9 and `faultline cleanup`.
 
 mod common;
@@ -169,6 +170,44 @@ fn delay_is_realized_per_packet() {
 }
 
 /// Loss runs in a ping sequence: lengths of the runs of missing icmp_seq values.
+#[test]
+fn duplicate_reorder_and_jitter_act_per_packet() {
+    if !need_net(&["ping"]) {
+        return;
+    }
+    let net = NetUp::start_with("client,target", &["--always-relay"]);
+    let t = target_addr(&net);
+    // duplicate 100% of the requests: the target answers each twice, ping reports the second
+    // answer as a duplicate
+    net.set(&["--from", "client", "--to", "target", "--duplicate", "100%"]);
+    let out = net.exec("client", "ping").args(["-n", "-W", "1", "-i", "0.01", "-c", "20", &t]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let dups = text.lines().filter(|l| l.contains("(DUP!)")).count();
+    let l = net.link("client", "target");
+    // ping ends at the 20th answer, before the last duplicate can arrive
+    assert!((19..=20).contains(&dups), "{dups} duplicates: {text}\n{l}");
+    assert!(l["duplicated"].as_u64() == l["packets"].as_u64() && l["delivered"].as_u64() == Some(2 * l["packets"].as_u64().unwrap()), "{l}");
+    net.clear();
+    // reorder half the requests by 30 ms: those answers come after later ones, and exactly the
+    // reordered ones take 30 ms or more
+    net.set(&["--from", "client", "--to", "target", "--reorder", "50%:30ms", "--seed", "7"]);
+    let got = ping(&net, "client", &t, 40, "0.005");
+    let l = net.link("client", "target");
+    let held = got.iter().filter(|p| p.1 >= 30.0).count() as u64;
+    let inversions = got.windows(2).filter(|w| w[1].0 < w[0].0).count();
+    assert!(
+        got.len() == 40 && held == l["reordered"].as_u64().unwrap() && (8..=32).contains(&held) && inversions > 0,
+        "held {held}, inversions {inversions}: {l} {got:?}"
+    );
+    net.clear();
+    // 5 ms +- 4 ms: the round trips spread over most of [1, 9] ms (plus the path's own time)
+    net.set(&["--from", "client", "--to", "target", "--delay", "5ms", "--jitter", "4ms", "--seed", "7"]);
+    let rtts: Vec<f64> = ping(&net, "client", &t, 100, "0.005").into_iter().map(|p| p.1).collect();
+    let (lo, hi) = (rtts.iter().copied().fold(f64::INFINITY, f64::min), rtts.iter().copied().fold(0.0, f64::max));
+    assert!(rtts.len() >= 97 && (1.0..2.5).contains(&lo) && hi > 7.5 && hi < 20.0, "jittered rtts from {lo} to {hi} ms: {rtts:?}");
+    net.stop();
+}
+
 fn loss_runs(got: &[(u32, f64, f64)], n: u32) -> Vec<u32> {
     let mut have = vec![false; n as usize + 1];
     for p in got {

@@ -42,6 +42,9 @@ enum NetCmd {
         /// path): the relay's own cost, as `bench/net.sh` measures it.
         #[arg(long)]
         always_relay: bool,
+        /// Run the relay's thread at normal priority instead of real-time (SCHED_FIFO 1).
+        #[arg(long)]
+        no_realtime: bool,
     },
     /// Add a fault rule on the packets from one host to another (all given faults together).
     Set(Box<SetArgs>),
@@ -130,8 +133,8 @@ impl SetArgs {
 
 pub fn net(a: NetArgs) -> Result<()> {
     match a.cmd {
-        NetCmd::Up { hosts, busy_poll, veth, always_relay } => {
-            up(&parse_host_list(&hosts).map_err(anyhow::Error::msg)?, RelayOptions { busy_poll, always_relay }, veth, a.socket)
+        NetCmd::Up { hosts, busy_poll, veth, always_relay, no_realtime } => {
+            up(&parse_host_list(&hosts).map_err(anyhow::Error::msg)?, RelayOptions { busy_poll, always_relay, normal_priority: no_realtime }, veth, a.socket)
         }
         NetCmd::Set(s) => {
             let rule = (*s).rule()?;

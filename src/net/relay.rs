@@ -1,9 +1,16 @@
-//! The user-space netem: one thread per host reads that host's TUN device and forwards each
-//! IPv4 packet to the TUN device of the host it is addressed to, through the rules of that
-//! link (source host -> destination host). A packet no active rule delays is written at once
-//! by the reading thread; delayed packets go to one timer thread per destination host
-//! (`sys::timer::TimerQueue`, as the disk's late replies).
-//! Buffers of delayed packets are recycled, so the steady state allocates nothing.
+//! The user-space netem: one thread, an event loop, reads every host's TUN device and forwards
+//! each IPv4 packet to the TUN device of the host it is addressed to, through the rules of that
+//! link (source host -> destination host). A packet no active rule delays is written at once;
+//! delayed packets wait in the loop's own deadline heap and are written when due.
+//!
+//! One thread for all because a write into a host's TUN device runs that host's receive path
+//! in the writer, so the answer (a ping's reply, a TCP ACK) is in the other device's queue when
+//! the write returns: the loop reads it at once, and a round trip through the relay costs one
+//! thread wake-up (the first packet's), not one per direction and per timer. The loop drains
+//! every device (a batch each in turn) before it sleeps, and it sleeps in one `ppoll` on all
+//! devices until shortly before the next deadline (by the lateness of its recent timed
+//! wake-ups, at least `SPIN`; 1 ns timer slack), then polls without sleeping up to it. Buffers of delayed packets are recycled, so the steady state
+//! allocates nothing.
 //!
 //! Kernel fast path (`bypass`): when the hosts are also joined by veth pairs, a host's route
 //! to a peer points at the veth while no rule on that link (direction) is active or about to
@@ -16,26 +23,33 @@ use super::packet;
 use super::tun;
 use crate::spec::net::{Loss, NetFault, NetRule};
 use crate::spec::rule::DelayDist;
-use crate::sys::timer::TimerQueue;
+use crate::sys::timer::{SPIN, Timed};
 use anyhow::{Result, bail};
 use arc_swap::ArcSwap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
 use serde_json::{Value, json};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Largest packet a TUN read returns: a 64 KiB segmentation burst and its header.
 const MAX_PKT: usize = 65536 + tun::VNET_HDR;
-/// Packets waiting in the timer thread at most (beyond: dropped and counted), so a long delay
-/// on a fast link cannot take all memory.
+/// Delayed packets waiting for one destination host at most (beyond: dropped and counted), so
+/// a long delay on a fast link cannot take all memory.
 const MAX_PENDING: usize = 65536;
-/// How late a delayed packet may leave before it is dropped instead (`timer`).
+/// How late a delayed packet may leave before it is dropped instead (`Loop::fire`).
 const OVERDUE: Duration = Duration::from_millis(10);
+/// Reads from one device before the loop turns to the next (and to due packets), so a busy
+/// sender cannot starve the other devices or hold delayed packets past their time.
+const BATCH: usize = 32;
+/// The most the loop polls without sleeping before a deadline (`Loop::run`'s `lead`).
+const MAX_LEAD: Duration = Duration::from_micros(250);
 /// Recycled buffers kept: packets (at most `POOL_BUF` bytes of capacity each), and
 /// segmentation bursts (delayed whole under a fixed delay; up to `MAX_PKT` each).
 const POOL_MAX: usize = 8192;
@@ -154,16 +168,14 @@ struct Shared {
     offloads: Vec<AtomicBool>,
     /// No port is a raw socket: TUN devices may pass segmentation bursts.
     allow_offloads: bool,
-    /// One timer queue and thread per destination host, so the directions of a link (and
-    /// the writes into different hosts, which run the receiver's stack) proceed in parallel.
-    timers: Vec<TimerQueue<Pending>>,
-    pool: Mutex<Vec<Vec<u8>>>,
-    pool_big: Mutex<Vec<Vec<u8>>>,
     stop: AtomicBool,
     stop_fd: OwnedFd,
     /// The next rule id, and the rules as set (id, rule, when).
     rules: Mutex<(u64, Vec<SetRule>)>,
     busy_poll: Duration,
+    normal_priority: bool,
+    /// The loop's thread runs real-time (SCHED_FIFO); false if not asked or refused.
+    realtime: AtomicBool,
     epoch: Instant,
     /// Serializes route switches; the controller thread waits on `ctl_cv` with it.
     ctl: Mutex<()>,
@@ -184,6 +196,8 @@ pub struct RelayOptions {
     /// Route every packet through the relay, even on links without rules (no veth pairs,
     /// no kernel fast path): what `bench/net.sh` measures as the relay's own cost.
     pub always_relay: bool,
+    /// Keep the relay's thread at normal priority (default: real-time, `Loop::run`).
+    pub normal_priority: bool,
 }
 
 impl Relay {
@@ -211,26 +225,19 @@ impl Relay {
             offloads: (0..n).map(|_| AtomicBool::new(allow_offloads)).collect(),
             allow_offloads,
             ports,
-            timers: (0..n).map(|_| TimerQueue::new()).collect(),
-            pool: Mutex::new(Vec::new()),
-            pool_big: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             stop_fd: tun::eventfd()?,
             rules: Mutex::new((1, Vec::new())),
             busy_poll: opts.busy_poll,
+            normal_priority: opts.normal_priority,
+            realtime: AtomicBool::new(false),
             epoch: Instant::now(),
             ctl: Mutex::new(()),
             ctl_cv: Condvar::new(),
         });
         let mut threads = Vec::new();
-        for i in (0..n).filter(|&i| !s.ports[i].raw) {
-            let s2 = s.clone();
-            threads.push(std::thread::Builder::new().name(format!("fl-net-{}", s.ports[i].name)).spawn(move || reader(&s2, i))?);
-        }
-        for i in 0..n {
-            let s2 = s.clone();
-            threads.push(std::thread::Builder::new().name(format!("fl-net-to-{}", s.ports[i].name)).spawn(move || timer(&s2, i))?);
-        }
+        let s2 = s.clone();
+        threads.push(std::thread::Builder::new().name("fl-net-relay".into()).spawn(move || Loop::new(n).run(&s2))?);
         if bypass {
             let s2 = s.clone();
             threads.push(std::thread::Builder::new().name("fl-net-routes".into()).spawn(move || controller(&s2))?);
@@ -370,7 +377,7 @@ impl Relay {
                        "device_tx_dropped": if p.raw { None } else { stats[i].get(super::IFNAME) }.and_then(|v| v["tx"]["dropped"].as_u64())})
             })
             .collect();
-        json!({"uptime_s": s.epoch.elapsed().as_secs_f64(), "hosts": hosts, "rules": rules, "links": links})
+        json!({"uptime_s": s.epoch.elapsed().as_secs_f64(), "realtime": s.realtime.load(Relaxed), "hosts": hosts, "rules": rules, "links": links})
     }
 
     /// Stop the threads; packets still waiting for their time are dropped.
@@ -383,9 +390,6 @@ impl Relay {
     pub fn halt(&self) {
         self.s.stop.store(true, Relaxed);
         let _ = nix::unistd::write(&self.s.stop_fd, &1u64.to_ne_bytes());
-        for q in &self.s.timers {
-            q.stop();
-        }
         {
             let _g = self.s.ctl.lock().unwrap();
             self.s.ctl_cv.notify_all();
@@ -510,39 +514,6 @@ fn write_pkt(p: &Port, buf: &[u8]) -> bool {
     nix::unistd::write(&p.fd, buf).is_ok()
 }
 
-fn reader(s: &Shared, i: usize) {
-    use nix::errno::Errno;
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut buf = vec![0u8; MAX_PKT];
-    let mut scratch = Vec::with_capacity(128);
-    let fd = &s.ports[i].fd;
-    let mut last = Instant::now();
-    while !s.stop.load(Relaxed) {
-        match nix::unistd::read(fd, &mut buf) {
-            Ok(0) => return,
-            Ok(len) => {
-                forward(s, i, &buf[..len], &mut scratch);
-                if !s.busy_poll.is_zero() {
-                    last = Instant::now();
-                }
-            }
-            Err(Errno::EAGAIN) => {
-                if !s.busy_poll.is_zero() && last.elapsed() < s.busy_poll {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN), PollFd::new(s.stop_fd.as_fd(), PollFlags::POLLIN)];
-                let _ = poll(&mut fds, PollTimeout::NONE);
-            }
-            Err(Errno::EINTR) => {}
-            Err(e) => {
-                eprintln!("faultline: relay: reading host {}: {e}", s.ports[i].name);
-                return;
-            }
-        }
-    }
-}
-
 fn lookup(s: &Shared, addr: Ipv4Addr) -> Option<usize> {
     s.ports.iter().position(|p| p.addr == addr)
 }
@@ -642,79 +613,191 @@ fn judge(s: &Shared, i: usize, rules: &[Arc<LinkRule>], pkt: &[u8], c: &Counters
     Verdict::Send { extra, copies }
 }
 
-#[inline]
-fn forward(s: &Shared, i: usize, pkt: &[u8], scratch: &mut Vec<u8>) {
-    let n = s.ports.len();
-    let Some(j) = packet::ipv4_dst(pkt).and_then(|a| lookup(s, a)).filter(|&j| j != i) else {
-        s.unroutable[i].fetch_add(1, Relaxed);
-        return;
-    };
-    let li = i * n + j;
-    let link = &s.links[li];
-    let c = &link.c;
-    c.packets.fetch_add(1, Relaxed);
-    c.bytes.fetch_add((pkt.len() - tun::VNET_HDR) as u64, Relaxed);
-    let rules = link.rules.load();
-    let (extra, copies) = if rules.is_empty() {
-        (Duration::ZERO, 1)
-    } else {
-        match judge(s, i, &rules, pkt, c, scratch) {
-            Verdict::Drop => {
-                c.dropped.fetch_add(1, Relaxed);
-                return;
-            }
-            Verdict::Send { extra, copies } => (extra, copies),
-        }
-    };
-    if extra.is_zero() {
-        for _ in 0..copies {
-            if write_pkt(&s.ports[j], pkt) {
-                c.delivered.fetch_add(1, Relaxed);
-            } else {
-                c.backlog_full.fetch_add(1, Relaxed);
-            }
-        }
-        return;
+/// The relay's thread: the devices it reads, the packets waiting for their time, and the
+/// recycled buffers (touched by this thread only, so without locks).
+struct Loop {
+    heap: BinaryHeap<Reverse<Timed<Pending>>>,
+    seq: u64,
+    /// Delayed packets waiting per destination host (bounded by `MAX_PENDING`).
+    queued: Vec<usize>,
+    pool: Vec<Vec<u8>>,
+    pool_big: Vec<Vec<u8>>,
+    scratch: Vec<u8>,
+}
+
+impl Loop {
+    fn new(n: usize) -> Loop {
+        Loop { heap: BinaryHeap::new(), seq: 0, queued: vec![0; n], pool: Vec::new(), pool_big: Vec::new(), scratch: Vec::with_capacity(128) }
     }
-    let due = Instant::now() + extra;
-    c.delayed.fetch_add(1, Relaxed);
-    for _ in 0..copies {
-        let queued = s.timers[j].push_bounded(due, MAX_PENDING, || {
-            let pool = if pkt.len() <= POOL_BUF { &s.pool } else { &s.pool_big };
-            let mut buf = pool.lock().unwrap().pop().unwrap_or_default();
+
+    fn run(&mut self, s: &Shared) {
+        use nix::errno::Errno;
+        // a sleep overshoots its deadline by the timer slack (50 µs by default): ask for 1 ns
+        // SAFETY: PR_SET_TIMERSLACK takes a value, no pointer; it affects this thread only
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64) };
+        // A packet wakes this thread; at normal priority the wake-up waits for a CPU behind
+        // whatever else runs (tens of µs per round trip on a busy machine), where a wire or a
+        // kernel driver's softirq would not wait. Real-time priority 1 preempts ordinary tasks
+        // at once; the thread sleeps whenever no packet is ready or due (spinning at most `SPIN`
+        // before a deadline, or `busy_poll`), and the kernel's real-time throttling keeps 5% of
+        // each CPU for others. Refused (no CAP_SYS_NICE, a cgroup without real-time budget):
+        // normal priority, reported by `show`.
+        if !s.normal_priority {
+            let p = libc::sched_param { sched_priority: 1 };
+            // SAFETY: sched_setscheduler reads `p`, alive for the call; pid 0 is this thread
+            let ok = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &p) } == 0;
+            s.realtime.store(ok, Relaxed);
+        }
+        let mut buf = vec![0u8; MAX_PKT];
+        let readers: Vec<usize> = (0..s.ports.len()).filter(|&i| !s.ports[i].raw).collect();
+        let mut fds: Vec<libc::pollfd> = readers
+            .iter()
+            .map(|&i| s.ports[i].fd.as_raw_fd())
+            .chain(std::iter::once(s.stop_fd.as_raw_fd()))
+            .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+            .collect();
+        let mut last = Instant::now();
+        // How long before a deadline the loop stops sleeping: twice the mean lateness of its
+        // timed wake-ups (in a VM tens of µs, more on a loaded host), at least `SPIN`, so a
+        // packet is released on time and not a wake-up late; the polling meanwhile also reads
+        // what arrives without a wake-up
+        let mut lead = SPIN;
+        let mut wake_ns = 0u64;
+        while !s.stop.load(Relaxed) {
+            self.fire(s);
+            let mut progress = false;
+            for (k, &i) in readers.iter().enumerate() {
+                if fds[k].fd < 0 {
+                    continue;
+                }
+                for _ in 0..BATCH {
+                    match nix::unistd::read(&s.ports[i].fd, &mut buf) {
+                        Ok(len) if len > 0 => {
+                            self.forward(s, i, &buf[..len]);
+                            progress = true;
+                        }
+                        Err(Errno::EAGAIN) => break,
+                        Err(Errno::EINTR) => {}
+                        r => {
+                            // this host's device is gone or broken: the others go on
+                            eprintln!("faultline: relay: reading host {}: {}", s.ports[i].name, r.err().map_or("end of file".into(), |e| e.to_string()));
+                            fds[k].fd = -1;
+                            break;
+                        }
+                    }
+                }
+            }
+            let now = Instant::now();
+            if progress {
+                last = now;
+                continue;
+            }
+            if !s.busy_poll.is_zero() && now - last < s.busy_poll {
+                std::hint::spin_loop();
+                continue;
+            }
+            // nothing to read: sleep until a device is readable or until `lead` before the next
+            // deadline; nearer than that, poll without sleeping (a wake-up may come late)
+            let timeout = match self.heap.peek().map(|Reverse(t)| t.at.saturating_duration_since(now)) {
+                Some(d) if d <= lead => continue,
+                Some(d) => Some(d - lead),
+                None => None,
+            };
+            let ts = timeout.map(|d| libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as libc::c_long });
+            let tsp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+            // SAFETY: `fds` is a live array of `fds.len()` pollfds; `tsp` is null or points at
+            // `ts`, alive for the call; no signal mask is passed
+            let r = unsafe { libc::ppoll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, tsp, std::ptr::null()) };
+            if let (0, Some(t)) = (r, timeout) {
+                // woken by the timeout: how late the machine delivered it sets the next lead
+                let over = Instant::now().saturating_duration_since(now + t);
+                wake_ns = (wake_ns * 7 + over.as_nanos() as u64) / 8;
+                lead = Duration::from_nanos(2 * wake_ns).clamp(SPIN, MAX_LEAD);
+            }
+        }
+    }
+
+    /// Writes the delayed packets that are due. A packet that is more than `OVERDUE` late when
+    /// its turn comes is dropped instead: the relay has fallen behind (a fast sender, a busy
+    /// machine), and like a congested queue it tells TCP so by a loss rather than by holding
+    /// ever more packets ever longer.
+    fn fire(&mut self, s: &Shared) {
+        if self.heap.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        while self.heap.peek().is_some_and(|Reverse(t)| t.at <= now) {
+            let p = self.heap.pop().unwrap().0.item;
+            self.queued[p.dst] -= 1;
+            let link = &s.links[p.link];
+            link.pending.fetch_sub(1, Relaxed);
+            let late = Instant::now().saturating_duration_since(p.due);
+            if late > OVERDUE {
+                link.c.overdue.fetch_add(1, Relaxed);
+                link.c.dropped.fetch_add(1, Relaxed);
+            } else if write_pkt(&s.ports[p.dst], &p.buf) {
+                link.c.delivered.fetch_add(1, Relaxed);
+                let _ = link.late.lock().unwrap().record((late.as_nanos() as u64).max(1));
+            } else {
+                link.c.backlog_full.fetch_add(1, Relaxed);
+            }
+            let (pool, max) = if p.buf.capacity() <= POOL_BUF { (&mut self.pool, POOL_MAX) } else { (&mut self.pool_big, POOL_BIG_MAX) };
+            if pool.len() < max {
+                pool.push(p.buf);
+            }
+        }
+    }
+
+    #[inline]
+    fn forward(&mut self, s: &Shared, i: usize, pkt: &[u8]) {
+        let n = s.ports.len();
+        let Some(j) = packet::ipv4_dst(pkt).and_then(|a| lookup(s, a)).filter(|&j| j != i) else {
+            s.unroutable[i].fetch_add(1, Relaxed);
+            return;
+        };
+        let li = i * n + j;
+        let link = &s.links[li];
+        let c = &link.c;
+        c.packets.fetch_add(1, Relaxed);
+        c.bytes.fetch_add((pkt.len() - tun::VNET_HDR) as u64, Relaxed);
+        let rules = link.rules.load();
+        let (extra, copies) = if rules.is_empty() {
+            (Duration::ZERO, 1)
+        } else {
+            match judge(s, i, &rules, pkt, c, &mut self.scratch) {
+                Verdict::Drop => {
+                    c.dropped.fetch_add(1, Relaxed);
+                    return;
+                }
+                Verdict::Send { extra, copies } => (extra, copies),
+            }
+        };
+        if extra.is_zero() {
+            for _ in 0..copies {
+                if write_pkt(&s.ports[j], pkt) {
+                    c.delivered.fetch_add(1, Relaxed);
+                } else {
+                    c.backlog_full.fetch_add(1, Relaxed);
+                }
+            }
+            return;
+        }
+        let due = Instant::now() + extra;
+        c.delayed.fetch_add(1, Relaxed);
+        for _ in 0..copies {
+            if self.queued[j] >= MAX_PENDING {
+                c.dropped.fetch_add(1, Relaxed);
+                continue;
+            }
+            let pool = if pkt.len() <= POOL_BUF { &mut self.pool } else { &mut self.pool_big };
+            let mut buf = pool.pop().unwrap_or_default();
             buf.clear();
             buf.extend_from_slice(pkt);
             link.pending.fetch_add(1, Relaxed);
-            Pending { dst: j, link: li, due, buf }
-        });
-        if !queued {
-            c.dropped.fetch_add(1, Relaxed);
+            self.queued[j] += 1;
+            // `seq` keeps equal deadlines in arrival order
+            self.seq += 1;
+            self.heap.push(Reverse(Timed { at: due, seq: self.seq, item: Pending { dst: j, link: li, due, buf } }));
         }
     }
-}
-
-/// Writes the delayed packets bound for host `dst` when they are due. A packet that is more
-/// than `OVERDUE` late when its turn comes is dropped instead: the relay has fallen behind (a
-/// fast sender, a busy machine), and like a congested queue it tells TCP so by a loss rather
-/// than by holding ever more packets ever longer.
-fn timer(s: &Shared, dst: usize) {
-    s.timers[dst].run(|p| {
-        let link = &s.links[p.link];
-        link.pending.fetch_sub(1, Relaxed);
-        let late = Instant::now().saturating_duration_since(p.due);
-        if late > OVERDUE {
-            link.c.overdue.fetch_add(1, Relaxed);
-            link.c.dropped.fetch_add(1, Relaxed);
-        } else if write_pkt(&s.ports[p.dst], &p.buf) {
-            link.c.delivered.fetch_add(1, Relaxed);
-            let _ = link.late.lock().unwrap().record((late.as_nanos() as u64).max(1));
-        } else {
-            link.c.backlog_full.fetch_add(1, Relaxed);
-        }
-        let (pool, max) = if p.buf.capacity() <= POOL_BUF { (&s.pool, POOL_MAX) } else { (&s.pool_big, POOL_BIG_MAX) };
-        let mut pool = pool.lock().unwrap();
-        if pool.len() < max {
-            pool.push(p.buf);
-        }
-    });
 }

@@ -1,6 +1,6 @@
-//! Precise deadlines on one thread: the disk's late replies (frontend/delay.rs) and the
-//! network relay's delayed packets (net/relay.rs). The thread running `TimerQueue::run`
-//! sleeps on a condvar until `SPIN` before the earliest deadline, then spin-waits: a sleep
+//! Precise deadlines on one thread: the disk's late replies (frontend/delay.rs; the network
+//! relay keeps its own heap in its event loop but the same `SPIN`). The thread running
+//! `TimerQueue::run` sleeps on a condvar until `SPIN` before the earliest deadline, then spin-waits: a sleep
 //! alone overshoots, mostly by the default 50 µs timer slack, which that thread sets to 1 ns.
 //! Spinning is kept short because on a small machine a spinning thread takes a CPU from the
 //! I/O path it is timing. A push during the spin is noticed (it may be earlier).
