@@ -71,6 +71,7 @@ TRANSPORT_FREE=(
   slowdown::bad_matrices_say_where_and_what_is_allowed
   slowdown::matrix_expands_to_named_merged_setups_in_order
   slowdown::matrix_faults_from_several_axes_are_joined_and_baseline_parses
+  slowdown::matrices_concatenate_their_setups
   crash_explore::bad_input_says_what_is_wrong
   crash_explore::logs_we_write_replay_with_xfstests_replay_log
 )
@@ -84,6 +85,7 @@ TRANSPORT_PINNED=(
   power_cut::each_model_keeps_what_it_says_over_the_loop_device
   power_cut::the_page_cache_above_the_device_does_not_leak_pre_cut_data
   slowdown::paired_runs_alternate_and_show_the_write_slowdown
+  slowdown::paired_windows_pair_exactly_and_find_a_held_delay
 )
 
 # Binaries that run with no other binary beside them, one after another once the others are

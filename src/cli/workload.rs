@@ -64,6 +64,10 @@ pub struct WorkloadArgs {
     /// none | direct | dsync | fsync:N (files; devices are always O_DIRECT)
     #[arg(long)]
     sync: Option<SyncMode>,
+    /// O_DIRECT for file data whatever --sync says (a spec's `direct: true`, filebench's
+    /// `directio`): with --sync dsync or fsync:N, or a personality; files and devices only.
+    #[arg(long)]
+    direct: bool,
     /// continue | stop | retry:N
     #[arg(long)]
     on_error: Option<ErrorPolicy>,
@@ -154,6 +158,22 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
     }
     w.span = a.span.or(w.span);
     w.rate_iops = a.rate_iops.or(w.rate_iops);
+    if a.direct {
+        match &w.interface {
+            Interface::Nbd { .. } => bail!("--direct does not apply to --nbd (requests go straight to the export, no page cache)"),
+            // a device is always opened O_DIRECT
+            Interface::Block { .. } => {}
+            Interface::File { .. } if a.sync == Some(SyncMode::None) => {
+                bail!("--sync none is buffered I/O, but --direct asks for O_DIRECT; allowed with it: --sync direct, dsync or fsync:N (or leave --sync out)")
+            }
+            Interface::File { .. } => {
+                w.direct = true;
+                if w.sync == SyncMode::None {
+                    w.sync = SyncMode::Direct;
+                }
+            }
+        }
+    }
     if let Some(p) = &a.profile {
         w.profile =
             crate::spec::workload::load_profile(p, a.spec.as_ref().map(|p| p.display().to_string()).as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;

@@ -147,6 +147,7 @@ pub fn repetition(
         r.retries = w.retries;
         r.flowops = w.flowops.clone();
         r.flowops_skipped = w.flowops_skipped;
+        r.windows = w.windows.clone();
         if w.nbd_client.is_some() || !w.nbd_client_intervals.is_empty() {
             r.nbd_client = Some(rm::NbdClient { totals: w.nbd_client.unwrap_or_default(), intervals: w.nbd_client_intervals.clone() });
         }

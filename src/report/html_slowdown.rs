@@ -20,6 +20,19 @@ fn setup_rows(s: &SetupResult) -> Vec<SlowdownRow> {
     rows(&s.baseline, &s.repetitions)
 }
 
+/// Which pairing the slowdowns come from, as a note under the section's heading.
+fn method_label<'a>(setups: impl Iterator<Item = &'a SetupResult>) -> String {
+    let methods: std::collections::BTreeSet<&str> = setups.filter_map(|s| super::slowdown::method(&s.baseline, &s.repetitions)).collect();
+    let text: Vec<&str> = methods
+        .iter()
+        .map(|m| match *m {
+            "windows" => "paired windows: within each run the faults were armed in alternating windows; each pair is an unarmed and an armed window of one run (its Baseline is the unarmed window)",
+            _ => "paired runs: each pair is a baseline run and an injected run",
+        })
+        .collect();
+    format!("<p class=\"muted\" data-method=\"{}\">Method: {}.</p>\n", methods.iter().copied().collect::<Vec<_>>().join(" "), esc(&text.join("; ")))
+}
+
 fn cell(r: Option<&SlowdownRow>) -> String {
     match r {
         None => "<td></td>".into(),
@@ -32,7 +45,7 @@ pub fn section(h: &mut String, runs: &[Run]) {
     let setups: Vec<(&str, &SetupResult, Vec<SlowdownRow>)> = runs
         .iter()
         .flat_map(|r| r.results.setups.iter().map(move |s| (r.label.as_str(), s)))
-        .filter(|(_, s)| !s.baseline.is_empty())
+        .filter(|(_, s)| s.paired())
         .map(|(l, s)| (l, s, setup_rows(s)))
         .collect();
     if setups.is_empty() {
@@ -45,6 +58,7 @@ pub fn section(h: &mut String, runs: &[Run]) {
 Per pair: injected / baseline − 1 for latencies, baseline / injected − 1 for throughput (so both say how much slower). \
 Shown: the mean over pairs and its 95% Student t interval; <b>bold</b> where the interval excludes zero (docs/results.md).</p>\n",
     );
+    h.push_str(&method_label(setups.iter().map(|(_, s, _)| *s)));
     // the main table: setup x op, latency slowdowns and throughput
     h.push_str("<table><tr><th class=\"l\">Setup</th><th class=\"l\">Op</th><th>Pairs</th><th>Baseline mean µs</th><th>Injected mean µs</th><th>Mean</th><th>p50</th><th>p95</th><th>p99</th><th>Throughput</th></tr>\n");
     for (run, s, rs) in &setups {

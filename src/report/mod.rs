@@ -41,7 +41,7 @@ pub fn write_dir(dir: &Path, r: &Results) -> Result<()> {
         ("report.html", html::render(&[html::Run { label: r.name.clone(), results: &r }])),
     ];
     let mut files = files.to_vec();
-    if r.setups.iter().any(|s| !s.baseline.is_empty()) {
+    if r.setups.iter().any(|s| s.paired()) {
         files.push(("slowdown.csv", csv::slowdown(&r)));
     }
     let studies: Vec<(String, u32, &networked::NetworkedRun)> =
@@ -86,7 +86,7 @@ pub fn load_dir(dir: &Path) -> Result<Results> {
 pub fn summary_table(r: &Results) -> String {
     let mut head = vec!["setup", "stack", "reps", "write MiB/s", "p99 us", "faults", "app errors", "silent", "detected", "failures"];
     // with baselines: the slowdown of the mean read and write latency, with its 95% interval
-    let paired = r.setups.iter().any(|s| !s.baseline.is_empty());
+    let paired = r.setups.iter().any(|s| s.paired());
     if paired {
         head.extend(["write slowdown", "read slowdown"]);
     }
@@ -150,7 +150,7 @@ fn flowop_summary(r: &Results) -> String {
         let n = s.repetitions.len().max(1) as f64;
         let _ = writeln!(out, "\n{}: flowops (mean over {} repetitions)", s.name, s.repetitions.len());
         let sd = slowdown::rows(&s.baseline, &s.repetitions);
-        let paired = !s.baseline.is_empty();
+        let paired = s.paired();
         let _ = write!(out, "  {:<15} {:>10} {:>10} {:>10} {:>10} {:>10}", "flowop", "ops/s", "mean us", "p50 us", "p95 us", "p99 us");
         let _ = writeln!(out, "{}", if paired { "  mean slowdown [95% CI]" } else { "" });
         for name in names {

@@ -29,6 +29,8 @@ pub use crate::nbd::client::{CounterSnapshot, IntervalCounts};
 pub use crate::workload::FlowopSummary as FlowopStats;
 /// Per-op statistics of a repetition (reads or writes): the workload's own summary.
 pub use crate::workload::LatencySummary as OpStats;
+/// One window of a `baseline: windows` run: the workload's own per-window summary.
+pub use crate::workload::windows::WindowSummary as WindowStats;
 
 /// The schema version this build writes and reads.
 pub const SCHEMA: u32 = 1;
@@ -62,6 +64,14 @@ pub struct SetupResult {
     /// Slowdown of the injected runs against their baselines, per source, op and metric
     /// (computed from the repetitions, docs/results.md); empty without baselines.
     pub slowdown: Vec<super::slowdown::SlowdownRow>,
+    /// How `slowdown` was paired: `runs` (`baseline: true`: baseline run k with injected run
+    /// k), `windows` (`baseline: windows`: unarmed and armed windows of each run, pair by
+    /// pair), or empty (no slowdown).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub slowdown_method: String,
+    /// `baseline: windows`: the window layout every repetition used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_plan: Option<crate::spec::windows::WindowPlan>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -115,6 +125,29 @@ pub struct Repetition {
     /// (docs/crash.md, docs/results.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crash: Option<Box<CrashRecord>>,
+    /// `baseline: windows`: the run's whole windows, each with the ops wholly inside its
+    /// measured span (docs/results.md); the slowdown pairs them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<WindowStats>,
+    /// `baseline: windows`: how the windows met the disks' fault clocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_clock: Option<WindowClock>,
+}
+
+/// Where a `baseline: windows` run's windows sat on the disks' fault clocks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct WindowClock {
+    /// The workload's start on the fault clock (s): the armed windows' rules are that much
+    /// later on the disk than in the workload's time.
+    pub offset_s: f64,
+    /// Uncertainty of that offset (s): the round trip of the fault clock's restart.
+    pub uncertainty_s: f64,
+    /// When the windows' rules were armed, in the workload's time (s): before the first
+    /// armed window, or the repetition fails.
+    pub armed_at_s: f64,
+    /// Rules armed (one per fault and armed stretch).
+    pub rules: u32,
 }
 
 /// One power cut inside `faultline run` and what survived it.
@@ -431,6 +464,12 @@ impl SetupResult {
     pub fn aggregate_now(&mut self) {
         self.aggregate = Aggregate::from(self.repetitions.as_slice());
         self.slowdown = super::slowdown::rows(&self.baseline, &self.repetitions);
+        self.slowdown_method = super::slowdown::method(&self.baseline, &self.repetitions).unwrap_or_default().to_string();
+    }
+
+    /// Whether the setup has a slowdown: paired runs or paired windows.
+    pub fn paired(&self) -> bool {
+        super::slowdown::method(&self.baseline, &self.repetitions).is_some()
     }
 }
 

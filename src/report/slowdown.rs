@@ -1,4 +1,5 @@
-//! Slowdown of injected runs against their paired baselines (`baseline: true`).
+//! Slowdown of injected runs against their paired baselines (`baseline: true`), or of the
+//! armed windows of each run against their paired unarmed windows (`baseline: windows`).
 //!
 //! Every repetition yields named series values, (source, op, metric) -> number: the
 //! workload's read/write, a personality's flowops, and the BPF monitor's per-layer rows when
@@ -10,6 +11,11 @@
 //! time per op (half the rate is +100%, as twice the latency is). The interval treats the
 //! denominator as fixed. Distinguishable from zero: the interval excludes zero. Pairs where
 //! a value is missing, zero or not finite are left out.
+//!
+//! Windows (`method` says which): pair j of a run is its windows 2j and 2j+1, one unarmed
+//! and one armed (spec::windows); each window's workload and flowop figures are the series
+//! of a run, and every pair of every repetition is one pair above, in repetition then pair
+//! order. A pair with a window missing (the run ended in it) is left out.
 
 use super::model::Repetition;
 use serde::{Deserialize, Serialize};
@@ -164,14 +170,52 @@ pub fn series(r: &Repetition) -> BTreeMap<Key, f64> {
     out
 }
 
-/// The slowdown of every series, pairing `baseline[k]` with `injected[k]`; empty without
-/// baselines. Rows are sorted by source, op and metric.
-pub fn rows(baseline: &[Repetition], injected: &[Repetition]) -> Vec<SlowdownRow> {
-    if baseline.is_empty() {
-        return Vec::new();
+/// `runs` (paired runs), `windows` (paired windows) or None (no slowdown).
+pub fn method(baseline: &[Repetition], injected: &[Repetition]) -> Option<&'static str> {
+    if !baseline.is_empty() {
+        Some("runs")
+    } else if injected.iter().any(|r| !r.windows.is_empty()) {
+        Some("windows")
+    } else {
+        None
     }
+}
+
+/// A window's figures as a repetition's, for `series`.
+fn window_run(w: &super::model::WindowStats) -> Repetition {
+    Repetition { read: w.read.clone(), write: w.write.clone(), flowops: w.flowops.clone(), ..Default::default() }
+}
+
+/// Every (unarmed, armed) pair of windows of the repetitions, in repetition then pair order.
+pub fn window_pairs(injected: &[Repetition]) -> Vec<(Repetition, Repetition)> {
+    let mut out = Vec::new();
+    for r in injected {
+        let pairs = r.windows.iter().map(|w| w.pair).max().map_or(0, |m| m + 1);
+        for j in 0..pairs {
+            let of = |armed: bool| r.windows.iter().find(|w| w.pair == j && w.armed == armed);
+            if let (Some(off), Some(on)) = (of(false), of(true)) {
+                out.push((window_run(off), window_run(on)));
+            }
+        }
+    }
+    out
+}
+
+/// The slowdown of every series: paired runs, pairing `baseline[k]` with `injected[k]`; with
+/// no baselines, the paired windows of the injected runs; empty without either. Rows are
+/// sorted by source, op and metric.
+pub fn rows(baseline: &[Repetition], injected: &[Repetition]) -> Vec<SlowdownRow> {
+    let windows;
+    let pairs_of: Vec<(&Repetition, &Repetition)> = match method(baseline, injected) {
+        None => return Vec::new(),
+        Some("runs") => baseline.iter().zip(injected).collect(),
+        Some(_) => {
+            windows = window_pairs(injected);
+            windows.iter().map(|(b, i)| (b, i)).collect()
+        }
+    };
     let mut pairs: BTreeMap<Key, Vec<(f64, f64)>> = BTreeMap::new();
-    for (b, i) in baseline.iter().zip(injected) {
+    for (b, i) in pairs_of {
         let (sb, si) = (series(b), series(i));
         for (k, vb) in sb {
             if let Some(vi) = si.get(&k) {
@@ -264,5 +308,35 @@ mod tests {
         assert_eq!(get("flowop", "appendfilerand", "p99_us").per_pair, vec![0.5, 1.0]);
         assert!(rows.iter().all(|r| r.op != "read"), "no reads: no read series");
         assert!(super::rows(&[], &inj).is_empty());
+        assert_eq!(method(&[], &inj), None);
+        assert_eq!(method(&base, &inj), Some("runs"));
+    }
+
+    /// Two runs of windows. Run 1: pair 0 = (off 100, on 110), pair 1 = (on 130, off 100);
+    /// run 2: pair 0 = (off 200, on 230), pair 1 has no armed window (the run ended): left
+    /// out. Pairs (off, on): (100, 110), (100, 130), (200, 230): mean off 400/3, differences
+    /// 10, 30, 30: slowdown (70/3) / (400/3) = 0.175.
+    #[test]
+    fn windows_pair_unarmed_with_armed_by_pair() {
+        use super::super::model::{OpStats, WindowStats};
+        let win = |index: u32, armed: bool, mean: f64| WindowStats {
+            index,
+            armed,
+            pair: index / 2,
+            read: OpStats { ops: 100, mean_us: mean, p50_us: mean, p95_us: mean, p99_us: mean, iops: 1e6 / mean, ..Default::default() },
+            ..Default::default()
+        };
+        let r1 = Repetition { windows: vec![win(0, false, 100.0), win(1, true, 110.0), win(2, true, 130.0), win(3, false, 100.0)], ..Default::default() };
+        let r2 = Repetition { windows: vec![win(0, false, 200.0), win(1, true, 230.0), win(2, true, 1.0)], ..Default::default() };
+        let reps = [r1, r2];
+        assert_eq!(method(&[], &reps), Some("windows"));
+        let rows = rows(&[], &reps);
+        let m = rows.iter().find(|r| r.source == "workload" && r.op == "read" && r.metric == "mean_us").unwrap();
+        assert_eq!(m.pairs, 3);
+        assert!((m.baseline - 400.0 / 3.0).abs() < 1e-9 && (m.injected - 470.0 / 3.0).abs() < 1e-9, "{m:?}");
+        assert!((m.slowdown - 0.175).abs() < 1e-12, "{m:?}");
+        let d = 400.0 / 3.0;
+        assert_eq!(m.per_pair, vec![10.0 / d, 30.0 / d, 30.0 / d]);
+        assert!(rows.iter().all(|r| r.op != "write"), "no writes in the windows: no write series");
     }
 }

@@ -6,7 +6,8 @@
 //! (hosts reached through agents). Teardown happens on success, error and Ctrl-C (Drop of
 //! every part too), and `faultline cleanup` after a crash.
 //! Setups run interleaved (repetition 1 of each, then 2, ...); with `baseline: true` each
-//! repetition is first run with no fault armed, then with the setup's faults.
+//! repetition is first run with no fault armed, then with the setup's faults; with
+//! `baseline: windows` each run arms them in alternating windows (`windows`).
 
 pub mod agents;
 mod crash;
@@ -15,6 +16,7 @@ pub mod hosts;
 pub mod pipeline;
 pub mod probe;
 pub mod schedule;
+mod windows;
 
 use crate::report::collect;
 use crate::report::model as rm;
@@ -158,6 +160,7 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
             repetitions: reps,
             baseline,
             axes: setup.axes.clone(),
+            window_plan: exp.windows,
             ..Default::default()
         };
         s.aggregate_now();
@@ -251,6 +254,9 @@ pub(crate) struct Local {
     crash: Option<rm::CrashRecord>,
     /// `acks: true`: the command's acknowledgements file.
     acks: Option<PathBuf>,
+    /// `baseline: windows`: the faults armed in the windows once the workload starts, and
+    /// when the fault clocks restarted.
+    windowed: Option<(Vec<crate::spec::rule::yaml::FaultSpec>, windows::Epoch)>,
 }
 
 impl Local {
@@ -268,6 +274,13 @@ impl Placement for Local {
     fn arm(&mut self, r: &mut Rep) -> Result<()> {
         let built = self.built();
         let disks: Vec<&dyn FaultControl> = built.disks.iter().map(|d| &**d as &dyn FaultControl).collect();
+        if r.exp.windows.is_some() {
+            // the spec allows only faults armed from the start here; they go in with the windows
+            let (seq0, epoch) = windows::restart_clocks(&disks)?;
+            self.seq0 = seq0;
+            self.windowed = Some((r.setup.faults.clone(), epoch));
+            return Ok(());
+        }
         (self.seq0, self.scheduled) = pipeline::arm_faults(&disks, &r.setup.faults)?;
         Ok(())
     }
@@ -292,7 +305,8 @@ impl Placement for Local {
             self.crash = drive_command(r, built, self.acks.as_deref())?;
         } else {
             let target = built.mountpoint.clone().unwrap_or_else(|| built.devices[0].clone());
-            let w = r.exp.workload_for(r.setup, &target).map_err(anyhow::Error::msg)?;
+            let mut w = r.exp.workload_for(r.setup, &target).map_err(anyhow::Error::msg)?;
+            w.windows = r.exp.windows;
             let mut maps = Maps::new(&w)?;
             if r.setup.power_cut.is_some() {
                 if w.personality.is_some() {
@@ -303,8 +317,10 @@ impl Placement for Local {
                 }
                 maps.track_durability()?;
             }
-            let (res, cut) = drive_workload(r, built, &w, &mut maps, scheduled)?;
+            let windowed = self.windowed.take();
+            let (res, cut, clock) = drive_workload(r, built, &w, &mut maps, scheduled, windowed)?;
             o.workload = Some(res);
+            o.window_clock = clock;
             self.crash = cut;
             self.maps = Some(maps);
         }
@@ -638,7 +654,8 @@ fn drive_workload(
     w: &crate::workload::Workload,
     maps: &mut Maps,
     scheduled: Vec<crate::spec::rule::yaml::FaultSpec>,
-) -> Result<(WorkloadResult, Option<rm::CrashRecord>)> {
+    windowed: Option<(Vec<crate::spec::rule::yaml::FaultSpec>, windows::Epoch)>,
+) -> Result<(WorkloadResult, Option<rm::CrashRecord>, Option<rm::WindowClock>)> {
     let (setup, stop) = (r.setup, r.stop);
     let disks = built.disks.clone();
     let mountpoint = built.mountpoint.clone();
@@ -675,6 +692,14 @@ fn drive_workload(
         None => None,
     };
     let fired = cutter.as_ref().map(|c| c.fired.clone());
+    let armer = match (windowed, w.windows) {
+        (Some((faults, epoch)), Some(plan)) => {
+            let n = plan.count(w.duration.unwrap_or_default());
+            r.notes.push(format!("baseline: windows: {}, {n} whole windows in the run ({} pairs)", plan.describe(), n / 2));
+            Some(windows::spawn_armer(built.disks.clone(), faults, plan, n, epoch, progress.clone(), done.clone()))
+        }
+        _ => None,
+    };
     r.phase("workload");
     // a recording disk (faultline crash explore, `fault record`) gets the workload's bounds as
     // marks; a disk that is not recording ignores them
@@ -689,6 +714,7 @@ fn drive_workload(
         }
     }
     done.store(true, Relaxed);
+    let clock = armer.map(|a| a.join().map_err(|_| anyhow::anyhow!("the windows' arming thread panicked")).and_then(|r| r)).transpose();
     let store_intervals = store_sampler.join().unwrap_or_default();
     if let Some(t) = ticker {
         let _ = t.join();
@@ -698,6 +724,16 @@ fn drive_workload(
         let _ = h.join();
     }
     let mut res = res?;
+    let clock = clock?.flatten();
+    if let Some(c) = &clock {
+        r.notes.push(format!(
+            "baseline: windows: {} rule(s) armed {:.3} s into the workload; the workload started {:.3} s after the fault clock (+- {:.6} s)",
+            c.rules,
+            c.armed_at_s,
+            c.offset_s,
+            c.uncertainty_s / 2.0
+        ));
+    }
     let cut = cut?.flatten();
     if let Some(rec) = &mut crash_rec {
         crash_fired(rec, cut);
@@ -721,7 +757,7 @@ fn drive_workload(
         for fr in &firings {
             r.notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
         }
-        return Ok((res, crash_rec));
+        return Ok((res, crash_rec, clock));
     }
     if let Some(m) = &mountpoint {
         crate::sys::mount::syncfs(m)?;
@@ -764,5 +800,5 @@ fn drive_workload(
     for fr in &firings {
         r.notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
     }
-    Ok((res, crash_rec))
+    Ok((res, crash_rec, clock))
 }

@@ -106,6 +106,8 @@ pub(crate) struct Outcome {
     pub networked: Option<crate::report::networked::NetworkedRun>,
     /// The power cut and what the crash + check phase found.
     pub crash: Option<rm::CrashRecord>,
+    /// `baseline: windows`: where the windows sat on the fault clocks.
+    pub window_clock: Option<rm::WindowClock>,
 }
 
 /// Run one repetition on `placement`.
@@ -142,6 +144,7 @@ fn record(r: Rep, o: Outcome, took: Duration) -> rm::Repetition {
     }
     rep.networked = o.networked.map(Box::new);
     rep.crash = o.crash.map(Box::new);
+    rep.window_clock = o.window_clock;
     rep
 }
 

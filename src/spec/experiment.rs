@@ -33,14 +33,100 @@ struct RawExperiment {
     /// Host faults on the disk servers (docs/host.md), per repetition, windows from the start
     /// of the workload.
     host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
-    /// Pair every repetition with a run of the same setup without faults (docs/experiment.md).
-    baseline: Option<Spanned<bool>>,
+    /// Pair every repetition with a run of the same setup without faults, or windows of one
+    /// run without and with them (docs/experiment.md).
+    baseline: Option<Spanned<RawBaseline>>,
     /// A cross product of partial setups instead of `setups:` (docs/experiment.md).
     matrix: Option<Spanned<RawMatrix>>,
+    /// Several cross products, their setups one after the other (docs/experiment.md).
+    matrices: Option<Spanned<Vec<Spanned<RawMatrix>>>>,
     /// Networked experiments (docs/experiment.md, "Hosts"): client and target hosts.
     hosts: Option<Spanned<super::networked::RawHosts>>,
     /// Network faults between the hosts, windows from the start of the workload.
     net_faults: Option<Vec<Spanned<super::networked::RawNetFault>>>,
+}
+
+const BASELINE_ALLOWED: &str = "allowed: true (paired runs), false, windows, or {windows: {length: 5s, settle: 1s, warmup: 0s}}";
+
+#[derive(Deserialize)]
+#[serde(untagged, expecting = "not a baseline setting; allowed: true (paired runs), false, windows, or {windows: {length: 5s, settle: 1s, warmup: 0s}}")]
+enum RawBaseline {
+    Flag(bool),
+    Word(String),
+    Map(RawBaselineMap),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBaselineMap {
+    windows: RawWindows,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWindows {
+    length: Option<Dur>,
+    settle: Option<Dur>,
+    warmup: Option<Dur>,
+}
+
+/// `baseline:`: paired runs (`true`), none, or paired windows of one run (`windows`).
+fn baseline(b: &Spanned<RawBaseline>, source: &str) -> Result<(bool, Option<super::windows::WindowPlan>), String> {
+    let at = loc(b);
+    let windows = |w: &RawWindows| {
+        let mut p = super::windows::WindowPlan::default();
+        if let Some(l) = w.length {
+            p.length = l.0;
+        }
+        if let Some(s) = w.settle {
+            p.settle = s.0;
+        }
+        if let Some(x) = w.warmup {
+            p.warmup = x.0;
+        }
+        if p.length < std::time::Duration::from_millis(10) {
+            return Err(format!("{source}:{at}: baseline: windows: `length` must be at least 10ms"));
+        }
+        if p.settle >= p.length {
+            return Err(format!(
+                "{source}:{at}: baseline: windows: `settle` must be shorter than `length` (a window must measure something); allowed: 0s up to less than the length"
+            ));
+        }
+        Ok(p)
+    };
+    match &b.value {
+        RawBaseline::Flag(f) => Ok((*f, None)),
+        RawBaseline::Word(w) if w == "windows" => Ok((false, Some(windows(&RawWindows::default())?))),
+        RawBaseline::Word(w) => Err(format!("{source}:{at}: baseline: unknown value `{w}`; {BASELINE_ALLOWED}")),
+        RawBaseline::Map(m) => Ok((false, Some(windows(&m.windows)?))),
+    }
+}
+
+/// What `baseline: windows` cannot go with, for one setup; its duration is checked with the
+/// resolved workload.
+fn check_windows_setup(s: &Setup, source: &str, at: &str) -> Result<(), String> {
+    let what = |why: String| Err(format!("{source}:{at}: `baseline: windows`: setup `{}`: {why}", s.name));
+    if matches!(s.stack, StackSpec::Command { .. }) {
+        return what("a `command` stack has no workload latencies to compare (allowed: raw or file-system stacks)".into());
+    }
+    if s.power_cut.is_some() {
+        return what("a power cut ends the run; windows need the whole run (allowed: paired runs, `baseline: true`, or no baseline)".into());
+    }
+    if !s.host_faults.is_empty() || !s.net_faults.is_empty() {
+        return what("host and network faults keep their own windows; only disk `faults:` are armed in the paired windows".into());
+    }
+    for f in &s.faults {
+        if f.rule.window.is_some() {
+            return what(format!("{} has its own `window`; the paired windows arm every fault (leave `window` out)", f.label));
+        }
+        if f.trigger != super::rule::yaml::Trigger::Start || f.deferred.is_some() {
+            return what(format!(
+                "{} is placed by workload progress (`when:` or a workload target); the paired windows arm faults by time (allowed: rules armed from the start)",
+                f.label
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// YAML reads a bare `on`/`off` as a boolean: both spellings are taken.
@@ -328,6 +414,8 @@ pub struct Experiment {
     pub monitor: MonitorSpec,
     /// `baseline: true`: every repetition runs twice, without then with the faults.
     pub baseline: bool,
+    /// `baseline: windows`: the faults armed in alternating windows of each run.
+    pub windows: Option<super::windows::WindowPlan>,
     /// `hosts:`: a networked experiment (run::hosts), None for a local one.
     pub hosts: Option<super::networked::NetworkedHosts>,
 }
@@ -408,22 +496,45 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     let base_host_faults = super::host::validate_experiment(raw.host_faults.unwrap_or_default(), source, agents)?;
     let base_net_faults = super::networked::net_faults(raw.net_faults.clone().unwrap_or_default(), networked_hosts.as_ref(), source)?;
     let mut setups = Vec::new();
+    let base = MatrixBase {
+        disk: &base_disk,
+        stack: raw.stack.as_ref(),
+        faults: raw.faults.as_ref(),
+        repeat: base_repeat,
+        host_faults: &base_host_faults,
+        net_faults: &base_net_faults,
+    };
     if let Some(m) = &raw.matrix {
-        if raw.setups.is_some() {
-            return Err(format!("{source}:{}: give `setups` (a list) or `matrix` (a cross product), not both", loc(m)));
+        if raw.setups.is_some() || raw.matrices.is_some() {
+            return Err(format!("{source}:{}: give `setups` (a list), `matrix` (a cross product) or `matrices` (several), only one of them", loc(m)));
         }
-        let base = MatrixBase {
-            disk: &base_disk,
-            stack: raw.stack.as_ref(),
-            faults: raw.faults.as_ref(),
-            repeat: base_repeat,
-            host_faults: &base_host_faults,
-            net_faults: &base_net_faults,
-        };
         setups = expand_matrix(m, &base, source)?;
     }
+    if let Some(ms) = &raw.matrices {
+        if raw.setups.is_some() {
+            return Err(format!("{source}:{}: give `setups` (a list), `matrix` (a cross product) or `matrices` (several), only one of them", loc(ms)));
+        }
+        if ms.value.is_empty() {
+            return Err(format!("{source}:{}: `matrices` is empty; give at least one matrix (a map of axes)", loc(ms)));
+        }
+        for m in &ms.value {
+            for s in expand_matrix(m, &base, source)? {
+                if setups.iter().any(|x: &Setup| x.name == s.name) {
+                    return Err(format!(
+                        "{source}:{}: setup `{}` is made by two of the `matrices`; setup names must be unique (rename an axis entry)",
+                        loc(m),
+                        s.name
+                    ));
+                }
+                setups.push(s);
+            }
+        }
+        if setups.len() > MAX_MATRIX_SETUPS {
+            return Err(format!("{source}:{}: `matrices` make {} setups; allowed: at most {MAX_MATRIX_SETUPS}", loc(ms), setups.len()));
+        }
+    }
     match raw.setups {
-        _ if raw.matrix.is_some() => {}
+        _ if raw.matrix.is_some() || raw.matrices.is_some() => {}
         None => {
             let (faults, power_cut) = faults(raw.faults, &base_disk, &base_stack, source)?;
             setups.push(Setup {
@@ -503,7 +614,21 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             return Err(format!("{source}: setup `{}` has no `workload` (only a `command` stack runs without one)", s.name));
         }
     }
-    let baseline = raw.baseline.as_ref().is_some_and(|b| b.value);
+    let (baseline, windows) = match &raw.baseline {
+        Some(b) => baseline(b, source)?,
+        None => (false, None),
+    };
+    let baseline_at = raw.baseline.as_ref().map(loc).unwrap_or_default();
+    if windows.is_some() {
+        if raw.hosts.is_some() {
+            return Err(format!(
+                "{source}:{baseline_at}: `baseline: windows` is not supported with `hosts:` yet (allowed: `baseline: true`, or an experiment without `hosts:`)"
+            ));
+        }
+        for s in &setups {
+            check_windows_setup(s, source, &baseline_at)?;
+        }
+    }
     if baseline && setups.iter().any(|s| matches!(s.stack, StackSpec::Command { .. })) {
         return Err(format!(
             "{source}:{}: `baseline: true` compares the workload's latencies; a `command` stack has none (allowed: baseline with raw or file-system stacks)",
@@ -513,12 +638,33 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     for s in &setups {
         super::networked::check_setup(s, networked_hosts.as_ref(), source)?;
     }
-    let exp =
-        Experiment { name, text: text.to_string(), source: source.to_string(), workload, setups, monitor: monitor_spec, baseline, hosts: networked_hosts };
+    let exp = Experiment {
+        name,
+        text: text.to_string(),
+        source: source.to_string(),
+        workload,
+        setups,
+        monitor: monitor_spec,
+        baseline,
+        windows,
+        hosts: networked_hosts,
+    };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
         if exp.workload.is_some() || s.workload.is_some() {
             let w = exp.workload_for(s, std::path::Path::new("/dev/null"))?;
+            if let Some(p) = &exp.windows {
+                let n = w.duration.map_or(0, |d| p.count(d));
+                if n < 2 {
+                    return Err(format!(
+                        "{source}:{baseline_at}: `baseline: windows`: setup `{}`: the workload's `duration` ({}) holds {n} whole {}; allowed: a duration of at least warmup + 2 x length ({}), as `ops` and `size` bounds end the run at a time not known in advance",
+                        s.name,
+                        w.duration.map_or("none".to_string(), super::units::format_duration),
+                        if n == 1 { "window" } else { "windows" },
+                        super::units::format_duration(p.warmup + 2 * p.length),
+                    ));
+                }
+            }
             let content_target = s.faults.iter().any(|f| {
                 f.deferred.is_some()
                     && (f.by_content.unwrap_or(s.stack.has_fs())
@@ -857,6 +1003,45 @@ mod tests {
         // through an experiment file: the place of the fault in the file
         let e = parse_experiment("name: x\nstack: ext4\nworkload: {size: 1MiB}\nfaults:\n  - {type: power-cut, when: {at: 1s}}\n", "x.yaml").unwrap_err();
         assert!(e.starts_with("x.yaml:5:5: fault #1: a power cut needs a disk with a volatile write cache"), "{e}");
+    }
+
+    #[test]
+    fn baseline_takes_true_windows_or_a_window_map() {
+        use crate::spec::windows::WindowPlan;
+        let w = "workload: {size: 1MiB, duration: 20s}\n";
+        let b =
+            |line: &str| parse_experiment(&format!("name: x\n{line}\n{w}faults: [{{type: delay, delay: 10us}}]\n"), "t.yaml").map(|e| (e.baseline, e.windows));
+        assert_eq!(b("baseline: true").unwrap(), (true, None));
+        assert_eq!(b("baseline: false").unwrap(), (false, None));
+        assert_eq!(b("baseline: windows").unwrap(), (false, Some(WindowPlan::default())));
+        let p = b("baseline: {windows: {length: 2s, settle: 500ms, warmup: 3s}}").unwrap().1.unwrap();
+        assert_eq!((p.length, p.settle, p.warmup), (Duration::from_secs(2), Duration::from_millis(500), Duration::from_secs(3)));
+        for (line, want) in [
+            ("baseline: sometimes", "t.yaml:2:11: baseline: unknown value `sometimes`; allowed: true (paired runs), false, windows"),
+            ("baseline: {windows: {length: 1s, settle: 1s}}", "t.yaml:2:11: baseline: windows: `settle` must be shorter than `length`"),
+            ("baseline: {windows: {length: 5ms}}", "`length` must be at least 10ms"),
+            (
+                "baseline: {windows: {size: 1s}}",
+                "t.yaml:2:11: not a baseline setting; allowed: true (paired runs), false, windows, or {windows: {length: 5s, settle: 1s, warmup: 0s}}",
+            ),
+            (
+                "baseline: {windows: {length: 12s}}",
+                "the workload's `duration` (20s) holds 1 whole window; allowed: a duration of at least warmup + 2 x length (24s)",
+            ),
+        ] {
+            let e = b(line).unwrap_err();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+        // what windows cannot go with
+        for (yaml, want) in [
+            ("workload: {size: 1MiB}\n", "holds 0 whole windows"),
+            ("workload: {size: 1MiB, duration: 20s}\nfaults: [{type: delay, delay: 10us, window: {from: 1s}}]\n", "fault #1 has its own `window`"),
+            ("workload: {size: 1MiB, duration: 20s}\nfaults: [{type: error, when: {at: 1s}, target: last_written_block}]\n", "placed by workload progress"),
+            ("stack: {command: 'true'}\n", "a `command` stack has no workload latencies"),
+        ] {
+            let e = parse_experiment(&format!("name: x\nbaseline: windows\n{yaml}"), "t.yaml").unwrap_err();
+            assert!(e.starts_with("t.yaml:2:11: `baseline: windows`") && e.contains(want), "{yaml}: {e}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod networked;
 pub mod rule;
 pub mod stack;
 pub mod units;
+pub mod windows;
 pub mod workload;
 
 /// The text of an input file; `what` names it in errors (`rules file`). Bytes that are not UTF-8

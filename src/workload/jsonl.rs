@@ -63,6 +63,7 @@ mod tests {
             flowops: Default::default(),
             flowops_skipped: 0,
             maps: None,
+            windows: vec![],
         };
         let text = JsonLine::Result { result: Box::new(res) }.to_line();
         // the form agents of earlier builds print and read: the result under `result`

@@ -18,6 +18,7 @@ pub mod psync;
 pub mod runner;
 pub mod stats;
 pub mod uring;
+pub mod windows;
 
 pub use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, SyncMode, Workload};
 pub use maps::Maps;

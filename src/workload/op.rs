@@ -86,6 +86,8 @@ pub struct ThreadOut {
     pub failed: Vec<IoError>,
     pub retries: u64,
     pub retry_time: Duration,
+    /// `baseline: windows`: the thread's ops by window.
+    pub windows: Option<super::windows::WindowAcc>,
 }
 
 pub struct Worker<'s, 'a> {
@@ -115,7 +117,14 @@ impl<'s, 'a> Worker<'s, 'a> {
             pattern: PatternGen::new(w.pattern, blocks, w.seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9)),
             rng: SmallRng::seed_from_u64(w.seed.wrapping_add(t as u64)),
             region,
-            out: ThreadOut { read: OpAcc::new(), write: OpAcc::new(), failed: Vec::new(), retries: 0, retry_time: Duration::ZERO },
+            out: ThreadOut {
+                read: OpAcc::new(),
+                write: OpAcc::new(),
+                failed: Vec::new(),
+                retries: 0,
+                retry_time: Duration::ZERO,
+                windows: super::windows::WindowAcc::new(w.windows, super::windows::FLOWOPS),
+            },
             next_at: gap.map(|g| (sh.start, g)),
             writes_since_sync: 0,
             pending: Vec::new(),
@@ -248,6 +257,10 @@ impl<'s, 'a> Worker<'s, 'a> {
         match res {
             Ok(()) => {
                 let ns = lat.as_nanos() as u64;
+                if let Some(win) = &mut self.out.windows {
+                    let slot = if op.is_write { super::windows::WRITE } else { super::windows::READ };
+                    win.record(slot, op.t0.saturating_duration_since(sh.start), lat, op.len);
+                }
                 let mut iv = sh.intervals[self.t].lock().unwrap();
                 if op.is_write {
                     self.out.write.record(ns, op.len);

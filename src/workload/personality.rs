@@ -298,6 +298,8 @@ struct Worker<'s, 'a> {
     skipped: u64,
     buf: IoBuf,
     ids: Vec<u64>,
+    /// `baseline: windows`: the thread's reads, writes and flowops by window.
+    win: Option<super::windows::WindowAcc>,
 }
 
 /// A thread's I/O buffer: page-aligned (mapped) under `direct`, as O_DIRECT needs; a plain
@@ -356,17 +358,28 @@ impl<'s, 'a> Worker<'s, 'a> {
             skipped: 0,
             buf,
             ids: Vec::new(),
+            win: super::windows::WindowAcc::new(sh.w.windows, super::windows::FLOWOPS + Kind::ALL.len()),
         }
     }
 
     fn flowop_done(&mut self, k: Kind, lat: Duration, bytes: u64) {
         self.flow[k as usize].record(lat.as_nanos() as u64, bytes);
+        self.window_done(super::windows::FLOWOPS + k as usize, lat, bytes);
         self.sh.progress.ops.fetch_add(1, Relaxed);
+    }
+
+    /// `baseline: windows`: an op of `slot` that just ended after `lat`, into its window.
+    fn window_done(&mut self, slot: usize, lat: Duration, bytes: u64) {
+        if let Some(win) = &mut self.win {
+            let end = self.sh.start.elapsed();
+            win.record(slot, end.saturating_sub(lat), lat, bytes);
+        }
     }
 
     /// One read or write syscall: the `read`/`write` summaries and the time series.
     fn io_done(&mut self, is_write: bool, lat: Duration, bytes: u64) {
         let ns = lat.as_nanos() as u64;
+        self.window_done(if is_write { super::windows::WRITE } else { super::windows::READ }, lat, bytes);
         let mut iv = self.sh.intervals[self.t].lock().unwrap();
         if is_write {
             self.write.record(ns, bytes);
@@ -800,7 +813,7 @@ pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progre
                 sc.spawn(move || {
                     let mut wk = Worker::new(sh, t, buf);
                     wk.run(seq);
-                    (wk.flow, wk.read, wk.write, wk.failed, wk.skipped)
+                    (wk.flow, wk.read, wk.write, wk.failed, wk.skipped, wk.win)
                 })
             })
             .collect();
@@ -817,8 +830,12 @@ pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progre
     let (mut read, mut write) = (OpAcc::new(), OpAcc::new());
     let mut failed = pre_failed.into_inner().unwrap();
     let mut skipped_total = 0;
+    let mut windows = super::windows::WindowAcc::new(w.windows, super::windows::FLOWOPS + Kind::ALL.len());
     for o in outs {
-        let (f, r, wr, fl, skipped) = o.map_err(|_| anyhow::anyhow!("a workload thread panicked"))?;
+        let (f, r, wr, fl, skipped, win) = o.map_err(|_| anyhow::anyhow!("a workload thread panicked"))?;
+        if let (Some(all), Some(mine)) = (windows.as_mut(), win) {
+            all.merge(mine);
+        }
         for (a, b) in flow.iter_mut().zip(&f) {
             a.h.add(&b.h).unwrap();
             a.bytes += b.bytes;
@@ -841,7 +858,10 @@ pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progre
         flowops_out.entry(fo.kind.name().to_string()).or_insert_with(|| flowop_summary(&a.h, a.bytes, secs));
     }
     let maps = final_maps(&sh);
+    let named: Vec<(usize, &str)> = seq.iter().map(|fo| (super::windows::FLOWOPS + fo.kind as usize, fo.kind.name())).collect();
+    let windows = windows.map(|a| a.summaries(secs, w.duration, &named)).unwrap_or_default();
     Ok(WorkloadResult {
+        windows,
         nbd_client: None,
         nbd_client_intervals: vec![],
         seconds: secs,

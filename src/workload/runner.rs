@@ -65,6 +65,9 @@ pub struct WorkloadResult {
     /// caller's (files are created and deleted, so the maps are only known afterwards).
     #[serde(skip)]
     pub maps: Option<Maps>,
+    /// `baseline: windows`: the run's whole windows (`workload::windows`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<super::windows::WindowSummary>,
 }
 
 /// Run a workload. `maps` (from `Maps::new(spec)`) receive the content id of every block
@@ -198,7 +201,11 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
     let (mut read, mut write) = (hist(), hist());
     let (mut rb, mut wb, mut retries, mut rt) = (0, 0, 0, Duration::ZERO);
     let mut failed = Vec::new();
+    let mut windows = super::windows::WindowAcc::new(w.windows, super::windows::FLOWOPS);
     for o in outs {
+        if let (Some(all), Some(mine)) = (windows.as_mut(), o.windows) {
+            all.merge(mine);
+        }
         read.add(&o.read.h).unwrap();
         write.add(&o.write.h).unwrap();
         rb += o.read.bytes;
@@ -228,6 +235,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
         flowops: BTreeMap::new(),
         flowops_skipped: 0,
         maps: None,
+        windows: windows.map(|a| a.summaries(secs, w.duration, &[])).unwrap_or_default(),
     })
 }
 

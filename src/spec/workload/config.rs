@@ -157,6 +157,9 @@ pub struct Workload {
     /// A filebench personality (file interface): its file set and flowop loop replace
     /// pattern, mix and block size (`workload::personality`).
     pub personality: Option<PersonalitySpec>,
+    /// `baseline: windows` (set by `faultline run`, spec::windows): every completed op is
+    /// also sorted into its window, `WorkloadResult::windows`.
+    pub windows: Option<crate::spec::windows::WindowPlan>,
 }
 
 impl Workload {
@@ -182,6 +185,7 @@ impl Workload {
             profile: Profile::none(),
             seed: 1,
             personality: None,
+            windows: None,
         }
     }
 
