@@ -86,6 +86,7 @@ TRANSPORT_PINNED=(
   power_cut::the_page_cache_above_the_device_does_not_leak_pre_cut_data
   slowdown::paired_runs_alternate_and_show_the_write_slowdown
   slowdown::paired_windows_pair_exactly_and_find_a_held_delay
+  slowdown::monitor_layers_place_a_delay_held_in_the_device
 )
 
 # Binaries that run with no other binary beside them, one after another once the others are

@@ -150,7 +150,20 @@ fn windows_loss_delay_and_retries_are_realized_and_nothing_is_left() {
     let csv = std::fs::read_to_string(out.join("windows.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 4, "{csv}");
     assert!(std::fs::read_to_string(out.join("hosts_timeseries.csv")).unwrap().lines().any(|l| l.contains(",target,")));
-    assert!(std::fs::read_to_string(out.join("report.html")).unwrap().contains("class=\"fault-window\""));
+    // the report and the summary lead with the windows; a read-only study shows no write column
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("class=\"fault-window\""));
+    let lead = html.find("class=\"lead-performability\"").expect("no performability lead");
+    assert!(lead < html.find("<table class=\"overview\"").unwrap() && lead < html.find("<section id=\"setup-").unwrap());
+    assert_eq!(
+        html[lead..].split("<div class=\"multiples\">").nth(1).unwrap().split("</div>").next().unwrap().matches("<svg").count(),
+        4,
+        "one chart per setup"
+    );
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.starts_with("fault windows"), "{stdout}");
+    let head = stdout.lines().find(|l| l.starts_with("setup ") && l.contains("reps")).unwrap();
+    assert!(head.contains("read MiB/s") && !head.contains("write"), "{stdout}");
 }
 
 #[test]

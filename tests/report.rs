@@ -328,3 +328,167 @@ fn cli_errors_are_clear() {
     let (ok, _, e) = faultline(&["report", bad.to_str().unwrap()]);
     assert!(!ok && e.contains("does not match results schema 1") && e.contains("line 1"), "{e}");
 }
+
+/// A read-only networked repetition: one client reading 10 MiB/s for 10 s, 2 MiB/s inside a
+/// window from 4 s to 6 s (the window's figures computed as a run computes them).
+fn networked_rep(index: u32, during: f64) -> Repetition {
+    use faultline::report::networked::{ClientPoint, ClientSeries, FaultWindow, NetworkedRun};
+    let mib: Vec<f64> = (1..=10).map(|t| if (5..=6).contains(&t) { during } else { 10.0 }).collect();
+    let points = mib.iter().enumerate().map(|(i, m)| ClientPoint { t_s: (i + 1) as f64, iops: m * 128.0, mib_s: *m, mean_us: 800.0, p99_us: 2000.0 }).collect();
+    let mut n = NetworkedRun {
+        clients: vec![ClientSeries { host: "client".into(), seconds: 10.0, points, ..Default::default() }],
+        windows: vec![FaultWindow { kind: "net".into(), description: "delay 1ms".into(), from_s: 4.0, to_s: Some(6.0) }],
+        ..Default::default()
+    };
+    n.analyse();
+    Repetition { index, read: OpStats { ops: 10_000, mib_s: 8.4, p99_us: 2000.0, ..Default::default() }, networked: Some(Box::new(n)), ..Default::default() }
+}
+
+fn results_of(name: &str, setups: Vec<SetupResult>) -> Results {
+    Results { schema: SCHEMA, faultline_version: "0.1.0".into(), name: name.into(), started_unix: 1_700_000_000, experiment: serde_json::json!({}), setups }
+}
+
+/// A paired latency study: writes and reads of 100 µs at baseline, `slow` µs more injected;
+/// a monitor whose block service carries the delay and whose queue time swings in the
+/// injected runs; a matrix axis `pattern` with two entries.
+fn latency_setup(name: &str, pattern: &str, slow: f64) -> SetupResult {
+    use faultline::monitor::model::{DeviceResults, Interval, IntervalOp, LayerOp, MonitorResults};
+    let l = |layer: &str, op: &str, mean: f64| LayerOp {
+        layer: layer.into(),
+        op: op.into(),
+        count: 100,
+        mean_us: mean,
+        p50_us: mean,
+        p95_us: mean,
+        p99_us: mean,
+        ..Default::default()
+    };
+    let rep = |index: u32, extra: f64, jitter: f64| {
+        let o = |base: f64| OpStats {
+            ops: 1000,
+            mean_us: base + extra + jitter,
+            p50_us: base + extra,
+            p95_us: base + extra,
+            p99_us: base + extra,
+            iops: 1e6 / (base + extra + jitter),
+            mib_s: 4.0,
+            ..Default::default()
+        };
+        let series = (0..6)
+            .map(|t| Interval {
+                t_s: t as f64 * 0.1,
+                ops: [("write".to_string(), IntervalOp { count: 10, queue_mean_us: 1.0 + if t % 2 == 0 { extra } else { 0.0 }, ..Default::default() })].into(),
+                ..Default::default()
+            })
+            .collect();
+        let m = MonitorResults {
+            duration_s: 1.0,
+            stack: vec![l("journal", "commit", 500.0 + jitter), l("driver", "fuse:write", 40.0 + extra + jitter)],
+            devices: vec![DeviceResults {
+                device: "/dev/loop9".into(),
+                layers: vec![l("block_queue", "write", 1.0 + jitter / 10.0), l("block_service", "write", 60.0 + extra + jitter)],
+                series,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        Repetition {
+            index,
+            write: o(100.0),
+            read: o(90.0),
+            monitor: Some(m),
+            rules: vec![RuleCount { name: "slow".into(), matched: 100, fired: 10, ..Default::default() }],
+            ..Default::default()
+        }
+    };
+    let mut s = SetupResult {
+        name: name.into(),
+        stack: "ext4".into(),
+        baseline: (1..=3).map(|i| rep(i, 0.0, i as f64)).collect(),
+        repetitions: (1..=3).map(|i| rep(i, slow, i as f64 * 1.5)).collect(),
+        axes: vec![("pattern".into(), pattern.into())],
+        ..Default::default()
+    };
+    s.aggregate_now();
+    s
+}
+
+fn lead_of(h: &str) -> (usize, usize) {
+    let lead = h.find("<section id=\"lead\"").unwrap_or(usize::MAX);
+    let first_setup = h.find("<section id=\"setup-").unwrap_or(usize::MAX);
+    (lead, first_setup)
+}
+
+/// The report and the stdout summary lead with the study's own figure: a performability
+/// study with every setup's throughput as small multiples with its fault windows shaded and
+/// the window table; a latency study with its slowdown figures (scatter, per-op bars, by
+/// matrix axis, per layer, queue over time); a content-fault study with the faults-vs-failures
+/// table. Columns that do not apply are left out: a read-only study has no write columns.
+#[test]
+fn the_lead_follows_the_kind_of_study_and_columns_that_do_not_apply_are_left_out() {
+    // performability, read-only
+    let perf = results_of(
+        "perf",
+        vec![
+            SetupResult { name: "baseline".into(), stack: "raw".into(), repetitions: vec![networked_rep(0, 10.0)], ..Default::default() },
+            SetupResult { name: "delay-1ms".into(), stack: "raw".into(), repetitions: vec![networked_rep(0, 2.0)], ..Default::default() },
+        ],
+    );
+    assert_eq!(Kind::of(&perf.setups), Kind::Performability);
+    let h = html::render(&[html::Run { label: "perf".into(), results: &perf }]);
+    let (lead, first_setup) = lead_of(&h);
+    assert!(h.contains("class=\"lead-performability\"") && lead < first_setup, "no performability lead before the setups");
+    let overview = h.find("<table class=\"overview\"").unwrap();
+    assert!(lead < overview, "the lead comes before the setups table");
+    assert!(h[..lead].matches("<h2>").count() == 0, "nothing else leads");
+    // small multiples: one chart per setup, each shading its window, on one scale
+    let multiples = &h[h.find("<div class=\"multiples\">").unwrap()..];
+    let multiples = &multiples[..multiples.find("</div>").unwrap()];
+    assert_eq!(multiples.matches("<svg").count(), 2);
+    assert_eq!(multiples.matches("class=\"fault-window\"").count(), 2);
+    let ticks = |svg: &str| svg.matches("text-anchor=\"end\">").count();
+    let charts: Vec<&str> = multiples.split("<svg").skip(1).collect();
+    assert_eq!(ticks(charts[0]), ticks(charts[1]), "both charts have the same y grid");
+    assert!(charts[0].contains(">10</text>") && charts[1].contains(">10</text>"), "the baseline's 10 MiB/s sets both scales");
+    // the window table: before 10, during 2, ratio 0.2
+    assert!(h.contains("<td>10.00</td><td>2.00</td><td>0.200</td>"), "window figures of delay-1ms");
+    // read-only: no write column, no verification column
+    let ov = &h[overview..overview + h[overview..].find("</table>").unwrap()];
+    assert!(ov.contains("Read MiB/s") && !ov.contains("Write") && !ov.contains("Silent"), "{ov}");
+    assert!(!h.contains("Injected faults vs reported failures"));
+    let t = summary_table(&perf);
+    assert!(t.starts_with("fault windows"), "{t}");
+    assert!(t.lines().any(|l| l.starts_with("delay-1ms") && l.contains("net 4..6s") && l.contains("0.200")), "{t}");
+    let head = t.lines().find(|l| l.starts_with("setup ") && l.contains("reps")).unwrap();
+    assert!(head.contains("read MiB/s") && !head.contains("write") && !head.contains("silent"), "{t}");
+
+    // latency study
+    let lat = results_of("lat", vec![latency_setup("random-10", "random-10", 20.0), latency_setup("burst-10", "burst-10", 40.0)]);
+    assert_eq!(Kind::of(&lat.setups), Kind::Latency);
+    let h = html::render(&[html::Run { label: "lat".into(), results: &lat }]);
+    let (lead, first_setup) = lead_of(&h);
+    assert!(h.contains("class=\"lead-latency\"") && lead < first_setup && lead < h.find("<table class=\"overview\"").unwrap());
+    let lead_html = &h[lead..lead + h[lead..].find("</section>").unwrap()];
+    let scatter = lead_html.find("Baseline mean latency vs slowdown").unwrap();
+    assert!(scatter < lead_html.find("<table").unwrap(), "figures first, then the numbers");
+    assert_eq!(lead_html.matches("class=\"pt-ci\"").count(), 4, "2 setups x (read, write), each with its interval");
+    assert!(lead_html.contains("Slowdown by pattern") && lead_html.contains("burst-10 · write (1 setups, 3 pairs)"));
+    assert!(lead_html.contains("random-10: where the time went") && lead_html.contains("driver fuse:write"));
+    assert!(lead_html.contains("Block layer queue time over time"));
+    let t = summary_table(&lat);
+    let head = t.lines().next().unwrap();
+    assert!(head.contains("write slowdown") && head.contains("read slowdown") && !head.contains("silent"), "{t}");
+    let layers = &t[t.find("random-10: slowdown of the mean latency per layer").expect("per-layer lines")..];
+    assert!(layers.lines().nth(1).unwrap().starts_with("  journal"), "from the application down: journal before block: {t}");
+    assert!(layers.lines().any(|l| l.starts_with("  block_service") && l.contains(" write ") && l.contains("+")), "{t}");
+
+    // content faults: as before, the faults vs failures table leads
+    let content = sample_results("content");
+    assert_eq!(Kind::of(&content.setups), Kind::Content);
+    let h = html::render(&[html::Run { label: "c".into(), results: &content }]);
+    assert!(!h.contains("<section id=\"lead\""));
+    let first_h2 = h.find("<h2>").unwrap();
+    assert!(h[first_h2..].starts_with("<h2>Injected faults vs reported failures</h2>"));
+    let ov = &h[first_h2..first_h2 + h[first_h2..].find("</table>").unwrap()];
+    assert!(ov.contains("Write MiB/s") && ov.contains("Silent") && !ov.contains("Read MiB/s"), "a write-only study has no read column: {ov}");
+}

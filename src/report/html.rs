@@ -75,7 +75,8 @@ pub(super) const CSS: &str = "body{font-family:sans-serif;margin:1.5em;color:#22
 table{border-collapse:collapse;margin:.5em 0 1em}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}\
 th{background:#f3f3f3}td.l,th.l{text-align:left}tr.agg td{font-weight:bold;background:#fafafa}\
 pre{background:#f6f6f6;padding:.6em;overflow:auto;max-height:30em}h2{border-top:2px solid #ddd;padding-top:.6em}\
-.muted{color:#666}td.sd{font-weight:bold}.silent{color:#b00;font-weight:bold}td.bad{color:#d00;font-weight:bold}svg.chart{display:block;margin:.5em 0}";
+.muted{color:#666}td.sd{font-weight:bold}.silent{color:#b00;font-weight:bold}td.bad{color:#d00;font-weight:bold}svg.chart{display:block;margin:.5em 0}\
+.multiples{display:flex;flex-wrap:wrap;gap:4px}.multiples svg.chart{margin:0}";
 
 pub fn render(runs: &[Run]) -> String {
     let mut h = String::new();
@@ -92,8 +93,20 @@ pub fn render(runs: &[Run]) -> String {
     for run in runs {
         header(&mut h, run, runs.len() > 1);
     }
-    overview(&mut h, runs);
-    super::html_slowdown::section(&mut h, runs);
+    // the lead: the study's own figure, then the setups at a glance
+    let setups: Vec<&SetupResult> = runs.iter().flat_map(|r| &r.results.setups).collect();
+    match super::Kind::of(setups.iter().copied()) {
+        super::Kind::Performability => {
+            super::networked::lead(&mut h, runs);
+            overview(&mut h, runs);
+        }
+        super::Kind::Latency => {
+            super::html_slowdown::section(&mut h, runs);
+            overview(&mut h, runs);
+        }
+        // a crash study's figure leads each setup's section (html_crash)
+        super::Kind::Crash | super::Kind::Content => overview(&mut h, runs),
+    }
     for run in runs {
         for s in &run.results.setups {
             setup(&mut h, if runs.len() > 1 { Some(&run.label) } else { None }, s);
@@ -122,21 +135,74 @@ fn header(h: &mut String, run: &Run, several: bool) {
     );
 }
 
-/// The study's table: one row per setup, faults injected vs failures, mean ± sd over repetitions.
+/// Which of the per-setup columns apply to a set of setups: a column none of them has a
+/// figure for (write figures of a read-only study, verification counts of a run that verified
+/// nothing) is left out of the report's tables and the stdout summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    /// Some repetition wrote / read.
+    pub write: bool,
+    pub read: bool,
+    /// Some repetition verified blocks, found a bad one, or cut the power.
+    pub integrity: bool,
+    /// Some repetition armed a disk rule or logged a fault.
+    pub faults: bool,
+}
+
+impl Columns {
+    pub fn of<'a>(setups: impl IntoIterator<Item = &'a SetupResult>) -> Columns {
+        let mut c = Columns { write: false, read: false, integrity: false, faults: false };
+        for r in setups.into_iter().flat_map(|s| &s.repetitions) {
+            c.write |= r.write.ops > 0 || r.write.mib_s > 0.0;
+            c.read |= r.read.ops > 0 || r.read.mib_s > 0.0;
+            c.integrity |= r.integrity.blocks_checked > 0 || r.counts().failures > 0 || r.crash.is_some();
+            c.faults |= !r.faults.is_empty() || !r.rules.is_empty();
+        }
+        c
+    }
+}
+
+/// The setups at a glance: one row per setup, mean ± sd over repetitions, with the columns
+/// that apply (`Columns`); titled as the study of injected faults vs failures where the runs
+/// verified their data.
 fn overview(h: &mut String, runs: &[Run]) {
     let several = runs.len() > 1;
-    h.push_str(
-        "<h2>Injected faults vs reported failures</h2>\n<p class=\"muted\">Mean ± sample standard deviation over repetitions. \
+    let cols = Columns::of(runs.iter().flat_map(|r| &r.results.setups));
+    if cols.integrity {
+        h.push_str(
+            "<h2>Injected faults vs reported failures</h2>\n<p class=\"muted\">Mean ± sample standard deviation over repetitions. \
 Failures = silent + detected bad blocks at verification; silent = wrong data returned without an error; \
-detected = unreadable, short or missing; app errors = I/Os that failed during the run (definitions: docs/results.md).</p>\n<table><tr>",
-    );
+detected = unreadable, short or missing; app errors = I/Os that failed during the run (definitions: docs/results.md).</p>\n<table class=\"overview\"><tr>",
+        );
+    } else {
+        h.push_str(
+            "<h2>Setups</h2>\n<p class=\"muted\">Mean ± sample standard deviation over repetitions; app errors = I/Os that failed during the run \
+(definitions: docs/results.md).</p>\n<table class=\"overview\"><tr>",
+        );
+    }
     if several {
         h.push_str("<th class=\"l\">Run</th>");
     }
-    h.push_str(
-        "<th class=\"l\">Setup</th><th class=\"l\">Stack</th><th>Reps</th><th>Write MiB/s</th><th>Read MiB/s</th><th>Write p99 µs</th>\
-<th>Faults injected</th><th>Failures</th><th>Silent</th><th>Detected</th><th>App errors</th></tr>\n",
-    );
+    h.push_str("<th class=\"l\">Setup</th><th class=\"l\">Stack</th><th>Reps</th>");
+    if cols.write {
+        h.push_str("<th>Write MiB/s</th>");
+    }
+    if cols.read {
+        h.push_str("<th>Read MiB/s</th>");
+    }
+    if cols.write {
+        h.push_str("<th>Write p99 µs</th>");
+    }
+    if cols.read {
+        h.push_str("<th>Read p99 µs</th>");
+    }
+    if cols.faults {
+        h.push_str("<th>Faults injected</th>");
+    }
+    if cols.integrity {
+        h.push_str("<th>Failures</th><th>Silent</th><th>Detected</th>");
+    }
+    h.push_str("<th>App errors</th></tr>\n");
     for run in runs {
         for s in &run.results.setups {
             let a = Aggregate::from(s.repetitions.as_slice());
@@ -145,23 +211,39 @@ detected = unreadable, short or missing; app errors = I/Os that failed during th
             if several {
                 let _ = write!(h, "<td class=\"l\">{}</td>", esc(&run.label));
             }
-            let silent_class = if a.silent.mean > 0.0 { " silent" } else { "" };
-            let _ = writeln!(
+            let _ = write!(
                 h,
-                "<td class=\"l\"><a href=\"#{}\">{}</a></td><td class=\"l\">{}</td><td>{n}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td><td>{}</td></tr>",
+                "<td class=\"l\"><a href=\"#{}\">{}</a></td><td class=\"l\">{}</td><td>{n}</td>",
                 anchor(if several { Some(&run.label) } else { None }, &s.name),
                 esc(&s.name),
-                esc(&s.stack),
-                mean_sd(a.write_mib_s, n, 1),
-                mean_sd(a.read_mib_s, n, 1),
-                mean_sd(a.write_p99_us, n, 1),
-                count_sd(a.faults_injected, n),
-                count_sd(a.failures, n),
-                silent_class.trim(),
-                count_sd(a.silent, n),
-                count_sd(a.detected, n),
-                count_sd(a.app_errors, n),
+                esc(&s.stack)
             );
+            if cols.write {
+                let _ = write!(h, "<td>{}</td>", mean_sd(a.write_mib_s, n, 1));
+            }
+            if cols.read {
+                let _ = write!(h, "<td>{}</td>", mean_sd(a.read_mib_s, n, 1));
+            }
+            if cols.write {
+                let _ = write!(h, "<td>{}</td>", mean_sd(a.write_p99_us, n, 1));
+            }
+            if cols.read {
+                let _ = write!(h, "<td>{}</td>", mean_sd(MeanSd::of(&s.repetitions.iter().map(|r| r.read.p99_us).collect::<Vec<_>>()), n, 1));
+            }
+            if cols.faults {
+                let _ = write!(h, "<td>{}</td>", count_sd(a.faults_injected, n));
+            }
+            if cols.integrity {
+                let silent_class = if a.silent.mean > 0.0 { "silent" } else { "" };
+                let _ = write!(
+                    h,
+                    "<td>{}</td><td class=\"{silent_class}\">{}</td><td>{}</td>",
+                    count_sd(a.failures, n),
+                    count_sd(a.silent, n),
+                    count_sd(a.detected, n)
+                );
+            }
+            let _ = writeln!(h, "<td>{}</td></tr>", count_sd(a.app_errors, n));
         }
     }
     h.push_str("</table>\n");
@@ -299,6 +381,7 @@ pub fn throughput_chart(title: &str, reps: &[Repetition]) -> String {
         markers,
         width: 900.0,
         height: 340.0,
+        extent: None,
     };
     let mut s = chart.render();
     if reps.iter().all(|r| r.timeseries.is_empty()) {

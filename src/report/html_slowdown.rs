@@ -1,11 +1,13 @@
-//! The slowdown part of report.html (experiments with `baseline: true`): a table and interval
-//! bars per setup and op type, a scatter of baseline latency against slowdown, the realized
-//! slow-I/O patterns, and per setup a latency CDF of baseline against injected runs.
+//! The slowdown part of report.html (experiments with `baseline: true`), the lead of a latency
+//! study's report: a scatter of baseline latency against slowdown, interval bars per op type,
+//! slowdown by each matrix axis, per-layer slowdown and the block layer's queue time over time
+//! (where the monitor ran), tables of the numbers, the realized slow-I/O patterns; and per
+//! setup a latency CDF of baseline against injected runs.
 
 use super::html::{Run, esc};
 use super::model::{Repetition, SetupResult};
-use super::slowdown::{SlowdownRow, THROUGHPUT, fmt_pct, rows};
-use super::svg::{CdfChart, IntervalChart, IntervalRow, PALETTE, ScatterChart, ScatterPoint, Series};
+use super::slowdown::{QUEUE_SWING, SlowdownRow, THROUGHPUT, fmt_pct, rows};
+use super::svg::{CdfChart, IntervalChart, IntervalRow, LineChart, PALETTE, ScatterChart, ScatterPoint, Series};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -14,10 +16,29 @@ fn app_source(s: &str) -> bool {
     s == "workload" || s == "flowop"
 }
 
-/// Slowdown rows of a setup, recomputed from its repetitions (so a report of an older file
-/// or of hand-edited results agrees with its runs).
-fn setup_rows(s: &SetupResult) -> Vec<SlowdownRow> {
-    rows(&s.baseline, &s.repetitions)
+/// The monitor's layers from the application down to the device, the order "where the time
+/// went" is told in.
+pub const LAYER_ORDER: [&str; 9] = ["syscall", "fs", "journal", "block_queue", "block_service", "driver", "daemon", "user", "workload"];
+
+fn layer_rank(source: &str) -> usize {
+    LAYER_ORDER.iter().position(|l| *l == source).unwrap_or(LAYER_ORDER.len())
+}
+
+/// Slowdown rows of a setup, recomputed from its repetitions and baselines (so a report of an
+/// older file or of hand-edited results agrees with its runs); a setup whose slowdown was paired
+/// some other way (no baseline runs) keeps the rows it stored.
+pub fn setup_rows(s: &SetupResult) -> Vec<SlowdownRow> {
+    let r = rows(&s.baseline, &s.repetitions);
+    if r.is_empty() { s.slowdown.clone() } else { r }
+}
+
+/// The monitor's per-layer mean-latency rows of a setup that have a usable pair, from the
+/// application down (syscall, fs, journal, block queue and service, driver, daemon, the
+/// user's pairs).
+pub fn layer_rows(rs: &[SlowdownRow]) -> Vec<&SlowdownRow> {
+    let mut v: Vec<&SlowdownRow> = rs.iter().filter(|r| !app_source(&r.source) && r.metric == "mean_us" && r.pairs > 0).collect();
+    v.sort_by_key(|r| layer_rank(&r.source));
+    v
 }
 
 /// Which pairing the slowdowns come from, as a note under the section's heading.
@@ -40,13 +61,42 @@ fn cell(r: Option<&SlowdownRow>) -> String {
     }
 }
 
-/// The whole section; empty when no setup has baseline runs.
+fn interval_row(label: String, r: &SlowdownRow) -> IntervalRow {
+    IntervalRow { label, value: r.slowdown * 100.0, interval: r.ci_low.zip(r.ci_high).map(|(a, b)| (a * 100.0, b * 100.0)), strong: r.distinguishable }
+}
+
+/// A row in µs added per request: injected − baseline mean, and the slowdown's interval
+/// turned back into µs (it is the paired differences' interval over the mean baseline).
+fn added_row(label: String, r: &SlowdownRow) -> IntervalRow {
+    IntervalRow {
+        label,
+        value: r.injected - r.baseline,
+        interval: r.ci_low.zip(r.ci_high).map(|(a, b)| (a * r.baseline, b * r.baseline)),
+        strong: r.distinguishable,
+    }
+}
+
+fn interval_chart(title: String, rows: Vec<IntervalRow>) -> String {
+    let label_width = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(10) as f64 * 6.5 + 12.0;
+    IntervalChart { title, x_label: "slowdown %".into(), rows, width: 900.0, label_width: label_width.clamp(80.0, 400.0) }.render()
+}
+
+/// Setups whose charts of their own are drawn (per-layer slowdown, queue over time); the
+/// tables and slowdown.csv hold all.
+pub const CHARTED_SETUPS: usize = 16;
+
+type Setup<'a> = (&'a str, &'a SetupResult, Vec<SlowdownRow>);
+
+/// The whole section, the lead of a latency study's report: the published figures'
+/// equivalents (scatter of baseline latency against slowdown, per-op bars, slowdown by each
+/// matrix axis, per-layer slowdown, the block layer's queue time over time), each with its
+/// 95% intervals, then the numbers; empty when no setup has slowdown rows.
 pub fn section(h: &mut String, runs: &[Run]) {
-    let setups: Vec<(&str, &SetupResult, Vec<SlowdownRow>)> = runs
+    let setups: Vec<Setup> = runs
         .iter()
         .flat_map(|r| r.results.setups.iter().map(move |s| (r.label.as_str(), s)))
-        .filter(|(_, s)| s.paired())
         .map(|(l, s)| (l, s, setup_rows(s)))
+        .filter(|(_, _, rs)| !rs.is_empty())
         .collect();
     if setups.is_empty() {
         return;
@@ -54,13 +104,30 @@ pub fn section(h: &mut String, runs: &[Run]) {
     let several = runs.len() > 1;
     let name = |run: &str, s: &SetupResult| if several { format!("{run} · {}", s.name) } else { s.name.clone() };
     h.push_str(
-        "<h2>Slowdown against the baseline</h2>\n<p class=\"muted\">Each repetition ran twice, first without faults (baseline), then with them. \
+        "<section id=\"lead\" class=\"lead-latency\"><h2>Slowdown against the baseline</h2>\n<p class=\"muted\">Each pair is a run or window without the faults (baseline) and one with them (the method is below). \
 Per pair: injected / baseline − 1 for latencies, baseline / injected − 1 for throughput (so both say how much slower). \
-Shown: the mean over pairs and its 95% Student t interval; <b>bold</b> where the interval excludes zero (docs/results.md).</p>\n",
+Shown: the mean over pairs and its 95% Student t interval; <b>bold</b> (solid bars) where the interval excludes zero (docs/results.md).</p>\n",
     );
     h.push_str(&method_label(setups.iter().map(|(_, s, _)| *s)));
-    // the main table: setup x op, latency slowdowns and throughput
-    h.push_str("<table><tr><th class=\"l\">Setup</th><th class=\"l\">Op</th><th>Pairs</th><th>Baseline mean µs</th><th>Injected mean µs</th><th>Mean</th><th>p50</th><th>p95</th><th>p99</th><th>Throughput</th></tr>\n");
+    scatter(h, &setups, several);
+    // bars: one chart per op type, one bar per setup
+    let mut by_op: BTreeMap<&str, Vec<IntervalRow>> = BTreeMap::new();
+    for (run, s, rs) in &setups {
+        for r in rs.iter().filter(|r| app_source(&r.source) && r.metric == "mean_us") {
+            by_op.entry(r.op.as_str()).or_default().push(interval_row(name(run, s), r));
+        }
+    }
+    if !by_op.is_empty() {
+        h.push_str("<h3>Slowdown per op</h3>\n");
+    }
+    for (op, rows) in by_op {
+        h.push_str(&interval_chart(format!("{op}: slowdown of the mean latency, with 95% interval"), rows));
+    }
+    by_axis(h, &setups);
+    layers(h, &setups, several);
+    queue_over_time(h, &setups, several);
+    // the numbers: setup x op, latency slowdowns and throughput
+    h.push_str("<h3>Slowdown per setup and op</h3><table><tr><th class=\"l\">Setup</th><th class=\"l\">Op</th><th>Pairs</th><th>Baseline mean µs</th><th>Injected mean µs</th><th>Mean</th><th>p50</th><th>p95</th><th>p99</th><th>Throughput</th></tr>\n");
     for (run, s, rs) in &setups {
         let ops: Vec<(&str, &str)> = {
             let mut v: Vec<(&str, &str)> = rs.iter().filter(|r| app_source(&r.source)).map(|r| (r.source.as_str(), r.op.as_str())).collect();
@@ -87,36 +154,14 @@ Shown: the mean over pairs and its 95% Student t interval; <b>bold</b> where the
         }
     }
     h.push_str("</table>\n");
-    // bars: one chart per op type, one bar per setup
-    let mut by_op: BTreeMap<&str, Vec<IntervalRow>> = BTreeMap::new();
-    for (run, s, rs) in &setups {
-        for r in rs.iter().filter(|r| app_source(&r.source) && r.metric == "mean_us") {
-            by_op.entry(r.op.as_str()).or_default().push(IntervalRow {
-                label: name(run, s),
-                value: r.slowdown * 100.0,
-                interval: r.ci_low.zip(r.ci_high).map(|(a, b)| (a * 100.0, b * 100.0)),
-                strong: r.distinguishable,
-            });
-        }
-    }
-    for (op, rows) in by_op {
-        let label_width = rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(10) as f64 * 6.5 + 12.0;
-        let c = IntervalChart {
-            title: format!("{op}: slowdown of the mean latency, with 95% interval"),
-            x_label: "slowdown %".into(),
-            rows,
-            width: 900.0,
-            label_width: label_width.clamp(80.0, 400.0),
-        };
-        h.push_str(&c.render());
-    }
-    scatter(h, &setups, several);
     monitor_table(h, &setups, several);
     patterns(h, &setups, several);
+    h.push_str("</section>\n");
 }
 
-/// Baseline mean latency against slowdown: one point per setup and op, a colour per op.
-fn scatter(h: &mut String, setups: &[(&str, &SetupResult, Vec<SlowdownRow>)], several: bool) {
+/// Baseline mean latency against slowdown: one point per setup and op, a colour per op, the
+/// slowdown's interval as a whisker.
+fn scatter(h: &mut String, setups: &[Setup], several: bool) {
     let mut groups: Vec<String> = Vec::new();
     let mut points = Vec::new();
     for (run, s, rs) in setups {
@@ -134,6 +179,7 @@ fn scatter(h: &mut String, setups: &[(&str, &SetupResult, Vec<SlowdownRow>)], se
                 y: r.slowdown * 100.0,
                 group: g,
                 title: format!("{who} {}: {:.1} µs, {}", r.op, r.baseline, fmt_pct(r)),
+                interval: r.ci_low.zip(r.ci_high).map(|(a, b)| (a * 100.0, b * 100.0)),
             });
         }
     }
@@ -141,7 +187,7 @@ fn scatter(h: &mut String, setups: &[(&str, &SetupResult, Vec<SlowdownRow>)], se
         return;
     }
     let c = ScatterChart {
-        title: "Baseline mean latency vs slowdown (one point per setup and op)".into(),
+        title: "Baseline mean latency vs slowdown (one point per setup and op, 95% interval)".into(),
         x_label: "baseline mean latency µs (log)".into(),
         y_label: "slowdown %".into(),
         groups,
@@ -152,29 +198,185 @@ fn scatter(h: &mut String, setups: &[(&str, &SetupResult, Vec<SlowdownRow>)], se
     h.push_str(&c.render());
 }
 
+/// Pooled slowdown of several setups' rows: the mean of all their pairs' relative differences
+/// (`per_pair`) and its 95% t interval.
+pub fn pooled(rows: &[&SlowdownRow]) -> SlowdownRow {
+    let all: Vec<f64> = rows.iter().flat_map(|r| r.per_pair.iter().copied()).collect();
+    let (mean, ci) = super::slowdown::mean_ci(&all);
+    SlowdownRow {
+        pairs: all.len() as u32,
+        slowdown: mean,
+        ci_low: ci.map(|c| c.0),
+        ci_high: ci.map(|c| c.1),
+        distinguishable: ci.is_some_and(|(lo, hi)| lo > 0.0 || hi < 0.0),
+        per_pair: all,
+        ..Default::default()
+    }
+}
+
+/// Matrix studies: for every axis with two or more entries (pattern, file system or ext4
+/// tuple, read:write mix, personality...), the slowdown of the workload's mean read and write
+/// latency per entry, pooled over the setups with that entry (`pooled`), entries in the
+/// file's order.
+fn by_axis(h: &mut String, setups: &[Setup]) {
+    let mut axes: Vec<&str> = Vec::new();
+    for (_, s, _) in setups {
+        for (a, _) in &s.axes {
+            if !axes.contains(&a.as_str()) {
+                axes.push(a);
+            }
+        }
+    }
+    for axis in axes {
+        let mut entries: Vec<&str> = Vec::new();
+        for (_, s, _) in setups {
+            if let Some((_, e)) = s.axes.iter().find(|(a, _)| a == axis)
+                && !entries.contains(&e.as_str())
+            {
+                entries.push(e);
+            }
+        }
+        if entries.len() < 2 {
+            continue;
+        }
+        let mut rows = Vec::new();
+        for e in &entries {
+            for op in ["read", "write"] {
+                let mine: Vec<&SlowdownRow> = setups
+                    .iter()
+                    .filter(|(_, s, _)| s.axes.iter().any(|(a, x)| a == axis && x == e))
+                    .flat_map(|(_, _, rs)| rs.iter().filter(|r| r.source == "workload" && r.op == op && r.metric == "mean_us"))
+                    .collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let p = pooled(&mine);
+                rows.push(interval_row(format!("{e} · {op} ({} setups, {} pairs)", mine.len(), p.pairs), &p));
+            }
+        }
+        if !rows.is_empty() {
+            let _ = write!(h, "<h3>Slowdown by {}</h3>", esc(axis));
+            h.push_str(&interval_chart(format!("by {axis}: slowdown of the mean read and write latency, pooled over setups, with 95% interval"), rows));
+        }
+    }
+}
+
+/// Where the time went: per setup, the slowdown of the mean latency at each layer the monitor
+/// timed, from the workload's view down to the disk daemon.
+fn layers(h: &mut String, setups: &[Setup], several: bool) {
+    let with: Vec<&Setup> = setups.iter().filter(|(_, _, rs)| !layer_rows(rs).is_empty()).collect();
+    if with.is_empty() {
+        return;
+    }
+    h.push_str("<h3>Slowdown per layer (BPF monitor)</h3><p class=\"muted\">Time added to each layer's mean latency per request, with its 95% interval, \
+from the application down: syscall, fs, journal (jbd2 commit and its phases), block queue and service, driver (FUSE requests of the loop device), \
+daemon (the disk server's own service time, held delays included). Added µs rather than percent: a layer of 1 µs that gains 10 µs is +1000% and \
+says less than a layer of 100 µs that gains 10 µs. A delay held in the device shows from the daemon up to the block service, and in the calls that wait for it. \
+Percentages, and the kernel's per-commit phase times (<code>jbd2_run_stats:*</code>, in jiffies), are in the table below.</p>\n");
+    for (run, s, rs) in with.iter().take(CHARTED_SETUPS) {
+        let who = if several { format!("{run} · {}", s.name) } else { s.name.clone() };
+        // jbd2_run_stats rows are whole jiffies: left to the table
+        let rows: Vec<IntervalRow> = rs
+            .iter()
+            .filter(|r| r.source == "workload" && r.metric == "mean_us")
+            .chain(layer_rows(rs).into_iter().filter(|r| !r.op.starts_with("jbd2_run_stats:")))
+            .map(|r| added_row(format!("{} {}", r.source, r.op), r))
+            .collect();
+        let c = IntervalChart {
+            title: format!("{who}: where the time went (µs added to the mean latency per request, per layer)"),
+            x_label: "µs added (injected − baseline mean)".into(),
+            label_width: (rows.iter().map(|r| r.label.chars().count()).max().unwrap_or(10) as f64 * 6.5 + 12.0).clamp(80.0, 400.0),
+            rows,
+            width: 900.0,
+        };
+        h.push_str(&c.render());
+    }
+    if with.len() > CHARTED_SETUPS {
+        let _ =
+            write!(h, "<p class=\"muted\">Charts for the first {CHARTED_SETUPS} of {} setups; all are in the table below and slowdown.csv.</p>", with.len());
+    }
+}
+
+/// The block layer's queue time over each run, small multiples on one scale: per setup the
+/// injected repetitions (solid) and their baselines (dashed), one colour per pair, for the op
+/// that spent the most time queued.
+fn queue_over_time(h: &mut String, setups: &[Setup], several: bool) {
+    use super::slowdown::queue_over_time as series_of;
+    let mut charts = Vec::new();
+    for (run, s, _) in setups {
+        let total = |op: &str| s.repetitions.iter().flat_map(|r| series_of(r, op)).map(|p| p.1).sum::<f64>();
+        let op = if total("write") >= total("read") { "write" } else { "read" };
+        let mut series = Vec::new();
+        for (k, r) in s.repetitions.iter().enumerate() {
+            let color = PALETTE[k % PALETTE.len()].to_string();
+            let base = s.baseline.get(k).map(|b| series_of(b, op)).unwrap_or_default();
+            if !base.is_empty() {
+                series.push(Series { name: format!("rep {} base", r.index), color: color.clone(), dashed: true, points: base });
+            }
+            let inj = series_of(r, op);
+            if !inj.is_empty() {
+                series.push(Series { name: format!("rep {}", r.index), color, dashed: false, points: inj });
+            }
+        }
+        if series.iter().any(|x| x.points.len() >= 2) {
+            let who = if several { format!("{run} · {}", s.name) } else { s.name.clone() };
+            charts.push((format!("{who}: {op}"), series));
+        }
+    }
+    if charts.is_empty() {
+        return;
+    }
+    let pts = || charts.iter().flat_map(|(_, se)| se.iter().flat_map(|x| x.points.iter()));
+    let xmax = pts().map(|p| p.0).filter(|v| v.is_finite()).fold(0.0, f64::max);
+    let ymax = pts().map(|p| p.1).filter(|v| v.is_finite()).fold(0.0, f64::max);
+    h.push_str("<h3>Block layer queue time over time</h3><p class=\"muted\">Mean time requests waited in the block layer (allocation to the driver), \
+per monitor interval (<code>monitor: {interval}</code>), injected runs solid, their baselines dashed, all charts on one scale. \
+Slow requests held in the device fill the queue while a burst lasts and let it drain after: the queue time rises and falls with the bursts.</p><div class=\"multiples\">");
+    let n = charts.len();
+    for (title, series) in charts.into_iter().take(CHARTED_SETUPS) {
+        let c = LineChart {
+            title,
+            x_label: "s after the monitor attached".into(),
+            y_label: "queue µs".into(),
+            series,
+            markers: vec![],
+            width: 440.0,
+            height: 220.0,
+            extent: Some((xmax, ymax)),
+        };
+        h.push_str(&c.render());
+    }
+    h.push_str("</div>\n");
+    if n > CHARTED_SETUPS {
+        let _ = write!(h, "<p class=\"muted\">Charts for the first {CHARTED_SETUPS} of {n} setups.</p>");
+    }
+}
+
 /// The monitor's per-layer slowdowns, where the runs were monitored.
-fn monitor_table(h: &mut String, setups: &[(&str, &SetupResult, Vec<SlowdownRow>)], several: bool) {
+fn monitor_table(h: &mut String, setups: &[Setup], several: bool) {
     let any = setups.iter().any(|(_, _, rs)| rs.iter().any(|r| !app_source(&r.source)));
     if !any {
         return;
     }
-    h.push_str("<h3>Slowdown per kernel layer (BPF monitor)</h3><table><tr><th class=\"l\">Setup</th><th class=\"l\">Layer</th><th class=\"l\">Op</th><th>Baseline mean µs</th><th>Mean</th><th>p99</th><th>Throughput</th></tr>\n");
+    h.push_str("<h3>Slowdown per kernel layer (BPF monitor)</h3><table><tr><th class=\"l\">Setup</th><th class=\"l\">Layer</th><th class=\"l\">Op</th><th>Baseline mean µs</th><th>Mean</th><th>p99</th><th>Throughput</th><th>Queue swing</th></tr>\n");
     for (run, s, rs) in setups {
         let mut keys: Vec<(&str, &str)> = rs.iter().filter(|r| !app_source(&r.source)).map(|r| (r.source.as_str(), r.op.as_str())).collect();
+        keys.sort_by_key(|k| layer_rank(k.0));
         keys.dedup();
         for (src, op) in keys {
             let get = |m: &str| rs.iter().find(|r| r.source == src && r.op == op && r.metric == m);
             let who = if several { format!("{run} · {}", s.name) } else { s.name.clone() };
             let _ = writeln!(
                 h,
-                "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1}</td>{}{}{}</tr>",
+                "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1}</td>{}{}{}{}</tr>",
                 esc(&who),
                 esc(src),
                 esc(op),
                 get("mean_us").map_or(0.0, |r| r.baseline),
                 cell(get("mean_us")),
                 cell(get("p99_us")),
-                cell(get(THROUGHPUT))
+                cell(get(THROUGHPUT)),
+                cell(get(QUEUE_SWING))
             );
         }
     }
@@ -182,7 +384,7 @@ fn monitor_table(h: &mut String, setups: &[(&str, &SetupResult, Vec<SlowdownRow>
 }
 
 /// What the patterns did in the injected runs: asked pattern, realized ratio and runs.
-fn patterns(h: &mut String, setups: &[(&str, &SetupResult, Vec<SlowdownRow>)], several: bool) {
+fn patterns(h: &mut String, setups: &[Setup], several: bool) {
     let any = setups.iter().any(|(_, s, _)| s.repetitions.iter().any(|r| r.rules.iter().any(|x| x.matched > 0)));
     if !any {
         return;

@@ -82,56 +82,144 @@ pub fn load_dir(dir: &Path) -> Result<Results> {
     serde_json::from_str(&text).with_context(|| format!("{}: does not match results schema {SCHEMA}", path.display()))
 }
 
-/// Plain aligned text, one row per setup, for stdout.
+/// What an experiment studies, which decides what its report and summary lead with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Networked (`hosts:`): throughput through fault windows.
+    Performability,
+    /// Slowdown against a baseline (`baseline: true`, or slowdown rows of another pairing).
+    Latency,
+    /// Power cuts and what survived them.
+    Crash,
+    /// Content faults: injected faults against reported failures.
+    Content,
+}
+
+impl Kind {
+    /// From the setups' results: a networked repetition makes a performability study, else
+    /// baselines (or stored slowdown rows) a latency study, else a power cut a crash study.
+    pub fn of<'a>(setups: impl IntoIterator<Item = &'a SetupResult>) -> Kind {
+        let setups: Vec<&SetupResult> = setups.into_iter().collect();
+        let reps = || setups.iter().flat_map(|s| &s.repetitions);
+        if reps().any(|r| r.networked.is_some()) {
+            Kind::Performability
+        } else if setups.iter().any(|s| s.paired() || !s.slowdown.is_empty()) {
+            Kind::Latency
+        } else if reps().any(|r| r.crash.is_some()) {
+            Kind::Crash
+        } else {
+            Kind::Content
+        }
+    }
+}
+
+/// Plain aligned text for stdout, led like the report (`Kind`): a performability study's fault
+/// windows, a latency study's slowdowns (and where the time went), else the setups' faults
+/// and failures. Columns that do not apply to any setup (write figures of a read-only study,
+/// verification counts of a run that verified nothing) are left out.
 pub fn summary_table(r: &Results) -> String {
-    let mut head = vec!["setup", "stack", "reps", "write MiB/s", "p99 us", "faults", "app errors", "silent", "detected", "failures"];
-    // with baselines: the slowdown of the mean read and write latency, with its 95% interval
-    let paired = r.setups.iter().any(|s| s.paired());
-    if paired {
-        head.extend(["write slowdown", "read slowdown"]);
+    let kind = Kind::of(&r.setups);
+    let mut out = String::new();
+    if kind == Kind::Performability {
+        out.push_str(&networked::summary(r));
+    }
+    out.push_str(&setups_table(r, kind));
+    if kind == Kind::Latency {
+        out.push_str(&layers_summary(r));
+    }
+    out.push_str(&flowop_summary(r));
+    out.push_str(&html_crash::summary(r));
+    out
+}
+
+/// Rows of cells as aligned text: the first `left` columns left-aligned, the others right.
+pub fn align(rows: &[Vec<String>], left: usize) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r.get(c).map_or(0, |v| v.chars().count())).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> =
+            row.iter().enumerate().map(|(c, v)| if c < left { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) }).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// One row per setup with the columns that apply; a latency study's mean-latency slowdowns of
+/// the workload's writes and reads (whichever it did) with their 95% intervals.
+fn setups_table(r: &Results, kind: Kind) -> String {
+    let cols = html::Columns::of(&r.setups);
+    let mut head: Vec<&str> = vec!["setup", "stack", "reps"];
+    if cols.write {
+        head.extend(["write MiB/s", "write p99 us"]);
+    }
+    if cols.read {
+        head.extend(["read MiB/s", "read p99 us"]);
+    }
+    if cols.faults {
+        head.push("faults");
+    }
+    head.push("app errors");
+    if cols.integrity {
+        head.extend(["silent", "detected", "failures"]);
+    }
+    let ops: Vec<&str> =
+        if kind == Kind::Latency { ["write", "read"].into_iter().filter(|op| if *op == "write" { cols.write } else { cols.read }).collect() } else { vec![] };
+    for op in &ops {
+        head.push(if *op == "write" { "write slowdown" } else { "read slowdown" });
     }
     let mut rows: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
     for s in &r.setups {
         let a = Aggregate::from(s.repetitions.as_slice());
         let n = a.repetitions;
-        rows.push(vec![
-            s.name.clone(),
-            s.stack.clone(),
-            n.to_string(),
-            html::mean_sd(a.write_mib_s, n, 1),
-            html::mean_sd(a.write_p99_us, n, 0),
-            html::count_sd(a.faults_injected, n),
-            html::count_sd(a.app_errors, n),
-            html::count_sd(a.silent, n),
-            html::count_sd(a.detected, n),
-            html::count_sd(a.failures, n),
-        ]);
-        if paired {
-            let sd = slowdown::rows(&s.baseline, &s.repetitions);
-            for op in ["write", "read"] {
-                let cell =
-                    sd.iter().find(|x| x.source == "workload" && x.op == op && x.metric == "mean_us").map(slowdown::fmt_pct).unwrap_or_else(|| "-".into());
-                rows.last_mut().expect("pushed").push(cell);
+        let mut row = vec![s.name.clone(), s.stack.clone(), n.to_string()];
+        let p99 = |f: fn(&Repetition) -> f64| MeanSd::of(&s.repetitions.iter().map(f).collect::<Vec<_>>());
+        if cols.write {
+            row.extend([html::mean_sd(a.write_mib_s, n, 1), html::mean_sd(a.write_p99_us, n, 0)]);
+        }
+        if cols.read {
+            row.extend([html::mean_sd(a.read_mib_s, n, 1), html::mean_sd(p99(|x| x.read.p99_us), n, 0)]);
+        }
+        if cols.faults {
+            row.push(html::count_sd(a.faults_injected, n));
+        }
+        row.push(html::count_sd(a.app_errors, n));
+        if cols.integrity {
+            row.extend([html::count_sd(a.silent, n), html::count_sd(a.detected, n), html::count_sd(a.failures, n)]);
+        }
+        if !ops.is_empty() {
+            let sd = html_slowdown::setup_rows(s);
+            for op in &ops {
+                row.push(
+                    sd.iter().find(|x| x.source == "workload" && x.op == *op && x.metric == "mean_us").map(slowdown::fmt_pct).unwrap_or_else(|| "-".into()),
+                );
             }
         }
+        rows.push(row);
     }
-    let cols = head.len();
-    let width: Vec<usize> = (0..cols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    align(&rows, 2)
+}
+
+/// A latency study's per-layer slowdowns (the BPF monitor's), one line per setup: where the
+/// time went; empty where no setup was monitored.
+fn layers_summary(r: &Results) -> String {
+    use std::fmt::Write;
     let mut out = String::new();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(c, v)| {
-                // names left-aligned, numbers right-aligned
-                if c < 2 { format!("{v:<w$}", w = width[c]) } else { format!("{v:>w$}", w = width[c]) }
-            })
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
+    for s in &r.setups {
+        let rows = html_slowdown::setup_rows(s);
+        let layers = html_slowdown::layer_rows(&rows);
+        if layers.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "{}: slowdown of the mean latency per layer (baseline mean µs, slowdown [95% interval])", s.name);
+        let rows: Vec<Vec<String>> =
+            layers.iter().map(|x| vec![format!("  {}", x.source), x.op.clone(), format!("{:.1}", x.baseline), slowdown::fmt_pct(x)]).collect();
+        out.push_str(&align(&rows, 2));
     }
-    out.push_str(&flowop_summary(r));
-    out.push_str(&html_crash::summary(r));
+    if !out.is_empty() {
+        out.insert(0, '\n');
+    }
     out
 }
 

@@ -350,17 +350,167 @@ pub fn hosts_csv(rows: &[(String, u32, &NetworkedRun)]) -> String {
     s
 }
 
+/// A fault window's shade: blue network, orange disk, green host.
+fn window_color(kind: &str) -> &'static str {
+    match kind {
+        "net" => "#0072B2",
+        "disk" => "#D55E00",
+        _ => "#009E73",
+    }
+}
+
+/// Shaded bands for fault windows (hover: kind and description).
+fn bands(windows: &[FaultWindow]) -> Vec<super::svg::Band> {
+    windows
+        .iter()
+        .map(|w| super::svg::Band { from: w.from_s, to: w.to_s, title: format!("{}: {}", w.kind, w.description), color: window_color(&w.kind).into() })
+        .collect()
+}
+
+/// Every networked repetition of the runs: (setup label, setup, repetition index, its run).
+fn networked_reps<'a>(runs: &'a [super::html::Run]) -> Vec<(String, u32, &'a NetworkedRun)> {
+    let several = runs.len() > 1;
+    runs.iter()
+        .flat_map(|run| {
+            run.results.setups.iter().flat_map(move |s| {
+                let label = if several { format!("{} · {}", run.label, s.name) } else { s.name.clone() };
+                s.repetitions.iter().filter_map(move |r| r.networked.as_deref().map(|n| (label.clone(), r.index, n)))
+            })
+        })
+        .collect()
+}
+
+fn cell(v: Option<f64>, d: usize) -> String {
+    v.map_or("-".to_string(), |x| format!("{x:.d$}"))
+}
+
+/// The lead of a performability report: every setup's client throughput over time as small
+/// multiples on one scale (the same seconds and MiB/s axes everywhere, so the setups compare at
+/// a glance) with the fault windows shaded, then one table of every window's figures.
+pub fn lead(h: &mut String, runs: &[super::html::Run]) {
+    use super::html::esc;
+    use super::svg::{LineChart, PALETTE, Series};
+    let reps = networked_reps(runs);
+    if reps.is_empty() {
+        return;
+    }
+    let xmax = reps
+        .iter()
+        .flat_map(|(_, _, n)| n.clients.iter().flat_map(|c| c.points.iter().map(|p| p.t_s)).chain(n.windows.iter().filter_map(|w| w.to_s)))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max);
+    let ymax = reps.iter().flat_map(|(_, _, n)| n.clients.iter().flat_map(|c| c.points.iter().map(|p| p.mib_s))).filter(|v| v.is_finite()).fold(0.0, f64::max);
+    h.push_str(
+        "<section id=\"lead\" class=\"lead-performability\"><h2>Throughput through the fault windows</h2>\n<p class=\"muted\">Each client's throughput per interval, \
+one chart per setup, all on the same axes; shaded: fault windows (blue network, orange disk, green host). Hover a window for what it did.</p>\n<div class=\"multiples\">",
+    );
+    // one chart per setup: its repetitions' clients (a colour per repetition and client)
+    let mut setups: Vec<&str> = reps.iter().map(|(l, _, _)| l.as_str()).collect();
+    setups.dedup();
+    for label in setups {
+        let mine: Vec<&(String, u32, &NetworkedRun)> = reps.iter().filter(|(l, _, _)| l == label).collect();
+        let several = mine.len() > 1;
+        let mut series = Vec::new();
+        for (_, index, n) in &mine {
+            for c in &n.clients {
+                series.push(Series {
+                    name: if several { format!("rep {index} {}", c.host) } else { c.host.clone() },
+                    color: PALETTE[series.len() % PALETTE.len()].into(),
+                    dashed: false,
+                    points: c.points.iter().map(|p| (p.t_s, p.mib_s)).collect(),
+                });
+            }
+        }
+        // the windows of all its repetitions, each once
+        let mut windows: Vec<FaultWindow> = Vec::new();
+        for (_, _, n) in &mine {
+            for w in &n.windows {
+                if !windows.contains(w) {
+                    windows.push(w.clone());
+                }
+            }
+        }
+        let chart = LineChart {
+            title: label.to_string(),
+            x_label: "s".into(),
+            y_label: "MiB/s".into(),
+            series,
+            markers: vec![],
+            width: 360.0,
+            height: 200.0,
+            extent: Some((xmax, ymax)),
+        };
+        h.push_str(&chart.render_with_bands(&bands(&windows)));
+    }
+    h.push_str("</div>\n<h3>Fault windows</h3><p class=\"muted\">Per window and client: mean throughput before the window (as long as the window) and during it, \
+their ratio, the time from the window's end until throughput is back within 10% of before (- : not within the run, or a sticky fault), \
+and the work lost: the ops the before rate would have done over window and recovery, minus those done.</p>\n\
+<table><tr><th class=\"l\">Setup</th><th>Rep</th><th class=\"l\">Window</th><th>From..to (s)</th><th class=\"l\">Client</th><th>Before MiB/s</th><th>During MiB/s</th><th>Ratio</th><th>Recovery (s)</th><th>Work lost (ops)</th><th>Errors</th></tr>\n");
+    for (label, index, n) in &reps {
+        for ws in &n.window_stats {
+            let Some(w) = n.windows.get(ws.window) else { continue };
+            let _ = writeln!(
+                h,
+                "<tr><td class=\"l\">{}</td><td>{index}</td><td class=\"l\">{} {}</td><td>{:.1}..{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(label),
+                esc(&w.kind),
+                esc(&w.description),
+                w.from_s,
+                w.to_s.map_or("end".into(), |t| format!("{t:.1}")),
+                esc(&ws.client),
+                cell(ws.before_mib_s, 2),
+                cell(ws.during_mib_s, 2),
+                cell(ws.ratio, 3),
+                cell(ws.recovery_s, 1),
+                cell(ws.ops_lost, 0),
+                ws.errors
+            );
+        }
+    }
+    h.push_str("</table></section>\n");
+}
+
+/// The stdout lead of a performability study: one line per setup, repetition, window and
+/// client with the window's figures; empty without networked repetitions.
+pub fn summary(r: &super::model::Results) -> String {
+    let run = super::html::Run { label: r.name.clone(), results: r };
+    let reps = networked_reps(std::slice::from_ref(&run));
+    let mut rows = vec![
+        ["setup", "rep", "window", "client", "before MiB/s", "during MiB/s", "ratio", "recovery s", "work lost ops", "errors"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>(),
+    ];
+    for (label, index, n) in &reps {
+        for ws in &n.window_stats {
+            let Some(w) = n.windows.get(ws.window) else { continue };
+            let to = w.to_s.map_or("end".into(), |t| format!("{t:.0}"));
+            rows.push(vec![
+                label.clone(),
+                index.to_string(),
+                format!("{} {:.0}..{to}s", w.kind, w.from_s),
+                ws.client.clone(),
+                cell(ws.before_mib_s, 2),
+                cell(ws.during_mib_s, 2),
+                cell(ws.ratio, 3),
+                cell(ws.recovery_s, 1),
+                cell(ws.ops_lost, 0),
+                ws.errors.to_string(),
+            ]);
+        }
+    }
+    if rows.len() == 1 {
+        return String::new();
+    }
+    format!("fault windows (throughput before and during each window, per client):\n{}\n", super::align(&rows, 4))
+}
+
 /// The report's section for a networked setup: per repetition, each client's throughput over
 /// time with every fault window shaded, and the per-window table.
 pub fn html(reps: &[super::model::Repetition]) -> String {
     use super::html::esc;
-    use super::svg::{Band, LineChart, PALETTE, Series};
+    use super::svg::{LineChart, PALETTE, Series};
     let mut h = String::new();
-    let color = |k: &str| match k {
-        "net" => "#0072B2",
-        "disk" => "#D55E00",
-        _ => "#009E73",
-    };
     for r in reps {
         let Some(st) = r.networked.as_deref() else { continue };
         let chart = LineChart {
@@ -381,12 +531,9 @@ pub fn html(reps: &[super::model::Repetition]) -> String {
             markers: vec![],
             width: 860.0,
             height: 300.0,
+            extent: None,
         };
-        let bands: Vec<Band> = st
-            .windows
-            .iter()
-            .map(|w| Band { from: w.from_s, to: w.to_s, title: format!("{}: {}", w.kind, w.description), color: color(&w.kind).into() })
-            .collect();
+        let bands = bands(&st.windows);
         h.push_str(&chart.render_with_bands(&bands));
         h.push_str("<h3>Fault windows</h3><table><tr><th>Rep</th><th class=\"l\">Window</th><th>From..to (s)</th><th>Client</th><th>Before MiB/s</th><th>During MiB/s</th><th>Ratio</th><th>Mean µs</th><th>p99 µs</th><th>Errors</th><th>Retries</th><th>Timeouts</th><th>Recovery (s)</th><th>Ops lost</th></tr>\n");
         let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));

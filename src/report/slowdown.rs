@@ -28,11 +28,13 @@ pub const THROUGHPUT: &str = "throughput";
 #[serde(default)]
 pub struct SlowdownRow {
     /// `workload` (the workload's reads and writes), `flowop` (a personality's flowops), or a
-    /// monitor layer: `syscall`, `block_queue`, `block_service`.
+    /// monitor layer: `syscall`, `fs`, `journal`, `block_queue`, `block_service`, `driver`,
+    /// `user`, and `daemon` (the disk daemon's own service time).
     pub source: String,
     /// read, write, a flowop name (appendfilerand, fsync, ...), or a monitor op.
     pub op: String,
-    /// mean_us, p50_us, p95_us, p99_us, or throughput (ops/s).
+    /// mean_us, p50_us, p95_us, p99_us, throughput (ops/s), or for `block_queue`
+    /// `interval_sd_us` (how much its queue time swings between the monitor's intervals).
     pub metric: String,
     /// Pairs that had the series in both runs.
     pub pairs: u32,
@@ -144,7 +146,8 @@ pub fn series(r: &Repetition) -> BTreeMap<Key, f64> {
     }
     if let Some(m) = &r.monitor {
         let secs = m.duration_s;
-        let mut layer = |source: &str, op: &str, l: &crate::monitor::model::LayerOp| {
+        // a layer's row: its latencies, and its count over the monitored span as a rate
+        let layer = |put: &mut dyn FnMut(&str, &str, &str, f64), source: &str, op: &str, l: &crate::monitor::model::LayerOp| {
             if l.count > 0 {
                 put(source, op, "mean_us", l.mean_us);
                 put(source, op, "p50_us", l.p50_us);
@@ -155,19 +158,65 @@ pub fn series(r: &Repetition) -> BTreeMap<Key, f64> {
                 }
             }
         };
-        for l in &m.syscalls {
-            layer(&l.layer, &l.op, l);
+        // the tracepoint pairs: fs, journal (the commit and its phases), driver, user
+        for l in m.syscalls.iter().chain(&m.stack) {
+            layer(&mut put, &l.layer, &l.op, l);
+        }
+        // jbd2_run_stats: per commit, the kernel's own phase times (jiffies, so coarse)
+        for sm in &m.summed {
+            let event = sm.event.split(':').next_back().unwrap_or(&sm.event);
+            for f in sm.fields.iter().filter(|f| f.unit == "ms") {
+                if sm.count > 0 {
+                    put(&sm.layer, &format!("{event}:{}", f.name), "mean_us", f.mean * 1000.0);
+                }
+            }
         }
         let several = m.devices.len() > 1;
         for (i, d) in m.devices.iter().enumerate() {
+            // stacks over two disks (btrfs raid1): one series per disk
+            let name = |op: &str| if several { format!("disk{i}:{op}") } else { op.to_string() };
             for l in &d.layers {
-                // stacks over two disks (btrfs raid1): one series per disk
-                let op = if several { format!("disk{i}:{}", l.op) } else { l.op.clone() };
-                layer(&l.layer, &op, l);
+                layer(&mut put, &l.layer, &name(&l.op), l);
+            }
+            for (op, q) in queue_swings(d) {
+                put("block_queue", &name(&op), QUEUE_SWING, q);
+            }
+            for (op, o) in &d.daemon {
+                if o.count > 0 {
+                    put("daemon", &name(op), "mean_us", o.service_mean_us);
+                }
             }
         }
     }
     out
+}
+
+/// The metric of the block layer's queue time swinging from interval to interval: the
+/// standard deviation over the monitor's intervals of each interval's mean queue time. A slow
+/// device whose delays come in bursts fills the queue during a burst and drains it after, so
+/// the swings grow while the run's mean queue time may hardly move.
+pub const QUEUE_SWING: &str = "interval_sd_us";
+
+/// Per op, the sample standard deviation of the per-interval mean queue time over the
+/// intervals that completed requests of that op (at least two of them).
+pub fn queue_swings(d: &crate::monitor::model::DeviceResults) -> BTreeMap<String, f64> {
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for iv in &d.series {
+        for (op, o) in &iv.ops {
+            if o.count > 0 && o.queue_mean_us.is_finite() {
+                by.entry(op.clone()).or_default().push(o.queue_mean_us);
+            }
+        }
+    }
+    by.into_iter().filter(|(_, v)| v.len() >= 2).map(|(op, v)| (op, super::model::MeanSd::of(&v).sd)).collect()
+}
+
+/// The block layer's queue time over a repetition for `op` on its first device: (start of
+/// the interval in seconds after the monitor attached, mean queue time µs) for every
+/// interval that completed requests of that op.
+pub fn queue_over_time(r: &Repetition, op: &str) -> Vec<(f64, f64)> {
+    let Some(d) = r.monitor.as_ref().and_then(|m| m.devices.first()) else { return Vec::new() };
+    d.series.iter().filter_map(|iv| iv.ops.get(op).filter(|o| o.count > 0).map(|o| (iv.t_s, o.queue_mean_us))).collect()
 }
 
 /// `runs` (paired runs), `windows` (paired windows) or None (no slowdown).
@@ -338,5 +387,67 @@ mod tests {
         let d = 400.0 / 3.0;
         assert_eq!(m.per_pair, vec![10.0 / d, 30.0 / d, 30.0 / d]);
         assert!(rows.iter().all(|r| r.op != "write"), "no writes in the windows: no write series");
+    }
+
+    /// Every layer of the monitor gives series: syscall, the pairs (fs, journal phases,
+    /// driver), jbd2_run_stats in ms turned to µs (counts left out), block queue and service,
+    /// the daemon, and the queue time's swing over intervals: queue means 2, 10, 6 µs in three
+    /// intervals have sample sd sqrt(((2-6)^2 + (10-6)^2 + 0) / 2) = 4.
+    #[test]
+    fn series_cover_every_monitor_layer() {
+        use crate::monitor::model::{DaemonOp, DeviceResults, Interval, IntervalOp, LayerOp, MonitorResults, Summed, SummedField};
+        let l = |layer: &str, op: &str, mean: f64| LayerOp {
+            layer: layer.into(),
+            op: op.into(),
+            count: 10,
+            mean_us: mean,
+            p50_us: mean,
+            p95_us: mean,
+            p99_us: mean,
+            ..Default::default()
+        };
+        let iv = |t: f64, q: f64| Interval {
+            t_s: t,
+            ops: [("write".to_string(), IntervalOp { count: 3, queue_mean_us: q, ..Default::default() })].into(),
+            ..Default::default()
+        };
+        let m = MonitorResults {
+            duration_s: 2.0,
+            syscalls: vec![l("syscall", "write", 50.0)],
+            stack: vec![l("fs", "ext4_sync_file", 40.0), l("journal", "commit", 900.0), l("journal", "commit_locked", 30.0), l("driver", "fuse:write", 20.0)],
+            summed: vec![Summed {
+                layer: "journal".into(),
+                event: "jbd2:jbd2_run_stats".into(),
+                count: 4,
+                hz: 250,
+                fields: vec![
+                    SummedField { name: "locked".into(), unit: "ms".into(), mean: 4.0, ..Default::default() },
+                    SummedField { name: "blocks".into(), unit: "count".into(), mean: 12.0, ..Default::default() },
+                ],
+            }],
+            devices: vec![DeviceResults {
+                device: "/dev/loop9".into(),
+                layers: vec![l("block_queue", "write", 6.0), l("block_service", "write", 25.0)],
+                series: vec![iv(0.0, 2.0), iv(1.0, 10.0), iv(2.0, 6.0)],
+                daemon: [("write".to_string(), DaemonOp { count: 10, service_mean_us: 15.0, delay_mean_us: 0.0 })].into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let r = Repetition { monitor: Some(m), ..Default::default() };
+        let s = series(&r);
+        let get = |a: &str, b: &str, c: &str| s.get(&(a.to_string(), b.to_string(), c.to_string())).copied();
+        assert_eq!(get("syscall", "write", "mean_us"), Some(50.0));
+        assert_eq!(get("fs", "ext4_sync_file", "p99_us"), Some(40.0));
+        assert_eq!(get("journal", "commit", "mean_us"), Some(900.0));
+        assert_eq!(get("journal", "commit_locked", THROUGHPUT), Some(5.0));
+        assert_eq!(get("driver", "fuse:write", "mean_us"), Some(20.0));
+        assert_eq!(get("journal", "jbd2_run_stats:locked", "mean_us"), Some(4000.0));
+        assert_eq!(get("journal", "jbd2_run_stats:blocks", "mean_us"), None, "a count is no latency");
+        assert_eq!(get("block_service", "write", "mean_us"), Some(25.0));
+        assert_eq!(get("daemon", "write", "mean_us"), Some(15.0));
+        assert!((get("block_queue", "write", QUEUE_SWING).unwrap() - 4.0).abs() < 1e-12);
+        assert_eq!(queue_over_time(&r, "write"), vec![(0.0, 2.0), (1.0, 10.0), (2.0, 6.0)]);
+        assert!(queue_over_time(&r, "read").is_empty());
     }
 }

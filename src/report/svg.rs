@@ -71,6 +71,8 @@ pub struct LineChart {
     pub markers: Vec<Marker>,
     pub width: f64,
     pub height: f64,
+    /// Fixed axis ends (x, y) instead of the data's, so that small multiples share one scale.
+    pub extent: Option<(f64, f64)>,
 }
 
 const LEFT: f64 = 64.0;
@@ -89,8 +91,9 @@ impl LineChart {
         let xmax =
             self.series.iter().flat_map(|s| s.points.iter().map(|p| p.0)).chain(self.markers.iter().map(|m| m.x)).filter(|v| v.is_finite()).fold(0.0, f64::max);
         let ymax = self.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|v| v.is_finite()).fold(0.0, f64::max);
-        let xt = nice_ticks(xmax, 8);
-        let yt = nice_ticks(ymax, 5);
+        let (xmax, ymax) = self.extent.unwrap_or((xmax, ymax));
+        let xt = nice_ticks(xmax, if self.width < 600.0 { 5 } else { 8 });
+        let yt = nice_ticks(ymax, if self.height < 260.0 { 4 } else { 5 });
         let plot_bottom = self.height - BOTTOM - self.legend_height();
         let xs = Scale::new(0.0, *xt.last().unwrap(), LEFT, self.width - RIGHT);
         let ys = Scale::new(0.0, *yt.last().unwrap(), plot_bottom, TOP);
@@ -479,6 +482,8 @@ pub struct ScatterPoint {
     /// Index into the chart's groups (its colour and legend entry).
     pub group: usize,
     pub title: String,
+    /// The y value's interval, drawn as a vertical whisker; None: no interval.
+    pub interval: Option<(f64, f64)>,
 }
 
 /// Points with x on a log scale (baseline latency) and y linear (slowdown %), a line at y = 0.
@@ -498,7 +503,8 @@ impl ScatterChart {
         let ticks = decade_ticks(&pts.iter().map(|p| p.x).collect::<Vec<_>>());
         let (w, h) = (self.width, self.height);
         let bottom = h - BOTTOM - legend_height(w, self.groups.len());
-        let (lo, hi) = pts.iter().fold((0.0f64, 0.0f64), |(a, b), p| (a.min(p.y), b.max(p.y)));
+        let ends = pts.iter().flat_map(|p| [Some(p.y), p.interval.map(|i| i.0), p.interval.map(|i| i.1)]).flatten().filter(|v| v.is_finite());
+        let (lo, hi) = ends.fold((0.0f64, 0.0f64), |(a, b), v| (a.min(v), b.max(v)));
         let step = nice_ticks((hi - lo).max(1e-9), 5).get(1).copied().unwrap_or(1.0);
         let (y0, y1) = ((lo / step).floor() * step, ((hi / step).ceil() * step).max(step));
         let ys = Scale::new(y0, y1, bottom, TOP);
@@ -522,6 +528,22 @@ impl ScatterChart {
             esc(&self.y_label)
         );
         for p in pts {
+            if let Some((a, b)) = p.interval.filter(|(a, b)| a.is_finite() && b.is_finite()) {
+                let x = xs.px(p.x);
+                let _ = write!(
+                    s,
+                    r#"<path class="pt-ci" d="M{x:.1},{:.1}V{:.1}M{:.1},{:.1}H{:.1}M{:.1},{:.1}H{:.1}" stroke="{}" stroke-opacity="0.6" fill="none"/>"#,
+                    ys.px(a),
+                    ys.px(b),
+                    x - 3.0,
+                    ys.px(a),
+                    x + 3.0,
+                    x - 3.0,
+                    ys.px(b),
+                    x + 3.0,
+                    PALETTE[p.group % PALETTE.len()]
+                );
+            }
             let _ = write!(
                 s,
                 r#"<circle class="pt" cx="{:.1}" cy="{:.1}" r="3.5" fill="{}" fill-opacity="0.8"><title>{}</title></circle>"#,
@@ -624,6 +646,7 @@ mod tests {
             markers: vec![Marker { x: 12.5, title: "m".into(), color: "#000".into() }],
             width: 640.0,
             height: 320.0,
+            extent: None,
         };
         let (xs, ys, xt, yt) = c.scales();
         assert_eq!(xt.last(), Some(&14.0)); // the marker at 12.5 extends the axis past the data
@@ -637,6 +660,25 @@ mod tests {
         let (px, py) = (xs.px(9.0), ys.px(460.0));
         assert!(svg.contains(&format!("{px:.1},{py:.1}")));
         assert!(px > LEFT && px < 640.0 - RIGHT && py > TOP && py < ys.p0);
+    }
+
+    #[test]
+    fn small_multiples_share_the_extent_they_are_given() {
+        let chart = |y: f64, extent| LineChart {
+            title: "t".into(),
+            x_label: "s".into(),
+            y_label: "MiB/s".into(),
+            series: vec![Series { name: "a".into(), color: "#000".into(), dashed: false, points: vec![(1.0, y), (4.0, y)] }],
+            markers: vec![],
+            width: 360.0,
+            height: 200.0,
+            extent,
+        };
+        // on their own: each its data's scale; given one extent: the same scale, the lower line lower
+        assert_ne!(chart(3.0, None).scales().3, chart(300.0, None).scales().3);
+        let (a, b) = (chart(3.0, Some((12.0, 300.0))).scales(), chart(300.0, Some((12.0, 300.0))).scales());
+        assert_eq!((a.0, a.1), (b.0, b.1));
+        assert!(a.1.px(3.0) > b.1.px(300.0));
     }
 
     #[test]
@@ -700,7 +742,7 @@ mod tests {
         let svg = CdfChart { title: "c".into(), series: vec![se(true), se(false)], width: 500.0, height: 260.0 }.render();
         assert_eq!(svg.matches("class=\"cdf\"").count(), 2);
         assert_eq!(svg.matches("stroke-dasharray").count(), 2, "one dashed line and its legend entry");
-        let p = |x: f64, y: f64| ScatterPoint { x, y, group: 0, title: "p".into() };
+        let p = |x: f64, y: f64| ScatterPoint { x, y, group: 0, title: "p".into(), interval: (y == 0.1).then_some((-0.5, 0.7)) };
         let svg = ScatterChart {
             title: "s".into(),
             x_label: "x".into(),
@@ -712,5 +754,6 @@ mod tests {
         }
         .render();
         assert_eq!(svg.matches("class=\"pt\"").count(), 2, "a zero baseline has no place on a log axis");
+        assert_eq!(svg.matches("class=\"pt-ci\"").count(), 1, "one point has an interval");
     }
 }
