@@ -6,7 +6,11 @@
 //! write back). For each write since the last completed flush (the epoch) the layer keeps its
 //! range and the bytes it replaced (an undo copy), taken under the store's range locks
 //! together with the write (`Layer::update`) and appended to the epoch log inside them, so
-//! overlapping writes are logged in the order they reached the store. At a cut the log is
+//! overlapping writes are logged in the order they reached the store. The undo copies live one
+//! after another in one mapping of the bound's size used round and round (`Ring`): a copy is a
+//! bump of an index into memory touched before, and retiring an epoch moves another index. A
+//! fresh allocation per copy cost several times the copy itself in page faults, and a drain
+//! freed tens of thousands of them (BENCHMARKS.md, bench/micro/cachecost.rs). At a cut the log is
 //! walked back from the store: the store's bytes in write n's range are write n's data, and
 //! putting n's undo copy back gives the state before n; at the end the store holds the durable
 //! state and each entry holds its write's data. The survival model then picks what is written
@@ -23,9 +27,10 @@ use super::store::{Hashed, Lent, Src};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 pub use crate::spec::disk::{CacheMode, SurvivalModel};
 
@@ -105,7 +110,14 @@ pub fn as_fua<R>(on: bool, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Bytes a write replaced, or its data after the walk back: all zero ones are not kept.
+/// Whether every byte of `b` is zero (64 bytes at a time: the inner fold vectorises, and the
+/// scan stops at the first block with a non-zero byte).
+fn all_zero(b: &[u8]) -> bool {
+    let mut blocks = b.chunks_exact(64);
+    blocks.all(|c| c.iter().fold(0u8, |a, x| a | x) == 0) && blocks.remainder().iter().all(|x| *x == 0)
+}
+
+/// A write's data after the walk back of a cut: all zero ones are not kept.
 enum Bytes {
     Zero,
     Copy(Box<[u8]>),
@@ -113,44 +125,161 @@ enum Bytes {
 
 impl Bytes {
     fn of(b: &[u8]) -> Bytes {
-        if b.iter().all(|x| *x == 0) { Bytes::Zero } else { Bytes::Copy(b.into()) }
-    }
-    fn held(&self) -> u64 {
-        match self {
-            Bytes::Zero => 0,
-            Bytes::Copy(b) => b.len() as u64,
-        }
+        if all_zero(b) { Bytes::Zero } else { Bytes::Copy(b.into()) }
     }
 }
 
+/// `Entry::copy` of a write that replaced zeroes only: no undo copy is kept.
+const ZERO: usize = usize::MAX;
+
+#[derive(Clone, Copy)]
 struct Entry {
     off: u64,
     len: u64,
     fua: bool,
-    /// Before the walk back: the bytes the write replaced; after: the write's data.
-    bytes: Bytes,
+    /// Where the bytes the write replaced are in the ring, or `ZERO`.
+    copy: usize,
+}
+
+/// The undo copies, one after another in log order, in one anonymous mapping of `cap` bytes
+/// (the bound) used round and round: live copies are [tail, head), or [tail, cap) and [0, head)
+/// once `head` has wrapped (a copy that does not fit before the end starts at 0; the bytes it
+/// skipped are free again when `tail` passes them). The mapping is made at the first copy and
+/// reserves no memory: pages are touched as copies first reach them and then stay with the
+/// daemon for reuse (at most `cap` bytes).
+struct Ring {
+    base: *mut u8,
+    cap: usize,
+    head: usize,
+    tail: usize,
+    /// Where the copies before the last wrap end (`cap` when none is pending): the tail goes
+    /// to 0 when it gets there.
+    end: usize,
+    /// Bytes of live copies.
+    live: usize,
+}
+
+// SAFETY: the ring owns its mapping; the pointer is only used through `&mut Ring` (inside the
+// cache's log mutex) or dropped with it, so it may move to another thread
+unsafe impl Send for Ring {}
+
+impl Ring {
+    fn new(cap: u64) -> Ring {
+        let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+        Ring { base: std::ptr::null_mut(), cap, head: 0, tail: 0, end: cap, live: 0 }
+    }
+    /// Room for `n` bytes: where they go, or None when the ring is full (or cannot be mapped).
+    fn take(&mut self, n: usize) -> Option<usize> {
+        if n > self.cap {
+            return None;
+        }
+        if self.base.is_null() {
+            // SAFETY: a fresh private anonymous mapping, checked for failure; NORESERVE: memory
+            // is only taken as pages are touched
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    self.cap,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return None;
+            }
+            self.base = p as *mut u8;
+        }
+        if self.live == 0 {
+            // empty: start over at the front (its pages are the ones touched most recently)
+            (self.head, self.tail, self.end) = (0, 0, self.cap);
+        }
+        let at = if self.live == 0 || self.tail < self.head {
+            if self.head + n <= self.cap {
+                self.head
+            } else if n <= self.tail {
+                self.end = self.head;
+                0
+            } else {
+                return None;
+            }
+        } else if self.head + n <= self.tail {
+            self.head
+        } else {
+            return None;
+        };
+        self.head = at + n;
+        self.live += n;
+        Some(at)
+    }
+    /// The `n` bytes at `at` (from `take`).
+    fn bytes(&mut self, at: usize, n: usize) -> &mut [u8] {
+        assert!(!self.base.is_null() && at + n <= self.cap, "a ring range outside the ring");
+        // SAFETY: [at, at+n) lies in the mapping (checked); `&mut self` makes it the only view
+        unsafe { std::slice::from_raw_parts_mut(self.base.add(at), n) }
+    }
+    /// The copy at [at, at+n) is no longer needed (copies retire in the order taken).
+    fn give(&mut self, at: usize, n: usize) {
+        self.live -= n;
+        self.tail = at + n;
+        if self.tail >= self.end {
+            (self.tail, self.end) = (0, self.cap);
+        }
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if !self.base.is_null() {
+            // SAFETY: our mapping of `cap` bytes; no slice into it outlives `&mut self`
+            unsafe { libc::munmap(self.base as *mut libc::c_void, self.cap) };
+        }
+    }
 }
 
 /// The writes of the current epoch, in completion order.
-#[derive(Default)]
 struct Epoch {
-    entries: Vec<Entry>,
+    entries: VecDeque<Entry>,
     /// Sequence number of `entries[0]` (every logged write gets the next one).
     base: u64,
-    /// Undo bytes held, and the unflushed writes' bytes.
-    held: u64,
+    /// The unflushed writes' bytes.
     bytes: u64,
+    ring: Ring,
 }
 
 impl Epoch {
+    fn new(limit: u64) -> Epoch {
+        Epoch { entries: VecDeque::new(), base: 0, bytes: 0, ring: Ring::new(limit) }
+    }
     fn end(&self) -> u64 {
         self.base + self.entries.len() as u64
+    }
+    /// Undo bytes held.
+    fn held(&self) -> u64 {
+        self.ring.live as u64
+    }
+    /// Log a write of [off, off+old.len()) that replaces `old`. False (nothing logged) when its
+    /// undo copy finds no room in the ring.
+    fn push(&mut self, off: u64, fua: bool, old: &[u8]) -> bool {
+        let copy = if all_zero(old) {
+            ZERO
+        } else {
+            let Some(at) = self.ring.take(old.len()) else { return false };
+            super::store::copy_in(self.ring.bytes(at, old.len()), old);
+            at
+        };
+        self.bytes += old.len() as u64;
+        self.entries.push_back(Entry { off, len: old.len() as u64, fua, copy });
+        true
     }
     /// The writes logged before sequence `upto` are durable now.
     fn retire(&mut self, upto: u64) {
         let n = (upto.saturating_sub(self.base) as usize).min(self.entries.len());
         for e in self.entries.drain(..n) {
-            self.held -= e.bytes.held();
+            if e.copy != ZERO {
+                self.ring.give(e.copy, e.len as usize);
+            }
             self.bytes -= e.len;
         }
         self.base += n as u64;
@@ -267,6 +396,11 @@ fn eio() -> Outcome {
     Outcome { errno: Some(libc::EIO), delay: None }
 }
 
+/// What the cache's locks answer when a thread panicked holding one: the state they guard may
+/// be half changed, so every request that needs it fails with EIO (rather than panicking in
+/// turn), and cuts and power-on are refused.
+const POISONED: &str = "the write cache's state is lost (a request panicked while changing it); restart the daemon";
+
 impl<L: Layer> WriteCache<L> {
     pub fn new(mode: CacheMode, limit: u64, next: L) -> WriteCache<L> {
         WriteCache {
@@ -275,7 +409,7 @@ impl<L: Layer> WriteCache<L> {
             limit,
             gate: RwLock::new(()),
             powered: AtomicBool::new(true),
-            log: Mutex::new(Epoch::default()),
+            log: Mutex::new(Epoch::new(limit)),
             draining: Mutex::new(()),
             flushes: AtomicU64::new(0),
             drains: AtomicU64::new(0),
@@ -296,6 +430,17 @@ impl<L: Layer> WriteCache<L> {
         self.powered.load(Relaxed)
     }
 
+    /// The gate held shared for a request: None (answer EIO) with the power off or the gate
+    /// poisoned.
+    fn on(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        let g = self.gate.read().ok()?;
+        self.powered().then_some(g)
+    }
+    /// The epoch log: None (answer EIO) when poisoned.
+    fn epoch(&self) -> Option<MutexGuard<'_, Epoch>> {
+        self.log.lock().ok()
+    }
+
     /// Cut the power: apply `model` (seeded) to the unflushed writes, then fail every request
     /// until `power_on`.
     pub fn power_cut(&self, model: SurvivalModel, seed: u64) -> anyhow::Result<CutReport> {
@@ -303,36 +448,39 @@ impl<L: Layer> WriteCache<L> {
             anyhow::bail!("the disk has no volatile write cache; serve --write-cache volatile / disk: {{write_cache: volatile}}");
         }
         // waits for the requests in flight; later ones see the power off
-        let _off = self.gate.write().unwrap();
+        let Ok(_off) = self.gate.write() else { anyhow::bail!("{POISONED}") };
+        let Ok(mut log) = self.log.lock() else { anyhow::bail!("{POISONED}") };
         if !self.powered.swap(false, Relaxed) {
             anyhow::bail!("the power is already off; power on first (faultline fault power-on)");
         }
         self.cuts.fetch_add(1, Relaxed);
-        let mut log = self.log.lock().unwrap();
         let end = log.end();
-        let mut entries = std::mem::take(&mut log.entries);
-        *log = Epoch { base: end, ..Epoch::default() };
-        drop(log);
-        // walk back: swap each write's undo copy with what the store holds in its range (the
-        // write's data, later writes being undone already)
-        for e in entries.iter_mut().rev() {
-            let undo = std::mem::replace(&mut e.bytes, Bytes::Zero);
+        let entries = std::mem::take(&mut log.entries);
+        // walk back: put each write's undo copy over what the store holds in its range (the
+        // write's data, later writes being undone already), keeping that data
+        let mut data: Vec<Bytes> = Vec::with_capacity(entries.len());
+        for e in entries.iter().rev() {
+            let undo = (e.copy != ZERO).then(|| &*log.ring.bytes(e.copy, e.len as usize));
             self.next.update(e.off, e.len as usize, &mut |b| {
-                e.bytes = Bytes::of(b);
-                match &undo {
-                    Bytes::Zero => b.fill(0),
-                    Bytes::Copy(u) => b.copy_from_slice(u),
+                data.push(Bytes::of(b));
+                match undo {
+                    None => b.fill(0),
+                    Some(u) => b.copy_from_slice(u),
                 }
                 true
             })?;
         }
+        data.reverse();
+        // the epoch is over: its copies are free
+        (log.base, log.bytes, log.ring.live) = (end, 0, 0);
+        drop(log);
         // the store holds the durable state: write what the model keeps, in completion order
         let writes: Vec<(u64, u64, bool)> = entries.iter().map(|e| (e.off, e.len, e.fua)).collect();
         let keep = plan(model, seed, &writes);
         let mut r = CutReport { model: Some(model), seed, epoch: self.flushes.load(Relaxed), unflushed: entries.len() as u64, ..Default::default() };
         let zeroes = vec![0u8; entries.iter().map(|e| e.len).max().unwrap_or(0) as usize];
-        for (e, k) in entries.iter().zip(&keep) {
-            let data: &[u8] = match &e.bytes {
+        for ((e, k), bytes) in entries.iter().zip(&keep).zip(&data) {
+            let data: &[u8] = match bytes {
                 Bytes::Zero => &zeroes[..e.len as usize],
                 Bytes::Copy(d) => d,
             };
@@ -378,7 +526,7 @@ impl<L: Layer> WriteCache<L> {
         if self.mode == CacheMode::None {
             anyhow::bail!("the disk has no volatile write cache (and no power switch); serve --write-cache volatile / disk: {{write_cache: volatile}}");
         }
-        let _g = self.gate.write().unwrap();
+        let Ok(_g) = self.gate.write() else { anyhow::bail!("{POISONED}") };
         if self.powered.swap(true, Relaxed) {
             anyhow::bail!("the power is on; power-on follows a power-cut");
         }
@@ -386,7 +534,8 @@ impl<L: Layer> WriteCache<L> {
     }
 
     pub fn stats(&self) -> CacheStats {
-        let log = self.log.lock().unwrap();
+        // the figures of a poisoned log are still worth showing
+        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         CacheStats {
             mode: Some(self.mode),
             flushes: self.flushes.load(Relaxed),
@@ -395,7 +544,7 @@ impl<L: Layer> WriteCache<L> {
             drains: self.drains.load(Relaxed),
             powered: self.powered(),
             cuts: self.cuts.load(Relaxed),
-            held_bytes: log.held,
+            held_bytes: log.held(),
             limit_bytes: self.limit,
             fua_writes: self.fua_writes.load(Relaxed),
         }
@@ -411,26 +560,31 @@ impl<L: Layer> WriteCache<L> {
         if len == 0 {
             return Outcome::OK;
         }
-        // a write whose undo copy alone is beyond the bound is not logged: what came before
-        // it is written back (`over`: up to which sequence), and it is durable
-        let mut over = None;
+        // a write whose undo copy finds no room is not logged: what came before it is written
+        // back (`over`: up to which sequence), and it is durable
+        let (mut over, mut full, mut lost) = (None, false, false);
         let r = self.next.update(off, len as usize, &mut |b| {
-            let bytes = Bytes::of(b);
-            put(b);
-            let mut log = self.log.lock().unwrap();
-            if bytes.held() > self.limit {
+            let Some(mut log) = self.epoch() else {
+                // nothing stored: the write fails whole
+                lost = true;
+                return false;
+            };
+            if !log.push(off, fua, b) {
                 over = Some(log.end());
-                return true;
             }
-            log.held += bytes.held();
-            log.bytes += len;
-            log.entries.push(Entry { off, len, fua, bytes });
+            full = log.held() >= self.limit;
+            drop(log);
+            // the range stays locked: no request sees the store between the log and the copy
+            put(b);
             true
         });
+        if lost {
+            return eio();
+        }
         let o = r.map_or_else(Outcome::io, |_| Outcome::OK);
         if let Some(upto) = over {
             self.drain(Some(upto));
-        } else if self.log.lock().unwrap().held >= self.limit {
+        } else if full {
             self.drain(None);
         }
         o
@@ -441,15 +595,26 @@ impl<L: Layer> WriteCache<L> {
     /// durable before its acknowledgement, or a cut would put their undo copies over it.
     fn drain(&self, upto: Option<u64>) {
         let _one = match upto {
-            Some(_) => self.draining.lock().unwrap(),
+            Some(_) => match self.draining.lock() {
+                Ok(g) => g,
+                Err(_) => return,
+            },
             None => match self.draining.try_lock() {
                 Ok(g) => g,
                 Err(_) => return,
             },
         };
-        let upto = upto.filter(|u| *u != u64::MAX).unwrap_or_else(|| self.log.lock().unwrap().end());
-        if self.next.flush().errno.is_none() {
-            self.log.lock().unwrap().retire(upto);
+        let upto = match upto.filter(|u| *u != u64::MAX) {
+            Some(u) => u,
+            None => match self.epoch() {
+                Some(log) => log.end(),
+                None => return,
+            },
+        };
+        if self.next.flush().errno.is_none()
+            && let Some(mut log) = self.epoch()
+        {
+            log.retire(upto);
             self.drains.fetch_add(1, Relaxed);
         }
     }
@@ -463,38 +628,38 @@ impl<L: Layer> Layer for WriteCache<L> {
         if self.mode == CacheMode::None {
             return self.next.read(off, buf);
         }
-        let _on = self.gate.read().unwrap();
-        if !self.powered() {
-            return eio();
-        }
+        let Some(_on) = self.on() else { return eio() };
         self.next.read(off, buf)
     }
     fn write<'a>(&self, off: u64, data: Src<'a>, ack: impl FnOnce(Outcome, Option<Lent<'a>>)) {
-        let rec = self.record.get();
         if self.mode == CacheMode::None {
-            // recording: the write is logged as it completes, before the client hears of it
-            return match rec {
-                None => self.next.write(off, data, ack),
-                Some(r) => {
-                    let copy = data.bytes().to_vec();
-                    self.next.write(off, data, move |o, lent| {
-                        if o.errno.is_none() {
-                            r.write(off, &copy);
-                        }
-                        ack(o, lent)
-                    })
-                }
+            if !self.record.on() {
+                return self.next.write(off, data, ack);
+            }
+            let Some(r) = self.record.get() else { return self.next.write(off, data, ack) };
+            // recording: the write is logged as it completes, before the client hears of it,
+            // from the caller's bytes (borrowed for the whole call, or lent and handed back
+            // with the acknowledgement): no copy
+            let borrowed = match &data {
+                Src::Borrowed(b) => Some(*b),
+                Src::Lent(_) => None,
             };
-        }
-        let o = {
-            let _on = self.gate.read().unwrap();
-            if !self.powered() {
-                eio()
-            } else {
-                let src = data.bytes();
-                let o = self.logged(off, src.len() as u64, &mut |b| b.copy_from_slice(src));
+            return self.next.write(off, data, move |o, lent| {
                 if o.errno.is_none()
-                    && let Some(r) = &rec
+                    && let Some(bytes) = lent.as_ref().map(|l| l.bytes()).or(borrowed)
+                {
+                    r.write(off, bytes);
+                }
+                ack(o, lent)
+            });
+        }
+        let o = match self.on() {
+            None => eio(),
+            Some(_on) => {
+                let src = data.bytes();
+                let o = self.logged(off, src.len() as u64, &mut |b| super::store::copy_in(b, src));
+                if o.errno.is_none()
+                    && let Some(r) = self.record.get()
                 {
                     r.write(off, src);
                 }
@@ -506,10 +671,9 @@ impl<L: Layer> Layer for WriteCache<L> {
     /// Ends the epoch for the writes that completed before it started (later ones may or may
     /// not be covered by it, as on a device); the flush of a FUA request keeps the epoch.
     fn flush(&self) -> Outcome {
-        let rec = self.record.get();
         let recorded = |o: Outcome| {
             if o.errno.is_none()
-                && let Some(r) = &rec
+                && let Some(r) = self.record.get()
             {
                 r.flush();
             }
@@ -518,17 +682,15 @@ impl<L: Layer> Layer for WriteCache<L> {
         if self.mode == CacheMode::None {
             return recorded(self.next.flush());
         }
-        let _on = self.gate.read().unwrap();
-        if !self.powered() {
-            return eio();
-        }
+        let Some(_on) = self.on() else { return eio() };
         if FUA.get() {
             return recorded(self.next.flush());
         }
-        let upto = self.log.lock().unwrap().end();
+        let Some(upto) = self.epoch().map(|l| l.end()) else { return eio() };
         let o = self.next.flush();
         if o.errno.is_none() {
-            self.log.lock().unwrap().retire(upto);
+            let Some(mut log) = self.epoch() else { return eio() };
+            log.retire(upto);
             self.flushes.fetch_add(1, Relaxed);
         }
         recorded(o)
@@ -536,26 +698,24 @@ impl<L: Layer> Layer for WriteCache<L> {
     /// A write of zeroes, logged in pieces of `DISCARD_PIECE` (only sectors not zero already
     /// are written: zeroing untouched RAM would take memory).
     fn discard(&self, off: u64, len: u64) -> Outcome {
-        let rec = self.record.get();
-        if self.mode == CacheMode::None {
-            let o = self.next.discard(off, len);
+        let recorded = |o: Outcome| {
             if o.errno.is_none()
-                && let Some(r) = &rec
+                && let Some(r) = self.record.get()
             {
                 r.discard(off, len);
             }
-            return o;
+            o
+        };
+        if self.mode == CacheMode::None {
+            return recorded(self.next.discard(off, len));
         }
-        let _on = self.gate.read().unwrap();
-        if !self.powered() {
-            return eio();
-        }
+        let Some(_on) = self.on() else { return eio() };
         let mut at = off;
         while at < off + len {
             let n = (off + len - at).min(DISCARD_PIECE - at % DISCARD_PIECE);
             let o = self.logged(at, n, &mut |b| {
                 for s in b.chunks_mut(4096) {
-                    if s.iter().any(|x| *x != 0) {
+                    if !all_zero(s) {
                         s.fill(0);
                     }
                 }
@@ -565,10 +725,7 @@ impl<L: Layer> Layer for WriteCache<L> {
             }
             at += n;
         }
-        if let Some(r) = &rec {
-            r.discard(off, len);
-        }
-        Outcome::OK
+        recorded(Outcome::OK)
     }
     /// Declined with the cache on: the fault layer hashes first, then writes through `write`.
     fn write_locked<'a>(
@@ -581,7 +738,7 @@ impl<L: Layer> Layer for WriteCache<L> {
     ) -> Result<(), Src<'a>> {
         // the early acknowledgement would come before the log has the write: refused while
         // recording (and with the cache on), so the write takes `write` above
-        if self.mode == CacheMode::None && self.record.get().is_none() {
+        if self.mode == CacheMode::None && !self.record.on() {
             return self.next.write_locked(off, data, hashed, locked, edit);
         }
         Err(data)
@@ -592,25 +749,26 @@ impl<L: Layer> Layer for WriteCache<L> {
         if self.mode == CacheMode::None {
             return self.next.update(off, len, f);
         }
-        let _on = self.gate.read().unwrap();
-        if !self.powered() {
-            return Err(io::Error::from_raw_os_error(libc::EIO));
-        }
-        let mut over = false;
+        let eio = || io::Error::from_raw_os_error(libc::EIO);
+        let Some(_on) = self.on() else { return Err(eio()) };
+        let (mut over, mut lost) = (false, false);
         let changed = self.next.update(off, len, &mut |b| {
-            let before = Bytes::of(b);
+            // rare: the bytes before the change are kept aside first, as `f` changes them in place
+            let before = b.to_vec();
             if !f(b) {
                 return false;
             }
-            let mut log = self.log.lock().unwrap();
-            over = before.held() > self.limit;
-            if !over {
-                log.held += before.held();
-                log.bytes += len as u64;
-                log.entries.push(Entry { off, len: len as u64, fua: true, bytes: before });
-            }
+            let Some(mut log) = self.epoch() else {
+                b.copy_from_slice(&before);
+                lost = true;
+                return false;
+            };
+            over = !log.push(off, true, &before);
             true
         })?;
+        if lost {
+            return Err(eio());
+        }
         if over {
             self.drain(Some(u64::MAX));
         }
@@ -880,6 +1038,144 @@ mod tests {
             assert!(r.unflushed > 0 && r.unflushed < 9000, "round {round}: the cut came while the writers wrote ({})", r.unflushed);
             assert!(image(&c) == base, "round {round}: lose-all did not restore the flushed state");
         }
+    }
+
+    /// The ring reuses its space round and round: live copies never overlap each other or
+    /// leave the ring, each keeps its bytes until given back (in the order taken), space is
+    /// refused only when no gap of that size is free, and an empty ring takes anything up to
+    /// its size.
+    #[test]
+    fn the_ring_never_overlaps_live_copies() {
+        let cap = 64 << 10;
+        let mut ring = Ring::new(cap as u64);
+        let mut live: VecDeque<(usize, usize, u8)> = VecDeque::new();
+        let mut rng = StdRng::seed_from_u64(3);
+        let (mut wraps, mut refused) = (0, 0);
+        for i in 0..50_000u32 {
+            if rng.random_bool(0.55) {
+                let n = rng.random_range(1..20_000);
+                match ring.take(n) {
+                    Some(at) => {
+                        assert!(at + n <= cap);
+                        for &(a, m, _) in &live {
+                            assert!(at + n <= a || a + m <= at, "take {at}+{n} overlaps live {a}+{m}");
+                        }
+                        wraps += (at == 0 && !live.is_empty()) as u32;
+                        let tag = i as u8;
+                        ring.bytes(at, n).fill(tag);
+                        live.push_back((at, n, tag));
+                    }
+                    None => {
+                        refused += 1;
+                        assert!(!live.is_empty(), "an empty ring refused {n} bytes");
+                        // no free gap of n bytes: the free space is [head, end) and [0, first)
+                        // when not wrapped, or [head, first) when wrapped
+                        let (first, last) = (live.front().unwrap(), live.back().unwrap());
+                        let head = last.0 + last.1;
+                        let gaps = if first.0 < head { vec![cap - head, first.0] } else { vec![first.0 - head] };
+                        assert!(gaps.iter().all(|g| *g < n), "refused {n} bytes with gaps {gaps:?} free");
+                    }
+                }
+            } else if let Some((at, n, tag)) = live.pop_front() {
+                assert!(ring.bytes(at, n).iter().all(|b| *b == tag), "a live copy was overwritten");
+                ring.give(at, n);
+            }
+            assert_eq!(ring.live, live.iter().map(|l| l.1).sum::<usize>());
+        }
+        assert!(wraps > 100 && refused > 100, "the sequence exercised wrapping ({wraps}) and a full ring ({refused})");
+        while let Some((at, n, _)) = live.pop_front() {
+            ring.give(at, n);
+        }
+        assert_eq!(ring.take(cap), Some(0), "an empty ring takes its whole size");
+    }
+
+    /// A flush that covers only part of the epoch (as one racing later writes does) retires
+    /// the front of the log, so later copies wrap round the ring past live ones; with a small
+    /// bound drains come in between. After all of it, lose-all still restores exactly the
+    /// durable state, and keep-prefix the writes it keeps.
+    #[test]
+    fn partial_retires_wrap_the_ring_and_cuts_stay_exact() {
+        for seed in 0..6u64 {
+            for m in [SurvivalModel::LoseAll, SurvivalModel::KeepPrefix] {
+                let size = 1u64 << 20;
+                let c = cache_over(Box::new(RamStore::new(size).unwrap()), 96 << 10);
+                let mut cur: Vec<u8> = (0..size as usize).map(|i| (i % 253) as u8 | 1).collect();
+                write_now(&c, 0, &cur);
+                assert!(c.flush().errno.is_none());
+                let mut durable = cur.clone();
+                let mut epoch: Vec<(u64, Vec<u8>)> = Vec::new();
+                let mut rng = StdRng::seed_from_u64(seed);
+                for i in 0..400u32 {
+                    if rng.random_range(0..10) == 0 && !epoch.is_empty() {
+                        let k = rng.random_range(0..=epoch.len());
+                        let base = c.log.lock().unwrap().base;
+                        c.log.lock().unwrap().retire(base + k as u64);
+                        for (off, d) in epoch.drain(..k) {
+                            durable[off as usize..off as usize + d.len()].copy_from_slice(&d);
+                        }
+                        continue;
+                    }
+                    let off = rng.random_range(0..size - 20_000);
+                    let data = vec![(i % 250) as u8 + 2; rng.random_range(1..20_000)];
+                    let drains = c.stats().drains;
+                    assert!(write_now(&c, off, &data).errno.is_none());
+                    cur[off as usize..off as usize + data.len()].copy_from_slice(&data);
+                    if c.stats().drains > drains {
+                        durable = cur.clone();
+                        epoch.clear();
+                    } else {
+                        epoch.push((off, data));
+                    }
+                }
+                assert!(c.stats().drains > 3, "seed {seed}: the bound was reached");
+                let r = c.power_cut(m, seed).unwrap();
+                assert_eq!(r.unflushed, epoch.len() as u64);
+                let keep = plan(m, seed, &epoch.iter().map(|(o, d)| (*o, d.len() as u64, false)).collect::<Vec<_>>());
+                for ((off, d), k) in epoch.iter().zip(&keep) {
+                    if *k == Keep::All {
+                        durable[*off as usize..*off as usize + d.len()].copy_from_slice(d);
+                    }
+                }
+                assert!(image(&c) == durable, "seed {seed} {m}: the cut did not leave the durable state and the kept writes");
+            }
+        }
+    }
+
+    /// A thread that panicked holding the cache's log or gate leaves requests failing with
+    /// EIO (nothing stored), not panicking in turn; cuts and power-on are refused with a reason.
+    #[test]
+    fn a_poisoned_lock_answers_eio() {
+        let c = cache_over(Box::new(RamStore::new(1 << 20).unwrap()), 1 << 20);
+        assert!(write_now(&c, 0, &[1; 4096]).errno.is_none());
+        let poisoned = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _g = c.log.lock().unwrap();
+                panic!("test: a panic holding the log");
+            })
+            .join()
+        });
+        assert!(poisoned.is_err() && c.log.is_poisoned());
+        assert_eq!(write_now(&c, 0, &[2; 4096]).errno, Some(libc::EIO));
+        assert_eq!(image(&c)[..4096], [1; 4096], "a write that could not be logged stored nothing");
+        assert_eq!(c.flush().errno, Some(libc::EIO));
+        assert_eq!(c.discard(0, 4096).errno, Some(libc::EIO));
+        assert!(c.power_cut(SurvivalModel::LoseAll, 0).unwrap_err().to_string().contains("state is lost"));
+        assert_eq!(c.stats().unflushed, 1, "stats still answer");
+
+        let c = cache_over(Box::new(RamStore::new(1 << 20).unwrap()), 1 << 20);
+        let poisoned = std::thread::scope(|s| {
+            s.spawn(|| {
+                let _g = c.gate.write().unwrap();
+                panic!("test: a panic holding the gate");
+            })
+            .join()
+        });
+        assert!(poisoned.is_err() && c.gate.is_poisoned());
+        let mut b = [0u8; 512];
+        assert_eq!(c.read(0, &mut b).errno, Some(libc::EIO));
+        assert_eq!(write_now(&c, 0, &b).errno, Some(libc::EIO));
+        assert_eq!(c.flush().errno, Some(libc::EIO));
+        assert!(c.power_on().unwrap_err().to_string().contains("state is lost"));
     }
 
     /// Without the cache nothing is logged and there is no switch.

@@ -4,15 +4,15 @@
 //!
 //! The write cache layer calls the slot on each request's completion (before it is
 //! acknowledged, so the log's order is the order the client saw); with no recorder the slot
-//! costs one atomic load per request.
+//! costs one plain load and a branch per request (`Slot::get`).
 
 use super::logwrites::LogWriter;
 use anyhow::{Result, bail};
 use arc_swap::ArcSwapOption;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering::Acquire, Ordering::Release};
+use std::sync::{Arc, Mutex};
 
 /// Log sector size of recordings: the smallest logical block a loop device can have, so every
 /// request the kernel sends is whole sectors and torn variants can split at 512 B.
@@ -57,15 +57,26 @@ impl Recorder {
     }
 }
 
-/// Where the cache layer finds the recorder, if any.
+/// Where the cache layer finds the recorder, if any. `on` is set while a recorder is in the
+/// slot, so a request on a disk that is not recording reads one flag (no reference count
+/// taken and dropped on the slot's `Arc`).
 #[derive(Default)]
-pub struct Slot(ArcSwapOption<Recorder>);
+pub struct Slot(ArcSwapOption<Recorder>, AtomicBool);
 
 impl Slot {
     /// The recorder while recording.
     #[inline]
     pub fn get(&self) -> Option<Arc<Recorder>> {
+        if !self.on() {
+            return None;
+        }
         self.0.load_full()
+    }
+
+    /// Whether a recorder may be in the slot (one load; `get` for the recorder itself).
+    #[inline]
+    pub fn on(&self) -> bool {
+        self.1.load(Acquire)
     }
 
     /// Start recording into a new log at `path`. Err while already recording.
@@ -76,11 +87,13 @@ impl Slot {
         }
         let w = LogWriter::create(path, SECTOR)?;
         self.0.store(Some(Arc::new(Recorder { w: Mutex::new(Some(w)), error: Mutex::new(None) })));
+        self.1.store(true, Release);
         Ok(Recording { path: Some(path.to_owned()), entries: 0, error: None })
     }
 
     /// Stop recording: the log is complete on disk when this returns.
     pub fn stop(&self) -> Result<Recording> {
+        self.1.store(false, Release);
         let Some(r) = self.0.swap(None) else { bail!("not recording") };
         let w = r.w.lock().unwrap().take();
         let error = r.error.lock().unwrap().clone();

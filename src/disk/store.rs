@@ -305,6 +305,21 @@ unsafe fn copy_streaming_avx2(src: *const u8, dst: *mut u8, n: usize) {
     }
 }
 
+/// Copy `src` into `dst` (of the same length) as the RAM store copies a write in: with
+/// non-temporal stores from `STREAM_MIN` bytes (cold destination memory, which an ordinary copy
+/// would first read line by line), fenced before it returns; a plain copy below that.
+pub fn copy_in(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_in: lengths differ");
+    if src.len() >= STREAM_MIN {
+        // SAFETY: both slices are valid for len bytes, and a shared and a mutable borrow never
+        // overlap
+        unsafe { copy_streaming(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+        store_fence();
+    } else {
+        dst.copy_from_slice(src);
+    }
+}
+
 /// Order the non-temporal stores before what follows (they are weakly ordered: without it
 /// another thread taking the chunk lock next could read stale bytes).
 fn store_fence() {
