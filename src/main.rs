@@ -152,9 +152,9 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::StackHold { size, stack, busy } => faultline::stack::hold::run(size, &stack, busy),
         Cmd::Report { dirs, out } => {
             if let [dir] = &dirs[..]
-                && faultline::report::html_explore::is_explore_dir(dir)
+                && faultline::crash::report::is_explore_dir(dir)
             {
-                println!("report: {}", faultline::report::html_explore::write(dir, out.as_deref())?.display());
+                println!("report: {}", faultline::crash::report::write(dir, out.as_deref())?.display());
                 return Ok(());
             }
             let (runs, path) = faultline::report::rebuild(&dirs, out.as_deref())?;

@@ -148,7 +148,7 @@ pub fn crash(a: CrashArgs) -> Result<()> {
                 if s.not_checked > 0 { format!(", {} not checked (--max-states)", s.not_checked) } else { String::new() },
                 out.display()
             );
-            println!("report: {}", crate::report::html_explore::write(&out, None)?.display());
+            println!("report: {}", crate::crash::report::write(&out, None)?.display());
             if s.failing > 0 {
                 println!("failing states (replay commands in {}/failing.txt):", out.display());
                 for l in std::fs::read_to_string(out.join("failing.txt"))?.lines().take(20) {

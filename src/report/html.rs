@@ -71,7 +71,7 @@ pub fn count_sd(m: MeanSd, reps: u32) -> String {
     if reps < 2 { num(m.mean, 1) } else { format!("{} ± {}", num(m.mean, 1), num(m.sd, 1)) }
 }
 
-pub(super) const CSS: &str = "body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1100px}\
+pub const CSS: &str = "body{font-family:sans-serif;margin:1.5em;color:#222;max-width:1100px}\
 table{border-collapse:collapse;margin:.5em 0 1em}th,td{border:1px solid #ccc;padding:3px 7px;text-align:right}\
 th{background:#f3f3f3}td.l,th.l{text-align:left}tr.agg td{font-weight:bold;background:#fafafa}\
 pre{background:#f6f6f6;padding:.6em;overflow:auto;max-height:30em}h2{border-top:2px solid #ddd;padding-top:.6em}\

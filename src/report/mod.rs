@@ -6,7 +6,6 @@ pub mod collect;
 pub mod csv;
 pub mod html;
 pub mod html_crash;
-pub mod html_explore;
 pub mod html_slowdown;
 pub mod model;
 pub mod networked;

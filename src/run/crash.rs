@@ -32,6 +32,9 @@ pub(crate) struct Victims {
     /// A `command` stack's process group, killed at once (SIGKILL): the application lost
     /// power too.
     pub pgid: Option<i32>,
+    /// The durability oracle's switch (`Durability::power_off`): set before the power goes,
+    /// so no sync that returns after the cut is credited.
+    pub power_off: Option<Arc<AtomicBool>>,
 }
 
 /// The cutter thread of one repetition.
@@ -71,6 +74,9 @@ impl Cutter {
                 std::thread::sleep(if matches!(trigger, CutTrigger::AfterFlushes(_)) { POLL_FLUSHES } else { POLL });
             }
             f2.store(true, Relaxed);
+            if let Some(off) = &victims.power_off {
+                off.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             let t_s = t0.elapsed().as_secs_f64();
             let report = disk.power_cut(model, seed);
             if let Some(pg) = victims.pgid {

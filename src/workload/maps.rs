@@ -47,6 +47,10 @@ pub struct Maps {
 pub struct Durability {
     pub durable: Vec<Vec<AtomicU64>>,
     pub unsynced: Mutex<Vec<Pending>>,
+    /// Set by the power cut before the power goes: a sync that returns after that promised
+    /// nothing (a real cut stops the application with the disk; a file system may still
+    /// answer an fsync with success without reaching the dead disk), so none is credited.
+    pub power_off: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// One write not (yet) acknowledged durable: map index, 4 KiB block, content id.
@@ -71,7 +75,7 @@ impl Durability {
                 Ok(v)
             })
             .collect::<Result<_>>()?;
-        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()) })
+        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()), power_off: Default::default() })
     }
 
     /// Content `id` of block `block` of map `map` is acknowledged durable.

@@ -304,7 +304,7 @@ impl<'s, 'a> Worker<'s, 'a> {
         let m = op.file.unwrap_or(0);
         let first = op.offset / CONTENT_BLOCK;
         for (i, id) in ids[..(op.len / CONTENT_BLOCK) as usize].iter().enumerate() {
-            if !failed && self.sh.w.sync == SyncMode::Dsync {
+            if !failed && self.sh.w.sync == SyncMode::Dsync && !d.power_off.load(std::sync::atomic::Ordering::SeqCst) {
                 d.set_durable(m, first + i as u64, *id);
             } else {
                 self.pending.push(super::maps::Pending { map: m as u32, block: first + i as u64, id: *id, failed });
@@ -316,6 +316,9 @@ impl<'s, 'a> Worker<'s, 'a> {
     /// write of it this thread completed before is durable.
     pub fn synced(&mut self, file: Option<usize>) {
         let Some(d) = &self.sh.maps.durability else { return };
+        if d.power_off.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         self.pending.retain(|p| {
             if file.is_some_and(|f| f as u32 != p.map) || p.failed {
                 return true;

@@ -3,8 +3,8 @@
 //! Read from the results directory (summary.json, states.jsonl), so `faultline report DIR`
 //! rebuilds it.
 
-use super::html::{CSS, esc};
-use crate::crash::explore::{StateResult, Summary};
+use super::explore::{StateResult, Summary};
+use crate::report::html::{CSS, esc};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -73,7 +73,7 @@ fn figure(states: &[StateResult]) -> String {
         r#"<text x="{left}" y="16" font-size="13" font-weight="bold">Crash states per epoch, by outcome (the first that applies: mount, check, data)</text>"#
     );
     let y_of = |v: f64| top + plot_h - plot_h * v / max;
-    for t in super::svg::nice_ticks(max, 4) {
+    for t in crate::report::svg::nice_ticks(max, 4) {
         let y = y_of(t);
         let _ = write!(
             s,
@@ -81,7 +81,7 @@ fn figure(states: &[StateResult]) -> String {
             left + slot * per.len() as f64,
             left - 4.0,
             y + 4.0,
-            super::svg::fmt_tick(t)
+            crate::report::svg::fmt_tick(t)
         );
     }
     let label_every = (per.len() / 25).max(1);
