@@ -138,6 +138,7 @@ fn sample_results(name: &str) -> Results {
         started_unix: 1_700_000_000,
         experiment: serde_json::json!({"name": name, "faults": [{"type": "bitflip", "note": "</pre><script>x()</script>"}], "link": "https://example.org/x"}),
         setups,
+        failed: Vec::new(),
     }
 }
 
@@ -345,7 +346,15 @@ fn networked_rep(index: u32, during: f64) -> Repetition {
 }
 
 fn results_of(name: &str, setups: Vec<SetupResult>) -> Results {
-    Results { schema: SCHEMA, faultline_version: "0.1.0".into(), name: name.into(), started_unix: 1_700_000_000, experiment: serde_json::json!({}), setups }
+    Results {
+        schema: SCHEMA,
+        faultline_version: "0.1.0".into(),
+        name: name.into(),
+        started_unix: 1_700_000_000,
+        experiment: serde_json::json!({}),
+        setups,
+        failed: Vec::new(),
+    }
 }
 
 /// A paired latency study: writes and reads of 100 µs at baseline, `slow` µs more injected;

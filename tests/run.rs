@@ -189,6 +189,51 @@ fn ctrl_c_tears_everything_down() {
     assert!(!String::from_utf8_lossy(&loops.stdout).contains(&format!("mnt-{pid}-")), "loop device left behind");
 }
 
+/// A setup that fails (here mkfs.ext4 refusing 1 KiB blocks on a disk of 4 KiB sectors) is
+/// recorded and left out; the setups around it still run and are written; the run exits
+/// non-zero naming it, and leaves nothing mounted or attached.
+#[test]
+fn a_failed_setup_is_recorded_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    let w =
+        "workload: {pattern: sequential, mix: {write: 100}, block_size: 64KiB, size: 8MiB, files: 1, file_size: 8MiB, sync: direct, content: {profile: none}}";
+    std::fs::write(
+        &f,
+        format!("name: goes-on\ndisk: {{size: 128MiB}}\n{w}\nsetups:\n  - {{name: before, stack: raw}}\n  - {{name: bad-mkfs, stack: {{fs: ext4, mkfs: [-b, '1024']}}}}\n  - {{name: after, stack: ext4}}\n"),
+    )
+    .unwrap();
+    let out = dir.path().join("r");
+    let c = std::process::Command::new(bin())
+        .arg("run")
+        .arg(&f)
+        .arg("--out")
+        .arg(&out)
+        .arg("-q")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = c.id();
+    let o = c.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a run with a failed setup must not report success:\n{stderr}");
+    assert!(stderr.contains("1 of 3 setup(s) failed") && stderr.contains("`bad-mkfs` repetition 1"), "{stderr}");
+    let r = faultline::report::load_dir(&out).unwrap();
+    let names: Vec<&str> = r.setups.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["before", "after"]);
+    assert!(r.setups.iter().all(|s| s.repetitions.len() == 1 && s.repetitions[0].write.ops > 0));
+    assert_eq!(r.failed.len(), 1, "{:?}", r.failed);
+    assert_eq!((r.failed[0].setup.as_str(), r.failed[0].repetition), ("bad-mkfs", 1));
+    assert!(r.failed[0].error.contains("mkfs.ext4"), "{}", r.failed[0].error);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("1 repetition(s) failed") && html.contains("bad-mkfs"));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&format!("-{pid}-")), "mount of pid {pid} left behind:\n{mounts}");
+    let loops = String::from_utf8_lossy(&std::process::Command::new("losetup").arg("-a").output().unwrap().stdout).to_string();
+    assert!(!loops.contains(&format!("mnt-{pid}-")), "loop device left behind:\n{loops}");
+}
+
 #[test]
 fn experiment_errors_name_line_and_allowed() {
     let dir = tempfile::tempdir().unwrap();

@@ -92,6 +92,7 @@ pub fn render(runs: &[Run]) -> String {
     );
     for run in runs {
         header(&mut h, run, runs.len() > 1);
+        failed(&mut h, run.results);
     }
     // the lead: the study's own figure, then the setups at a glance
     let setups: Vec<&SetupResult> = runs.iter().flat_map(|r| &r.results.setups).collect();
@@ -114,6 +115,29 @@ pub fn render(runs: &[Run]) -> String {
     }
     h.push_str("</body></html>\n");
     h
+}
+
+/// The repetitions that ended in an error: said before any figure, as the figures leave them out.
+fn failed(h: &mut String, r: &Results) {
+    if r.failed.is_empty() {
+        return;
+    }
+    let _ = write!(
+        h,
+        "<p class=\"silent\">{} repetition(s) failed; their setups are left out of every table and figure below.</p><table><tr><th class=\"l\">setup</th><th>repetition</th><th class=\"l\">error</th></tr>",
+        r.failed.len()
+    );
+    for f in &r.failed {
+        let _ = write!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}{}</td><td class=\"l\">{}</td></tr>",
+            esc(&f.setup),
+            f.repetition,
+            if f.baseline { " (baseline)" } else { "" },
+            esc(&f.error)
+        );
+    }
+    h.push_str("</table>\n");
 }
 
 fn header(h: &mut String, run: &Run, several: bool) {

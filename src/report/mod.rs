@@ -128,6 +128,9 @@ pub fn summary_table(r: &Results) -> String {
     }
     out.push_str(&flowop_summary(r));
     out.push_str(&html_crash::summary(r));
+    for f in &r.failed {
+        out.push_str(&format!("FAILED {} repetition {}{}: {}\n", f.setup, f.repetition, if f.baseline { " (baseline)" } else { "" }, f.error));
+    }
     out
 }
 

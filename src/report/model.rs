@@ -45,6 +45,24 @@ pub struct Results {
     #[serde(default)]
     pub experiment: serde_json::Value,
     pub setups: Vec<SetupResult>,
+    /// Repetitions that failed (the stack did not build, a tool exited with an error...): the
+    /// run went on with the next setup; a setup none of whose repetitions finished is not in
+    /// `setups`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<FailedRun>,
+}
+
+/// One repetition that ended in an error instead of a result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedRun {
+    pub setup: String,
+    /// 1-based.
+    pub repetition: u32,
+    /// The unarmed run of a `baseline: true` pair.
+    #[serde(default)]
+    pub baseline: bool,
+    /// The error with its causes, outermost first.
+    pub error: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -55,7 +55,7 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<PathBuf> {
     let r = run_in(exp, opts, &out, started, &mut finished);
     let holds_files = std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some());
     if r.is_err() && finished > 0 && holds_files {
-        return r.map(|()| out.clone()).with_context(|| format!("the maps of the {finished} repetition(s) that finished are kept in {}", out.display()));
+        return r.map(|()| out.clone()).with_context(|| format!("what the {finished} repetition(s) that finished left is kept in {}", out.display()));
     }
     if r.is_err() {
         match &made {
@@ -87,6 +87,7 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
         started_unix: started,
         experiment: experiment_json,
         setups: Vec::new(),
+        failed: Vec::new(),
     };
     // with `baseline: true` every repetition is a pair: the setup without faults, then with
     let runs_per_rep: u32 = if exp.baseline { 2 } else { 1 };
@@ -94,6 +95,7 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
     let max_repeat = exp.setups.iter().map(|s| s.repeat).max().unwrap_or(0);
     let mut done: Vec<(Vec<rm::Repetition>, Vec<rm::Repetition>)> = vec![Default::default(); exp.setups.len()];
     let mut n = 0;
+    let mut failed_setups = std::collections::BTreeSet::new();
     // through agents: every setup's faults and workload are checked on the hosts before any
     // setup runs (a host that cannot apply a fault says so now, not halfway through)
     if exp.hosts.as_ref().is_some_and(|h| !h.agents.is_empty()) {
@@ -103,7 +105,7 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
     // machine spreads over all setups instead of hitting the last ones
     for rep in 0..max_repeat {
         for (si, setup) in exp.setups.iter().enumerate() {
-            if rep >= setup.repeat {
+            if rep >= setup.repeat || failed_setups.contains(&si) {
                 continue;
             }
             for baseline in [true, false].into_iter().skip(if exp.baseline { 0 } else { 1 }) {
@@ -130,7 +132,20 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
                     Some(h) => pipeline::run_repetition(&mut hosts::Namespaces::new(h), cx),
                     None => pipeline::run_repetition(&mut Local::default(), cx),
                 };
-                let mut r = r.with_context(|| format!("setup `{}`, repetition {}{kind}", setup.name, rep + 1))?;
+                // a failed repetition (a stack that would not build, a tool's error) is recorded
+                // and the run goes on with the next setup: one bad setup of a long study must not
+                // cost the results of the others. Ctrl-C still ends the run.
+                let mut r = match r {
+                    Ok(r) => r,
+                    Err(e) if !stop.load(Relaxed) => {
+                        let error = format!("{e:#}");
+                        eprintln!("faultline: {label}: failed: {error}; going on with the next setup");
+                        results.failed.push(rm::FailedRun { setup: setup.name.clone(), repetition: rep + 1, baseline, error });
+                        failed_setups.insert(si);
+                        break;
+                    }
+                    Err(e) => return Err(e.context(format!("setup `{}`, repetition {}{kind}", setup.name, rep + 1))),
+                };
                 r.sequence = n;
                 r.baseline = baseline;
                 if !opts.quiet {
@@ -152,7 +167,12 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
             }
         }
     }
-    for (setup, (baseline, reps)) in exp.setups.iter().zip(done) {
+    for (si, (setup, (baseline, reps))) in exp.setups.iter().zip(done).enumerate() {
+        // a failed setup is left out whole (`failed` says why): its finished repetitions would
+        // stand for the setup as if complete, or leave a baseline run without its pair
+        if failed_setups.contains(&si) {
+            continue;
+        }
         let mut s = rm::SetupResult {
             name: setup.name.clone(),
             stack: setup.stack.label(),
@@ -169,6 +189,16 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
     crate::report::write_dir(out, &results)?;
     print!("{}", crate::report::summary_table(&results));
     println!("results: {}", out.display());
+    if !results.failed.is_empty() {
+        let which: Vec<String> = results.failed.iter().map(|f| format!("`{}` repetition {}", f.setup, f.repetition)).collect();
+        bail!(
+            "{} of {} setup(s) failed ({}); the others' results are in {} (results.json `failed` and report.html say why)",
+            failed_setups.len(),
+            exp.setups.len(),
+            which.join(", "),
+            out.display()
+        );
+    }
     Ok(())
 }
 
