@@ -23,6 +23,7 @@ pairs, docs/results.md), per repetition `latency_model`, `rules`, `monitor`.
 """
 import json
 import math
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -182,7 +183,11 @@ def main():
         print(f"  {op:15} {kind:8} {show(v)}; interval above 0 in {up}, below in {down}")
 
     print("\n3. the fio read:write sweep (ext4, random 10%)")
-    for s in sorted((s for s in setups if s.rw), key=lambda s: s.rw):
+    def read_share(s):
+        m = re.search(r"r(\d+)", s.rw)
+        return int(m.group(1)) if m else s.rw
+
+    for s in sorted((s for s in setups if s.rw), key=read_share):
         cells = [f"{op} {row_text(s.mean('workload', op))}" for op in ("read", "write") if s.mean("workload", op)]
         print(f"  {s.rw:12} " + "; ".join(cells))
 
