@@ -169,3 +169,47 @@ setups:
     assert!(c.faults_injected >= 1, "{c:?}\n{notes}");
     assert_eq!((c.silent, c.failures), (c.faults_injected, c.faults_injected), "{c:?}\n{notes}");
 }
+
+/// `layout`: a read-only file workload over new files reaches the disk only when the files'
+/// holes were written first (a hole reads as zeros from the file system alone).
+#[test]
+fn layout_makes_reads_of_new_files_reach_the_disk() {
+    let s = Serve::start("256MiB", "rules: []\n");
+    let m = Mount::new(&s.dev, "ext4");
+    let reads = || s.call(serde_json::json!({"cmd": "stats"}))["service"]["read"]["count"].as_u64().unwrap_or(0);
+    let mut got = Vec::new();
+    for (i, layout) in [false, true].into_iter().enumerate() {
+        let dir = m.path().join(format!("set{i}"));
+        std::fs::create_dir(&dir).unwrap();
+        let res = tempfile::tempdir().unwrap();
+        let mut c = Command::new(bin());
+        c.args(["workload", "--files", "2", "--file-size", "8MiB", "--pattern", "uniform", "--write-pct", "0", "--bs", "4KiB", "--ops", "2000"])
+            .args(["--sync", "direct"])
+            .arg("--dir")
+            .arg(&dir)
+            .arg("--out")
+            .arg(res.path().join("r"));
+        if layout {
+            c.arg("--layout");
+        }
+        let before = reads();
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "workload (layout {layout}): {}", String::from_utf8_lossy(&o.stderr));
+        got.push(reads() - before);
+        // laid out: no hole is left in the files
+        if layout {
+            for f in files(&dir) {
+                let file = std::fs::File::open(&f).unwrap();
+                use std::os::fd::AsRawFd;
+                // SAFETY: lseek on an open descriptor; no memory is passed.
+                let hole = unsafe { libc::lseek(file.as_raw_fd(), 0, libc::SEEK_HOLE) };
+                assert_eq!(hole as u64, 8 << 20, "{}: a hole at {hole}", f.display());
+            }
+        }
+    }
+    eprintln!("disk reads for 2000 workload reads: holes {}, laid out {}", got[0], got[1]);
+    assert!(got[0] < 200, "reads of holes reached the disk: {}", got[0]);
+    assert!(got[1] >= 2000, "laid-out reads did not all reach the disk: {}", got[1]);
+    drop(m);
+    s.stop();
+}

@@ -68,6 +68,10 @@ pub struct WorkloadArgs {
     /// `directio`): with --sync dsync or fsync:N, or a personality; files and devices only.
     #[arg(long)]
     direct: bool,
+    /// Write zeros into the files' holes before the run (fio's lay-out), so reads reach the
+    /// device; files (--dir) only.
+    #[arg(long)]
+    layout: bool,
     /// continue | stop | retry:N
     #[arg(long)]
     on_error: Option<ErrorPolicy>,
@@ -158,6 +162,12 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
     }
     w.span = a.span.or(w.span);
     w.rate_iops = a.rate_iops.or(w.rate_iops);
+    if a.layout {
+        if !matches!(w.interface, Interface::File { .. }) || w.personality.is_some() {
+            bail!("--layout fills the holes of the files of --dir; a device, an NBD export or a personality's file set has none to fill");
+        }
+        w.layout = true;
+    }
     if a.direct {
         match &w.interface {
             Interface::Nbd { .. } => bail!("--direct does not apply to --nbd (requests go straight to the export, no page cache)"),

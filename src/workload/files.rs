@@ -14,13 +14,17 @@ pub fn file_name(i: usize) -> String {
 /// a hole: the workload's writes fill it). Existing files are kept, so a run rewrites them.
 /// `durable`: fsync every file and then the directory, so the files' entries and sizes
 /// survive a power cut (the durability oracle counts on them).
-pub fn prepare(dir: &Path, count: u32, size: u64, durable: bool) -> Result<()> {
+/// `layout`: the holes are then written with zeros (`lay_out`).
+pub fn prepare(dir: &Path, count: u32, size: u64, durable: bool, layout: bool) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create directory {}", dir.display()))?;
     for i in 0..count as usize {
         let p = dir.join(file_name(i));
         let f = OpenOptions::new().create(true).truncate(false).write(true).open(&p).with_context(|| format!("cannot create {}", p.display()))?;
         if f.metadata()?.len() != size {
             f.set_len(size).with_context(|| format!("cannot size {} to {size} bytes", p.display()))?;
+        }
+        if layout {
+            lay_out(&f, size).with_context(|| format!("cannot lay out {}", p.display()))?;
         }
         if durable {
             f.sync_all().with_context(|| format!("cannot fsync {}", p.display()))?;
@@ -29,6 +33,40 @@ pub fn prepare(dir: &Path, count: u32, size: u64, durable: bool) -> Result<()> {
     if durable {
         File::open(dir).and_then(|d| d.sync_all()).with_context(|| format!("cannot fsync directory {}", dir.display()))?;
     }
+    Ok(())
+}
+
+/// Write zeros into every hole of `f` (its first `size` bytes), as fio lays out a job's files:
+/// a hole reads as zeros without reaching the device, so a read workload over sparse files
+/// measures the file system's bookkeeping, not the disk. The data written is what the hole
+/// read as, so the content maps stay true. Then the data is synced and dropped from the page
+/// cache (fio's `invalidate`), so the run's first reads also reach the device.
+fn lay_out(f: &File, size: u64) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let fd = f.as_raw_fd();
+    let zeros = vec![0u8; 1 << 20];
+    let mut at: u64 = 0;
+    while at < size {
+        // SAFETY: lseek on an open descriptor; it reads and writes no memory.
+        let hole = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_HOLE) };
+        if hole < 0 || hole as u64 >= size {
+            break;
+        }
+        // SAFETY: as above.
+        let data = unsafe { libc::lseek(fd, hole, libc::SEEK_DATA) };
+        let end = if data < 0 { size } else { (data as u64).min(size) };
+        let mut o = hole as u64;
+        while o < end {
+            let n = ((end - o) as usize).min(zeros.len());
+            f.write_all_at(&zeros[..n], o)?;
+            o += n as u64;
+        }
+        at = end;
+    }
+    f.sync_data()?;
+    // SAFETY: posix_fadvise on an open descriptor; it reads and writes no memory.
+    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
     Ok(())
 }
 

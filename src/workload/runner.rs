@@ -116,7 +116,7 @@ pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>
             if maps.maps.len() != *count as usize {
                 bail!("the maps hold {} files, the workload has {count}", maps.maps.len());
             }
-            files::prepare(dir, *count, *size, maps.durability.is_some())?;
+            files::prepare(dir, *count, *size, maps.durability.is_some(), w.layout)?;
             let per_file = size / w.block_size;
             for t in 0..w.threads as usize {
                 let mine: Vec<usize> = (t..*count as usize).step_by(w.threads as usize).collect();

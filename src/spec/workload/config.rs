@@ -146,6 +146,10 @@ pub struct Workload {
     /// with `dsync` or `fsync:N` on files, and for personalities. `sync: direct` is O_DIRECT
     /// too (`o_direct`).
     pub direct: bool,
+    /// File interface: the holes of the files are written (zeros) before the timed run, as
+    /// fio lays out its files, so reads reach the device (a hole is read as zeros by the file
+    /// system, no I/O).
+    pub layout: bool,
     pub on_error: ErrorPolicy,
     /// Time series sampling interval (>= 10 ms).
     pub interval: Duration,
@@ -179,6 +183,7 @@ impl Workload {
             rate_iops: None,
             sync: SyncMode::Direct,
             direct: false,
+            layout: false,
             on_error: ErrorPolicy::Continue,
             interval: Duration::from_secs(1),
             span: None,

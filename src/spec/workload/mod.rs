@@ -39,6 +39,8 @@ pub struct WorkloadYaml {
     pub sync: Option<Spanned<String>>,
     /// O_DIRECT for file data (files and personalities; filebench's `directio`).
     pub direct: Option<Spanned<bool>>,
+    /// File interface: fill the files' holes before the run (fio's "Laying out IO file").
+    pub layout: Option<Spanned<bool>>,
     pub on_error: Option<Spanned<String>>,
     pub interval: Option<Spanned<Dur>>,
     pub content: Option<Spanned<ContentYaml>>,
@@ -253,6 +255,17 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     if let Some(d) = &y.direct {
         direct_key(d, y.sync.as_ref(), &mut w, source)?;
     }
+    if let Some(l) = &y.layout {
+        if l.value && !matches!(w.interface, Interface::File { .. }) {
+            return Err(at(
+                source,
+                l,
+                "layout",
+                "fills the holes of the file interface's files; a device or an NBD export has none; allowed: files (or leave it out)",
+            ));
+        }
+        w.layout = l.value;
+    }
     if let Some(o) = &y.on_error {
         w.on_error = o.value.parse::<ErrorPolicy>().map_err(|m| at(source, o, "on_error", m))?;
     }
@@ -307,6 +320,7 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
         ("span", y.span.as_ref().map(|s| &s.referenced)),
         ("rate_iops", y.rate_iops.as_ref().map(|s| &s.referenced)),
         ("sync", y.sync.as_ref().map(|s| &s.referenced)),
+        ("layout", y.layout.as_ref().map(|s| &s.referenced)),
     ];
     for (k, l) in not_here {
         if let Some(l) = l {
