@@ -175,7 +175,23 @@ pub fn section(h: &mut String, reps: &[Repetition]) {
                     n.unsynced_lost,
                     n.unsynced_kept,
                     n.torn,
-                    red(n.files_lost)
+                    match n.entries {
+                        // a personality: its paths' entries beside the files lost
+                        Some(e) => {
+                            let bad = n.files_lost + e.reappeared > 0;
+                            format!(
+                                "<td{}>{} <span title=\"directory entries: checked, durable kept, unsynced kept, unsynced lost, reappeared\">(entries {}: {}/{}/{}, {} reappeared)</span></td>",
+                                if bad { " class=\"bad\"" } else { "" },
+                                n.files_lost,
+                                e.checked,
+                                e.durable_kept,
+                                e.unsynced_kept,
+                                e.unsynced_lost,
+                                e.reappeared
+                            )
+                        }
+                        None => red(n.files_lost),
+                    }
                 )
             }
             None => "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>".into(),
@@ -245,6 +261,13 @@ pub fn summary(r: &Results) -> String {
                     "; oracle: durable-lost {} garbage {} files-lost {} unsynced-lost {} unsynced-kept {} torn {} durable-kept {}",
                     n.durable_lost, n.garbage, n.files_lost, n.unsynced_lost, n.unsynced_kept, n.torn, n.durable_kept
                 );
+                if let Some(e) = &n.entries {
+                    let _ = write!(
+                        out,
+                        "; entries: checked {} durable-lost {} reappeared {} unsynced-lost {} unsynced-kept {} durable-kept {}",
+                        e.checked, e.durable_lost, e.reappeared, e.unsynced_lost, e.unsynced_kept, e.durable_kept
+                    );
+                }
             }
             if let Some(a) = &c.app_check {
                 let figs: Vec<String> = a.figures.iter().map(|(k, v)| format!("{k} {v}")).collect();

@@ -339,9 +339,6 @@ impl Placement for Local {
             w.windows = r.exp.windows;
             let mut maps = Maps::new(&w)?;
             if r.setup.power_cut.is_some() {
-                if w.personality.is_some() {
-                    bail!("a power cut needs a block or file workload: the durability oracle does not follow a personality's created and renamed files");
-                }
                 if matches!(w.interface, crate::workload::Interface::Nbd { .. }) {
                     bail!("a power cut needs the workload on the stack's device or files, not `interface: nbd`");
                 }

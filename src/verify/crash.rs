@@ -14,12 +14,14 @@
 
 use crate::content::fill_block;
 use crate::workload::direct::AlignedBuf;
+use crate::workload::entries::{EntryOracle, Version};
 use crate::workload::maps::{Durability, Maps, Target};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 const BLOCK: usize = 4096;
 const SECTOR: usize = 512;
@@ -35,6 +37,10 @@ pub enum BlockState {
     DurableLost,
     Garbage,
     Torn,
+    /// A personality's durable file is gone (a failure listed with its `path`).
+    EntryLost,
+    /// A personality's durably absent path is there (a failure listed with its `path`).
+    EntryReappeared,
 }
 
 /// What the oracle found, in blocks (4 KiB).
@@ -48,14 +54,36 @@ pub struct OracleCounts {
     pub garbage: u64,
     pub torn: u64,
     /// Files of the file interface that are gone or shorter than their durable size (their
-    /// entries and sizes were made durable before the workload).
+    /// entries and sizes were made durable before the workload); with a personality, paths
+    /// whose durable entry is gone.
     pub files_lost: u64,
+    /// A personality's directory entries (`workload::entries`), one per path checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<EntryCounts>,
+}
+
+/// What the oracle found of a personality's directory entries, one per path that was
+/// durable or changed: its state after the cut against the durable one and the changes after.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EntryCounts {
+    pub checked: u64,
+    /// The durable state (the file, or its absence), no change after it.
+    pub durable_kept: u64,
+    /// A state a change after the durable one left (a create, a delete).
+    pub unsynced_kept: u64,
+    /// The durable state although changes followed.
+    pub unsynced_lost: u64,
+    /// A durable file is gone (also counted in `files_lost`): a failure.
+    pub durable_lost: u64,
+    /// A path durably absent (a durable delete, or never created) is there and no create
+    /// followed: a failure.
+    pub reappeared: u64,
 }
 
 impl OracleCounts {
     /// Blocks and files whose state breaks a durability promise.
     pub fn failures(&self) -> u64 {
-        self.durable_lost + self.garbage + self.files_lost
+        self.durable_lost + self.garbage + self.files_lost + self.entries.map_or(0, |e| e.reappeared)
     }
     fn add(&mut self, s: BlockState) {
         self.checked += 1;
@@ -66,6 +94,7 @@ impl OracleCounts {
             BlockState::DurableLost => self.durable_lost += 1,
             BlockState::Garbage => self.garbage += 1,
             BlockState::Torn => self.torn += 1,
+            BlockState::EntryLost | BlockState::EntryReappeared => {}
         }
     }
 }
@@ -75,6 +104,9 @@ impl OracleCounts {
 pub struct OracleFailure {
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub file: Option<usize>,
+    /// A personality's file, below the workload's directory.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub path: Option<String>,
     pub block: u64,
     pub state: BlockState,
     /// The durable content id expected there, if any.
@@ -149,6 +181,10 @@ fn describe(got: &Read) -> String {
 /// their cache) and classify it. `torn_ok`: the cut's model was `torn`.
 pub fn verify_crash(maps: &Maps, torn_ok: bool) -> Result<OracleReport> {
     let Some(d) = &maps.durability else { bail!("the workload did not track durability (no power cut was planned)") };
+    if let Some(e) = &d.entries {
+        let Target::File { dir, .. } = &maps.target else { bail!("a personality's record names files") };
+        return verify_entries(e, dir, maps.seed, torn_ok);
+    }
     let mut later: Vec<HashMap<u64, Vec<u64>>> = vec![HashMap::new(); maps.maps.len()];
     for p in d.unsynced.lock().unwrap().iter() {
         later[p.map as usize].entry(p.block).or_default().push(p.id);
@@ -232,7 +268,160 @@ fn one(
 fn record(rep: &mut OracleReport, file: Option<usize>, block: u64, durable_id: Option<u64>, got: &Read, s: BlockState) {
     rep.counts.add(s);
     if matches!(s, BlockState::DurableLost | BlockState::Garbage) && rep.failures.len() < LISTED {
-        rep.failures.push(OracleFailure { file, block, state: s, durable_id, found: describe(got) });
+        rep.failures.push(OracleFailure { file, path: None, block, state: s, durable_id, found: describe(got) });
+    }
+}
+
+/// A personality's files after a cut (docs/crash.md, "Directory entries"). Per path that was
+/// durable or changed: is it there; if so, which version may it be (the durable one, or one a
+/// create after it made) explains what it holds with the fewest failures, then the most
+/// blocks kept: its blocks are classified as that version's, and blocks of the file that
+/// version never wrote must read as zeros (a created file holds nothing else), else they are
+/// `garbage`. Blocks are counted for the version found; a path absent as allowed counts none.
+pub fn verify_entries(o: &EntryOracle, dir: &Path, seed: u64, torn_ok: bool) -> Result<OracleReport> {
+    let g = o.lock();
+    let mut rep = OracleReport::default();
+    let mut ec = EntryCounts::default();
+    let mut buf = AlignedBuf::new(BLOCK);
+    for (i, (p, name)) in g.paths.iter().zip(&o.names).enumerate() {
+        let changed = !p.pending.is_empty();
+        let path = dir.join(name);
+        let found = match super::open_uncached(&path) {
+            Ok((f, _)) => {
+                let len = f.metadata().with_context(|| format!("cannot stat {}", path.display()))?.len();
+                Some(Ok((f, len)))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => Some(Err(e.raw_os_error().unwrap_or(libc::EIO))),
+        };
+        let Some(found) = found else {
+            match p.durable {
+                Some(d) if !p.pending_delete() => {
+                    ec.checked += 1;
+                    ec.durable_lost += 1;
+                    rep.counts.files_lost += 1;
+                    entry_failure(&mut rep, i, name, BlockState::EntryLost, "missing");
+                    let v = &p.versions[&d];
+                    for b in v.blocks() {
+                        let (dur, later) = v.block(b);
+                        let got = Read::Absent("missing");
+                        let s = classify(&got, dur, &later, seed, torn_ok);
+                        record_at(&mut rep, i, name, b, dur, &got, s);
+                    }
+                }
+                None if !changed => {}
+                // absent as it durably was, though created since
+                None => {
+                    ec.checked += 1;
+                    ec.unsynced_lost += 1;
+                }
+                // a delete after the durable state was kept
+                Some(_) => {
+                    ec.checked += 1;
+                    ec.unsynced_kept += 1;
+                }
+            }
+            continue;
+        };
+        ec.checked += 1;
+        let cands = p.candidates();
+        if cands.is_empty() {
+            ec.reappeared += 1;
+            entry_failure(&mut rep, i, name, BlockState::EntryReappeared, "present");
+            continue;
+        }
+        let mut best: Option<(u64, OracleReport)> = None;
+        for c in cands {
+            let local = version_report(&found, &p.versions[&c], i, name, seed, torn_ok, &mut buf);
+            let score = |r: &OracleReport| (r.counts.failures(), u64::MAX - (r.counts.durable_kept + r.counts.unsynced_kept + r.counts.torn));
+            if best.as_ref().is_none_or(|(_, b)| score(&local) < score(b)) {
+                best = Some((c, local));
+            }
+        }
+        let (version, local) = best.expect("at least one candidate");
+        if Some(version) == p.durable {
+            if changed {
+                ec.unsynced_lost += 1;
+            } else {
+                ec.durable_kept += 1;
+            }
+        } else {
+            ec.unsynced_kept += 1;
+        }
+        let c = local.counts;
+        rep.counts.checked += c.checked;
+        rep.counts.durable_kept += c.durable_kept;
+        rep.counts.unsynced_kept += c.unsynced_kept;
+        rep.counts.unsynced_lost += c.unsynced_lost;
+        rep.counts.durable_lost += c.durable_lost;
+        rep.counts.garbage += c.garbage;
+        rep.counts.torn += c.torn;
+        let room = LISTED.saturating_sub(rep.failures.len());
+        rep.failures.extend(local.failures.into_iter().take(room));
+    }
+    rep.counts.entries = Some(ec);
+    Ok(rep)
+}
+
+/// The blocks of a present file classified as `v`'s (see `verify_entries`); `found` is the
+/// open file and its length, or the errno its open failed with.
+fn version_report(
+    found: &std::result::Result<(File, u64), i32>,
+    v: &Version,
+    i: usize,
+    name: &Path,
+    seed: u64,
+    torn_ok: bool,
+    buf: &mut AlignedBuf,
+) -> OracleReport {
+    let mut rep = OracleReport::default();
+    let blocks = v.blocks();
+    for &b in &blocks {
+        let (dur, later) = v.block(b);
+        let got = match found {
+            Err(e) => Read::Unreadable(*e),
+            Ok((_, len)) if (b + 1) * BLOCK as u64 > *len => Read::Absent("short"),
+            Ok((f, _)) => match f.read_exact_at(&mut buf[..], b * BLOCK as u64) {
+                Ok(()) => Read::Data(&buf[..]),
+                Err(e) => Read::Unreadable(e.raw_os_error().unwrap_or(libc::EIO)),
+            },
+        };
+        let s = classify(&got, dur, &later, seed, torn_ok);
+        record_at(&mut rep, i, name, b, dur, &got, s);
+    }
+    // the rest of the file: nothing was written there in this version
+    if let Ok((f, len)) = found {
+        for b in 0..len.div_ceil(BLOCK as u64) {
+            if blocks.binary_search(&b).is_ok() {
+                continue;
+            }
+            let got = match f.read_at(&mut buf[..], b * BLOCK as u64) {
+                Ok(n) => {
+                    buf[n..].fill(0);
+                    if buf.iter().all(|x| *x == 0) {
+                        continue;
+                    }
+                    Read::Data(&buf[..])
+                }
+                Err(e) => Read::Unreadable(e.raw_os_error().unwrap_or(libc::EIO)),
+            };
+            record_at(&mut rep, i, name, b, None, &got, BlockState::Garbage);
+        }
+    }
+    rep
+}
+
+fn record_at(rep: &mut OracleReport, i: usize, name: &Path, block: u64, durable_id: Option<u64>, got: &Read, s: BlockState) {
+    let before = rep.failures.len();
+    record(rep, Some(i), block, durable_id, got, s);
+    if let Some(f) = rep.failures.get_mut(before) {
+        f.path = Some(name.display().to_string());
+    }
+}
+
+fn entry_failure(rep: &mut OracleReport, i: usize, name: &Path, state: BlockState, found: &str) {
+    if rep.failures.len() < LISTED {
+        rep.failures.push(OracleFailure { file: Some(i), path: Some(name.display().to_string()), block: 0, state, durable_id: None, found: found.into() });
     }
 }
 
@@ -320,6 +509,72 @@ mod tests {
             let gone = verify_crash(&maps, false).unwrap();
             assert_eq!(gone.counts.files_lost, 1);
             assert!(gone.counts.failures() >= 1);
+        }
+    }
+
+    /// A real varmail run on a temporary directory, followed as for a power cut (none comes):
+    /// with `fsync_dir` created files become durable entries, without it none does; every path
+    /// is found in its last state (no failure); then a durable file removed, a durable block
+    /// zeroed and a durably absent path created are each a failure of their own kind.
+    #[test]
+    fn a_personality_s_entries_and_contents_follow_its_fsyncs() {
+        use crate::workload::Maps;
+        for fsync_dir in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let y = format!(
+                "workload:\n  personality: varmail\n  dir: {}\n  scale: 0.05\n  threads: 4\n  ops: 3000\n  fsync_dir: {fsync_dir}\n",
+                dir.path().display()
+            );
+            let w = crate::spec::workload::parse_workload(&y, "t.yaml", None).unwrap();
+            let mut maps = Maps::new(&w).unwrap();
+            maps.track_durability().unwrap();
+            let res = crate::workload::run(&w, &maps, None, None).unwrap();
+            assert!(res.errors.is_empty(), "{:?}", res.errors);
+            let maps = res.maps.unwrap();
+            let e = maps.durability.as_ref().unwrap().entries.as_ref().unwrap();
+            let created_durable = e.lock().paths.iter().filter(|p| p.durable.is_some_and(|g| g > 1)).count();
+            if fsync_dir {
+                assert!(created_durable > 5, "{created_durable}");
+            } else {
+                assert_eq!(created_durable, 0, "no directory fsync: no created file is a durable entry");
+            }
+            let rep = verify_crash(&maps, false).unwrap();
+            let c = rep.counts;
+            let ec = c.entries.unwrap();
+            assert_eq!((c.failures(), ec.durable_lost, ec.reappeared), (0, 0, 0), "{c:?} {:?}", rep.failures);
+            assert_eq!(c.durable_kept + c.unsynced_kept + c.unsynced_lost + c.durable_lost + c.garbage + c.torn, c.checked);
+            assert!(c.durable_kept > 0 && ec.checked > 10, "{c:?}");
+            assert_eq!(ec.checked, ec.durable_kept + ec.unsynced_kept + ec.unsynced_lost, "{ec:?}");
+            if !fsync_dir {
+                continue;
+            }
+            // a durable file, unchanged since, with durable blocks: remove one, zero another's block
+            let (gone, zeroed, absent) = {
+                let g = e.lock();
+                let stable: Vec<usize> = (0..g.paths.len())
+                    .filter(|&i| g.paths[i].pending.is_empty() && g.paths[i].durable.is_some_and(|v| !g.paths[i].versions[&v].durable.is_empty()))
+                    .collect();
+                let absent = (0..g.paths.len()).find(|&i| g.paths[i].pending.is_empty() && g.paths[i].durable.is_none()).unwrap();
+                (stable[0], stable[1], absent)
+            };
+            std::fs::remove_file(dir.path().join(&e.names[gone])).unwrap();
+            let b = {
+                let g = e.lock();
+                let v = &g.paths[zeroed].versions[&g.paths[zeroed].durable.unwrap()];
+                *v.durable.keys().min().unwrap()
+            };
+            let f = std::fs::OpenOptions::new().write(true).open(dir.path().join(&e.names[zeroed])).unwrap();
+            f.write_all_at(&[0u8; BLOCK], b * BLOCK as u64).unwrap();
+            f.sync_all().unwrap();
+            std::fs::write(dir.path().join(&e.names[absent]), b"back").unwrap();
+            let after = verify_crash(&maps, false).unwrap();
+            let (c, ec) = (after.counts, after.counts.entries.unwrap());
+            assert_eq!((ec.durable_lost, ec.reappeared, c.files_lost), (1, 1, 1), "{ec:?}");
+            assert!(c.durable_lost >= 2, "the removed file's durable blocks and the zeroed one: {c:?}");
+            let states: Vec<(Option<String>, BlockState)> = after.failures.iter().map(|f| (f.path.clone(), f.state)).collect();
+            for (i, st) in [(gone, BlockState::EntryLost), (absent, BlockState::EntryReappeared), (zeroed, BlockState::DurableLost)] {
+                assert!(states.contains(&(Some(e.names[i].display().to_string()), st)), "{st:?} of {}: {states:?}", e.names[i].display());
+            }
         }
     }
 

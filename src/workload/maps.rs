@@ -43,7 +43,8 @@ pub struct Maps {
 /// lists, in issue order, every write after its block's durable content (also failed writes:
 /// their bytes may have reached the disk's cache). With the file interface the files are
 /// created, sized, fsynced and their directory fsynced before the workload: their directory
-/// entries and sizes are durable.
+/// entries and sizes are durable. A personality's files are followed by `entries` instead
+/// (`workload::entries`).
 pub struct Durability {
     pub durable: Vec<Vec<AtomicU64>>,
     pub unsynced: Mutex<Vec<Pending>>,
@@ -51,6 +52,9 @@ pub struct Durability {
     /// nothing (a real cut stops the application with the disk; a file system may still
     /// answer an fsync with success without reaching the dead disk), so none is credited.
     pub power_off: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// A personality's files (created and deleted as it runs): their entries, versions and
+    /// contents (`durable` and `unsynced` are then empty).
+    pub entries: Option<Box<super::entries::EntryOracle>>,
 }
 
 /// One write not (yet) acknowledged durable: map index, 4 KiB block, content id.
@@ -75,7 +79,12 @@ impl Durability {
                 Ok(v)
             })
             .collect::<Result<_>>()?;
-        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()), power_off: Default::default() })
+        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()), power_off: Default::default(), entries: None })
+    }
+
+    /// The record of a personality's run: its files' entries and versions.
+    pub fn of_entries(e: super::entries::EntryOracle) -> Durability {
+        Durability { durable: Vec::new(), unsynced: Mutex::new(Vec::new()), power_off: e.power_off.clone(), entries: Some(Box::new(e)) }
     }
 
     /// Content `id` of block `block` of map `map` is acknowledged durable.

@@ -7,6 +7,7 @@
 
 pub mod content_map;
 pub mod direct;
+pub mod entries;
 pub mod files;
 pub mod fileset;
 pub mod jsonl;

@@ -16,6 +16,7 @@
 //! file's blocks. At the end the files that exist are returned as the run's `Maps`.
 
 use super::content_map::ContentMap;
+use super::entries::EntryOracle;
 use super::fileset::{Layout, layout};
 use super::maps::{Maps, Target};
 use super::op::fill;
@@ -31,8 +32,8 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// filebench's flowop types used by the three personalities.
@@ -198,6 +199,8 @@ struct Shared<'a> {
     progress: &'a Progress,
     start: Instant,
     intervals: Vec<Mutex<IntervalAcc>>,
+    /// With a power cut planned: the durability oracle's record of entries and versions.
+    oracle: Option<EntryOracle>,
 }
 
 impl Shared<'_> {
@@ -440,10 +443,24 @@ impl<'s, 'a> Worker<'s, 'a> {
             Kind::StatFile => self.stat(fo),
             Kind::Fsync => match &self.fds[fo.fd] {
                 Some(fd) => {
+                    let sh = self.sh;
+                    let (entry, generation) = (fd.entry, fd.generation);
+                    let snap = sh.oracle.as_ref().map(|o| o.file_sync_start(entry, generation));
                     let t0 = Instant::now();
-                    let r = fd.file.sync_all();
+                    let mut r = fd.file.sync_all();
+                    if let (Ok(()), Some(o), Some(s)) = (&r, &sh.oracle, snap) {
+                        o.file_synced(entry, generation, s);
+                    }
+                    if r.is_ok() && sh.p.fsync_dir {
+                        // `fsync_dir`: the parent directory too (its entries can become durable)
+                        let snap = sh.oracle.as_ref().map(|o| o.dir_sync_start());
+                        let path = sh.path(entry);
+                        r = File::open(path.parent().unwrap_or(sh.dir.as_path())).and_then(|d| d.sync_all());
+                        if let (Ok(()), Some(o), Some(s)) = (&r, &sh.oracle, snap) {
+                            o.dir_synced(entry, s);
+                        }
+                    }
                     let lat = t0.elapsed();
-                    let entry = fd.entry;
                     match r {
                         Ok(()) => self.flowop_done(Kind::Fsync, lat, 0),
                         Err(e) => self.fail("fsync", Some(entry), 0, 0, &e),
@@ -468,6 +485,9 @@ impl<'s, 'a> Worker<'s, 'a> {
         match r {
             Ok(file) => {
                 let generation = sh.renew(i);
+                if let Some(o) = &sh.oracle {
+                    o.created(i, generation);
+                }
                 sh.release(i, true);
                 self.fds[fo.fd] = Some(Fd { file, entry: i, generation, pos: 0 });
                 self.flowop_done(Kind::CreateFile, lat, 0);
@@ -543,9 +563,13 @@ impl<'s, 'a> Worker<'s, 'a> {
         let r = fd.file.write_all_at(&self.buf[..n as usize], off);
         let lat = t0.elapsed();
         // a descriptor of a file deleted (and maybe re-created) since it was opened writes to
-        // the unlinked inode: nothing to map
+        // the unlinked inode: nothing to map (the oracle keeps it: a delete that is not durable
+        // may bring that inode back after a cut)
         if live.generation == fd.generation {
             live.record(off / CONTENT_BLOCK, &self.ids, r.is_ok());
+        }
+        if let Some(o) = &sh.oracle {
+            o.wrote(entry, fd.generation, off / CONTENT_BLOCK, &self.ids, r.is_ok());
         }
         drop(live);
         fd.pos = off + n;
@@ -640,6 +664,9 @@ impl<'s, 'a> Worker<'s, 'a> {
         let lat = t0.elapsed();
         match r {
             Ok(()) => {
+                if let Some(o) = &sh.oracle {
+                    o.deleted(i);
+                }
                 sh.renew(i);
                 sh.release(i, false);
                 self.flowop_done(Kind::DeleteFile, lat, 0);
@@ -702,7 +729,10 @@ fn prealloc(sh: &Shared, failed: &Mutex<Vec<IoError>>) -> Result<()> {
                             .open(&p)
                             .map_err(|e| super::files::refused_direct(e, &p, sh.w.o_direct()))
                             .with_context(|| format!("cannot create {}", p.display()))?;
-                        sh.renew(i);
+                        let generation = sh.renew(i);
+                        if let Some(o) = &sh.oracle {
+                            o.created(i, generation);
+                        }
                         let mut live = sh.live[i].lock().unwrap();
                         let mut off = 0;
                         while off < e.size {
@@ -711,6 +741,9 @@ fn prealloc(sh: &Shared, failed: &Mutex<Vec<IoError>>) -> Result<()> {
                             fill(sh.seed, &ids, &mut buf[..n as usize]);
                             let r = f.write_all_at(&buf[..n as usize], off);
                             live.record(off / CONTENT_BLOCK, &ids, r.is_ok());
+                            if let Some(o) = &sh.oracle {
+                                o.wrote(i, generation, off / CONTENT_BLOCK, &ids, r.is_ok());
+                            }
                             if let Err(e) = r {
                                 failed.lock().unwrap().push(IoError {
                                     op: "write".into(),
@@ -735,7 +768,12 @@ fn prealloc(sh: &Shared, failed: &Mutex<Vec<IoError>>) -> Result<()> {
         Ok(())
     })?;
     // the timed phase starts with the file set on disk, not in dirty pages
-    crate::sys::mount::syncfs(&sh.dir)
+    crate::sys::mount::syncfs(&sh.dir)?;
+    // syncfs wrote back the file set and flushed the disk: entries and contents are durable
+    if let Some(o) = &sh.oracle {
+        o.synced_all();
+    }
+    Ok(())
 }
 
 /// Before a `direct` run: a file system that refuses O_DIRECT is an error now, not a failed
@@ -757,8 +795,16 @@ fn probe_direct(dir: &std::path::Path) -> Result<()> {
 }
 
 /// Run a personality workload (`workload::run` calls this when `spec.personality` is set).
-/// `seed` is the content seed of the maps.
-pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progress: Option<&Progress>) -> Result<WorkloadResult> {
+/// `seed` is the content seed of the maps. `power_off` (a power cut is planned): follow the
+/// files' entries and contents for the durability oracle (`workload::entries`); the returned
+/// maps carry the record.
+pub fn run(
+    w: &Workload,
+    seed: u64,
+    power_off: Option<Arc<AtomicBool>>,
+    observer: Option<&dyn WriteObserver>,
+    progress: Option<&Progress>,
+) -> Result<WorkloadResult> {
     let Some(p) = &w.personality else { bail!("not a personality workload") };
     let Interface::File { dir, .. } = &w.interface else { bail!("a personality runs on files (interface: file)") };
     let own = Progress::new();
@@ -789,7 +835,9 @@ pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progre
         progress,
         start: Instant::now(),
         intervals: (0..w.threads).map(|_| Mutex::new(IntervalAcc::default())).collect(),
+        oracle: None,
     };
+    sh.oracle = power_off.map(|off| EntryOracle::new(sh.layout.entries.iter().map(|e| e.path.clone()).collect(), off));
     if w.o_direct() {
         probe_direct(dir)?;
     }
@@ -857,7 +905,9 @@ pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progre
         let a = &flow[fo.kind as usize];
         flowops_out.entry(fo.kind.name().to_string()).or_insert_with(|| flowop_summary(&a.h, a.bytes, secs));
     }
-    let maps = final_maps(&sh);
+    let mut sh = sh;
+    let durability = sh.oracle.take().map(super::maps::Durability::of_entries);
+    let maps = final_maps(&sh, durability);
     let named: Vec<(usize, &str)> = seq.iter().map(|fo| (super::windows::FLOWOPS + fo.kind as usize, fo.kind.name())).collect();
     let windows = windows.map(|a| a.summaries(secs, w.duration, &named)).unwrap_or_default();
     Ok(WorkloadResult {
@@ -881,7 +931,7 @@ pub fn run(w: &Workload, seed: u64, observer: Option<&dyn WriteObserver>, progre
 }
 
 /// The maps of the files that exist at the end, named by their path below the directory.
-fn final_maps(sh: &Shared) -> Maps {
+fn final_maps(sh: &Shared, durability: Option<super::maps::Durability>) -> Maps {
     let picks = sh.picks.lock().unwrap();
     let mut names = Vec::new();
     let mut maps = Vec::new();
@@ -899,7 +949,7 @@ fn final_maps(sh: &Shared) -> Maps {
         names.push(e.path.display().to_string());
         maps.push(m);
     }
-    Maps { target: Target::File { dir: sh.dir.clone(), names }, seed: sh.seed, maps, durability: None }
+    Maps { target: Target::File { dir: sh.dir.clone(), names }, seed: sh.seed, maps, durability }
 }
 
 /// The R:W ratio of flowops the study quotes: reads (readwholefile) per write (writewholefile

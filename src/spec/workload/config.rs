@@ -344,6 +344,7 @@ impl Personality {
             meanappendsize: 16 << 10,
             threads,
             prealloc_pct,
+            fsync_dir: false,
         }
     }
 }
@@ -369,6 +370,10 @@ pub struct PersonalitySpec {
     pub threads: u32,
     /// Percent of the files that exist (written to their size) before the timed phase.
     pub prealloc_pct: u8,
+    /// `fsync_dir: true` (varmail): each `fsync` flowop fsyncs the file, then its parent
+    /// directory, so created files' and deletes' directory entries can become durable (the
+    /// durability oracle's rule; filebench's fsync syncs the file only).
+    pub fsync_dir: bool,
 }
 
 impl PersonalitySpec {

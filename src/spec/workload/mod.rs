@@ -48,6 +48,8 @@ pub struct WorkloadYaml {
     pub personality: Option<Spanned<String>>,
     /// Personality: fraction of filebench's file count (0 < scale <= 1, default 1).
     pub scale: Option<Spanned<f64>>,
+    /// Personality (varmail): each `fsync` flowop also fsyncs the file's directory.
+    pub fsync_dir: Option<Spanned<bool>>,
 }
 
 /// `mix: {read: 70, write: 30}` (percent; one of them is enough).
@@ -111,6 +113,9 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     }
     if let Some(s) = &y.scale {
         return Err(at(source, s, "scale", "belongs to `personality`"));
+    }
+    if let Some(s) = &y.fsync_dir {
+        return Err(at(source, s, "fsync_dir", "belongs to `personality: varmail` (its fsync flowops); a file workload's directory is fsynced before it runs"));
     }
     let whole = |what: &str| format!("{source}: workload: {what}");
     let iface = match (y.interface.as_ref().map(|v| v.value.as_str()), &target) {
@@ -325,7 +330,7 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
     for (k, l) in not_here {
         if let Some(l) = l {
             return Err(format!(
-                "{source}:{}:{}: {k}: does not apply to `personality` (its file set, flowops and I/O sizes come from filebench's workload file); allowed with it: dir, scale, threads, duration, ops, interval, on_error, content, direct",
+                "{source}:{}:{}: {k}: does not apply to `personality` (its file set, flowops and I/O sizes come from filebench's workload file); allowed with it: dir, scale, threads, duration, ops, interval, on_error, content, direct, fsync_dir",
                 l.line(),
                 l.column()
             ));
@@ -368,6 +373,12 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
         }
     }
     interval_and_content(y, &mut w, source)?;
+    if let Some(f) = &y.fsync_dir {
+        if kind != Personality::Varmail && f.value {
+            return Err(at(source, f, "fsync_dir", format!("{} has no fsync flowop to extend; allowed: varmail", kind.name())));
+        }
+        spec.fsync_dir = f.value;
+    }
     w.personality = Some(spec);
     w.fit_profile();
     Ok(w)
@@ -630,12 +641,20 @@ mod tests {
         assert_eq!((ps.kind, ps.nfiles, ps.meandirwidth, w.threads, w.sync), (Personality::Varmail, 100, 1_000_000, 16, SyncMode::None));
         let w = p("workload:\n  personality: fileserver\n  dir: /mnt/x\n  threads: 4\n  ops: 100\n").unwrap();
         assert_eq!((w.threads, w.personality.unwrap().nfiles), (4, 10_000));
+        let w = p("workload:\n  personality: varmail\n  dir: /mnt/x\n  ops: 10\n  fsync_dir: true\n").unwrap();
+        assert!(w.personality.unwrap().fsync_dir);
+        assert!(!p("workload:\n  personality: varmail\n  dir: /mnt/x\n  ops: 10\n").unwrap().personality.unwrap().fsync_dir);
         for (y, want) in [
             ("workload:\n  personality: mailserver\n  dir: /x\n  ops: 1\n", "allowed: fileserver, webserver, varmail"),
             ("workload:\n  personality: varmail\n  dir: /x\n  ops: 1\n  block_size: 8KiB\n", "w.yaml:5:15: block_size: does not apply to `personality`"),
             ("workload:\n  personality: varmail\n  dir: /x\n  ops: 1\n  scale: 2\n", "w.yaml:5:10: scale: 2 is out of range"),
             ("workload:\n  personality: varmail\n  dir: /x\n", "no bound"),
             ("workload:\n  device: /dev/x\n  ops: 1\n  scale: 0.5\n", "scale: belongs to `personality`"),
+            (
+                "workload:\n  personality: fileserver\n  dir: /x\n  ops: 1\n  fsync_dir: true\n",
+                "w.yaml:5:14: fsync_dir: fileserver has no fsync flowop to extend; allowed: varmail",
+            ),
+            ("workload:\n  dir: /x\n  ops: 1\n  fsync_dir: true\n", "w.yaml:4:14: fsync_dir: belongs to `personality: varmail`"),
         ] {
             let e = p(y).unwrap_err();
             assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");

@@ -1,0 +1,388 @@
+//! The durability oracle's record of a personality's files (docs/crash.md, "Directory
+//! entries"): per path, which entry state was acknowledged durable (the file exists as one
+//! version, or is absent) and the entry changes made after it (creates, deletes); per version
+//! (an inode: one create of the path), which content was acknowledged durable and what was
+//! only written.
+//!
+//! The rules (ALICE's and CrashMonkey's "file and parent fsynced"):
+//! - a write of a version is durable once an fsync of that version's file, started after the
+//!   write completed, returned success before the power cut began;
+//! - a create is durable once an fsync of the new file and an fsync of its parent directory,
+//!   both started after the create completed, returned success before the cut began; a delete
+//!   once an fsync of the parent directory started after it did. A directory fsync makes
+//!   durable, per path of the directory, the last change that completed before it started (a
+//!   create still needs its file's fsync); a change that becomes durable settles every change
+//!   of the path before it;
+//! - the preallocated file set is synced (`syncfs`) before the timed phase: its entries and
+//!   contents are durable, and the paths not created are durably absent.
+//!
+//! Events are recorded after their syscall returned and syncs' snapshots are taken before
+//! their syscall starts, both under one lock: a change or write recorded before a snapshot
+//! completed before the sync started (one that raced it is not credited: conservative).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A write of one version (its blocks share the write's sequence number).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VersionWrite {
+    pub block: u64,
+    pub id: u64,
+    pub seq: u64,
+    /// The write failed: a possible content, never made durable.
+    pub failed: bool,
+}
+
+/// One version (inode) of a path: the content of one create.
+#[derive(Clone, Debug, Default)]
+pub struct Version {
+    /// Per block, the durable content: (id, the write's sequence number).
+    pub durable: HashMap<u64, (u64, u64)>,
+    /// Writes not acknowledged durable, in order.
+    pub pending: Vec<VersionWrite>,
+    /// Writes so far (the next write's sequence number).
+    pub writes: u64,
+    /// An fsync of this version's file returned success before the cut.
+    pub file_synced: bool,
+}
+
+impl Version {
+    /// Every block this version holds a record of, sorted.
+    pub fn blocks(&self) -> Vec<u64> {
+        let mut b: Vec<u64> = self.durable.keys().copied().chain(self.pending.iter().map(|w| w.block)).collect();
+        b.sort_unstable();
+        b.dedup();
+        b
+    }
+
+    /// The durable content of `block` and the contents written after it (in order).
+    pub fn block(&self, block: u64) -> (Option<u64>, Vec<u64>) {
+        let d = self.durable.get(&block).copied();
+        let after = d.map_or(0, |(_, s)| s + 1);
+        let later = self.pending.iter().filter(|w| w.block == block && w.seq >= after).map(|w| w.id).collect();
+        (d.map(|(id, _)| id), later)
+    }
+}
+
+/// An entry change of a path not (yet) acknowledged durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The path was created as version `generation`; `dir_synced`: a directory fsync started
+    /// after it, while it was the path's last change, returned success before the cut.
+    Create {
+        generation: u64,
+        seq: u64,
+        dir_synced: bool,
+    },
+    Delete {
+        seq: u64,
+    },
+}
+
+impl Change {
+    fn seq(&self) -> u64 {
+        match self {
+            Change::Create { seq, .. } | Change::Delete { seq } => *seq,
+        }
+    }
+}
+
+/// The record of one path.
+#[derive(Clone, Debug, Default)]
+pub struct PathRecord {
+    /// The durable entry state: the version the path durably names, None: durably absent.
+    pub durable: Option<u64>,
+    /// Entry changes after the durable state, in order.
+    pub pending: Vec<Change>,
+    /// The versions that may still be found: the durable one and those of pending creates.
+    pub versions: BTreeMap<u64, Version>,
+}
+
+impl PathRecord {
+    /// The versions a present file may be, the durable one first.
+    pub fn candidates(&self) -> Vec<u64> {
+        let mut c: Vec<u64> = self.durable.into_iter().collect();
+        c.extend(self.pending.iter().filter_map(|p| match p {
+            Change::Create { generation, .. } => Some(*generation),
+            Change::Delete { .. } => None,
+        }));
+        c
+    }
+
+    /// Whether a pending change deleted the path.
+    pub fn pending_delete(&self) -> bool {
+        self.pending.iter().any(|p| matches!(p, Change::Delete { .. }))
+    }
+
+    /// Changes through `pending[k]` are durable: the path's durable state is what `pending[k]`
+    /// left, and versions no state can name any more are dropped.
+    fn settle(&mut self, k: usize) {
+        self.durable = match self.pending[k] {
+            Change::Create { generation, .. } => Some(generation),
+            Change::Delete { .. } => None,
+        };
+        self.pending.drain(..=k);
+        let keep = self.candidates();
+        self.versions.retain(|g, _| keep.contains(g));
+    }
+
+    /// The last create whose file and directory were both fsynced becomes durable.
+    fn resolve(&mut self) {
+        let k = self.pending.iter().rposition(|p| match p {
+            Change::Create { generation, dir_synced, .. } => *dir_synced && self.versions.get(generation).is_some_and(|v| v.file_synced),
+            Change::Delete { .. } => false,
+        });
+        if let Some(k) = k {
+            self.settle(k);
+        }
+    }
+}
+
+pub struct Inner {
+    pub paths: Vec<PathRecord>,
+    /// Entry changes recorded so far: a directory fsync's snapshot.
+    seq: u64,
+}
+
+/// The record of a personality's file set (paths relative to the workload's directory).
+pub struct EntryOracle {
+    /// The durability oracle's switch (`Durability::power_off`): set before the power goes;
+    /// a sync that returns after it credits nothing.
+    pub power_off: Arc<AtomicBool>,
+    /// Path of each file slot, relative to the workload's directory.
+    pub names: Vec<PathBuf>,
+    /// Per directory, its file slots; `dir_of` maps a slot to its directory.
+    dirs: Vec<Vec<usize>>,
+    dir_of: Vec<usize>,
+    inner: Mutex<Inner>,
+}
+
+impl EntryOracle {
+    pub fn new(names: Vec<PathBuf>, power_off: Arc<AtomicBool>) -> EntryOracle {
+        let mut index: HashMap<PathBuf, usize> = HashMap::new();
+        let mut dirs: Vec<Vec<usize>> = Vec::new();
+        let dir_of = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let parent = n.parent().unwrap_or(Path::new("")).to_path_buf();
+                let d = *index.entry(parent).or_insert_with(|| {
+                    dirs.push(Vec::new());
+                    dirs.len() - 1
+                });
+                dirs[d].push(i);
+                d
+            })
+            .collect();
+        let paths = vec![PathRecord::default(); names.len()];
+        EntryOracle { power_off, names, dirs, dir_of, inner: Mutex::new(Inner { paths, seq: 0 }) }
+    }
+
+    fn off(&self) -> bool {
+        self.power_off.load(SeqCst)
+    }
+
+    /// The record, for the verdict after the cut.
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap()
+    }
+
+    /// Slot `i` was created as version `generation` (the create returned).
+    pub fn created(&self, i: usize, generation: u64) {
+        let mut g = self.lock();
+        g.seq += 1;
+        let seq = g.seq;
+        let p = &mut g.paths[i];
+        p.versions.insert(generation, Version::default());
+        p.pending.push(Change::Create { generation, seq, dir_synced: false });
+    }
+
+    /// Slot `i` was deleted (the unlink returned).
+    pub fn deleted(&self, i: usize) {
+        let mut g = self.lock();
+        g.seq += 1;
+        let seq = g.seq;
+        g.paths[i].pending.push(Change::Delete { seq });
+    }
+
+    /// A write of version `generation` of slot `i` returned: blocks `first..` hold `ids`
+    /// (`ok`: it succeeded).
+    pub fn wrote(&self, i: usize, generation: u64, first: u64, ids: &[u64], ok: bool) {
+        let mut g = self.lock();
+        let Some(v) = g.paths[i].versions.get_mut(&generation) else { return };
+        let seq = v.writes;
+        v.writes += 1;
+        v.pending.extend(ids.iter().enumerate().map(|(k, id)| VersionWrite { block: first + k as u64, id: *id, seq, failed: !ok }));
+    }
+
+    /// Before an fsync of version `generation` of slot `i`: the writes it can cover.
+    pub fn file_sync_start(&self, i: usize, generation: u64) -> u64 {
+        self.lock().paths[i].versions.get(&generation).map_or(0, |v| v.writes)
+    }
+
+    /// That fsync returned success: the writes before `snap` are durable, and so is the
+    /// version's create if its directory was fsynced after it.
+    pub fn file_synced(&self, i: usize, generation: u64, snap: u64) {
+        if self.off() {
+            return;
+        }
+        let mut g = self.lock();
+        let p = &mut g.paths[i];
+        let Some(v) = p.versions.get_mut(&generation) else { return };
+        v.file_synced = true;
+        let mut keep = Vec::with_capacity(v.pending.len());
+        for w in v.pending.drain(..) {
+            if w.seq < snap && !w.failed {
+                let e = v.durable.entry(w.block).or_insert((w.id, w.seq));
+                if w.seq >= e.1 {
+                    *e = (w.id, w.seq);
+                }
+            } else {
+                keep.push(w);
+            }
+        }
+        v.pending = keep;
+        p.resolve();
+    }
+
+    /// Before an fsync of the directory of slot `i`: the changes it can cover.
+    pub fn dir_sync_start(&self) -> u64 {
+        self.lock().seq
+    }
+
+    /// That directory fsync returned success: per path of the directory, its last change
+    /// before `snap` is in the directory's durable state (a delete at once, a create once its
+    /// file is fsynced too).
+    pub fn dir_synced(&self, i: usize, snap: u64) {
+        if self.off() {
+            return;
+        }
+        let mut g = self.lock();
+        for &j in &self.dirs[self.dir_of[i]] {
+            let p = &mut g.paths[j];
+            let Some(k) = p.pending.iter().rposition(|c| c.seq() <= snap) else { continue };
+            if let Change::Create { dir_synced, .. } = &mut p.pending[k] {
+                *dir_synced = true;
+                p.resolve();
+            } else {
+                p.settle(k);
+            }
+        }
+    }
+
+    /// The whole file system was synced (`syncfs` returned success): every change and every
+    /// successful write so far is durable.
+    pub fn synced_all(&self) {
+        if self.off() {
+            return;
+        }
+        let mut g = self.lock();
+        for p in &mut g.paths {
+            if let Some(gen_) = p.pending.iter().rev().find_map(|c| match c {
+                Change::Create { generation, .. } => Some(*generation),
+                Change::Delete { .. } => None,
+            }) && let Some(v) = p.versions.get_mut(&gen_)
+            {
+                v.file_synced = true;
+            }
+            if !p.pending.is_empty() {
+                let k = p.pending.len() - 1;
+                p.settle(k);
+            }
+            for v in p.versions.values_mut() {
+                let snap = v.writes;
+                v.pending.retain(|w| {
+                    if w.seq < snap && !w.failed {
+                        v.durable.insert(w.block, (w.id, w.seq));
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oracle(names: &[&str]) -> EntryOracle {
+        EntryOracle::new(names.iter().map(PathBuf::from).collect(), Arc::new(AtomicBool::new(false)))
+    }
+
+    #[test]
+    fn a_create_is_durable_after_its_file_and_its_directory_are_fsynced() {
+        let o = oracle(&["d/a", "d/b", "e/c"]);
+        o.created(0, 1);
+        o.wrote(0, 1, 0, &[10, 11], true);
+        let s = o.file_sync_start(0, 1);
+        o.wrote(0, 1, 1, &[12], true);
+        o.file_synced(0, 1, s);
+        {
+            let g = o.lock();
+            let p = &g.paths[0];
+            assert_eq!(p.durable, None, "the directory was not fsynced");
+            assert_eq!(p.versions[&1].block(0), (Some(10), vec![]));
+            assert_eq!(p.versions[&1].block(1), (Some(11), vec![12]), "the write after the snapshot stays pending");
+        }
+        // a directory fsync of another directory changes nothing here
+        let d = o.dir_sync_start();
+        o.dir_synced(2, d);
+        assert_eq!(o.lock().paths[0].durable, None);
+        let d = o.dir_sync_start();
+        o.dir_synced(1, d);
+        let g = o.lock();
+        assert_eq!((g.paths[0].durable, g.paths[0].pending.len()), (Some(1), 0));
+        drop(g);
+        // a delete, then a create: the directory fsync settles the delete only when it is the
+        // last change before the fsync started
+        o.deleted(0);
+        let d = o.dir_sync_start();
+        o.created(0, 3);
+        o.dir_synced(0, d);
+        let g = o.lock();
+        assert_eq!(g.paths[0].durable, None, "the delete is durable");
+        assert_eq!(g.paths[0].candidates(), vec![3]);
+        assert!(!g.paths[0].versions.contains_key(&1), "version 1 can no longer be found");
+    }
+
+    #[test]
+    fn a_directory_fsync_before_the_file_fsync_also_counts_and_late_syncs_credit_nothing() {
+        let o = oracle(&["a", "b"]);
+        o.created(1, 1);
+        let d = o.dir_sync_start();
+        o.dir_synced(1, d);
+        assert_eq!(o.lock().paths[1].durable, None, "the file is not fsynced yet");
+        o.wrote(1, 1, 0, &[5], true);
+        let s = o.file_sync_start(1, 1);
+        o.file_synced(1, 1, s);
+        assert_eq!(o.lock().paths[1].durable, Some(1));
+        // after the cut began: nothing is credited
+        o.created(0, 1);
+        let (s, d) = (o.file_sync_start(0, 1), o.dir_sync_start());
+        o.power_off.store(true, SeqCst);
+        o.file_synced(0, 1, s);
+        o.dir_synced(0, d);
+        let g = o.lock();
+        assert_eq!((g.paths[0].durable, g.paths[0].candidates()), (None, vec![1]));
+        assert!(!g.paths[0].versions[&1].file_synced);
+    }
+
+    #[test]
+    fn syncfs_makes_everything_durable_and_failed_writes_stay_pending() {
+        let o = oracle(&["a", "b"]);
+        o.created(0, 1);
+        o.wrote(0, 1, 0, &[1, 2], true);
+        o.wrote(0, 1, 2, &[3], false);
+        o.synced_all();
+        let g = o.lock();
+        assert_eq!(g.paths[0].durable, Some(1));
+        assert_eq!(g.paths[0].versions[&1].block(1), (Some(2), vec![]));
+        assert_eq!(g.paths[0].versions[&1].block(2), (None, vec![3]));
+        assert_eq!((g.paths[1].durable, g.paths[1].pending.len()), (None, 0));
+    }
+}
