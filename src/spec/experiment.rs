@@ -599,15 +599,6 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
             }
         }
     }
-    if let Some(h) = &raw.hosts
-        && let Some(s) = setups.iter().find(|s| s.power_cut.is_some())
-    {
-        return Err(format!(
-            "{source}:{}: setup `{}` has a power cut; power cuts in networked experiments (`hosts:`) are not supported yet (allowed: experiments without `hosts:`)",
-            loc(h),
-            s.name
-        ));
-    }
     for s in &setups {
         let needs_workload = !matches!(s.stack, StackSpec::Command { .. });
         if needs_workload && workload.is_none() && s.workload.is_none() {
@@ -860,7 +851,8 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskSpec, st: &StackSpec, sou
             None => format!("fault #{}", i + 1),
         };
         if r.value.is_power_cut() {
-            let c = crate::spec::rule::yaml::validate_power_cut(r.value, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
+            let mut c = crate::spec::rule::yaml::validate_power_cut(r.value, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
+            c.at = format!("{source}:{at}");
             if d.disk.write_cache != crate::spec::disk::CacheMode::Volatile {
                 return Err(format!(
                     "{source}:{at}: {label}: a power cut needs a disk with a volatile write cache: add `disk: {{write_cache: volatile}}` (this setup's disk has write_cache: {})",

@@ -390,6 +390,35 @@ pub(crate) fn check_setup(s: &super::experiment::Setup, hosts: Option<&Networked
     {
         return Err(format!("{source}: setup `{}`: disk `faults:` need `target: faultline` (a command's server has its own disk)", s.name));
     }
+    if let Some(c) = &s.power_cut {
+        check_power_cut(c, &s.name, h)?;
+    }
+    Ok(())
+}
+
+/// A power cut of the target host (docs/crash.md, "A power cut in a networked experiment"):
+/// faultline's own disk server (it holds the volatile cache the model applies to), hosts built
+/// here (the clients' durability records live in this process), one client (the oracle
+/// follows one client's writes).
+fn check_power_cut(c: &super::rule::yaml::PowerCutSpec, setup: &str, h: &NetworkedHosts) -> Result<(), String> {
+    let at = format!("{}: {}: setup `{setup}`", c.at, c.label);
+    if let TargetKind::Command(cmd) = &h.kind {
+        return Err(format!(
+            "{at}: a power cut needs `target: faultline`: faultline's disk server holds the volatile write cache whose unflushed writes the cut loses; the command target (`{cmd}`) serves a disk of its own that faultline cannot cut (allowed: `hosts: {{target: faultline}}` with `disk: {{write_cache: volatile}}`)"
+        ));
+    }
+    if !h.agents.is_empty() {
+        return Err(format!(
+            "{at}: a power cut with `hosts: {{agents: ...}}` is not supported: the clients' workloads, and the record of what they made durable, run on other machines (allowed: namespace hosts, `hosts:` without `agents:`)"
+        ));
+    }
+    if h.clients.len() != 1 {
+        return Err(format!(
+            "{at}: a power cut needs exactly one client host (this experiment has {}: {}): the durability oracle follows one client's writes, and clients running the same workload write the same blocks, so which content was made durable last is not known (allowed: `hosts: {{clients: [NAME]}}`)",
+            h.clients.len(),
+            h.clients.join(", ")
+        ));
+    }
     Ok(())
 }
 
@@ -536,5 +565,36 @@ mod tests {
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].rule.window, Some(Window { from: Duration::from_secs(120), to: Some(Duration::from_secs(180)) }));
         assert_eq!(f[1].rule.window, Some(Window { from: Duration::from_secs(120), to: None }));
+    }
+
+    /// A power cut of the target host: faultline's target, namespace hosts, one client; each
+    /// refusal names the cut's place, what is wrong and what is allowed.
+    #[test]
+    fn power_cuts_of_the_target_host() {
+        let cut = "faults:\n  - {type: power-cut, model: keep-prefix, when: {after_flushes: 20}}\n";
+        let one = "name: t\nhosts: {clients: [client]}\ndisk: {write_cache: volatile}\nworkload: {sync: 'fsync:8', duration: 5s}\n";
+        let e = parse_experiment(&format!("{one}{cut}"), "e.yaml").unwrap();
+        let c = e.setups[0].power_cut.as_ref().unwrap();
+        assert_eq!((c.at.as_str(), c.model), ("e.yaml:6:5", crate::spec::disk::SurvivalModel::KeepPrefix));
+        let bad = [
+            (
+                "name: t\nhosts: {clients: [client], target: {command: 'nbdkit -f -p $FAULTLINE_PORT memory 1G'}}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
+                "e.yaml:6:5: fault #1: setup `t`: a power cut needs `target: faultline`",
+            ),
+            (
+                "name: t\nhosts: {clients: [a, b]}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
+                "e.yaml:6:5: fault #1: setup `t`: a power cut needs exactly one client host (this experiment has 2: a, b)",
+            ),
+            (
+                "name: t\nhosts: {clients: [client], agents: {target: {ssh: root@s, address: 10.0.0.5}, client: {ssh: root@c}}}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
+                "e.yaml:6:5: fault #1: setup `t`: a power cut with `hosts: {agents: ...}` is not supported",
+            ),
+            ("name: t\nhosts: {clients: [client]}\nworkload: {duration: 5s}\n\n", "e.yaml:6:5: fault #1: a power cut needs a disk with a volatile write cache"),
+        ];
+        for (head, want) in bad {
+            let err = parse_experiment(&format!("{head}{cut}"), "e.yaml").unwrap_err();
+            assert!(err.starts_with(want), "{err}");
+            assert!(err.contains("allowed") || err.contains("add `disk: {write_cache: volatile}`"), "{err}");
+        }
     }
 }
