@@ -336,7 +336,8 @@ impl Placement for Namespaces<'_> {
             self.disk = Some(d.clone());
         }
         self.target = Some(target);
-        let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
+        let q = hosts.nbd_query_for(r.setup);
+        let q = if q.is_empty() { q } else { format!("?{q}") };
         let uri = format!("nbd://{}:{}/{q}", th.address, hosts.port);
         self.workload = Some((r.exp.workload_for_client(r.setup, &uri).map_err(anyhow::Error::msg)?, uri));
         Ok(())
