@@ -87,6 +87,10 @@ fn a_cut_of_the_target_fails_the_client_and_loses_no_flushed_block() {
     let lost: u64 = res["setups"].as_array().unwrap().iter().map(|s| n(&s["repetitions"][0]["crash"]["oracle"], "unsynced_lost")).sum();
     let unflushed: u64 = res["setups"].as_array().unwrap().iter().map(|s| n(&s["repetitions"][0]["crash"]["cut"], "unflushed")).sum();
     assert!(unflushed == 0 || lost > 0, "{text}");
+    assert!(
+        text.contains("crash: lose-all rep 1: lose-all after 2500 ops (cut at") && text.contains("crash: keep-prefix rep 1: keep-prefix after 60 flushes"),
+        "{text}"
+    );
     assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
     assert!(run.leftovers().is_empty(), "{:?}", run.leftovers());
 }

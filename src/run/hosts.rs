@@ -371,6 +371,8 @@ impl Placement for Namespaces<'_> {
         let done = Arc::new(AtomicBool::new(false));
         let mut probe_hosts = vec![ProbeHost { name: th.name.clone(), namespace: th.namespace.clone(), client: None }];
         let progresses: Vec<Arc<Progress>> = hosts.clients.iter().map(|_| Arc::new(Progress::new())).collect();
+        // looked up before the cutter starts: nothing below returns early while it watches
+        let client_hosts = hosts.clients.iter().map(|c| net.host(c).context("client host").cloned()).collect::<Result<Vec<_>>>()?;
         // a power cut of the target (the spec allows it with faultline's target and one
         // client): the cutter watches its trigger from here, the workload's start; the client
         // tracks what it made durable, and no sync returning after the cut counts
@@ -388,8 +390,7 @@ impl Placement for Namespaces<'_> {
         };
         let track = cutter.is_some();
         let mut threads = Vec::new();
-        for (c, progress) in hosts.clients.iter().zip(&progresses) {
-            let h = net.host(c).context("client host")?.clone();
+        for (h, progress) in client_hosts.into_iter().zip(&progresses) {
             let progress = progress.clone();
             let tid = Arc::new(AtomicI32::new(0));
             probe_hosts.push(ProbeHost { name: h.name.clone(), namespace: h.namespace.clone(), client: Some((tid.clone(), progress.clone())) });
