@@ -382,7 +382,17 @@ impl Placement for Namespaces<'_> {
             (Some(pc), Some(disk)) => {
                 let seed = pc.seed.unwrap_or_else(rand::random);
                 crash_rec = Some(super::crash_record(pc, seed));
-                let victims = super::crash::Victims { progress: Some(progresses[0].clone()), pgid: None, power_off: Some(power_off.clone()) };
+                // the client host keeps its power: it runs on into the dead target until an I/O
+                // fails, at most as long as its NBD policy takes to give up on one request
+                let until_error = match &w.interface {
+                    crate::workload::Interface::Nbd { target } => {
+                        let p = &target.policy;
+                        (p.timeout + p.backoff_max) * (p.retries + 1) + Duration::from_secs(1)
+                    }
+                    _ => Duration::from_secs(10),
+                };
+                let victims =
+                    super::crash::Victims { progress: Some(progresses[0].clone()), power_off: Some(power_off.clone()), until_error: Some(until_error), ..Default::default() };
                 Some(super::crash::Cutter::start(pc, seed, disk.clone(), victims)?)
             }
             (Some(_), None) => bail!("a power cut needs `target: faultline` (the spec refuses it otherwise)"),
@@ -451,7 +461,7 @@ impl Placement for Namespaces<'_> {
             if rec.fired {
                 let failed: u64 = results.iter().map(|(_, x)| x.errors.values().sum::<u64>()).sum();
                 r.notes.push(format!(
-                    "the target lost power at {:.3} s: its disk answered every request with EIO until power-on; the client saw {failed} failed I/O(s)",
+                    "the target lost power at {:.3} s: its disk answered every request with EIO until power-on; the client ran on until an I/O failed and saw {failed} failed I/O(s)",
                     rec.t_s
                 ));
             }
