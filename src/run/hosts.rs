@@ -391,8 +391,12 @@ impl Placement for Namespaces<'_> {
                     }
                     _ => Duration::from_secs(10),
                 };
-                let victims =
-                    super::crash::Victims { progress: Some(progresses[0].clone()), power_off: Some(power_off.clone()), until_error: Some(until_error), ..Default::default() };
+                let victims = super::crash::Victims {
+                    progress: Some(progresses[0].clone()),
+                    power_off: Some(power_off.clone()),
+                    until_error: Some(until_error),
+                    ..Default::default()
+                };
                 Some(super::crash::Cutter::start(pc, seed, disk.clone(), victims)?)
             }
             (Some(_), None) => bail!("a power cut needs `target: faultline` (the spec refuses it otherwise)"),
