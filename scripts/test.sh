@@ -29,7 +29,7 @@ bash scripts/setup.sh
 # device, network emulation, networked experiments (the target serves over NBD, clients read
 # over NBD), host faults on plain processes, bad input refused before a disk is made.
 TRANSPORT_FREE=(
-  agents_run cluster layering lib bin net performability profile report
+  agents_run cluster layering lib bin net net_cut performability profile report
   bad_input::bad_units_and_values
   bad_input::control_socket_path_is_checked_before_anything_is_built
   bad_input::device_store_needs_destructive_and_refuses_signatures
@@ -100,7 +100,7 @@ TRANSPORT_PINNED=(
 # other binaries over classic /dev/fuse (btrfs saw the corruption), and passed alone.
 # crash_recipes cuts the power a fixed time into database runs (initdb, start-up, commits):
 # beside other binaries, fewer or no commits come before the cut.
-ALONE=(agents_run busy_poll cleanup cluster cpu_latency crash_recipes delay latency_model monitor nbd_client net performability run steer)
+ALONE=(agents_run busy_poll cleanup cluster cpu_latency crash_recipes delay latency_model monitor nbd_client net net_cut performability run steer)
 # Other binaries run this many at a time, each with this many tests at a time.
 JOBS=${FAULTLINE_TEST_JOBS:-3}
 THREADS=${FAULTLINE_TEST_THREADS:-2}

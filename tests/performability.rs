@@ -3,8 +3,9 @@
 //! client host. Asserts the mechanics: fault windows begin and end on time (relay drops only
 //! inside a partition window), the loss ratio realized on the link, a network delay shifting
 //! the NBD request latency, retries counted when the target's disk errs, per-window figures
-//! in windows.csv, and nothing left behind after the run and after kill -9 + `faultline cleanup`
-//! (also no cgroup of a host fault on the target).
+//! in windows.csv, a setup's own NBD policy reaching its clients, and nothing left behind
+//! after the run and after kill -9 + `faultline cleanup` (also no cgroup of a host fault on
+//! the target).
 
 mod common;
 
@@ -403,4 +404,37 @@ net_faults:
     // only client-2's link is delayed (2 ms each way): its requests take at least 4 ms
     let (c1, c2) = (clients.iter().find(|c| c["host"] == "client").unwrap(), clients.iter().find(|c| c["host"] == "client-2").unwrap());
     assert!(mean(c2) >= 4000.0 && mean(c1) < mean(c2), "client {} µs, client-2 {} µs", mean(c1), mean(c2));
+}
+
+/// A setup's own `nbd:` reaches its clients: under the same disk errors the published
+/// clients (`retries: 0`, the experiment's) never retry and fail requests, ours (`retries: 3`)
+/// retry.
+#[test]
+fn a_setup_s_nbd_policy_reaches_its_clients() {
+    if !need_net(&[]) {
+        return;
+    }
+    let (_dir, out, child) = start_run(
+        r#"name: pairs
+hosts: {clients: [client], nbd: {timeout: 2s, retries: 0}, interval: 500ms}
+disk: {size: 64MiB}
+monitor: off
+workload: {pattern: sequential, block_size: 8KiB, mix: {read: 100}, duration: 3s, on_error: continue}
+faults:
+  - {type: error, op: read, probability: 50%, window: {from: 1s, to: 2s}}
+matrix:
+  client:
+    - {name: published}
+    - {name: ours, nbd: {retries: 3}}
+"#,
+    );
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let nbd = |name: &str| setup(&r, name)["repetitions"][0]["nbd_client"].clone();
+    let (p, q) = (nbd("published"), nbd("ours"));
+    assert!(p["retries"].as_u64().unwrap() == 0 && p["failed"].as_u64().unwrap() > 0, "published: {p}");
+    assert!(q["retries"].as_u64().unwrap() > 0 && q["remote_errors"].as_u64().unwrap() > 0, "ours: {q}");
 }

@@ -535,7 +535,8 @@ impl<'a> Agents<'a> {
         let target = remotes.iter().find(|r| r.role == "target").context("no agent for the target")?.clone();
         let clients: Vec<Arc<Remote>> = remotes.iter().filter(|r| r.role == "client").cloned().collect();
         let taddr = target.spec.address.clone().context("the target needs `address`")?;
-        let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
+        let q = hosts.nbd_query_for(setup);
+        let q = if q.is_empty() { q } else { format!("?{q}") };
         let host_part = if taddr.contains(':') { format!("[{taddr}]") } else { taddr.clone() };
         let uri = format!("nbd://{host_part}:{}/{q}", hosts.port);
         let w = exp.workload_for_client(setup, &uri).map_err(anyhow::Error::msg)?;

@@ -35,6 +35,10 @@ pub(crate) struct Victims {
     /// The durability oracle's switch (`Durability::power_off`): set before the power goes,
     /// so no sync that returns after the cut is credited.
     pub power_off: Option<Arc<AtomicBool>>,
+    /// A workload on another host (a networked experiment's client): it lost no power and
+    /// goes on until it has seen an I/O fail against the dead disk, then it is stopped; at
+    /// most this long after the cut (its NBD policy's time to give up on one request).
+    pub until_error: Option<Duration>,
 }
 
 /// The cutter thread of one repetition.
@@ -78,6 +82,7 @@ impl Cutter {
                 off.store(true, std::sync::atomic::Ordering::SeqCst);
             }
             let t_s = t0.elapsed().as_secs_f64();
+            let errors0 = victims.progress.as_ref().map_or(0, |p| p.errors());
             let report = disk.power_cut(model, seed);
             if let Some(pg) = victims.pgid {
                 // SAFETY: kill takes no pointers; the group is the command's, still running
@@ -85,6 +90,12 @@ impl Cutter {
                 unsafe { libc::kill(-pg, libc::SIGKILL) };
             }
             if let Some(p) = &victims.progress {
+                if let Some(limit) = victims.until_error.filter(|_| report.is_ok()) {
+                    let t = Instant::now();
+                    while p.errors() == errors0 && t.elapsed() < limit && !d2.load(Relaxed) && !p.stop.load(Relaxed) {
+                        std::thread::sleep(POLL);
+                    }
+                }
                 p.stop.store(true, Relaxed);
             }
             Ok(Some(Cut { t_s, report: report? }))

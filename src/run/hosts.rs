@@ -306,11 +306,15 @@ pub(crate) struct Namespaces<'a> {
     /// The clients' workload against the target's URI.
     workload: Option<(crate::workload::Workload, String)>,
     seq0: Vec<u64>,
+    /// With a power cut: the client's content maps and durability record (the oracle's), and
+    /// the cut's record once the drive is over (the crash phase completes it).
+    maps: Option<crate::workload::Maps>,
+    crash: Option<crate::report::model::CrashRecord>,
 }
 
 impl<'a> Namespaces<'a> {
     pub(crate) fn new(hosts: &'a NetworkedHosts) -> Self {
-        Namespaces { hosts, net: None, target: None, disk: None, workload: None, seq0: Vec::new() }
+        Namespaces { hosts, net: None, target: None, disk: None, workload: None, seq0: Vec::new(), maps: None, crash: None }
     }
 }
 
@@ -332,7 +336,8 @@ impl Placement for Namespaces<'_> {
             self.disk = Some(d.clone());
         }
         self.target = Some(target);
-        let q = if hosts.nbd_query.is_empty() { String::new() } else { format!("?{}", hosts.nbd_query) };
+        let q = hosts.nbd_query_for(r.setup);
+        let q = if q.is_empty() { q } else { format!("?{q}") };
         let uri = format!("nbd://{}:{}/{q}", th.address, hosts.port);
         self.workload = Some((r.exp.workload_for_client(r.setup, &uri).map_err(anyhow::Error::msg)?, uri));
         Ok(())
@@ -365,41 +370,85 @@ impl Placement for Namespaces<'_> {
         r.phase(&format!("workload from {} client(s) against {uri}", hosts.clients.len()));
         let done = Arc::new(AtomicBool::new(false));
         let mut probe_hosts = vec![ProbeHost { name: th.name.clone(), namespace: th.namespace.clone(), client: None }];
+        let progresses: Vec<Arc<Progress>> = hosts.clients.iter().map(|_| Arc::new(Progress::new())).collect();
+        // looked up before the cutter starts: nothing below returns early while it watches
+        let client_hosts = hosts.clients.iter().map(|c| net.host(c).context("client host").cloned()).collect::<Result<Vec<_>>>()?;
+        // a power cut of the target (the spec allows it with faultline's target and one
+        // client): the cutter watches its trigger from here, the workload's start; the client
+        // tracks what it made durable, and no sync returning after the cut counts
+        let power_off = Arc::new(AtomicBool::new(false));
+        let mut crash_rec = None;
+        let cutter = match (&setup.power_cut, &self.disk) {
+            (Some(pc), Some(disk)) => {
+                let seed = pc.seed.unwrap_or_else(rand::random);
+                crash_rec = Some(super::crash_record(pc, seed));
+                // the client host keeps its power: it runs on into the dead target until an I/O
+                // fails, at most as long as its NBD policy takes to give up on one request
+                let until_error = match &w.interface {
+                    crate::workload::Interface::Nbd { target } => {
+                        let p = &target.policy;
+                        (p.timeout + p.backoff_max) * (p.retries + 1) + Duration::from_secs(1)
+                    }
+                    _ => Duration::from_secs(10),
+                };
+                let victims = super::crash::Victims {
+                    progress: Some(progresses[0].clone()),
+                    power_off: Some(power_off.clone()),
+                    until_error: Some(until_error),
+                    ..Default::default()
+                };
+                Some(super::crash::Cutter::start(pc, seed, disk.clone(), victims)?)
+            }
+            (Some(_), None) => bail!("a power cut needs `target: faultline` (the spec refuses it otherwise)"),
+            _ => None,
+        };
+        let track = cutter.is_some();
         let mut threads = Vec::new();
-        for c in &hosts.clients {
-            let h = net.host(c).context("client host")?.clone();
-            let progress = Arc::new(Progress::new());
+        for (h, progress) in client_hosts.into_iter().zip(&progresses) {
+            let progress = progress.clone();
             let tid = Arc::new(AtomicI32::new(0));
             probe_hosts.push(ProbeHost { name: h.name.clone(), namespace: h.namespace.clone(), client: Some((tid.clone(), progress.clone())) });
-            let (w, ns) = (w.clone(), h.namespace.clone());
+            let (w, ns, off) = (w.clone(), h.namespace.clone(), power_off.clone());
             threads.push((
                 h.name.clone(),
-                std::thread::spawn(move || -> Result<WorkloadResult> {
+                std::thread::spawn(move || -> Result<(WorkloadResult, Option<crate::workload::Maps>)> {
                     enter(&ns)?;
                     tid.store(nix::unistd::gettid().as_raw(), Relaxed);
-                    let maps = crate::workload::Maps::new(&w)?;
-                    crate::workload::run(&w, &maps, None, Some(&progress))
+                    let mut maps = crate::workload::Maps::new(&w)?;
+                    if track {
+                        maps.track_durability()?;
+                        if let Some(d) = maps.durability.as_mut() {
+                            d.power_off = off;
+                        }
+                    }
+                    let res = crate::workload::run(&w, &maps, None, Some(&progress))?;
+                    Ok((res, track.then_some(maps)))
                 }),
             ));
         }
         let prober = Prober { hosts: probe_hosts, net: net.clone(), disk: self.disk.clone(), t0, interval: hosts.interval };
-        let first_progress = prober.hosts.iter().find_map(|h| h.client.as_ref().map(|c| c.1.clone()));
-        let progresses: Vec<Arc<Progress>> = prober.hosts.iter().filter_map(|h| h.client.as_ref().map(|c| c.1.clone())).collect();
+        let first_progress = progresses.first().cloned();
         let pdone = done.clone();
         let probe_thread = std::thread::spawn(move || prober.run(pdone));
         // Ctrl-C: the clients stop early, then everything is torn down in order
         let watcher = super::pipeline::forward_stop(r.stop, progresses, done.clone());
         let mut results = Vec::new();
         let mut first_err = None;
+        let mut client_maps = Vec::new();
         for (name, t) in threads {
             match t.join().map_err(|_| anyhow::anyhow!("client {name}: its thread panicked")).and_then(|r| r) {
-                Ok(r) => results.push((name, r)),
+                Ok((r, m)) => {
+                    results.push((name, r));
+                    client_maps.push(m);
+                }
                 Err(e) => {
                     first_err.get_or_insert(e.context(format!("client {name}")));
                 }
             }
         }
         done.store(true, Relaxed);
+        // the cutter stops with the workload, whatever else failed
+        let cut = cutter.map(|c| c.finish()).transpose();
         let probes = probe_thread.join().unwrap_or_default();
         let _ = watcher.join();
         let host_records = host_sched.map(|h| h.stop()).unwrap_or_default();
@@ -409,6 +458,19 @@ impl Placement for Namespaces<'_> {
         }
         if r.stop.load(Relaxed) {
             bail!("interrupted");
+        }
+        let cut = cut?.flatten();
+        if let Some(mut rec) = crash_rec {
+            super::crash_fired(&mut rec, cut);
+            if rec.fired {
+                let failed: u64 = results.iter().map(|(_, x)| x.errors.values().sum::<u64>()).sum();
+                r.notes.push(format!(
+                    "the target lost power at {:.3} s: its disk answered every request with EIO until power-on; the client ran on until an I/O failed and saw {failed} failed I/O(s)",
+                    rec.t_s
+                ));
+            }
+            self.crash = Some(rec);
+            self.maps = client_maps.into_iter().next().flatten();
         }
         let mut networked = NetworkedRun {
             hosts: net
@@ -439,8 +501,43 @@ impl Placement for Namespaces<'_> {
         Ok(())
     }
 
+    /// After a power cut of the target: its disk powers on (the clients stopped at the cut),
+    /// and the durability oracle rereads every block the client wrote over NBD, from the
+    /// client's host, through a client of its own (nothing cached above the target's disk).
+    fn crash(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        let Some(mut rec) = self.crash.take() else { return Ok(()) };
+        if !rec.fired {
+            r.notes.push(format!("{}: its trigger ({}) never came due during the workload: no power cut", rec.fault, rec.trigger));
+            o.crash = Some(rec);
+            return Ok(());
+        }
+        r.phase(&format!("crash + check ({} cut of the target at {:.3} s)", rec.model.map(|m| m.to_string()).unwrap_or_default(), rec.t_s));
+        let t = Instant::now();
+        let disk = self.disk.as_ref().context("a power cut needs faultline's target")?;
+        disk.power_on()?;
+        if let Some(maps) = &self.maps {
+            let net = self.net.as_ref().expect("hosts built before the crash");
+            let ns = net.host(&self.hosts.clients[0]).context("client host")?.namespace.clone();
+            r.phase("crash: durability oracle (over NBD, from the client host)");
+            let torn = rec.model == Some(crate::disk::cache::SurvivalModel::Torn);
+            let report = std::thread::scope(|sc| {
+                sc.spawn(|| -> Result<_> {
+                    enter(&ns)?;
+                    crate::verify::crash::verify_crash(maps, torn)
+                })
+                .join()
+                .map_err(|_| anyhow::anyhow!("the oracle's thread panicked"))
+            })??;
+            rec.oracle = Some(report);
+        }
+        rec.phase_s = t.elapsed().as_secs_f64();
+        o.crash = Some(rec);
+        Ok(())
+    }
+
     fn verify(&mut self, _: &mut Rep, _: &mut Outcome) -> Result<()> {
-        // the clients' maps stay in their threads: a networked run verifies nothing
+        // the clients' maps stay in their threads: a networked run verifies nothing (after a
+        // power cut the oracle read them back: crash)
         Ok(())
     }
 

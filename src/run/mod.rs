@@ -639,7 +639,7 @@ fn drive_command(r: &mut Rep, built: &Built, acks: Option<&Path>) -> Result<Opti
         Some(pc) => {
             let seed = pc.seed.unwrap_or_else(rand::random);
             crash_rec = Some(crash_record(pc, seed));
-            let victims = crash::Victims { progress: None, pgid: Some(running.pgid()), power_off: None };
+            let victims = crash::Victims { pgid: Some(running.pgid()), ..Default::default() };
             Some(crash::Cutter::start(pc, seed, built.disks[pc.disk].clone(), victims)?)
         }
         None => None,
@@ -713,7 +713,8 @@ fn drive_workload(
         Some(pc) => {
             let seed = pc.seed.unwrap_or_else(rand::random);
             crash_rec = Some(crash_record(pc, seed));
-            let victims = crash::Victims { progress: Some(progress.clone()), pgid: None, power_off: maps.durability.as_ref().map(|d| d.power_off.clone()) };
+            let victims =
+                crash::Victims { progress: Some(progress.clone()), power_off: maps.durability.as_ref().map(|d| d.power_off.clone()), ..Default::default() };
             Some(crash::Cutter::start(pc, seed, built.disks[pc.disk].clone(), victims)?)
         }
         None => None,

@@ -379,6 +379,8 @@ struct RawSetup {
     host_faults: Option<Vec<Spanned<super::host::RawHostFault>>>,
     /// Replaces the experiment's `net_faults:` for this setup.
     net_faults: Option<Vec<Spanned<super::networked::RawNetFault>>>,
+    /// The clients' NBD policy in this setup, key by key over `hosts: {nbd: ...}`.
+    nbd: Option<Spanned<super::networked::RawNbd>>,
 }
 
 /// One setup of an experiment, fully validated.
@@ -401,6 +403,9 @@ pub struct Setup {
     pub axes: Vec<(String, String)>,
     /// Network faults between the experiment's hosts (docs/experiment.md, "Hosts").
     pub net_faults: Vec<super::networked::NetFaultSpec>,
+    /// The clients' NBD policy of this setup (its `nbd:`), over the experiment's
+    /// `hosts: {nbd: ...}` key by key (`NetworkedHosts::nbd_query_for`).
+    pub nbd: Option<super::networked::NbdPolicy>,
 }
 
 #[derive(Clone, Debug)]
@@ -503,6 +508,8 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
         repeat: base_repeat,
         host_faults: &base_host_faults,
         net_faults: &base_net_faults,
+        hosts: networked_hosts.as_ref(),
+        agents,
     };
     if let Some(m) = &raw.matrix {
         if raw.setups.is_some() || raw.matrices.is_some() {
@@ -549,6 +556,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                 host_faults: base_host_faults,
                 axes: Vec::new(),
                 net_faults: base_net_faults,
+                nbd: None,
             });
         }
         Some(list) => {
@@ -583,6 +591,7 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     Some(n) => super::networked::net_faults(n, networked_hosts.as_ref(), source)?,
                     None => base_net_faults.clone(),
                 };
+                let nbd = s.nbd.as_ref().map(|n| super::networked::setup_nbd(n, networked_hosts.is_some(), &s.name, source)).transpose()?;
                 setups.push(Setup {
                     name: s.name,
                     description: s.description.unwrap_or_default(),
@@ -595,18 +604,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
                     host_faults: hf,
                     axes: Vec::new(),
                     net_faults: nf,
+                    nbd,
                 });
             }
         }
-    }
-    if let Some(h) = &raw.hosts
-        && let Some(s) = setups.iter().find(|s| s.power_cut.is_some())
-    {
-        return Err(format!(
-            "{source}:{}: setup `{}` has a power cut; power cuts in networked experiments (`hosts:`) are not supported yet (allowed: experiments without `hosts:`)",
-            loc(h),
-            s.name
-        ));
     }
     for s in &setups {
         let needs_workload = !matches!(s.stack, StackSpec::Command { .. });
@@ -860,7 +861,8 @@ fn faults(list: Option<Vec<Spanned<RawRule>>>, d: &DiskSpec, st: &StackSpec, sou
             None => format!("fault #{}", i + 1),
         };
         if r.value.is_power_cut() {
-            let c = crate::spec::rule::yaml::validate_power_cut(r.value, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
+            let mut c = crate::spec::rule::yaml::validate_power_cut(r.value, label.clone()).map_err(|e| format!("{source}:{at}: {label}: {e}"))?;
+            c.at = format!("{source}:{at}");
             if d.disk.write_cache != crate::spec::disk::CacheMode::Volatile {
                 return Err(format!(
                     "{source}:{at}: {label}: a power cut needs a disk with a volatile write cache: add `disk: {{write_cache: volatile}}` (this setup's disk has write_cache: {})",

@@ -32,8 +32,8 @@ pub struct NetworkedHosts {
     pub target: String,
     pub kind: TargetKind,
     pub port: u16,
-    /// The clients' NBD policy as URI query keys (`timeout=1s&retries=3`), or empty.
-    pub nbd_query: String,
+    /// The clients' NBD policy (`hosts: {nbd: ...}`); a setup's `nbd:` overrides it key by key.
+    pub nbd: NbdPolicy,
     /// How often the probers sample each host (and the workload's interval, unless it sets one).
     pub interval: Duration,
     /// `agents:`: every host reached through its own channel (run::agents); empty: the hosts
@@ -82,6 +82,51 @@ impl NetworkedHosts {
     pub fn names(&self) -> Vec<String> {
         std::iter::once(self.target.clone()).chain(self.clients.iter().cloned()).collect()
     }
+
+    /// The clients' NBD policy in `setup` as URI query keys (`timeout=1s&retries=3`), or empty:
+    /// the setup's `nbd:` keys over the experiment's `hosts: {nbd: ...}`.
+    pub fn nbd_query_for(&self, setup: &super::experiment::Setup) -> String {
+        setup.nbd.map_or(self.nbd, |n| n.over(self.nbd)).query()
+    }
+}
+
+/// The clients' NBD policy of a networked experiment (docs/nbd.md): keys left out take the
+/// client's defaults, or, in a setup's `nbd:`, the experiment's `hosts: {nbd: ...}`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NbdPolicy {
+    pub timeout: Option<Duration>,
+    pub retries: Option<u32>,
+}
+
+impl NbdPolicy {
+    /// These keys, the others from `base`.
+    pub fn over(self, base: NbdPolicy) -> NbdPolicy {
+        NbdPolicy { timeout: self.timeout.or(base.timeout), retries: self.retries.or(base.retries) }
+    }
+
+    /// As URI query keys (`timeout=1s&retries=3`), or empty.
+    pub fn query(&self) -> String {
+        let mut q = Vec::new();
+        if let Some(t) = self.timeout {
+            q.push(format!("timeout={}", super::units::format_duration(t)));
+        }
+        if let Some(n) = self.retries {
+            q.push(format!("retries={n}"));
+        }
+        q.join("&")
+    }
+}
+
+/// A setup's (or a matrix entry's) `nbd:`: only with `hosts:` (it is the clients' policy; a
+/// disk's NBD store has `disk: {nbd: ...}`).
+pub(crate) fn setup_nbd(raw: &Spanned<RawNbd>, hosts: bool, setup: &str, source: &str) -> Result<NbdPolicy, String> {
+    if !hosts {
+        return Err(format!(
+            "{}: setup `{setup}`: `nbd` sets the clients' NBD policy of a networked experiment and needs `hosts:` (allowed without it: `disk: {{nbd: ...}}` for a disk whose store is an NBD export)",
+            at(raw, source)
+        ));
+    }
+    Ok(NbdPolicy { timeout: raw.value.timeout.map(|d| d.0), retries: raw.value.retries })
 }
 
 #[derive(Deserialize, Clone)]
@@ -202,15 +247,7 @@ pub(crate) fn hosts(raw: &Spanned<RawHosts>, source: &str) -> Result<NetworkedHo
     if port == 0 {
         return Err(format!("{l}: hosts: `port: 0` is not allowed; the clients need to know the port (default {DEFAULT_PORT})"));
     }
-    let mut q = Vec::new();
-    if let Some(n) = &r.nbd {
-        if let Some(t) = n.timeout {
-            q.push(format!("timeout={}", super::units::format_duration(t.0)));
-        }
-        if let Some(n) = n.retries {
-            q.push(format!("retries={n}"));
-        }
-    }
+    let nbd = r.nbd.as_ref().map_or(NbdPolicy::default(), |n| NbdPolicy { timeout: n.timeout.map(|d| d.0), retries: n.retries });
     let interval = r.interval.map_or(Duration::from_secs(1), |d| d.0);
     if interval < Duration::from_millis(100) {
         return Err(format!("{l}: hosts: `interval` must be at least 100ms"));
@@ -226,7 +263,7 @@ pub(crate) fn hosts(raw: &Spanned<RawHosts>, source: &str) -> Result<NetworkedHo
             w => return Err(format!("{}: hosts: unknown `on_agent_loss: {w}`; allowed: abort (default), continue", at(s, source))),
         },
     };
-    let h = NetworkedHosts { clients, target: "target".into(), kind, port, nbd_query: q.join("&"), interval, agents, on_agent_loss };
+    let h = NetworkedHosts { clients, target: "target".into(), kind, port, nbd, interval, agents, on_agent_loss };
     let spec = super::net::HostsSpec { hosts: h.names().into_iter().map(|name| super::net::HostSpec { name, role: super::net::HostRole::Client }).collect() };
     spec.validate().map_err(|e| format!("{l}: hosts: {e}"))?;
     Ok(h)
@@ -390,6 +427,35 @@ pub(crate) fn check_setup(s: &super::experiment::Setup, hosts: Option<&Networked
     {
         return Err(format!("{source}: setup `{}`: disk `faults:` need `target: faultline` (a command's server has its own disk)", s.name));
     }
+    if let Some(c) = &s.power_cut {
+        check_power_cut(c, &s.name, h)?;
+    }
+    Ok(())
+}
+
+/// A power cut of the target host (docs/crash.md, "A power cut in a networked experiment"):
+/// faultline's own disk server (it holds the volatile cache the model applies to), hosts built
+/// here (the clients' durability records live in this process), one client (the oracle
+/// follows one client's writes).
+fn check_power_cut(c: &super::rule::yaml::PowerCutSpec, setup: &str, h: &NetworkedHosts) -> Result<(), String> {
+    let at = format!("{}: {}: setup `{setup}`", c.at, c.label);
+    if let TargetKind::Command(cmd) = &h.kind {
+        return Err(format!(
+            "{at}: a power cut needs `target: faultline`: faultline's disk server holds the volatile write cache whose unflushed writes the cut loses; the command target (`{cmd}`) serves a disk of its own that faultline cannot cut (allowed: `hosts: {{target: faultline}}` with `disk: {{write_cache: volatile}}`)"
+        ));
+    }
+    if !h.agents.is_empty() {
+        return Err(format!(
+            "{at}: a power cut with `hosts: {{agents: ...}}` is not supported: the clients' workloads, and the record of what they made durable, run on other machines (allowed: namespace hosts, `hosts:` without `agents:`)"
+        ));
+    }
+    if h.clients.len() != 1 {
+        return Err(format!(
+            "{at}: a power cut needs exactly one client host (this experiment has {}: {}): the durability oracle follows one client's writes, and clients running the same workload write the same blocks, so which content was made durable last is not known (allowed: `hosts: {{clients: [NAME]}}`)",
+            h.clients.len(),
+            h.clients.join(", ")
+        ));
+    }
     Ok(())
 }
 
@@ -444,7 +510,7 @@ mod tests {
         .unwrap();
         let h = e.hosts.as_ref().unwrap();
         assert_eq!(h.names(), ["target", "client", "client-2"]);
-        assert_eq!(h.nbd_query, "timeout=1s&retries=2");
+        assert_eq!(h.nbd.query(), "timeout=1s&retries=2");
         let r = &e.setups[0].net_faults[0].rule;
         assert_eq!(r.fault.delay, Some(DelayDist::Fixed(Duration::from_millis(1))));
         assert_eq!(r.fault.loss, Some(Loss::Random { probability: 0.001 }));
@@ -536,5 +602,89 @@ mod tests {
         assert_eq!(f.len(), 2);
         assert_eq!(f[0].rule.window, Some(Window { from: Duration::from_secs(120), to: Some(Duration::from_secs(180)) }));
         assert_eq!(f[1].rule.window, Some(Window { from: Duration::from_secs(120), to: None }));
+    }
+
+    /// A power cut of the target host: faultline's target, namespace hosts, one client; each
+    /// refusal names the cut's place, what is wrong and what is allowed.
+    #[test]
+    fn power_cuts_of_the_target_host() {
+        let cut = "faults:\n  - {type: power-cut, model: keep-prefix, when: {after_flushes: 20}}\n";
+        let one = "name: t\nhosts: {clients: [client]}\ndisk: {write_cache: volatile}\nworkload: {sync: 'fsync:8', duration: 5s}\n";
+        let e = parse_experiment(&format!("{one}{cut}"), "e.yaml").unwrap();
+        let c = e.setups[0].power_cut.as_ref().unwrap();
+        assert_eq!((c.at.as_str(), c.model), ("e.yaml:6:5", crate::spec::disk::SurvivalModel::KeepPrefix));
+        let bad = [
+            (
+                "name: t\nhosts: {clients: [client], target: {command: 'nbdkit -f -p $FAULTLINE_PORT memory 1G'}}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
+                "e.yaml:6:5: fault #1: setup `t`: a power cut needs `target: faultline`",
+            ),
+            (
+                "name: t\nhosts: {clients: [a, b]}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
+                "e.yaml:6:5: fault #1: setup `t`: a power cut needs exactly one client host (this experiment has 2: a, b)",
+            ),
+            (
+                "name: t\nhosts: {clients: [client], agents: {target: {ssh: root@s, address: 10.0.0.5}, client: {ssh: root@c}}}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
+                "e.yaml:6:5: fault #1: setup `t`: a power cut with `hosts: {agents: ...}` is not supported",
+            ),
+            ("name: t\nhosts: {clients: [client]}\nworkload: {duration: 5s}\n\n", "e.yaml:6:5: fault #1: a power cut needs a disk with a volatile write cache"),
+        ];
+        for (head, want) in bad {
+            let err = parse_experiment(&format!("{head}{cut}"), "e.yaml").unwrap_err();
+            assert!(err.starts_with(want), "{err}");
+            assert!(err.contains("allowed") || err.contains("add `disk: {write_cache: volatile}`"), "{err}");
+        }
+    }
+
+    /// A setup's `nbd:` overrides the experiment's `hosts: {nbd: ...}` key by key, in
+    /// `setups:` and in a matrix axis; without `hosts:` it is refused with its place.
+    #[test]
+    fn a_setup_s_nbd_policy_overrides_the_experiment_s_key_by_key() {
+        let e = parse_experiment(
+            &format!("{BASE}setups:\n  - {{name: ours}}\n  - {{name: published, nbd: {{retries: 0}}}}\n  - {{name: slow, nbd: {{timeout: 5s}}}}\n"),
+            "e.yaml",
+        )
+        .unwrap();
+        let h = e.hosts.as_ref().unwrap();
+        let q: Vec<String> = e.setups.iter().map(|s| h.nbd_query_for(s)).collect();
+        assert_eq!(q, ["timeout=1s&retries=2", "timeout=1s&retries=0", "timeout=5s&retries=2"]);
+        // a matrix: the policy from one axis, the net faults of the other axis's entries
+        let m = parse_experiment(
+            &format!(
+                "{BASE}matrix:\n  fault:\n    - {{name: none}}\n    - {{name: delay, net_faults: [{{both: true, delay: 1ms}}]}}\n  client:\n    - {{name: published, nbd: {{retries: 0}}}}\n    - {{name: ours}}\n"
+            ),
+            "e.yaml",
+        )
+        .unwrap();
+        let h = m.hosts.as_ref().unwrap();
+        let q: Vec<(&str, String, usize)> = m.setups.iter().map(|s| (s.name.as_str(), h.nbd_query_for(s), s.net_faults.len())).collect();
+        let want = [
+            ("none/published", "timeout=1s&retries=0".to_string(), 0),
+            ("none/ours", "timeout=1s&retries=2".into(), 0),
+            ("delay/published", "timeout=1s&retries=0".into(), 1),
+            ("delay/ours", "timeout=1s&retries=2".into(), 1),
+        ];
+        assert_eq!(q, want);
+        let err = parse_experiment("name: t\nworkload: {duration: 1s}\nsetups:\n  - name: a\n    nbd: {retries: 0}\n", "e.yaml").unwrap_err();
+        assert!(err.starts_with("e.yaml:5:10: setup `a`: `nbd` sets the clients' NBD policy of a networked experiment and needs `hosts:`"), "{err}");
+        let err = parse_experiment(&format!("{BASE}setups:\n  - {{name: a, nbd: {{retries: 0, connections: 2}}}}\n"), "e.yaml").unwrap_err();
+        assert!(err.contains("connections"), "{err}");
+    }
+
+    /// The published study runs each fault with the published clients and ours, each pair
+    /// next to each other under the same faults.
+    #[test]
+    fn the_published_study_pairs_the_published_clients_with_ours() {
+        let e = parse_experiment(include_str!("../../examples/performability-published.yaml"), "p.yaml").unwrap();
+        let h = e.hosts.as_ref().unwrap();
+        assert_eq!(e.setups.len(), 14);
+        for pair in e.setups.chunks(2) {
+            let (p, o) = (&pair[0], &pair[1]);
+            let fault = p.name.strip_suffix("/published").unwrap_or_else(|| panic!("{}", p.name));
+            assert_eq!(o.name, format!("{fault}/ours"));
+            assert_eq!((h.nbd_query_for(p), h.nbd_query_for(o)), ("timeout=2s&retries=0".into(), "timeout=2s&retries=3".into()));
+            assert_eq!((&p.net_faults, &p.faults.len(), &p.host_faults.len()), (&o.net_faults, &o.faults.len(), &o.host_faults.len()));
+            assert!(!p.net_faults.is_empty(), "{}: the baseline delay", p.name);
+        }
+        assert!(e.setups.iter().any(|s| !s.host_faults.is_empty()) && e.setups.iter().any(|s| !s.faults.is_empty()));
     }
 }

@@ -19,7 +19,6 @@ use crate::workload::maps::{Durability, Maps, Target};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -178,7 +177,7 @@ fn describe(got: &Read) -> String {
 }
 
 /// Reread every block the workload wrote (device O_DIRECT; files O_DIRECT or after dropping
-/// their cache) and classify it. `torn_ok`: the cut's model was `torn`.
+/// their cache; an NBD export through a new client of its own) and classify it. `torn_ok`: the cut's model was `torn`.
 pub fn verify_crash(maps: &Maps, torn_ok: bool) -> Result<OracleReport> {
     let Some(d) = &maps.durability else { bail!("the workload did not track durability (no power cut was planned)") };
     if let Some(e) = &d.entries {
@@ -195,7 +194,7 @@ pub fn verify_crash(maps: &Maps, torn_ok: bool) -> Result<OracleReport> {
         Target::Block { device } => {
             let f = super::open_direct(device, false).with_context(|| format!("cannot open {} with O_DIRECT", device.display()))?;
             let len = crate::workload::maps::device_size(device)?;
-            one(&f, len, d, 0, &later[0], maps.seed, torn_ok, None, &mut buf, &mut rep);
+            one(&mut |b, off| f.read_exact_at(b, off), len, d, 0, &later[0], maps.seed, torn_ok, None, &mut buf, &mut rep);
         }
         Target::File { dir, names } => {
             for (i, name) in names.iter().enumerate() {
@@ -206,7 +205,7 @@ pub fn verify_crash(maps: &Maps, torn_ok: bool) -> Result<OracleReport> {
                         if len < maps.maps[i].len() * BLOCK as u64 {
                             rep.counts.files_lost += 1;
                         }
-                        one(&f, len, d, i, &later[i], maps.seed, torn_ok, Some(i), &mut buf, &mut rep);
+                        one(&mut |b, off| f.read_exact_at(b, off), len, d, i, &later[i], maps.seed, torn_ok, Some(i), &mut buf, &mut rep);
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         rep.counts.files_lost += 1;
@@ -218,7 +217,13 @@ pub fn verify_crash(maps: &Maps, torn_ok: bool) -> Result<OracleReport> {
                 }
             }
         }
-        Target::Nbd { .. } => bail!("the durability oracle reads a device or files; an NBD export is not verified after a cut"),
+        // the export through a fresh client (no cache above the server's disk): a networked
+        // experiment's target after power-on
+        Target::Nbd { target } => {
+            let c = crate::nbd::client::Client::connect(target).with_context(|| format!("cannot reach {target} to read what survived"))?;
+            let len = c.size();
+            one(&mut |b, off| c.read(off, b), len, d, 0, &later[0], maps.seed, torn_ok, None, &mut buf, &mut rep);
+        }
     }
     Ok(rep)
 }
@@ -237,9 +242,12 @@ fn each(d: &Durability, m: usize, later: &HashMap<u64, Vec<u64>>, blocks: u64, f
     }
 }
 
+/// Reads a whole buffer at a byte offset (a device, a file, an NBD export).
+type Reader<'a> = &'a mut dyn FnMut(&mut [u8], u64) -> std::io::Result<()>;
+
 #[allow(clippy::too_many_arguments)]
 fn one(
-    f: &File,
+    read: Reader<'_>,
     len: u64,
     d: &Durability,
     m: usize,
@@ -255,7 +263,7 @@ fn one(
         let got = if (b + 1) * BLOCK as u64 > len {
             Read::Absent("short")
         } else {
-            match f.read_exact_at(&mut buf[..], b * BLOCK as u64) {
+            match read(&mut buf[..], b * BLOCK as u64) {
                 Ok(()) => Read::Data(&buf[..]),
                 Err(e) => Read::Unreadable(e.raw_os_error().unwrap_or(libc::EIO)),
             }

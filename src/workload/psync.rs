@@ -120,7 +120,10 @@ pub fn run_thread_nbd(wk: &mut Worker, c: &crate::nbd::client::Client) -> Result
 }
 
 fn issue_nbd(wk: &mut Worker, c: &crate::nbd::client::Client, op: &Op, buf: &mut [u8], ids: &[u64]) {
-    let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, false) } else { c.read(op.offset, buf) };
+    // `sync: dsync` is durable at completion (the oracle counts it so): over NBD that is a FUA
+    // write (or a write and a flush where the server takes no FUA)
+    let fua = wk.sh.w.sync == crate::spec::workload::config::SyncMode::Dsync;
+    let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, fua) } else { c.read(op.offset, buf) };
     let first = io(buf);
     let res = if first.is_err() { wk.retry(first, || io(buf)) } else { first };
     if wk.complete(op, ids, res, op.t0.elapsed()) {

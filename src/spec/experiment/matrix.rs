@@ -2,8 +2,8 @@
 //! one entry per axis becomes a setup named `entry/entry/...` in the axes' order (the first
 //! axis varies slowest). Entries merge into the experiment's base: disk keys apply in axis
 //! order, stack keys may be set by one axis each (lists `mkfs`, `mount` are joined), faults
-//! are joined (and replace the base's list, as a setup's do), `repeat` and `workload` may be
-//! set by one axis only. Documented in docs/experiment.md.
+//! are joined (and replace the base's list, as a setup's do), and so are `host_faults` and
+//! `net_faults`; `repeat`, `workload` and `nbd` may be set by one axis only. Documented in docs/experiment.md.
 
 use super::super::disk::DiskSpec;
 use super::super::rule::yaml::{RawRule, WordOr};
@@ -48,6 +48,10 @@ pub(super) struct MatrixBase<'a> {
     pub repeat: u32,
     pub host_faults: &'a [crate::spec::host::HostFault],
     pub net_faults: &'a [crate::spec::networked::NetFaultSpec],
+    /// The experiment's `hosts:` (an entry's `nbd:` and `net_faults:` need them).
+    pub hosts: Option<&'a crate::spec::networked::NetworkedHosts>,
+    /// Through agents (a host fault may `kill` the target).
+    pub agents: bool,
 }
 
 pub(super) fn expand_matrix(m: &Spanned<RawMatrix>, base: &MatrixBase, source: &str) -> Result<Vec<Setup>, String> {
@@ -149,6 +153,23 @@ fn combine(combo: &[(&str, &Spanned<RawSetup>)], base: &MatrixBase, source: &str
         None => base.repeat,
     };
     let workload = once("workload", &|s| s.workload.is_some())?.and_then(|i| combo[i].1.value.workload.clone());
+    // host and network faults: the entries' lists joined, replacing the base's (as faults)
+    let host_faults = if combo.iter().any(|(_, e)| e.value.host_faults.is_some()) {
+        let list = combo.iter().flat_map(|(_, e)| e.value.host_faults.clone().unwrap_or_default()).collect();
+        crate::spec::host::validate_experiment(list, source, base.agents)?
+    } else {
+        base.host_faults.to_vec()
+    };
+    let net_faults = if combo.iter().any(|(_, e)| e.value.net_faults.is_some()) {
+        let list = combo.iter().flat_map(|(_, e)| e.value.net_faults.clone().unwrap_or_default()).collect();
+        crate::spec::networked::net_faults(list, base.hosts, source)?
+    } else {
+        base.net_faults.to_vec()
+    };
+    let nbd = match once("nbd", &|s| s.nbd.is_some())? {
+        Some(i) => Some(super::super::networked::setup_nbd(combo[i].1.value.nbd.as_ref().expect("set"), base.hosts.is_some(), &name, source)?),
+        None => None,
+    };
     Ok(Setup {
         name,
         description,
@@ -158,8 +179,9 @@ fn combine(combo: &[(&str, &Spanned<RawSetup>)], base: &MatrixBase, source: &str
         power_cut,
         repeat: rep,
         workload,
-        host_faults: base.host_faults.to_vec(),
-        net_faults: base.net_faults.to_vec(),
+        host_faults,
+        net_faults,
+        nbd,
         axes: combo.iter().map(|(a, e)| (a.to_string(), e.value.name.clone())).collect(),
     })
 }

@@ -448,6 +448,9 @@ pub struct PowerCutSpec {
     pub trigger: CutTrigger,
     pub disk: usize,
     pub label: String,
+    /// Where it is written (`FILE:LINE:COL`), for errors found after parsing; set by the
+    /// experiment's parser.
+    pub at: String,
 }
 
 const CUT_KEYS: &str = "type, name, model, seed, when, disk";
@@ -490,7 +493,7 @@ pub(crate) fn validate_power_cut(r: RawRule, label: String) -> Result<PowerCutSp
         .flatten()
         .collect();
     let [trigger] = set[..] else { return Err(format!("`when` of a power cut is exactly one of {CUT_WHEN}")) };
-    Ok(PowerCutSpec { model, seed: r.seed, trigger, disk: r.disk.unwrap_or(0), label })
+    Ok(PowerCutSpec { model, seed: r.seed, trigger, disk: r.disk.unwrap_or(0), label, at: String::new() })
 }
 
 fn allowed_params(kind: &str) -> &'static [&'static str] {
