@@ -48,8 +48,22 @@ fn cut_whole(c: &Value, what: &str) {
     assert_eq!(n(k, "kept") + n(k, "lost") + n(k, "torn"), n(k, "unflushed"), "{what}: {k}");
 }
 
+/// The case's checks hold for every cut; what it needs to show something is a cut with
+/// unsynced writes, which a cut timed by ops can miss when every thread has just synced (seen
+/// under heavy load): such a cut is run again, up to three times.
 fn fs_case(fs: &str, model: &str, when: &str) {
-    let run = RunDir::new(&format!("crash-{fs}"));
+    for attempt in 1..=3 {
+        if fs_attempt(fs, model, when, attempt) {
+            return;
+        }
+        eprintln!("{fs} {model}: attempt {attempt}: the cut found nothing unsynced; again");
+    }
+    panic!("{fs} {model}: three cuts found nothing unsynced (4 threads between fsyncs)");
+}
+
+/// One cut; whether it found unsynced writes.
+fn fs_attempt(fs: &str, model: &str, when: &str, attempt: u32) -> bool {
+    let run = RunDir::new(&format!("crash-{fs}-{attempt}"));
     let tmp = tempfile::tempdir().unwrap();
     // 4 threads each fsync every 32 writes: when the power goes, each has 0..31 unsynced
     let yaml = format!(
@@ -71,12 +85,13 @@ faults:\n  - {{type: power-cut, model: {model}, seed: 5, when: {when}}}\n"
     no_failures(c, &what);
     let o = &c["oracle"];
     assert!(n(o, "durable_kept") > 0, "{what}: {o}");
-    assert!(n(o, "unsynced_kept") + n(o, "unsynced_lost") > 0, "{what}: 4 threads between fsyncs left nothing unsynced: {o}");
+    let unsynced = n(o, "unsynced_kept") + n(o, "unsynced_lost") > 0;
     // the summary line and the report's crash section
     assert!(out.contains(&format!("crash: cut-{fs} rep 1: {model}")) && out.contains("oracle: durable-lost 0 garbage 0"), "{out}");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.contains("<h3>Crash and check</h3>") && html.contains("crash-figure"), "{what}");
     assert!(run.leftovers().is_empty(), "{what}: {:?}", run.leftovers());
+    unsynced
 }
 
 #[test]
@@ -119,7 +134,14 @@ faults:\n  - {{type: power-cut, model: {model}, seed: 21, when: {{after_ops: 250
 /// so the oracle's unsynced-kept blocks are exactly the writes the cache kept.
 #[test]
 fn raw_keep_prefix_keeps_exactly_what_the_cache_kept() {
-    let c = raw_case("keep-prefix", 1, "sequential");
+    // a cut right after an fdatasync has nothing to keep (seen under heavy load): cut again
+    let mut c = raw_case("keep-prefix", 1, "sequential");
+    for _ in 0..2 {
+        if n(&c["cut"], "unflushed") > 0 {
+            break;
+        }
+        c = raw_case("keep-prefix", 1, "sequential");
+    }
     let (o, k) = (&c["oracle"], &c["cut"]);
     assert!(n(k, "unflushed") > 0, "{c:#}");
     assert_eq!(n(o, "unsynced_kept"), n(k, "kept"), "{c:#}");

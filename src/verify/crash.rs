@@ -374,7 +374,7 @@ pub fn verify_entries(o: &EntryOracle, dir: &Path, seed: u64, torn_ok: bool) -> 
 /// The blocks of a present file classified as `v`'s (see `verify_entries`); `found` is the
 /// open file and its length, or the errno its open failed with.
 fn version_report(
-    found: &std::result::Result<(File, u64), i32>,
+    found: &std::result::Result<(std::fs::File, u64), i32>,
     v: &Version,
     i: usize,
     name: &Path,
