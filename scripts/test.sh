@@ -87,6 +87,7 @@ TRANSPORT_PINNED=(
   slowdown::paired_runs_alternate_and_show_the_write_slowdown
   slowdown::paired_windows_pair_exactly_and_find_a_held_delay
   slowdown::monitor_layers_place_a_delay_held_in_the_device
+  slowdown::monitor_layers_in_paired_windows_place_a_held_delay
 )
 
 # Binaries that run with no other binary beside them, one after another once the others are

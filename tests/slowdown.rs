@@ -434,3 +434,131 @@ faults: [{name: slow, type: delay, delay: 1ms, op: read, hold: device}]
     assert!(stdout.contains("layers: slowdown of the mean latency per layer"), "{stdout}");
     assert!(stdout.lines().any(|l| l.starts_with("  driver") && l.contains("fuse:read")), "{stdout}");
 }
+
+/// The monitor in a paired-windows study (`baseline: windows`), on a real ext4 stack: the same
+/// setup as the paired-runs test above (a 1 ms delay held in the device on every read, one
+/// thread), its four pairs from windows of one run. Every window of the run has the monitor's
+/// figures over exactly the workload's measured span (the same `from_s`, `to_s`); every layer
+/// gives slowdown rows from the window pairs; the daemon's read service time grows by the
+/// held 1 ms in the armed windows (every read held there, none in the unarmed ones), the
+/// block and FUSE read times at least by it, and the write requests, which never wait behind
+/// a held read, stay below it (the daemon's within 100 µs of the unarmed windows'). Each
+/// workload read of a window is a `pread` the syscall layer timed inside the read's own
+/// interval, so the syscall layer counts at least as many reads in that window (more: the
+/// monitor's own reads of sysfs run in the same process).
+#[test]
+fn monitor_layers_in_paired_windows_place_a_held_delay() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("exp.yaml");
+    let yaml = "name: winlayers
+disk: { size: 256MiB, ring: off }
+stack: ext4
+baseline: { windows: { length: 1s, settle: 250ms, warmup: 1s } }
+monitor: {enabled: auto, interval: 250ms, layers: [block, fs, journal, driver, syscall]}
+workload:
+  pattern: random
+  mix: { read: 50, write: 50 }
+  block_size: 4KiB
+  engine: psync
+  duration: 9s
+  files: 2
+  file_size: 2MiB
+  sync: fsync:16
+  direct: true
+faults: [{name: slow, type: delay, delay: 1ms, op: read, hold: device}]
+";
+    common::check_pinned("its experiment's disk", yaml.contains("ring: off"));
+    std::fs::write(&f, yaml).unwrap();
+    let out = dir.path().join("results");
+    let o = std::process::Command::new(bin()).arg("run").arg(&f).arg("--out").arg(&out).arg("-q").output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "faultline run failed:\n{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    let r = faultline::report::load_dir(&out).unwrap();
+    let s = &r.setups[0];
+    assert_eq!(s.slowdown_method, "windows");
+    let rep = &s.repetitions[0];
+    let Some(m) = rep.monitor.as_ref() else {
+        let why = rep.notes.iter().find(|n| n.starts_with("monitor:")).cloned().unwrap_or_default();
+        assert!(why.contains("not permitted"), "no monitor figures and no reason it could not run: {:?}", rep.notes);
+        common::skip("", &why);
+        return;
+    };
+    // the monitor's windows are the workload's, span for span
+    assert_eq!(rep.windows.len(), 8, "{:?}", rep.notes);
+    assert_eq!(m.windows.len(), 8, "monitor windows: {:?}", m.notes);
+    let start = m.window_start.as_ref().expect("window_start");
+    assert!(start.set_at_s < rep.windows[0].from_s && start.error_ns < 1_000_000, "{start:?}");
+    assert!(start.series_offset_s > 0.0 && start.series_offset_s < m.duration_s - 9.0, "the workload started inside the monitored span: {start:?}");
+    let mut daemon_windows = 0;
+    for (w, mw) in rep.windows.iter().zip(&m.windows) {
+        assert_eq!((w.index, w.from_s, w.to_s), (mw.index, mw.from_s, mw.to_s));
+        let sys_reads = mw.syscalls.iter().find(|x| x.op == "read").map_or(0, |x| x.count);
+        assert!(sys_reads >= w.read.ops, "window {}: {} workload reads, {sys_reads} read calls timed in its span", w.index, w.read.ops);
+        let d = &mw.devices[0];
+        // the daemon's figures inside the span, over most of it (its counters are read by a
+        // thread that a loaded machine may wake late: a window whose read fell outside has
+        // none, and a note says so)
+        let Some([a, b]) = d.daemon_span else {
+            assert!(m.notes.iter().any(|n| n.contains("without the daemon's figures")), "window {}: no daemon figures, no note: {:?}", w.index, m.notes);
+            continue;
+        };
+        daemon_windows += 1;
+        assert!(a >= w.from_s && b <= w.to_s && b - a > 0.5 * (w.to_s - w.from_s), "window {} [{}, {}]: daemon over [{a}, {b}]", w.index, w.from_s, w.to_s);
+        let held = d.daemon.get("read").map_or(0.0, |x| x.delay_mean_us);
+        if w.armed {
+            assert!((held - 1000.0).abs() < 50.0, "armed window {}: held delay mean {held} µs", w.index);
+        } else {
+            assert_eq!(held, 0.0, "unarmed window {}: a delay held", w.index);
+        }
+    }
+    assert!(daemon_windows >= 6, "{daemon_windows} of 8 windows with the daemon's figures: {:?}", m.notes);
+    let table: String = s
+        .slowdown
+        .iter()
+        .filter(|x| x.metric == "mean_us")
+        .map(|x| format!("{} {} {} ({} pairs)\n", x.source, x.op, faultline::report::slowdown::fmt_pct(x), x.pairs))
+        .collect();
+    let get = |src: &str, op: &str| {
+        s.slowdown.iter().find(|x| x.source == src && x.op == op && x.metric == "mean_us").unwrap_or_else(|| panic!("no {src} {op} row:\n{table}"))
+    };
+    for (src, op) in [
+        ("syscall", "read"),
+        ("fs", "ext4_sync_file"),
+        ("block_queue", "write"),
+        ("block_service", "read"),
+        ("block_service", "write"),
+        ("driver", "fuse:read"),
+        ("driver", "fuse:write"),
+    ] {
+        assert_eq!(get(src, op).pairs, 4, "{src} {op}:\n{table}");
+    }
+    assert!(get("journal", "commit").pairs >= 1, "{table}");
+    for op in ["read", "write"] {
+        assert!(get("daemon", op).pairs >= 3, "daemon {op}:\n{table}");
+    }
+    let daemon = get("daemon", "read");
+    assert!(daemon.distinguishable && (daemon.injected - daemon.baseline - 1000.0).abs() < 50.0, "daemon read: not the 1 ms held:\n{table}");
+    for (src, op) in [("block_service", "read"), ("driver", "fuse:read"), ("daemon", "read")] {
+        let x = get(src, op);
+        assert!(x.injected >= 1000.0 && x.slowdown > 0.0 && x.distinguishable, "{src} {op}: armed mean {:.0} µs:\n{table}", x.injected);
+    }
+    // the read calls wait for it too (their mean also holds reads of unwritten blocks, which
+    // reach no device, and the monitor's own reads of sysfs: not a floor of 1 ms)
+    let sys = get("syscall", "read");
+    assert!(sys.slowdown > 0.0 && sys.distinguishable, "syscall read:\n{table}");
+    for (src, op) in [("block_service", "write"), ("driver", "fuse:write"), ("daemon", "write")] {
+        let x = get(src, op);
+        assert!(x.injected < 1000.0, "{src} {op}: armed mean {:.0} µs: the read delay reached the writes:\n{table}", x.injected);
+    }
+    let w = get("daemon", "write");
+    assert!((w.injected - w.baseline).abs() < 100.0, "daemon write moved with a delay held on reads only:\n{table}");
+    // the rows reach results.json, slowdown.csv and the report's "where the time went"
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(json["setups"][0]["repetitions"][0]["monitor"]["windows"].as_array().map(|a| a.len()), Some(8));
+    let csv = std::fs::read_to_string(out.join("slowdown.csv")).unwrap();
+    assert!(csv.lines().any(|l| l.starts_with("winlayers,daemon,read,mean_us,4,")), "{csv}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("where the time went") && html.contains("data-method=\"windows\""), "report without the per-layer lead");
+    assert!(html.contains("s into the workload (shaded: armed windows)"), "queue time over time not on the workload's clock");
+    assert!(stdout.contains("winlayers: slowdown of the mean latency per layer"), "{stdout}");
+}

@@ -64,9 +64,9 @@ fn watch(
         bail!("--out {}: exists and is not a directory; give a directory for monitor.json (created if missing)", o.display());
     }
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
-    let (pm, pair_notes) = crate::monitor::start_pairs(devices, pids, pairs, layers)?;
-    let sys = if pids.is_empty() { None } else { Some(crate::monitor::SyscallMonitor::start(pids)?) };
-    let m = if devices.is_empty() { None } else { Some(crate::monitor::BlockMonitor::start(devices, interval)?) };
+    let (pm, pair_notes) = crate::monitor::start_pairs(devices, pids, pairs, layers, None)?;
+    let sys = if pids.is_empty() { None } else { Some(crate::monitor::SyscallMonitor::start(pids, None)?) };
+    let m = if devices.is_empty() { None } else { Some(crate::monitor::BlockMonitor::start(devices, interval, None)?) };
     let attach = m.as_ref().map(|m| m.attach).or(sys.as_ref().map(|s| s.attach)).unwrap_or("");
     let mut what: Vec<String> = devices.iter().map(|d| d.display().to_string()).collect();
     what.extend(pids.iter().map(|p| format!("pid {p}")));

@@ -5,15 +5,16 @@
 //! the results.
 
 use super::hist;
-use super::model::{BLOCK_LAYERS, Depth, DeviceResults, Interval, IntervalOp, LayerOp, MonitorResults, OPS, SCHEMA};
+use super::model::{BLOCK_LAYERS, Depth, DeviceResults, Interval, IntervalOp, LayerOp, MonitorResults, MonitorWindow, OPS, SCHEMA, WindowDevice};
+use super::window::Windows;
 use anyhow::{Context, Result, anyhow, bail};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
 use std::mem::MaybeUninit;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 bpf_skeleton!("block.skel.rs");
@@ -54,13 +55,15 @@ pub type BlockMonitor = super::Running<MonitorResults>;
 
 impl BlockMonitor {
     /// Load and attach; returns once the programs run, or with the reason they cannot.
-    pub fn start(devices: &[PathBuf], interval: Duration) -> Result<BlockMonitor> {
+    /// With `windows`, the figures of each window of a `baseline: windows` run too
+    /// (`MonitorResults::windows`).
+    pub fn start(devices: &[PathBuf], interval: Duration, windows: Option<Arc<Windows>>) -> Result<BlockMonitor> {
         if devices.is_empty() || devices.len() > MAX_DEVS {
             bail!("the block monitor watches 1 to {MAX_DEVS} devices, not {}", devices.len());
         }
         let watched = devices.iter().map(|d| Watched::new(d)).collect::<Result<Vec<_>>>()?;
         let interval = interval.max(Duration::from_millis(10));
-        BlockMonitor::spawn("monitor-block", Box::new(move |ready, stop| run(&watched, interval, ready, stop)))
+        BlockMonitor::spawn("monitor-block", Box::new(move |ready, stop| run(&watched, interval, windows.as_deref(), ready, stop)))
     }
 }
 
@@ -140,6 +143,7 @@ fn open_flavor<'o>(
     t0: u64,
     interval: Duration,
     devs: &[Watched],
+    windows: Option<&Windows>,
 ) -> Result<OpenBlockSkel<'o>> {
     let mut open = BlockSkelBuilder::default().open(storage).context("cannot open the block-layer BPF object")?;
     let rodata = open.maps.rodata_data.as_deref_mut().context("no rodata in the BPF object")?;
@@ -149,6 +153,11 @@ fn open_flavor<'o>(
     for (i, d) in devs.iter().enumerate() {
         rodata.devts[i] = d.kernel_dev();
     }
+    if let Some(w) = windows {
+        (rodata.win_n, rodata.win_len_ns, rodata.win_settle_ns) = w.rodata();
+        w.size_map(&mut open.maps.whists, (devs.len() * NR_LAYERS * NR_OPS) as u32)?;
+    }
+    open.progs.win_probe.set_autoload(false);
     // per-CPU maps: sized for the watched devices only
     let n = devs.len() as u32;
     open.maps.hists.set_max_entries(n * (NR_LAYERS * NR_OPS) as u32)?;
@@ -222,7 +231,13 @@ fn depth_every(interval: Duration) -> Duration {
     (interval / 10).clamp(Duration::from_millis(10), Duration::from_millis(100))
 }
 
-fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Receiver<()>) -> Result<MonitorResults> {
+fn run(
+    devs: &[Watched],
+    interval: Duration,
+    windows: Option<&Windows>,
+    ready: mpsc::Sender<Result<&'static str>>,
+    stop: mpsc::Receiver<()>,
+) -> Result<MonitorResults> {
     let t0 = monotonic_ns();
     let started = Instant::now();
     let mut notes = Vec::new();
@@ -236,8 +251,12 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
     let issue_needed = devs.iter().any(|d| !stamps_issue(d));
     let mut storage: Vec<MaybeUninit<libbpf_rs::OpenObject>> = (0..flavors.len()).map(|_| MaybeUninit::uninit()).collect();
     let ((skel, mut links), flavor, tried) = super::load_first("block", &mut storage, &flavors, &ready, |store, flavor| {
-        open_flavor(store, flavor, t0, interval, devs).and_then(|o| load_attach(o, flavor, issue_needed))
+        open_flavor(store, flavor, t0, interval, devs, windows).and_then(|o| load_attach(o, flavor, issue_needed))
     })?;
+    if let Some(w) = windows {
+        w.register(&skel.maps.win_t0)?;
+        w.series_origin(t0);
+    }
     if !tried.is_empty() {
         notes.push(format!("block layer attached as {}: {}", flavor.name(), tried.join("; ")));
     }
@@ -328,6 +347,60 @@ fn run(devs: &[Watched], interval: Duration, ready: mpsc::Sender<Result<&'static
         let busy_us = dr.layers.iter().filter(|l| l.layer == "block_service").map(|l| l.count as f64 * l.mean_us).sum();
         dr.depth.mean = littles_law(busy_us, duration.as_secs_f64() * 1e6);
         out.devices.push(dr);
+    }
+    if let Some(w) = windows {
+        out.windows = window_rows(&skel, devs, w)?;
+        out.notes.extend(super::window::lost_note(&skel.maps.win_lost, "block"));
+    }
+    Ok(out)
+}
+
+/// The block layers' figures per window (every window of the run, empty where nothing
+/// completed in it).
+fn window_rows(skel: &BlockSkel<'_>, devs: &[Watched], w: &Windows) -> Result<Vec<MonitorWindow>> {
+    let mut out: Vec<MonitorWindow> = (0..w.n)
+        .map(|k| {
+            let (from_s, to_s) = w.span(k);
+            MonitorWindow {
+                index: k,
+                from_s,
+                to_s,
+                devices: devs.iter().map(|d| WindowDevice { device: d.path.display().to_string(), ..Default::default() }).collect(),
+                ..Default::default()
+            }
+        })
+        .collect();
+    for (k, idx, v) in super::window::read(&skel.maps.whists)? {
+        let idx = idx as usize;
+        let (dev, layer, op) = (idx / (NR_LAYERS * NR_OPS), idx / NR_OPS % NR_LAYERS, idx % NR_OPS);
+        let Some(d) = out.get_mut(k as usize).and_then(|x| x.devices.get_mut(dev)) else { continue };
+        d.layers.extend(super::window::row(BLOCK_LAYERS[layer], OPS[op].to_string(), &v, layer == 1));
+    }
+    Ok(out)
+}
+
+/// Tests only: the window the kernel's `window_of` (win.bpf.h) gives each interval [start,
+/// end] (monotonic ns) under windows `w` whose window 0 starts at `t0` (0: not set).
+pub fn window_probe(w: &Windows, t0: u64, cases: &[(u64, u64)]) -> Result<Vec<Option<u32>>> {
+    let mut storage = MaybeUninit::uninit();
+    let mut open = BlockSkelBuilder::default().open(&mut storage).context("cannot open the block-layer BPF object")?;
+    let rodata = open.maps.rodata_data.as_deref_mut().context("no rodata in the BPF object")?;
+    (rodata.win_n, rodata.win_len_ns, rodata.win_settle_ns) = w.rodata();
+    w.size_map(&mut open.maps.whists, 1)?;
+    let p = &mut open.progs;
+    for prog in [&mut p.btf_rq_complete, &mut p.btf_rq_issue, &mut p.raw_rq_complete, &mut p.raw_rq_issue, &mut p.tp_rq_issue, &mut p.tp_rq_complete] {
+        prog.set_autoload(false);
+    }
+    let skel = open.load().context("cannot load the window probe")?;
+    if t0 != 0 {
+        skel.maps.win_t0.update(&0u32.to_ne_bytes(), &t0.to_ne_bytes(), MapFlags::ANY)?;
+    }
+    let mut out = Vec::new();
+    for &(start, end) in cases {
+        let mut ctx = [start.to_ne_bytes(), end.to_ne_bytes()].concat();
+        let input = libbpf_rs::ProgramInput { context_in: Some(&mut ctx), ..Default::default() };
+        let r = skel.progs.win_probe.test_run(input).context("cannot run the window probe")?;
+        out.push(r.return_value.checked_sub(1));
     }
     Ok(out)
 }

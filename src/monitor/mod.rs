@@ -5,7 +5,7 @@
 //! system calls of a set of processes; `pairs`: generic tracepoint pairs (file-system,
 //! journal and driver layers, the user's own pairs); `model`: the results
 //! (monitor.json, embeddable in an experiment's results); `hist`: the in-kernel histogram's
-//! buckets and quantiles.
+//! buckets and quantiles; `window`: the figures of each window of a `baseline: windows` run.
 
 /// `mod skel` of a libbpf-cargo skeleton that build.rs generated (generated code: our lints
 /// do not apply to it).
@@ -38,11 +38,13 @@ pub mod hist;
 pub mod model;
 pub mod pairs;
 pub mod syscall;
+pub mod window;
 
 pub use block::BlockMonitor;
 pub use model::MonitorResults;
 pub use pairs::PairMonitor;
 pub use syscall::SyscallMonitor;
+pub use window::Windows;
 
 pub use crate::spec::experiment::{DEFAULT_MONITOR_LAYERS, MONITOR_LAYERS};
 
@@ -61,6 +63,7 @@ pub fn start_pairs(
     pids: &[u32],
     mut extra: Vec<pairs::Pair>,
     layers: &[String],
+    windows: Option<std::sync::Arc<Windows>>,
 ) -> anyhow::Result<(Option<PairMonitor>, Vec<String>)> {
     let watched = devices.iter().map(|d| block::Watched::new(d)).collect::<anyhow::Result<Vec<_>>>()?;
     let mm: Vec<(u32, u32)> = watched.iter().map(|w| (w.major, w.minor)).collect();
@@ -80,11 +83,11 @@ pub fn start_pairs(
     }
     let user = !extra.is_empty();
     if user {
-        match PairMonitor::start(extra.iter().cloned().chain(builtin.iter().cloned()).collect(), sums.clone(), devs.clone(), pids.to_vec()) {
+        match PairMonitor::start(extra.iter().cloned().chain(builtin.iter().cloned()).collect(), sums.clone(), devs.clone(), pids.to_vec(), windows.clone()) {
             Ok(m) => return Ok((Some(m), notes)),
             Err(e) => {
                 // the user's pairs alone name the problem if it is theirs
-                let m = PairMonitor::start(extra, Vec::new(), devs, pids.to_vec())?;
+                let m = PairMonitor::start(extra, Vec::new(), devs, pids.to_vec(), windows)?;
                 notes.push(format!("built-in layers (fs, journal, driver) not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));
                 return Ok((Some(m), notes));
             }
@@ -93,7 +96,7 @@ pub fn start_pairs(
     if builtin.is_empty() && sums.is_empty() {
         return Ok((None, notes));
     }
-    match PairMonitor::start(builtin, sums, devs, pids.to_vec()) {
+    match PairMonitor::start(builtin, sums, devs, pids.to_vec(), windows) {
         Ok(m) => Ok((Some(m), notes)),
         Err(e) => {
             notes.push(format!("fs, journal and driver layers not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));

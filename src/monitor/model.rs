@@ -43,6 +43,69 @@ pub struct MonitorResults {
     pub stack: Vec<LayerOp>,
     /// Events whose fields are added up (jbd2_run_stats).
     pub summed: Vec<Summed>,
+    /// `baseline: windows`: every layer's figures in each window's measured span (every
+    /// whole window of the run, in order; docs/monitor.md, "Windows").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<MonitorWindow>,
+    /// `baseline: windows`: when the monitor learnt where window 0 starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_start: Option<super::window::WindowStart>,
+}
+
+/// The monitor's figures of one window of a `baseline: windows` run: what it timed from a
+/// start at or after the window's measured span began to an end by its end (the rule of the
+/// workload's ops; jbd2_run_stats by the commit's end, the daemon between two samples of its
+/// counters read inside the span near its edges). Rows as the run's, without histograms.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct MonitorWindow {
+    /// The workload's window number.
+    pub index: u32,
+    /// The measured span, seconds since the workload started (as the workload's window).
+    pub from_s: f64,
+    pub to_s: f64,
+    pub syscalls: Vec<LayerOp>,
+    pub stack: Vec<LayerOp>,
+    pub summed: Vec<Summed>,
+    /// Per watched device, in `devices`' order.
+    pub devices: Vec<WindowDevice>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(default)]
+pub struct WindowDevice {
+    pub device: String,
+    /// block_queue and block_service rows.
+    pub layers: Vec<LayerOp>,
+    /// The disk daemon's figures between two reads of its counters inside the span (none
+    /// where a read fell outside it).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub daemon: BTreeMap<String, DaemonOp>,
+    /// What those figures cover, seconds since the workload started: from the end of the
+    /// read after the span's start to the start of the read before its end (requests
+    /// answered while a read ran may count or not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon_span: Option<[f64; 2]>,
+}
+
+impl MonitorWindow {
+    /// This window's figures as a whole run's (the measured span as its duration), so a
+    /// window pairs as runs do.
+    pub fn as_results(&self) -> MonitorResults {
+        MonitorResults {
+            schema: SCHEMA,
+            duration_s: self.to_s - self.from_s,
+            syscalls: self.syscalls.clone(),
+            stack: self.stack.clone(),
+            summed: self.summed.clone(),
+            devices: self
+                .devices
+                .iter()
+                .map(|d| DeviceResults { device: d.device.clone(), layers: d.layers.clone(), daemon: d.daemon.clone(), ..Default::default() })
+                .collect(),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -189,6 +252,11 @@ impl MonitorResults {
         self.syscalls = s.layers;
         self.syscall_errors = s.errors;
         self.syscall_attach = s.attach.into();
+        for (k, rows) in s.windows {
+            if let Some(w) = self.windows.get_mut(k as usize) {
+                w.syscalls = rows;
+            }
+        }
         self.missed_events += s.missed_events;
         if s.missed_events > 0 {
             self.notes.push(format!("{} syscall events skipped by the kernel (a program of ours already running on that CPU)", s.missed_events));
@@ -205,6 +273,12 @@ impl MonitorResults {
     pub fn add_pairs(&mut self, p: super::pairs::PairResults) {
         self.stack.extend(p.rows);
         self.summed.extend(p.summed);
+        for (k, rows, summed) in p.windows {
+            if let Some(w) = self.windows.get_mut(k as usize) {
+                w.stack.extend(rows);
+                w.summed.extend(summed);
+            }
+        }
         self.missed_events += p.missed_events;
         if p.missed_events > 0 {
             self.notes.push(format!("{} tracepoint-pair events skipped by the kernel (a program of ours already running on that CPU)", p.missed_events));

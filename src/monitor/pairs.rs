@@ -6,13 +6,14 @@
 
 use super::block::{Flavor, flavors, libbpf_log_tail, libbpf_print, lookup, lookup_sum, recursion_misses};
 use super::model::{LayerOp, Summed, SummedField};
+use super::window::Windows;
 use anyhow::{Context, Result, anyhow, bail};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, TracepointCategory, TracepointOpts};
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 bpf_skeleton!("pairs.skel.rs");
 use skel::{PairsSkel, PairsSkelBuilder};
@@ -329,6 +330,8 @@ pub struct PairResults {
     pub summed: Vec<Summed>,
     pub missed_events: u64,
     pub notes: Vec<String>,
+    /// `baseline: windows`: (window, its rows, its summed events).
+    pub windows: Vec<(u32, Vec<LayerOp>, Vec<Summed>)>,
 }
 
 /// A running pair monitor.
@@ -345,14 +348,15 @@ impl PairMonitor {
     /// Attach `pairs` and `sums`, filtered on devices `devs` (kernel dev_t: major << 20 |
     /// minor) and, for pairs that ask, on processes and threads `tasks`. User pairs whose
     /// events are missing are an error; built-in ones are left out with a note.
-    pub fn start(pairs: Vec<Pair>, sums: Vec<Sum>, devs: Vec<u32>, tasks: Vec<u32>) -> Result<PairMonitor> {
+    /// With `windows`, per window too (`PairResults::windows`).
+    pub fn start(pairs: Vec<Pair>, sums: Vec<Sum>, devs: Vec<u32>, tasks: Vec<u32>, windows: Option<Arc<Windows>>) -> Result<PairMonitor> {
         if devs.len() > MAX_PAIR_DEVS {
             bail!("the pair monitor filters on at most {MAX_PAIR_DEVS} devices");
         }
         if pairs.is_empty() && sums.is_empty() {
             bail!("no tracepoint pairs to watch");
         }
-        PairMonitor::spawn("monitor-pairs", Box::new(move |ready, stop| run(pairs, sums, &devs, &tasks, ready, stop)))
+        PairMonitor::spawn("monitor-pairs", Box::new(move |ready, stop| run(pairs, sums, &devs, &tasks, windows.as_deref(), ready, stop)))
     }
 }
 
@@ -479,10 +483,18 @@ fn setup<'o>(
     devs: &[u32],
     tasks: &[u32],
     fuse: Option<(&Pair, Flavor)>,
+    windows: Option<&Windows>,
     notes: &mut Vec<String>,
 ) -> Result<(PairsSkel<'o>, Vec<Link>, Vec<Resolved>)> {
     let (resolved, atts, sumcfgs) = plan(pairs, sums, notes)?;
     let mut open = PairsSkelBuilder::default().open(storage).context("cannot open the pairs BPF object")?;
+    if let Some(w) = windows {
+        let rodata = open.maps.rodata_data.as_deref_mut().context("no rodata in the pairs BPF object")?;
+        (rodata.win_n, rodata.win_len_ns, rodata.win_settle_ns) = w.rodata();
+        // the classic pairs' histograms, then the FUSE programs' classes
+        w.size_map(&mut open.maps.whists, (MAX_PAIR_HISTS + FUSE_NCLASS as usize) as u32)?;
+        w.size_map(&mut open.maps.wsums, MAX_SUMS as u32)?;
+    }
     let flavor = fuse.map(|f| f.1);
     let p = &mut open.progs;
     p.btf_fuse_send.set_autoload(flavor == Some(Flavor::TpBtf));
@@ -497,6 +509,9 @@ fn setup<'o>(
         }
     }
     let skel = open.load().context("cannot load the pairs BPF programs")?;
+    if let Some(w) = windows {
+        w.register(&skel.maps.win_t0)?;
+    }
     for d in devs {
         skel.maps.pdevs.update(&d.to_ne_bytes(), &[1u8], MapFlags::ANY).context("cannot set the watched devices")?;
     }
@@ -518,6 +533,7 @@ fn run(
     sums: Vec<Sum>,
     devs: &[u32],
     tasks: &[u32],
+    windows: Option<&Windows>,
     ready: mpsc::Sender<Result<&'static str>>,
     stop: mpsc::Receiver<()>,
 ) -> Result<PairResults> {
@@ -541,7 +557,7 @@ fn run(
             _ => None,
         };
         let mut n = Vec::new();
-        match setup(store, ps, &sums, devs, tasks, fuse.as_ref().map(|(p, f)| (p, *f)), &mut n) {
+        match setup(store, ps, &sums, devs, tasks, fuse.as_ref().map(|(p, f)| (p, *f)), windows, &mut n) {
             Ok(s) => {
                 notes.extend(n);
                 found = Some((s, fuse));
@@ -570,14 +586,15 @@ fn run(
     let p = &skel.progs;
     let progs = [&p.pair_enter, &p.pair_exit, &p.field_sum, &p.btf_fuse_send, &p.btf_fuse_end, &p.raw_fuse_send, &p.raw_fuse_end];
     let mut out = PairResults { missed_events: progs.iter().map(|p| recursion_misses(*p)).sum(), notes, ..Default::default() };
+    let class_op = |r: &Resolved, c: u32| match &r.pair.class {
+        Some((_, names)) => format!("{}:{}", r.pair.name, if c + 1 == r.nclass { format!("op{c}+") } else { names(c as u64) }),
+        None => r.pair.name.clone(),
+    };
+    let fuse_op = |fp: &Pair, c: u32| format!("{}:{}", fp.name, if c + 1 == FUSE_NCLASS { format!("op{c}+") } else { fuse_opcode(c as u64) });
     for (i, r) in resolved.iter().enumerate() {
         for c in 0..r.nclass {
             let v = lookup(&skel.maps.phists, r.hist_base + c)?;
-            let op = match &r.pair.class {
-                Some((_, names)) => format!("{}:{}", r.pair.name, if c + 1 == r.nclass { format!("op{c}+") } else { names(c as u64) }),
-                None => r.pair.name.clone(),
-            };
-            out.rows.extend(super::block::layer_row(&r.pair.layer, op, &v, false));
+            out.rows.extend(super::block::layer_row(&r.pair.layer, class_op(r, c), &v, false));
         }
         let st = lookup(&skel.maps.pstats, i as u32)?;
         if st[1] > 0 {
@@ -587,8 +604,7 @@ fn run(
     if let Some((fp, _)) = &fuse {
         for c in 0..FUSE_NCLASS {
             let v = lookup_sum(&skel.maps.fuse_hists, c)?;
-            let name = if c + 1 == FUSE_NCLASS { format!("op{c}+") } else { fuse_opcode(c as u64) };
-            out.rows.extend(super::block::layer_row(&fp.layer, format!("{}:{name}", fp.name), &v, false));
+            out.rows.extend(super::block::layer_row(&fp.layer, fuse_op(fp, c), &v, false));
         }
         // fuse_stats[0], ends without their start, are the requests in flight at attach (as the
         // classic pair's unmatched): not noted
@@ -596,26 +612,55 @@ fn run(
     let hz = skel.maps.bss_data.as_deref().map_or(0, |b| b.kconfig_hz);
     for (i, s) in sums.iter().enumerate().take(MAX_SUMS) {
         let v = lookup(&skel.maps.sums, i as u32)?;
-        let count = v[0];
-        if count == 0 {
-            continue;
-        }
-        let mut fields = Vec::new();
-        for (j, (name, unit)) in s.fields.iter().take(SUM_FIELDS).enumerate() {
-            let (sum, max) = (v[1 + j] as f64, v[1 + SUM_FIELDS + j] as f64);
-            let (scale, unit) = match (*unit, hz) {
-                ("jiffies", 0) => (1.0, "jiffies"),
-                ("jiffies", hz) => (1000.0 / hz as f64, "ms"),
-                (u, _) => (1.0, u),
-            };
-            fields.push(SummedField { name: name.to_string(), unit: unit.into(), total: sum * scale, mean: sum * scale / count as f64, max: max * scale });
-        }
+        let Some(sm) = summed(s, &v, hz) else { continue };
         if hz == 0 && s.fields.iter().any(|f| f.1 == "jiffies") {
             out.notes.push(format!("{}: the kernel's HZ is unknown (no /boot/config-$(uname -r) nor /proc/config.gz): times left in jiffies", s.event));
         }
-        out.summed.push(Summed { layer: s.layer.clone(), event: s.event.to_string(), count, hz: hz as u32, fields });
+        out.summed.push(sm);
+    }
+    if windows.is_some() {
+        out.notes.extend(super::window::lost_note(&skel.maps.win_lost, "tracepoint-pair"));
+        let mut per: BTreeMap<u32, (Vec<LayerOp>, Vec<Summed>)> = BTreeMap::new();
+        for (k, idx, v) in super::window::read(&skel.maps.whists)? {
+            let row = if idx >= MAX_PAIR_HISTS as u32 {
+                let c = idx - MAX_PAIR_HISTS as u32;
+                fuse.as_ref().and_then(|(fp, _)| super::window::row(&fp.layer, fuse_op(fp, c), &v, false))
+            } else {
+                resolved
+                    .iter()
+                    .find(|r| (r.hist_base..r.hist_base + r.nclass).contains(&idx))
+                    .and_then(|r| super::window::row(&r.pair.layer, class_op(r, idx - r.hist_base), &v, false))
+            };
+            per.entry(k).or_default().0.extend(row);
+        }
+        for (k, i, v) in super::window::read(&skel.maps.wsums)? {
+            if let Some(sm) = sums.get(i as usize).and_then(|s| summed(s, &v, hz)) {
+                per.entry(k).or_default().1.push(sm);
+            }
+        }
+        out.windows = per.into_iter().map(|(k, (rows, sm))| (k, rows, sm)).collect();
     }
     Ok(out)
+}
+
+/// A summed event's figures from its `struct sum_val` words (count, sums, maxima); None when
+/// it was never hit. Jiffies become ms where the kernel's HZ is known.
+fn summed(s: &Sum, v: &[u64], hz: u64) -> Option<Summed> {
+    let count = v[0];
+    if count == 0 {
+        return None;
+    }
+    let mut fields = Vec::new();
+    for (j, (name, unit)) in s.fields.iter().take(SUM_FIELDS).enumerate() {
+        let (sum, max) = (v[1 + j] as f64, v[1 + SUM_FIELDS + j] as f64);
+        let (scale, unit) = match (*unit, hz) {
+            ("jiffies", 0) => (1.0, "jiffies"),
+            ("jiffies", hz) => (1000.0 / hz as f64, "ms"),
+            (u, _) => (1.0, u),
+        };
+        fields.push(SummedField { name: name.to_string(), unit: unit.into(), total: sum * scale, mean: sum * scale / count as f64, max: max * scale });
+    }
+    Some(Summed { layer: s.layer.clone(), event: s.event.to_string(), count, hz: hz as u32, fields })
 }
 
 #[cfg(test)]

@@ -9,12 +9,13 @@
 
 use super::block::{Flavor, flavors, lookup_sum, recursion_misses};
 use super::model::LayerOp;
+use super::window::Windows;
 use anyhow::{Context, Result, anyhow, bail};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, TracepointCategory, TracepointOpts};
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 bpf_skeleton!("syscall.skel.rs");
 use skel::{OpenSyscallSkel, SyscallSkel, SyscallSkelBuilder};
@@ -128,6 +129,8 @@ pub struct SyscallResults {
     pub missed_events: u64,
     /// Why the layer fell back to raw_syscalls, if it did.
     pub notes: Vec<String>,
+    /// `baseline: windows`: (window, its rows).
+    pub windows: Vec<(u32, Vec<LayerOp>)>,
 }
 
 /// A running syscall monitor.
@@ -135,7 +138,8 @@ pub type SyscallMonitor = super::Running<SyscallResults>;
 
 impl SyscallMonitor {
     /// Watch processes `pids` (thread-group ids) and what they fork from now on.
-    pub fn start(pids: &[u32]) -> Result<SyscallMonitor> {
+    /// With `windows`, per window too (`SyscallResults::windows`).
+    pub fn start(pids: &[u32], windows: Option<Arc<Windows>>) -> Result<SyscallMonitor> {
         if pids.is_empty() {
             bail!("the syscall monitor needs at least one process");
         }
@@ -145,12 +149,23 @@ impl SyscallMonitor {
             }
         }
         let pids = pids.to_vec();
-        SyscallMonitor::spawn("monitor-syscall", Box::new(move |ready, stop| run(&pids, ready, stop)))
+        SyscallMonitor::spawn("monitor-syscall", Box::new(move |ready, stop| run(&pids, windows.as_deref(), ready, stop)))
     }
 }
 
-fn open_flavor(storage: &mut MaybeUninit<libbpf_rs::OpenObject>, flavor: Flavor) -> Result<OpenSyscallSkel<'_>> {
+/// Open the object, sized and set for `windows` where given.
+fn open_object<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, windows: Option<&Windows>) -> Result<OpenSyscallSkel<'o>> {
     let mut open = SyscallSkelBuilder::default().open(storage).context("cannot open the syscall BPF object")?;
+    if let Some(w) = windows {
+        let rodata = open.maps.rodata_data.as_deref_mut().context("no rodata in the syscall BPF object")?;
+        (rodata.win_n, rodata.win_len_ns, rodata.win_settle_ns) = w.rodata();
+        w.size_map(&mut open.maps.whists, SYS_OPS.len() as u32)?;
+    }
+    Ok(open)
+}
+
+fn open_flavor<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, flavor: Flavor, windows: Option<&Windows>) -> Result<OpenSyscallSkel<'o>> {
+    let mut open = open_object(storage, windows)?;
     let p = &mut open.progs;
     p.sc_enter.set_autoload(false);
     p.sc_exit.set_autoload(false);
@@ -196,8 +211,13 @@ fn load_attach<'o>(open: OpenSyscallSkel<'o>, flavor: Flavor, pids: &[u32]) -> R
 
 /// The per-syscall tracepoints: enter and exit programs attached to each event of `events`
 /// with its op as the cookie; forks followed by the classic `sched_process_fork` tracepoint.
-fn load_events<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, events: &[(&str, u32)], pids: &[u32]) -> Result<(SyscallSkel<'o>, Vec<Link>)> {
-    let mut open = SyscallSkelBuilder::default().open(storage).context("cannot open the syscall BPF object")?;
+fn load_events<'o>(
+    storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>,
+    events: &[(&str, u32)],
+    pids: &[u32],
+    windows: Option<&Windows>,
+) -> Result<(SyscallSkel<'o>, Vec<Link>)> {
+    let mut open = open_object(storage, windows)?;
     let p = &mut open.progs;
     for prog in [
         &mut p.btf_sys_enter,
@@ -228,19 +248,25 @@ fn load_events<'o>(storage: &'o mut MaybeUninit<libbpf_rs::OpenObject>, events: 
     Ok((skel, links))
 }
 
-fn run(pids: &[u32], ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Receiver<()>) -> Result<SyscallResults> {
+fn run(pids: &[u32], windows: Option<&Windows>, ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Receiver<()>) -> Result<SyscallResults> {
     // the per-syscall tracepoints unless an attach type is forced (FAULTLINE_MONITOR_ATTACH)
     let forced = std::env::var("FAULTLINE_MONITOR_ATTACH").is_ok_and(|v| !v.is_empty());
     let mut fallback_why = None;
     if !forced {
         let mut store = MaybeUninit::uninit();
-        match syscall_events().and_then(|ev| load_events(&mut store, &ev, pids)) {
+        match syscall_events().and_then(|ev| load_events(&mut store, &ev, pids, windows)) {
             Ok((skel, links)) => {
+                if let Some(w) = windows
+                    && let Err(e) = w.register(&skel.maps.win_t0)
+                {
+                    let _ = ready.send(Err(anyhow!("{e:#}")));
+                    return Err(e);
+                }
                 let _ = ready.send(Ok("syscalls"));
                 let _ = stop.recv();
                 drop(links);
                 let progs = [&skel.progs.tp_fork, &skel.progs.sc_enter, &skel.progs.sc_exit];
-                return results(&skel, "syscalls", progs.iter().map(|p| recursion_misses(*p)).sum(), None);
+                return results(&skel, "syscalls", progs.iter().map(|p| recursion_misses(*p)).sum(), None, windows.is_some());
             }
             Err(e) => fallback_why = Some(format!("{e:#}{}", super::block::libbpf_log_tail())),
         }
@@ -253,18 +279,25 @@ fn run(pids: &[u32], ready: mpsc::Sender<Result<&'static str>>, stop: mpsc::Rece
         }
     };
     let mut storage: Vec<MaybeUninit<libbpf_rs::OpenObject>> = (0..flavors.len()).map(|_| MaybeUninit::uninit()).collect();
-    let ((skel, links), flavor, _) =
-        super::load_first("syscall", &mut storage, &flavors, &ready, |store, flavor| open_flavor(store, flavor).and_then(|o| load_attach(o, flavor, pids)))?;
+    let ((skel, links), flavor, _) = super::load_first("syscall", &mut storage, &flavors, &ready, |store, flavor| {
+        open_flavor(store, flavor, windows).and_then(|o| load_attach(o, flavor, pids))
+    })?;
+    if let Some(w) = windows
+        && let Err(e) = w.register(&skel.maps.win_t0)
+    {
+        let _ = ready.send(Err(anyhow!("{e:#}")));
+        return Err(e);
+    }
     let attach = flavor.name();
     let _ = ready.send(Ok(attach));
     let _ = stop.recv();
     drop(links);
     let why = fallback_why
         .map(|w| format!("syscall layer on raw_syscalls ({attach}: every system call of the machine runs its programs): {}", w.lines().next().unwrap_or("")));
-    results(&skel, attach, progs(&skel, flavor).iter().map(|p| recursion_misses(*p)).sum(), why)
+    results(&skel, attach, progs(&skel, flavor).iter().map(|p| recursion_misses(*p)).sum(), why, windows.is_some())
 }
 
-fn results(skel: &SyscallSkel<'_>, attach: &'static str, missed_events: u64, note: Option<String>) -> Result<SyscallResults> {
+fn results(skel: &SyscallSkel<'_>, attach: &'static str, missed_events: u64, note: Option<String>, windows: bool) -> Result<SyscallResults> {
     let mut out = SyscallResults { attach, missed_events, notes: note.into_iter().collect(), ..Default::default() };
     for (op, name) in SYS_OPS.iter().enumerate() {
         let v = lookup_sum(&skel.maps.sys_hists, op as u32)?;
@@ -273,6 +306,17 @@ fn results(skel: &SyscallSkel<'_>, attach: &'static str, missed_events: u64, not
             out.errors.insert(name.to_string(), errors);
         }
         out.layers.extend(super::block::layer_row("syscall", name.to_string(), &v, true));
+    }
+    if windows {
+        out.notes.extend(super::window::lost_note(&skel.maps.win_lost, "syscall"));
+        for (k, op, v) in super::window::read(&skel.maps.whists)? {
+            let Some(name) = SYS_OPS.get(op as usize) else { continue };
+            let Some(r) = super::window::row("syscall", name.to_string(), &v, true) else { continue };
+            match out.windows.last_mut() {
+                Some((last, rows)) if *last == k => rows.push(r),
+                _ => out.windows.push((k, vec![r])),
+            }
+        }
     }
     Ok(out)
 }

@@ -6,8 +6,8 @@
 
 use super::html::{Run, esc};
 use super::model::{Repetition, SetupResult};
-use super::slowdown::{QUEUE_SWING, SlowdownRow, THROUGHPUT, fmt_pct, rows};
-use super::svg::{CdfChart, IntervalChart, IntervalRow, LineChart, PALETTE, ScatterChart, ScatterPoint, Series};
+use super::slowdown::{QUEUE_SWING, SlowdownRow, THROUGHPUT, fmt_pct};
+use super::svg::{Band, CdfChart, IntervalChart, IntervalRow, LineChart, PALETTE, ScatterChart, ScatterPoint, Series};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -22,14 +22,6 @@ pub const LAYER_ORDER: [&str; 9] = ["syscall", "fs", "journal", "block_queue", "
 
 fn layer_rank(source: &str) -> usize {
     LAYER_ORDER.iter().position(|l| *l == source).unwrap_or(LAYER_ORDER.len())
-}
-
-/// Slowdown rows of a setup, recomputed from its repetitions and baselines (so a report of an
-/// older file or of hand-edited results agrees with its runs); a setup whose slowdown was paired
-/// some other way (no baseline runs) keeps the rows it stored.
-pub fn setup_rows(s: &SetupResult) -> Vec<SlowdownRow> {
-    let r = rows(&s.baseline, &s.repetitions);
-    if r.is_empty() { s.slowdown.clone() } else { r }
 }
 
 /// The monitor's per-layer mean-latency rows of a setup that have a usable pair, from the
@@ -85,7 +77,9 @@ fn interval_chart(title: String, rows: Vec<IntervalRow>) -> String {
 /// tables and slowdown.csv hold all.
 pub const CHARTED_SETUPS: usize = 16;
 
-type Setup<'a> = (&'a str, &'a SetupResult, Vec<SlowdownRow>);
+/// A setup with the slowdown rows stored in its results (`SetupResult::slowdown`, computed
+/// once by `aggregate_now` when the results were written).
+type Setup<'a> = (&'a str, &'a SetupResult, &'a [SlowdownRow]);
 
 /// The whole section, the lead of a latency study's report: the published figures'
 /// equivalents (scatter of baseline latency against slowdown, per-op bars, slowdown by each
@@ -95,7 +89,7 @@ pub fn section(h: &mut String, runs: &[Run]) {
     let setups: Vec<Setup> = runs
         .iter()
         .flat_map(|r| r.results.setups.iter().map(move |s| (r.label.as_str(), s)))
-        .map(|(l, s)| (l, s, setup_rows(s)))
+        .map(|(l, s)| (l, s, s.slowdown.as_slice()))
         .filter(|(_, _, rs)| !rs.is_empty())
         .collect();
     if setups.is_empty() {
@@ -306,6 +300,8 @@ fn queue_over_time(h: &mut String, setups: &[Setup], several: bool) {
     for (run, s, _) in setups {
         let total = |op: &str| s.repetitions.iter().flat_map(|r| series_of(r, op)).map(|p| p.1).sum::<f64>();
         let op = if total("write") >= total("read") { "write" } else { "read" };
+        // paired windows: every repetition on the workload's clock, its armed windows shaded
+        let windowed = s.window_plan.filter(|_| s.repetitions.iter().all(|r| super::slowdown::queue_over_workload(r, op).is_some()));
         let mut series = Vec::new();
         for (k, r) in s.repetitions.iter().enumerate() {
             let color = PALETTE[k % PALETTE.len()].to_string();
@@ -313,30 +309,43 @@ fn queue_over_time(h: &mut String, setups: &[Setup], several: bool) {
             if !base.is_empty() {
                 series.push(Series { name: format!("rep {} base", r.index), color: color.clone(), dashed: true, points: base });
             }
-            let inj = series_of(r, op);
+            let inj = if windowed.is_some() { super::slowdown::queue_over_workload(r, op).unwrap_or_default() } else { series_of(r, op) };
             if !inj.is_empty() {
                 series.push(Series { name: format!("rep {}", r.index), color, dashed: false, points: inj });
             }
         }
+        let bands: Vec<Band> = windowed.map_or_else(Vec::new, |p| {
+            let n = s.repetitions.iter().map(|r| r.windows.len() as u32).max().unwrap_or(0);
+            (0..n)
+                .filter(|k| crate::spec::windows::WindowPlan::armed(*k))
+                .map(|k| Band {
+                    from: p.start(k).as_secs_f64(),
+                    to: Some(p.start(k + 1).as_secs_f64()),
+                    title: format!("window {k}: armed"),
+                    color: "#D55E00".into(),
+                })
+                .collect()
+        });
         if series.iter().any(|x| x.points.len() >= 2) {
             let who = if several { format!("{run} · {}", s.name) } else { s.name.clone() };
-            charts.push((format!("{who}: {op}"), series));
+            charts.push((format!("{who}: {op}"), series, bands));
         }
     }
     if charts.is_empty() {
         return;
     }
-    let pts = || charts.iter().flat_map(|(_, se)| se.iter().flat_map(|x| x.points.iter()));
+    let pts = || charts.iter().flat_map(|(_, se, _)| se.iter().flat_map(|x| x.points.iter()));
     let xmax = pts().map(|p| p.0).filter(|v| v.is_finite()).fold(0.0, f64::max);
     let ymax = pts().map(|p| p.1).filter(|v| v.is_finite()).fold(0.0, f64::max);
     h.push_str("<h3>Block layer queue time over time</h3><p class=\"muted\">Mean time requests waited in the block layer (allocation to the driver), \
-per monitor interval (<code>monitor: {interval}</code>), injected runs solid, their baselines dashed, all charts on one scale. \
+per monitor interval (<code>monitor: {interval}</code>), injected runs solid, their baselines dashed, all charts on one scale; \
+in paired-windows setups every repetition on the workload's clock, its armed windows shaded. \
 Slow requests held in the device fill the queue while a burst lasts and let it drain after: the queue time rises and falls with the bursts.</p><div class=\"multiples\">");
     let n = charts.len();
-    for (title, series) in charts.into_iter().take(CHARTED_SETUPS) {
+    for (title, series, bands) in charts.into_iter().take(CHARTED_SETUPS) {
         let c = LineChart {
             title,
-            x_label: "s after the monitor attached".into(),
+            x_label: if bands.is_empty() { "s after the monitor attached" } else { "s into the workload (shaded: armed windows)" }.into(),
             y_label: "queue µs".into(),
             series,
             markers: vec![],
@@ -344,7 +353,7 @@ Slow requests held in the device fill the queue while a burst lasts and let it d
             height: 220.0,
             extent: Some((xmax, ymax)),
         };
-        h.push_str(&c.render());
+        h.push_str(&c.render_with_bands(&bands));
     }
     h.push_str("</div>\n");
     if n > CHARTED_SETUPS {

@@ -191,7 +191,7 @@ fn setups_table(r: &Results, kind: Kind) -> String {
             row.extend([html::count_sd(a.silent, n), html::count_sd(a.detected, n), html::count_sd(a.failures, n)]);
         }
         if !ops.is_empty() {
-            let sd = html_slowdown::setup_rows(s);
+            let sd = &s.slowdown;
             for op in &ops {
                 row.push(
                     sd.iter().find(|x| x.source == "workload" && x.op == *op && x.metric == "mean_us").map(slowdown::fmt_pct).unwrap_or_else(|| "-".into()),
@@ -209,8 +209,7 @@ fn layers_summary(r: &Results) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     for s in &r.setups {
-        let rows = html_slowdown::setup_rows(s);
-        let layers = html_slowdown::layer_rows(&rows);
+        let layers = html_slowdown::layer_rows(&s.slowdown);
         if layers.is_empty() {
             continue;
         }
@@ -239,7 +238,7 @@ fn flowop_summary(r: &Results) -> String {
         }
         let n = s.repetitions.len().max(1) as f64;
         let _ = writeln!(out, "\n{}: flowops (mean over {} repetitions)", s.name, s.repetitions.len());
-        let sd = slowdown::rows(&s.baseline, &s.repetitions);
+        let sd = &s.slowdown;
         let paired = s.paired();
         let _ = write!(out, "  {:<15} {:>10} {:>10} {:>10} {:>10} {:>10}", "flowop", "ops/s", "mean us", "p50 us", "p95 us", "p99 us");
         let _ = writeln!(out, "{}", if paired { "  mean slowdown [95% CI]" } else { "" });

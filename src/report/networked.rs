@@ -388,7 +388,6 @@ fn cell(v: Option<f64>, d: usize) -> String {
 /// multiples on one scale (the same seconds and MiB/s axes everywhere, so the setups compare at
 /// a glance) with the fault windows shaded, then one table of every window's figures.
 pub fn lead(h: &mut String, runs: &[super::html::Run]) {
-    use super::html::esc;
     use super::svg::{LineChart, PALETTE, Series};
     let reps = networked_reps(runs);
     if reps.is_empty() {
@@ -442,17 +441,39 @@ one chart per setup, all on the same axes; shaded: fault windows (blue network, 
         };
         h.push_str(&chart.render_with_bands(&bands(&windows)));
     }
-    h.push_str("</div>\n<h3>Fault windows</h3><p class=\"muted\">Per window and client: mean throughput before the window (as long as the window) and during it, \
+    h.push_str(
+        "</div>\n<h3>Fault windows</h3><p class=\"muted\">Per window and client: mean throughput before the window (as long as the window) and during it, \
 their ratio, the time from the window's end until throughput is back within 10% of before (- : not within the run, or a sticky fault), \
-and the work lost: the ops the before rate would have done over window and recovery, minus those done.</p>\n\
-<table><tr><th class=\"l\">Setup</th><th>Rep</th><th class=\"l\">Window</th><th>From..to (s)</th><th class=\"l\">Client</th><th>Before MiB/s</th><th>During MiB/s</th><th>Ratio</th><th>Recovery (s)</th><th>Work lost (ops)</th><th>Errors</th></tr>\n");
-    for (label, index, n) in &reps {
+and the work lost: the ops the before rate would have done over window and recovery, minus those done.</p>\n",
+    );
+    let rows: Vec<(Option<&str>, u32, &NetworkedRun)> = reps.iter().map(|(l, i, n)| (Some(l.as_str()), *i, *n)).collect();
+    window_table(h, &rows);
+    h.push_str("</section>\n");
+}
+
+/// The fault-window table, one row per repetition, window and client: `rows` are (setup
+/// label, or None for a setup's own section, which leaves the column out; repetition; run).
+fn window_table(h: &mut String, rows: &[(Option<&str>, u32, &NetworkedRun)]) {
+    use super::html::esc;
+    let setup = rows.iter().any(|r| r.0.is_some());
+    h.push_str("<table><tr>");
+    if setup {
+        h.push_str("<th class=\"l\">Setup</th>");
+    }
+    h.push_str(
+        "<th>Rep</th><th class=\"l\">Window</th><th>From..to (s)</th><th class=\"l\">Client</th><th>Before MiB/s</th><th>During MiB/s</th><th>Ratio</th>\
+<th>Mean µs</th><th>p99 µs</th><th>Errors</th><th>Retries</th><th>Timeouts</th><th>Recovery (s)</th><th>Work lost (ops)</th></tr>\n",
+    );
+    for (label, index, n) in rows {
         for ws in &n.window_stats {
             let Some(w) = n.windows.get(ws.window) else { continue };
+            h.push_str("<tr>");
+            if setup {
+                let _ = write!(h, "<td class=\"l\">{}</td>", esc(label.unwrap_or_default()));
+            }
             let _ = writeln!(
                 h,
-                "<tr><td class=\"l\">{}</td><td>{index}</td><td class=\"l\">{} {}</td><td>{:.1}..{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(label),
+                "<td>{index}</td><td class=\"l\">{} {}</td><td>{:.1}..{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 esc(&w.kind),
                 esc(&w.description),
                 w.from_s,
@@ -461,13 +482,17 @@ and the work lost: the ops the before rate would have done over window and recov
                 cell(ws.before_mib_s, 2),
                 cell(ws.during_mib_s, 2),
                 cell(ws.ratio, 3),
+                cell(ws.mean_us, 0),
+                cell(ws.p99_us, 0),
+                ws.errors,
+                ws.retries,
+                ws.timeouts,
                 cell(ws.recovery_s, 1),
-                cell(ws.ops_lost, 0),
-                ws.errors
+                cell(ws.ops_lost, 0)
             );
         }
     }
-    h.push_str("</table></section>\n");
+    h.push_str("</table>\n");
 }
 
 /// The stdout lead of a performability study: one line per setup, repetition, window and
@@ -535,32 +560,8 @@ pub fn html(reps: &[super::model::Repetition]) -> String {
         };
         let bands = bands(&st.windows);
         h.push_str(&chart.render_with_bands(&bands));
-        h.push_str("<h3>Fault windows</h3><table><tr><th>Rep</th><th class=\"l\">Window</th><th>From..to (s)</th><th>Client</th><th>Before MiB/s</th><th>During MiB/s</th><th>Ratio</th><th>Mean µs</th><th>p99 µs</th><th>Errors</th><th>Retries</th><th>Timeouts</th><th>Recovery (s)</th><th>Ops lost</th></tr>\n");
-        let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
-        for ws in &st.window_stats {
-            let w = &st.windows[ws.window];
-            let _ = writeln!(
-                h,
-                "<tr><td>{}</td><td class=\"l\">{} {}</td><td>{:.1}..{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                r.index,
-                esc(&w.kind),
-                esc(&w.description),
-                w.from_s,
-                w.to_s.map_or("end".into(), |t| format!("{t:.1}")),
-                esc(&ws.client),
-                f(ws.before_mib_s, 2),
-                f(ws.during_mib_s, 2),
-                f(ws.ratio, 3),
-                f(ws.mean_us, 0),
-                f(ws.p99_us, 0),
-                ws.errors,
-                ws.retries,
-                ws.timeouts,
-                f(ws.recovery_s, 1),
-                f(ws.ops_lost, 0)
-            );
-        }
-        h.push_str("</table>\n");
+        h.push_str("<h3>Fault windows</h3>");
+        window_table(&mut h, &[(None, r.index, st)]);
         if !st.agents.is_empty() {
             h.push_str("<h3>Agents</h3><p>Every sample is on the controller's clock: the agent's time minus its offset (estimated from round trips; the error bound is half the best round trip).</p><table><tr><th>Rep</th><th class=\"l\">Host</th><th class=\"l\">Channel</th><th>Offset ms</th><th>± ms</th><th class=\"l\">Lost</th></tr>\n");
             for a in &st.agents {

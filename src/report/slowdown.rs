@@ -13,9 +13,11 @@
 //! a value is missing, zero or not finite are left out.
 //!
 //! Windows (`method` says which): pair j of a run is its windows 2j and 2j+1, one unarmed
-//! and one armed (spec::windows); each window's workload and flowop figures are the series
-//! of a run, and every pair of every repetition is one pair above, in repetition then pair
-//! order. A pair with a window missing (the run ended in it) is left out.
+//! and one armed (spec::windows); each window's workload and flowop figures, and the
+//! monitor's figures in the same span (`MonitorResults::windows`), are the series of a run,
+//! and every pair of every repetition is one pair above, in repetition then pair order. A
+//! pair with a window missing (the run ended in it) is left out, and so is a layer's pair
+//! where a window saw none of its events.
 
 use super::model::Repetition;
 use serde::{Deserialize, Serialize};
@@ -219,6 +221,14 @@ pub fn queue_over_time(r: &Repetition, op: &str) -> Vec<(f64, f64)> {
     d.series.iter().filter_map(|iv| iv.ops.get(op).filter(|o| o.count > 0).map(|o| (iv.t_s, o.queue_mean_us))).collect()
 }
 
+/// The block layer's queue time over a `baseline: windows` repetition, on the workload's
+/// clock: `queue_over_time` moved by where the workload started on the monitor's series,
+/// from the workload's start on; None where the monitor has no window start.
+pub fn queue_over_workload(r: &Repetition, op: &str) -> Option<Vec<(f64, f64)>> {
+    let off = r.monitor.as_ref()?.window_start.as_ref()?.series_offset_s;
+    Some(queue_over_time(r, op).into_iter().map(|(t, q)| (t - off, q)).filter(|p| p.0 >= 0.0).collect())
+}
+
 /// `runs` (paired runs), `windows` (paired windows) or None (no slowdown).
 pub fn method(baseline: &[Repetition], injected: &[Repetition]) -> Option<&'static str> {
     if !baseline.is_empty() {
@@ -230,9 +240,11 @@ pub fn method(baseline: &[Repetition], injected: &[Repetition]) -> Option<&'stat
     }
 }
 
-/// A window's figures as a repetition's, for `series`.
-fn window_run(w: &super::model::WindowStats) -> Repetition {
-    Repetition { read: w.read.clone(), write: w.write.clone(), flowops: w.flowops.clone(), ..Default::default() }
+/// A window of run `r` as a repetition, for `series`: the workload's figures in it and the
+/// monitor's in the same span (its layers' rows, their counts over the span as throughput).
+fn window_run(w: &super::model::WindowStats, r: &Repetition) -> Repetition {
+    let monitor = r.monitor.as_ref().and_then(|m| m.windows.iter().find(|x| x.index == w.index)).map(|x| x.as_results());
+    Repetition { read: w.read.clone(), write: w.write.clone(), flowops: w.flowops.clone(), monitor, ..Default::default() }
 }
 
 /// Every (unarmed, armed) pair of windows of the repetitions, in repetition then pair order.
@@ -243,7 +255,7 @@ pub fn window_pairs(injected: &[Repetition]) -> Vec<(Repetition, Repetition)> {
         for j in 0..pairs {
             let of = |armed: bool| r.windows.iter().find(|w| w.pair == j && w.armed == armed);
             if let (Some(off), Some(on)) = (of(false), of(true)) {
-                out.push((window_run(off), window_run(on)));
+                out.push((window_run(off, r), window_run(on, r)));
             }
         }
     }
@@ -387,6 +399,59 @@ mod tests {
         let d = 400.0 / 3.0;
         assert_eq!(m.per_pair, vec![10.0 / d, 30.0 / d, 30.0 / d]);
         assert!(rows.iter().all(|r| r.op != "write"), "no writes in the windows: no write series");
+    }
+
+    /// Windows carry the monitor's layers: each window's rows in its span pair as runs do.
+    /// By hand: block_service read means 100 (off) and 1100 (on) in pair 0, 120 and 1120 in
+    /// pair 1 (order on, off): differences 1000, 1000 over the mean off 110: +909.1%; 50
+    /// requests in a 0.8 s span: 62.5/s. A window whose monitor row is missing (no journal
+    /// commit in it) drops that layer's pair only; a window the monitor did not cover (no
+    /// entry) drops every layer's pair but keeps the workload's.
+    #[test]
+    fn windows_carry_the_monitor_layers() {
+        use super::super::model::{OpStats, WindowStats};
+        use crate::monitor::model::{LayerOp, MonitorResults, MonitorWindow, WindowDevice};
+        use crate::spec::windows::WindowPlan;
+        let l = |layer: &str, mean: f64| LayerOp {
+            layer: layer.into(),
+            op: "read".into(),
+            count: 50,
+            mean_us: mean,
+            p50_us: mean,
+            p95_us: mean,
+            p99_us: mean,
+            ..Default::default()
+        };
+        let mw = |index: u32, svc: f64, journal: bool| MonitorWindow {
+            index,
+            from_s: index as f64 + 0.2,
+            to_s: index as f64 + 1.0,
+            stack: if journal { vec![l("journal", 900.0)] } else { vec![] },
+            devices: vec![WindowDevice { device: "/dev/loop9".into(), layers: vec![l("block_service", svc)], ..Default::default() }],
+            ..Default::default()
+        };
+        let win = |index: u32, armed: bool| WindowStats {
+            index,
+            armed,
+            pair: index / 2,
+            read: OpStats { ops: 10, mean_us: 50.0, p50_us: 50.0, p95_us: 50.0, p99_us: 50.0, iops: 10.0, ..Default::default() },
+            ..Default::default()
+        };
+        let windows = vec![mw(0, 100.0, true), mw(1, 1100.0, true), mw(2, 1120.0, false), mw(3, 120.0, true), mw(5, 1000.0, true)];
+        let r = Repetition {
+            windows: (0..6).map(|k| win(k, WindowPlan::armed(k))).collect(),
+            monitor: Some(MonitorResults { windows, ..Default::default() }),
+            ..Default::default()
+        };
+        let rows = rows(&[], &[r]);
+        let get = |s: &str, m: &str| rows.iter().find(|x| x.source == s && x.metric == m).unwrap_or_else(|| panic!("no {s} {m}: {rows:?}"));
+        let b = get("block_service", "mean_us");
+        assert_eq!(b.pairs, 2, "window 4 has no monitor figures: pair 2 left out");
+        assert!((b.baseline - 110.0).abs() < 1e-9 && (b.injected - 1110.0).abs() < 1e-9, "{b:?}");
+        assert!((b.slowdown - 1000.0 / 110.0).abs() < 1e-12);
+        assert!((get("block_service", THROUGHPUT).baseline - 62.5).abs() < 1e-9);
+        assert_eq!(get("journal", "mean_us").pairs, 1, "window 2 saw no commit");
+        assert_eq!(get("workload", "mean_us").pairs, 3);
     }
 
     /// Every layer of the monitor gives series: syscall, the pairs (fs, journal phases,

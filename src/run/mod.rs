@@ -319,7 +319,18 @@ impl Placement for Local {
         let scheduled = std::mem::take(&mut self.scheduled);
         let built = self.built.as_mut().expect("built before the drive");
         self.nbd0 = built.disks.iter().map(|d| Ok(d.stats()?.nbd_client)).collect::<Result<_>>()?;
-        let mut mon = start_monitor(r, built)?;
+        // `baseline: windows`: the workload's windows, for the monitor to sort into
+        let workload = match &r.setup.stack {
+            StackSpec::Command { .. } => None,
+            _ => {
+                let target = built.mountpoint.clone().unwrap_or_else(|| built.devices[0].clone());
+                let mut w = r.exp.workload_for(r.setup, &target).map_err(anyhow::Error::msg)?;
+                w.windows = r.exp.windows;
+                Some(w)
+            }
+        };
+        let windows = workload.as_ref().and_then(|w| w.windows.map(|p| Arc::new(crate::monitor::Windows::new(p, p.count(w.duration.unwrap_or_default())))));
+        let mut mon = start_monitor(r, built, windows)?;
         let hosts = start_host_faults(r, built)?;
         let cpu0 = drive_cpu(built);
         if let StackSpec::Command { command, .. } = &r.setup.stack {
@@ -334,9 +345,7 @@ impl Placement for Local {
             }
             self.crash = drive_command(r, built, self.acks.as_deref())?;
         } else {
-            let target = built.mountpoint.clone().unwrap_or_else(|| built.devices[0].clone());
-            let mut w = r.exp.workload_for(r.setup, &target).map_err(anyhow::Error::msg)?;
-            w.windows = r.exp.windows;
+            let w = workload.expect("a workload unless the stack is a command");
             let mut maps = Maps::new(&w)?;
             if r.setup.power_cut.is_some() {
                 if matches!(w.interface, crate::workload::Interface::Nbd { .. }) {
@@ -345,7 +354,7 @@ impl Placement for Local {
                 maps.track_durability()?;
             }
             let windowed = self.windowed.take();
-            let (res, cut, clock) = drive_workload(r, built, &w, &mut maps, scheduled, windowed)?;
+            let (res, cut, clock) = drive_workload(r, built, &w, &mut maps, scheduled, windowed, mon.as_mut())?;
             o.workload = Some(res);
             o.window_clock = clock;
             self.crash = cut;
@@ -355,7 +364,7 @@ impl Placement for Local {
         let cpu1 = drive_cpu(built);
         o.drive_cpu_s = Some(rm::DriveCpu { workload: cpu1.workload - cpu0.workload, disks: cpu1.disks - cpu0.disks });
         // the verifier's reads are not the workload's: they stay out of the figures
-        o.monitor = stop_monitor(r, mon.take(), built);
+        o.monitor = stop_monitor(r, mon.take(), built, o.workload.as_ref().map(|w| w.windows.len()));
         Ok(())
     }
 
@@ -496,13 +505,13 @@ fn start_host_faults(r: &Rep, built: &Built) -> Result<Option<crate::host::Sched
 /// driver), the experiment's `extra` pairs, and with `syscall` the run's own I/O calls.
 /// `auto`: where it cannot load, the repetition runs without it and its notes say why; `on`:
 /// that is an error.
-fn start_monitor(r: &mut Rep, built: &Built) -> Result<Option<Monitors>> {
+fn start_monitor(r: &mut Rep, built: &Built, windows: Option<Arc<crate::monitor::Windows>>) -> Result<Option<Monitors>> {
     use crate::spec::experiment::MonitorMode;
     let exp = r.exp;
     if exp.monitor.mode == MonitorMode::Off {
         return Ok(None);
     }
-    let block = match crate::monitor::BlockMonitor::start(&built.devices, exp.monitor.interval) {
+    let block = match crate::monitor::BlockMonitor::start(&built.devices, exp.monitor.interval, windows.clone()) {
         Ok(m) => m,
         Err(e) if exp.monitor.mode == MonitorMode::Auto => {
             r.notes.push(format!("monitor: off, BPF unavailable (monitor: auto): {}", format!("{e:#}").lines().next().unwrap_or("")));
@@ -516,13 +525,13 @@ fn start_monitor(r: &mut Rep, built: &Built) -> Result<Option<Monitors>> {
         .iter()
         .map(|x| crate::monitor::pairs::Pair::user(&x.name, &x.enter, &x.exit, x.key.as_deref()).map_err(anyhow::Error::msg))
         .collect::<Result<Vec<_>>>()?;
-    let (pairs, notes) = crate::monitor::start_pairs(&built.devices, &[], extra, &exp.monitor.layers).context("monitor: extra")?;
+    let (pairs, notes) = crate::monitor::start_pairs(&built.devices, &[], extra, &exp.monitor.layers, windows.clone()).context("monitor: extra")?;
     r.notes.extend(notes.into_iter().map(|n| format!("monitor: {n}")));
     // the workload runs in this process's threads: its I/O system calls are this process's
     let sys = if !exp.monitor.layers.iter().any(|l| l == "syscall") {
         None
     } else {
-        match crate::monitor::SyscallMonitor::start(&[std::process::id()]) {
+        match crate::monitor::SyscallMonitor::start(&[std::process::id()], windows.clone()) {
             Ok(m) => Some(m),
             Err(e) => {
                 r.notes.push(format!("monitor: syscall layer not timed: {}", format!("{e:#}").lines().next().unwrap_or("")));
@@ -532,7 +541,7 @@ fn start_monitor(r: &mut Rep, built: &Built) -> Result<Option<Monitors>> {
     };
     // the daemons' service counters, to be differenced at the end (their part of block_service)
     let service0 = built.disks.iter().map(service_counts).collect();
-    Ok(Some(Monitors { block, pairs, sys, service0 }))
+    Ok(Some(Monitors { block, pairs, sys, service0, windows, clock: None }))
 }
 
 /// The monitors of one drive phase.
@@ -541,10 +550,14 @@ struct Monitors {
     pairs: Option<crate::monitor::PairMonitor>,
     sys: Option<crate::monitor::SyscallMonitor>,
     service0: Vec<Option<ServiceCounts>>,
+    /// `baseline: windows`: the windows the monitors sort into, and what the thread that gave
+    /// them the workload's start saw.
+    windows: Option<Arc<crate::monitor::Windows>>,
+    clock: Option<Result<Option<windows::MonitorClock>>>,
 }
 
 /// A disk daemon's service counters: op -> (count, service ns, held delay ns).
-type ServiceCounts = std::collections::BTreeMap<String, (u64, u64, u64)>;
+pub(crate) type ServiceCounts = std::collections::BTreeMap<String, (u64, u64, u64)>;
 
 /// The daemon's service counters per op since it started (`stats`' `service`); None if the
 /// daemon did not answer.
@@ -552,7 +565,8 @@ fn service_counts(d: &Arc<DiskServer>) -> Option<ServiceCounts> {
     Some(d.stats().ok()?.service.into_iter().map(|(k, o)| (k, (o.count, o.service_ns, o.delay_ns))).collect())
 }
 
-fn stop_monitor(r: &mut Rep, m: Option<Monitors>, built: &Built) -> Option<crate::monitor::MonitorResults> {
+/// Stop the monitors; `windows`: the workload's whole windows (`baseline: windows`).
+fn stop_monitor(r: &mut Rep, m: Option<Monitors>, built: &Built, windows: Option<usize>) -> Option<crate::monitor::MonitorResults> {
     let m = m?;
     let service1: Vec<_> = built.disks.iter().map(service_counts).collect();
     let pairs = m.pairs.map(|p| p.stop());
@@ -578,6 +592,9 @@ fn stop_monitor(r: &mut Rep, m: Option<Monitors>, built: &Built) -> Option<crate
                 Some(Err(e)) => res.notes.push(format!("syscall layer failed: {e:#}")),
                 None => {}
             }
+            if let Some(w) = &m.windows {
+                monitor_windows(&mut res, w, m.clock, windows.unwrap_or(0));
+            }
             r.notes.extend(res.notes.iter().map(|n| format!("monitor: {n}")));
             Some(res)
         }
@@ -586,6 +603,56 @@ fn stop_monitor(r: &mut Rep, m: Option<Monitors>, built: &Built) -> Option<crate
             None
         }
     }
+}
+
+/// `baseline: windows`: keep the monitor's windows that it covered from their measured span's
+/// start (the workload's start reached the kernel before it) and that the workload kept
+/// (`kept`, its whole windows), with the daemons' figures between the samples at their edges.
+fn monitor_windows(res: &mut crate::monitor::MonitorResults, w: &crate::monitor::Windows, clock: Option<Result<Option<windows::MonitorClock>>>, kept: usize) {
+    let clock = match clock {
+        Some(Ok(Some(c))) => c,
+        Some(Err(e)) => {
+            res.notes.push(format!("windows: the monitor was not given the workload's start: {e:#}"));
+            res.windows.clear();
+            return;
+        }
+        _ => {
+            res.windows.clear();
+            return;
+        }
+    };
+    res.windows.truncate(kept);
+    let before = res.windows.len();
+    res.windows.retain(|x| w.covered(x.index, clock.start.set_at_s));
+    if res.windows.len() < before {
+        res.notes.push(format!(
+            "windows: the workload's start reached the monitor {:.3} s into the workload, after {} window(s) began: those have no monitor figures",
+            clock.start.set_at_s,
+            before - res.windows.len()
+        ));
+    }
+    // the daemons' figures where both reads fell inside the span: then every request counted
+    // between them was answered inside it
+    let mut outside = 0;
+    for (k, from, to) in &clock.edges {
+        let Some(win) = res.windows.iter_mut().find(|x| x.index == *k) else { continue };
+        if from.from_s < win.from_s || to.to_s > win.to_s {
+            outside += 1;
+            continue;
+        }
+        for (i, d) in win.devices.iter_mut().enumerate() {
+            let (Some(Some(a)), Some(Some(b))) = (from.counts.get(i), to.counts.get(i)) else { continue };
+            d.daemon = b
+                .iter()
+                .filter_map(|(op, x)| crate::monitor::model::DaemonOp::between(a.get(op).copied().unwrap_or_default(), *x).map(|o| (op.clone(), o)))
+                .collect();
+            d.daemon_span = Some([from.to_s, to.from_s]);
+        }
+    }
+    if outside > 0 {
+        res.notes.push(format!("windows: {outside} window(s) without the daemon's figures: its counters could not be read inside their span"));
+    }
+    res.window_start = Some(clock.start);
 }
 
 /// Build: one disk server per disk the stack needs, then the stack on their devices.
@@ -682,6 +749,7 @@ fn drive_workload(
     maps: &mut Maps,
     scheduled: Vec<crate::spec::rule::yaml::FaultSpec>,
     windowed: Option<(Vec<crate::spec::rule::yaml::FaultSpec>, windows::Epoch)>,
+    mon: Option<&mut Monitors>,
 ) -> Result<(WorkloadResult, Option<rm::CrashRecord>, Option<rm::WindowClock>)> {
     let (setup, stop) = (r.setup, r.stop);
     let disks = built.disks.clone();
@@ -728,6 +796,11 @@ fn drive_workload(
         }
         _ => None,
     };
+    // the monitor's windows get the workload's start, the daemons' counters read at their edges
+    let mon_clock = mon.as_ref().and_then(|m| m.windows.clone()).map(|win| {
+        let disks = built.disks.clone();
+        windows::spawn_monitor_clock(win, move || disks.iter().map(service_counts).collect(), progress.clone(), done.clone())
+    });
     r.phase("workload");
     // a recording disk (faultline crash explore, `fault record`) gets the workload's bounds as
     // marks; a disk that is not recording ignores them
@@ -743,6 +816,9 @@ fn drive_workload(
     }
     done.store(true, Relaxed);
     let clock = armer.map(|a| a.join().map_err(|_| anyhow::anyhow!("the windows' arming thread panicked")).and_then(|r| r)).transpose();
+    if let (Some(m), Some(t)) = (mon, mon_clock) {
+        m.clock = Some(t.join().map_err(|_| anyhow::anyhow!("the monitor's window thread panicked")).and_then(|r| r));
+    }
     let store_intervals = store_sampler.join().unwrap_or_default();
     if let Some(t) = ticker {
         let _ = t.join();
@@ -829,4 +905,59 @@ fn drive_workload(
         r.notes.push(format!("armed {} (rule {}) on disk {} at {:.3} s: {}", fr.fault, fr.rule_id, fr.disk, fr.t_s, fr.target));
     }
     Ok((res, crash_rec, clock))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::monitor::model::{MonitorResults, MonitorWindow, WindowDevice};
+    use crate::spec::windows::WindowPlan;
+
+    /// By hand: 1 s windows, no settle, no warm-up; the workload's start reached the monitor
+    /// 2 ms in, so window 0 (measured from 0 s) is left out; the workload kept 3 windows of the
+    /// monitor's 4. The daemon's read counters for window 1: (10 reads, 5 ms service, 4 ms
+    /// held) read over [1.0004, 1.0006] s and (30, 45 ms, 24 ms) over [1.9980, 1.9990] s: 20
+    /// reads of 2000 µs, 1000 µs held, over [1.0006, 1.9980]. Window 2's end read ended after
+    /// its span: no daemon figures there.
+    #[test]
+    fn monitor_windows_keep_what_the_monitor_covered_with_the_daemon_between_edges() {
+        let plan = WindowPlan { length: Duration::from_secs(1), settle: Duration::ZERO, warmup: Duration::ZERO };
+        let w = crate::monitor::Windows::new(plan, 4);
+        let mw = |k: u32| MonitorWindow {
+            index: k,
+            from_s: k as f64,
+            to_s: k as f64 + 1.0,
+            devices: vec![WindowDevice { device: "/dev/loop9".into(), ..Default::default() }],
+            ..Default::default()
+        };
+        let mut res = MonitorResults { windows: (0..4).map(mw).collect(), ..Default::default() };
+        let sample = |from_s: f64, to_s: f64, n: u64, svc_ms: u64, held_ms: u64| windows::DaemonSample {
+            from_s,
+            to_s,
+            counts: vec![Some([("read".to_string(), (n, svc_ms * 1_000_000, held_ms * 1_000_000))].into())],
+        };
+        let clock = windows::MonitorClock {
+            start: crate::monitor::window::WindowStart { set_at_s: 0.002, error_ns: 30, series_offset_s: 0.5 },
+            edges: vec![
+                (0, sample(0.0021, 0.0022, 0, 0, 0), sample(0.998, 0.999, 10, 5, 4)),
+                (1, sample(1.0004, 1.0006, 10, 5, 4), sample(1.998, 1.999, 30, 45, 24)),
+                (2, sample(2.0004, 2.0006, 30, 45, 24), sample(2.999, 3.0001, 40, 55, 24)),
+            ],
+        };
+        monitor_windows(&mut res, &w, Some(Ok(Some(clock))), 3);
+        assert_eq!(res.windows.iter().map(|x| x.index).collect::<Vec<_>>(), [1, 2], "window 0 began before the start was set; window 3 not kept");
+        let d = &res.windows[0].devices[0];
+        let r = &d.daemon["read"];
+        assert_eq!(r.count, 20);
+        assert!((r.service_mean_us - 2000.0).abs() < 1e-9 && (r.delay_mean_us - 1000.0).abs() < 1e-9, "{r:?}");
+        assert_eq!(d.daemon_span, Some([1.0006, 1.998]));
+        assert!(res.windows[1].devices[0].daemon.is_empty() && res.windows[1].devices[0].daemon_span.is_none(), "window 2's end read ended after it");
+        assert!(res.notes.iter().any(|n| n.contains("1 window(s) without the daemon's figures")), "{:?}", res.notes);
+        assert_eq!(res.window_start.as_ref().map(|s| s.set_at_s), Some(0.002));
+        assert!(res.notes.iter().any(|n| n.contains("1 window(s) began")), "{:?}", res.notes);
+        // without the start the monitor's windows are dropped
+        let mut res = MonitorResults { windows: (0..4).map(mw).collect(), ..Default::default() };
+        monitor_windows(&mut res, &w, Some(Ok(None)), 3);
+        assert!(res.windows.is_empty() && res.window_start.is_none());
+    }
 }

@@ -92,6 +92,78 @@ pub(crate) fn spawn_armer(
     })
 }
 
+/// The disk daemons' service counters read near one edge of a window's measured span, and
+/// when the reads began and ended (seconds into the workload).
+pub(crate) struct DaemonSample {
+    pub from_s: f64,
+    pub to_s: f64,
+    pub counts: Vec<Option<super::ServiceCounts>>,
+}
+
+/// What the monitor's window thread saw: when the monitor got the workload's start, and the
+/// daemons' counters near the edges of each window it reached, (window, read at its span's
+/// start, read before its end).
+pub(crate) struct MonitorClock {
+    pub start: crate::monitor::window::WindowStart,
+    pub edges: Vec<(u32, DaemonSample, DaemonSample)>,
+}
+
+/// Start the thread that gives the monitor the workload's start (the windows' clock in the
+/// kernel) as soon as the workload has one, then reads the daemons' counters (`sample`) at
+/// the edges of every window's measured span until the workload is done: at its start the
+/// read begins after the edge, at its end it is aimed to end before it (twice the longest
+/// wake-up and read so far, at least 5 ms, ahead), so what is counted between two reads was
+/// answered inside the span. Its result: None if the workload never started.
+pub(crate) fn spawn_monitor_clock(
+    windows: Arc<crate::monitor::Windows>,
+    sample: impl Fn() -> Vec<Option<super::ServiceCounts>> + Send + 'static,
+    progress: Arc<Progress>,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Result<Option<MonitorClock>>> {
+    std::thread::spawn(move || {
+        let start = loop {
+            if let Some(s) = progress.start.get() {
+                break *s;
+            }
+            if done.load(Relaxed) {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        };
+        let ws = windows.start(start)?;
+        let plan = windows.plan;
+        // the longest wake-up past its time and read so far: a read before an edge starts
+        // twice their sum (at least 5 ms) ahead of it
+        let mut longest = Duration::ZERO;
+        // read at `edge`, or ending by it (`before`); None once the workload is done
+        let mut read = |edge: Duration, before: bool| -> Option<DaemonSample> {
+            let at = if before { edge.saturating_sub((longest * 2).max(Duration::from_millis(5))) } else { edge };
+            loop {
+                let left = at.saturating_sub(start.elapsed());
+                if left.is_zero() {
+                    break;
+                }
+                if done.load(Relaxed) {
+                    return None;
+                }
+                std::thread::sleep(left.min(Duration::from_millis(50)));
+            }
+            let a = start.elapsed();
+            let counts = sample();
+            let b = start.elapsed();
+            longest = longest.max(b.saturating_sub(at));
+            Some(DaemonSample { from_s: a.as_secs_f64(), to_s: b.as_secs_f64(), counts })
+        };
+        let mut edges = Vec::new();
+        for k in 0..windows.n {
+            let Some(from) = read(plan.start(k) + plan.settle, false) else { break };
+            let Some(to) = read(plan.start(k + 1), true) else { break };
+            edges.push((k, from, to));
+        }
+        Ok(Some(MonitorClock { start: ws, edges }))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

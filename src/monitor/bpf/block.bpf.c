@@ -19,6 +19,7 @@
 
 #include "block.h"
 #include "hist.bpf.h"
+#include "win.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -165,6 +166,10 @@ static __always_inline void account(int d, u32 op, u64 bytes, u64 start_ns, u64 
 		if (h)
 			hist_add_cpu(h, q, 0);
 	}
+	// `baseline: windows`: each part in the window that holds it, from its start to its end
+	win_add(((u32)d * NR_LAYERS + LAYER_SERVICE) * NR_OPS + op, issue_ns, now, bytes);
+	if (have_q)
+		win_add(((u32)d * NR_LAYERS + LAYER_QUEUE) * NR_OPS + op, start_ns, issue_ns, 0);
 	if (now < t0_ns || !interval_ns)
 		return;
 	u64 epoch = (now - t0_ns) / interval_ns;
@@ -307,4 +312,18 @@ int tp_rq_complete(struct trace_event_raw_block_rq_completion *ctx)
 	// the event has no remaining length: each event is counted as a whole request
 	account(d, op_of_rwbs(rwbs), bytes, 0, issue, 1);
 	return 0;
+}
+
+// Tests only (src/monitor/window.rs): the window an interval [start, end] counts for, + 1 (0:
+// none), by the code every program above uses. Run with BPF_PROG_RUN, never attached; loaded
+// only by that test.
+struct win_probe_args {
+	u64 start;
+	u64 end;
+};
+
+SEC("syscall")
+int win_probe(struct win_probe_args *a)
+{
+	return window_of(a->start, a->end) + 1;
 }

@@ -13,6 +13,7 @@
 
 #include "pairs.h"
 #include "hist.bpf.h"
+#include "win.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -85,6 +86,15 @@ struct {
 	__type(key, u32);
 	__type(value, struct sum_val);
 } sums SEC(".maps");
+
+// Per window (`baseline: windows`, win.bpf.h), key window << 32 | sum index: an event counts in
+// the window its time (the commit's end for jbd2_run_stats) falls in.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1);
+	__type(key, u64);
+	__type(value, struct sum_val);
+} wsums SEC(".maps");
 
 // The driver layer's FUSE requests on BTF-typed or raw tracepoints (where they load): the
 // request's own fields through its pointer, no event record built; the start time kept in an
@@ -175,6 +185,9 @@ static __always_inline void fuse_end(u32 conn, u64 unique, u32 opcode)
 	struct hist *h = bpf_map_lookup_elem(&fuse_hists, &c);
 	if (h)
 		hist_add_cpu(h, ns, 0);
+	// per window after the classic pairs' histograms
+	if (now > t)
+		win_add(MAX_PAIR_HISTS + c, t, now, 0);
 }
 
 SEC("tp_btf/fuse_request_send")
@@ -254,7 +267,8 @@ static __always_inline void one(void *ctx, struct att_pair *p, int exit, u64 now
 			__sync_fetch_and_add(&ps->unmatched, 1);
 		return;
 	}
-	u64 ns = now - v->ts;
+	u64 ts = v->ts;
+	u64 ns = now - ts;
 	u32 class = v->class;
 	bpf_map_delete_elem(&starts, &k);
 	if (class >= p->nclass)
@@ -264,6 +278,8 @@ static __always_inline void one(void *ctx, struct att_pair *p, int exit, u64 now
 	if (!h)
 		return;
 	hist_add_shared(h, ns, 0);
+	if (now >= ts)
+		win_add(hi, ts, now, 0);
 }
 
 static __always_inline int on_event(void *ctx, int exit)
@@ -303,7 +319,27 @@ int field_sum(void *ctx)
 			return 0;
 	}
 	kconfig_hz = CONFIG_HZ;
+	struct sum_val *w = NULL;
+	if (win_n) {
+		u64 now = bpf_ktime_get_ns();
+		int k = window_of(now, now);
+		if (k >= 0) {
+			u64 key = ((u64)k << 32) | i;
+			w = bpf_map_lookup_elem(&wsums, &key);
+			if (!w) {
+				struct sum_val zero = {};
+				bpf_map_update_elem(&wsums, &key, &zero, BPF_NOEXIST);
+				w = bpf_map_lookup_elem(&wsums, &key);
+				u32 z = 0;
+				u64 *lost = w ? NULL : bpf_map_lookup_elem(&win_lost, &z);
+				if (lost)
+					__sync_fetch_and_add(lost, 1);
+			}
+		}
+	}
 	__sync_fetch_and_add(&s->count, 1);
+	if (w)
+		__sync_fetch_and_add(&w->count, 1);
 	u32 n = c->nfields;
 #pragma unroll
 	for (int f = 0; f < SUM_FIELDS; f++) {
@@ -313,6 +349,11 @@ int field_sum(void *ctx)
 		__sync_fetch_and_add(&s->sum[f], v);
 		if (v > s->max[f])
 			s->max[f] = v; // racy max: summed events are rare (one per journal commit)
+		if (w) {
+			__sync_fetch_and_add(&w->sum[f], v);
+			if (v > w->max[f])
+				w->max[f] = v;
+		}
 	}
 	return 0;
 }

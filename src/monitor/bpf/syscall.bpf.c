@@ -11,6 +11,7 @@
 
 #include "syscall.h"
 #include "hist.bpf.h"
+#include "win.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -94,13 +95,16 @@ static __always_inline int on_exit(long ret)
 	struct call *c = bpf_task_storage_get(&calls, bpf_get_current_task_btf(), 0, 0);
 	if (!c || !c->ts)
 		return 0;
-	u64 ns = bpf_ktime_get_ns() - c->ts;
+	u64 ts = c->ts, now = bpf_ktime_get_ns();
+	u64 ns = now - ts;
 	u32 op = c->op;
 	c->ts = 0;
 	struct hist *h = bpf_map_lookup_elem(&sys_hists, &op);
 	if (!h)
 		return 0;
-	hist_add_cpu(h, ns, ret > 0 && op <= 1 ? ret : 0); // read, write: bytes transferred
+	u64 bytes = ret > 0 && op <= 1 ? ret : 0; // read, write: bytes transferred
+	hist_add_cpu(h, ns, bytes);
+	win_add(op, ts, now, bytes);
 	if (ret < 0) {
 		struct sysop_stat *s = bpf_map_lookup_elem(&sys_stats, &op);
 		if (s)
