@@ -164,6 +164,11 @@ impl Prober {
                 }
                 std::thread::sleep(Duration::from_millis(10).min(due.saturating_sub(self.t0.elapsed())));
             }
+            // the relay's counters first: `show` runs `ip` in every host, which a loaded
+            // machine can stretch to a second; it reads the link counters at its end, so the
+            // sample's time is taken after it (a time taken before labelled a partition's drops
+            // a second early)
+            let links = self.net.show().unwrap_or_default();
             let t = self.t0.elapsed().as_secs_f64();
             let dt = (t - last_t).max(1e-3);
             let m = machine_cpu();
@@ -172,7 +177,6 @@ impl Prober {
             let (mu, ms, mst) = (mpct(m.0, last_machine.0), mpct(m.1, last_machine.1), mpct(m.2, last_machine.2));
             last_machine = m;
             let mem = mem_available_mib();
-            let links = self.net.show().unwrap_or_default();
             for h in &self.hosts {
                 let mut c = Counters::default();
                 let (pids, proc_net): (Vec<u32>, Option<String>) = match &h.client {
