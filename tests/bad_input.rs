@@ -166,8 +166,9 @@ fn failed_run_leaves_no_results_directory() {
 }
 
 #[test]
-fn failed_run_keeps_the_maps_of_finished_repetitions() {
-    // setup `a` finishes (its maps are written), then setup `b`'s store cannot be opened
+fn failed_run_keeps_the_results_of_finished_setups() {
+    // setup `a` finishes, then setup `b`'s store cannot be opened: `b` is recorded as failed,
+    // `a`'s results and maps are written, the run fails naming `b`
     let dir = tempfile::tempdir().unwrap();
     let exp = dir.path().join("exp.yaml");
     let store = dir.path().join("no/such/dir/disk.img");
@@ -184,9 +185,11 @@ fn failed_run_keeps_the_maps_of_finished_repetitions() {
     let o = run.cmd(&["run", "-q"]).arg(&exp).arg("--out").arg(&out).output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(!o.status.success() && run.leftovers().is_empty(), "must fail and leave nothing: {e}\n{:?}", run.leftovers());
-    assert!(e.contains("cannot open store file") && e.contains("1 repetition(s) that finished are kept"), "{e}");
+    assert!(e.contains("cannot open store file") && e.contains("1 of 2 setup(s) failed (`b` repetition 1)"), "{e}");
     assert!(out.join("maps").join("a-1").exists(), "the finished repetition's maps are gone");
-    assert!(!out.join("results.json").exists());
+    let r = faultline::report::load_dir(&out).unwrap();
+    assert_eq!(r.setups.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    assert!(r.failed.len() == 1 && r.failed[0].setup == "b" && r.failed[0].error.contains("disk server did not start"), "{:?}", r.failed);
 }
 
 #[test]

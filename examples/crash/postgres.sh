@@ -43,7 +43,6 @@ die() { echo "postgres.sh: $*" >&2; exit 2; }
 PG=$FAULTLINE_MOUNT/pg
 DATA=$PG/data
 RUN=$PG/run
-SELF=$(readlink -f "$0")
 export PATH=$PGBIN:$PATH PGHOST=$RUN PGUSER=postgres PGDATABASE=postgres
 
 # The server's settings, both for the writer and the check. Only a unix socket; small memory.
@@ -81,13 +80,18 @@ value_sql() { VALUE="repeat(md5($1 || ':' || $2 || ':' || $3), 16)"; }
 # The acks file is opened here (fd 3, append) because the postgres user may not write where
 # faultline keeps it.
 if [ "$(id -u)" = 0 ]; then
+  SELF=$(readlink -f "$0")
   mkdir -p "$RUN"
   chown postgres:postgres "$PG" "$RUN"
   chmod 700 "$RUN"
   [ "${1:-}" = check ] && chown -R postgres:postgres "$PG"
   exec 3>>"$FAULTLINE_ACKS"
-  # --kill-child: the namespace's first process gets SIGKILL if unshare itself is killed
-  exec unshare --ipc --pid --fork --kill-child setpriv --reuid=postgres --regid=postgres --init-groups "$SELF" "$@"
+  # --kill-child: the namespace's first process gets SIGKILL if unshare itself is killed.
+  # The script goes as text, not as its path: postgres may not reach a copy of faultline in a
+  # private directory (mktemp -d is mode 700), and a copy on the disk under test would vanish
+  # with the power cut while bash still reads it.
+  cd /
+  exec unshare --ipc --pid --fork --kill-child setpriv --reuid=postgres --regid=postgres --init-groups bash -c "$(cat "$SELF")" postgres.sh "$@"
 fi
 
 cmd=${1:-}

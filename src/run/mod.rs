@@ -167,6 +167,11 @@ fn run_in(exp: &Experiment, opts: &RunOptions, out: &Path, started: u64, finishe
             }
         }
     }
+    // nothing finished: there is nothing to write, and the failures are the run's error
+    if *finished == 0 && !results.failed.is_empty() {
+        let each: Vec<String> = results.failed.iter().map(|f| format!("setup `{}`, repetition {}: {}", f.setup, f.repetition, f.error)).collect();
+        bail!("{}", each.join("; "));
+    }
     for (si, (setup, (baseline, reps))) in exp.setups.iter().zip(done).enumerate() {
         // a failed setup is left out whole (`failed` says why): its finished repetitions would
         // stand for the setup as if complete, or leave a baseline run without its pair
