@@ -49,16 +49,17 @@ fn cut_whole(c: &Value, what: &str) {
 }
 
 /// The case's checks hold for every cut; what it needs to show something is a cut with
-/// unsynced writes, which a cut timed by ops can miss when every thread has just synced (seen
-/// under heavy load): such a cut is run again, up to three times.
+/// durable and unsynced writes, which a cut can miss when every thread has just synced, or when
+/// the file system's own flushes reach `after_flushes` before any fsync returned (seen under
+/// heavy load): such a cut is run again, up to three times.
 fn fs_case(fs: &str, model: &str, when: &str) {
     for attempt in 1..=3 {
         if fs_attempt(fs, model, when, attempt) {
             return;
         }
-        eprintln!("{fs} {model}: attempt {attempt}: the cut found nothing unsynced; again");
+        eprintln!("{fs} {model}: attempt {attempt}: the cut found nothing durable or nothing unsynced; again");
     }
-    panic!("{fs} {model}: three cuts found nothing unsynced (4 threads between fsyncs)");
+    panic!("{fs} {model}: three cuts found nothing durable or nothing unsynced (4 threads between fsyncs)");
 }
 
 /// One cut; whether it found unsynced writes.
@@ -84,8 +85,9 @@ faults:\n  - {{type: power-cut, model: {model}, seed: 5, when: {when}}}\n"
     assert_eq!(c["check"]["exit_code"], 0);
     no_failures(c, &what);
     let o = &c["oracle"];
-    assert!(n(o, "durable_kept") > 0, "{what}: {o}");
-    let unsynced = n(o, "unsynced_kept") + n(o, "unsynced_lost") > 0;
+    // something to show: a sync credited before the cut (btrfs's own flushes can reach
+    // `after_flushes` before any of the workload's fsyncs returned) and writes after it
+    let unsynced = n(o, "durable_kept") > 0 && n(o, "unsynced_kept") + n(o, "unsynced_lost") > 0;
     // the summary line and the report's crash section
     assert!(out.contains(&format!("crash: cut-{fs} rep 1: {model}")) && out.contains("oracle: durable-lost 0 garbage 0"), "{out}");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
