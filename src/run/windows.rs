@@ -61,15 +61,7 @@ pub(crate) fn spawn_armer(
     done: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Result<Option<WindowClock>>> {
     std::thread::spawn(move || {
-        let start = loop {
-            if let Some(s) = progress.start.get() {
-                break *s;
-            }
-            if done.load(Relaxed) {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_micros(500));
-        };
+        let Some(start) = wait_for_start(&progress, &done) else { return Ok(None) };
         let offset = start.saturating_duration_since(epoch.mid);
         let per = window_rules(&faults, &plan, n, offset, disks.len());
         let mut armed = 0;
@@ -121,15 +113,7 @@ pub(crate) fn spawn_monitor_clock(
     done: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<Result<Option<MonitorClock>>> {
     std::thread::spawn(move || {
-        let start = loop {
-            if let Some(s) = progress.start.get() {
-                break *s;
-            }
-            if done.load(Relaxed) {
-                return Ok(None);
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        };
+        let Some(start) = wait_for_start(&progress, &done) else { return Ok(None) };
         let ws = windows.start(start)?;
         let plan = windows.plan;
         // the longest wake-up past its time and read so far: a read before an edge starts
@@ -162,6 +146,19 @@ pub(crate) fn spawn_monitor_clock(
         }
         Ok(Some(MonitorClock { start: ws, edges }))
     })
+}
+
+/// The workload's first I/O, once it was issued; None if the run ended first.
+fn wait_for_start(progress: &Progress, done: &AtomicBool) -> Option<std::time::Instant> {
+    loop {
+        if let Some(s) = progress.start.get() {
+            return Some(*s);
+        }
+        if done.load(Relaxed) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 #[cfg(test)]
