@@ -137,7 +137,7 @@ def main():
     pairs = sorted({x["pairs"] for x in mean_rows})
     print(f"{len(setups)} setups; {len(mean_rows)} (setup, source, op) mean-latency slowdowns from {pairs} pairs each;")
     print(f"  95% interval above 0 in {sig_up}, below 0 in {sig_down}")
-    widths = [x["ci_high"] - x["ci_low"] for x in mean_rows if not math.isnan(x["ci_high"])]
+    widths = [x["ci_high"] - x["ci_low"] for x in mean_rows if x["ci_high"] is not None and not math.isnan(x["ci_high"])]
     if widths:
         print(f"  interval width: median {pct(statistics.median(widths))} (the smallest {pct(min(widths))})")
 
