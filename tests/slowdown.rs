@@ -346,16 +346,54 @@ setups:
     assert!(csv.lines().any(|l| l.starts_with("held,workload,read,mean_us,6,")), "{csv}");
 }
 
+/// A setup's mean-latency slowdown rows per layer, printed whole when an assertion fails.
+struct Layers<'a> {
+    rows: &'a [faultline::report::slowdown::SlowdownRow],
+    table: String,
+}
+
+impl<'a> Layers<'a> {
+    fn new(rows: &'a [faultline::report::slowdown::SlowdownRow]) -> Layers<'a> {
+        let table = rows
+            .iter()
+            .filter(|x| x.metric == "mean_us")
+            .map(|x| format!("{} {} {} ({} pairs)\n", x.source, x.op, faultline::report::slowdown::fmt_pct(x), x.pairs))
+            .collect();
+        Layers { rows, table }
+    }
+
+    fn get(&self, src: &str, op: &str) -> &'a faultline::report::slowdown::SlowdownRow {
+        self.rows.iter().find(|x| x.source == src && x.op == op && x.metric == "mean_us").unwrap_or_else(|| panic!("no {src} {op} row:\n{}", self.table))
+    }
+
+    /// 1 ms held in the device on every read, one thread issuing one request at a time: the
+    /// daemon's read service time holds it exactly; every read request the block layer and
+    /// the FUSE driver see waits for it (injected mean at least 1 ms, slower than the
+    /// baseline). No write waits behind a held read: a delay reaching writes would put 1 ms
+    /// into each, so their injected mean stays below it, the daemon's within 100 µs of its
+    /// baseline.
+    fn assert_read_delay_held_in_the_device(&self) {
+        let t = &self.table;
+        let daemon = self.get("daemon", "read");
+        assert!(daemon.distinguishable && (daemon.injected - daemon.baseline - 1000.0).abs() < 50.0, "daemon read: not the 1 ms held:\n{t}");
+        for (src, op) in [("block_service", "read"), ("driver", "fuse:read"), ("daemon", "read")] {
+            let x = self.get(src, op);
+            assert!(x.injected >= 1000.0 && x.slowdown > 0.0, "{src} {op}: injected mean {:.0} µs, below the held 1 ms:\n{t}", x.injected);
+        }
+        for (src, op) in [("block_service", "write"), ("driver", "fuse:write"), ("daemon", "write")] {
+            let x = self.get(src, op);
+            assert!(x.injected < 1000.0, "{src} {op}: injected mean {:.0} µs: the read delay reached the writes:\n{t}", x.injected);
+        }
+        let w = self.get("daemon", "write");
+        assert!((w.injected - w.baseline).abs() < 100.0, "daemon write moved with a delay held on reads only:\n{t}");
+    }
+}
+
 /// The monitor in a paired study, on a real ext4 stack: every layer gives slowdown rows
 /// (syscall, fs, journal, block queue and service, driver, daemon), and a 1 ms delay held in
-/// the device (`hold: device`) on every read shows where it is. The daemon's own figure holds
-/// it exactly (its read service time grows by 1 ms); every read request the block layer and
-/// the FUSE driver see waits for it, so their injected mean is at least 1 ms and above the
-/// baseline's. (Not every workload read is a device read: reads of blocks of the preallocated
-/// files not yet written return zeros without I/O.) One thread, one request at a time: no write
-/// ever waits behind a held read, so a write request's block service, FUSE and daemon times
-/// cannot hold the delay: a delay reaching writes would put 1 ms into each, and their injected
-/// mean stays below it (the daemon's within 100 µs of its baseline). Per-request floors rather
+/// the device (`hold: device`) on every read shows where it is (`Layers::
+/// assert_read_delay_held_in_the_device`). (Not every workload read is a device read: reads of
+/// blocks of the preallocated files not yet written return zeros without I/O.) Per-request floors rather
 /// than intervals: on a loaded machine (load 30 on 2 CPUs here) baseline block times swung
 /// from 66 to 339 µs between runs, wider than a 4-pair interval can pair away.
 #[test]
@@ -394,11 +432,7 @@ faults: [{name: slow, type: delay, delay: 1ms, op: read, hold: device}]
         common::skip("", &why);
         return;
     }
-    let table: String =
-        s.slowdown.iter().filter(|x| x.metric == "mean_us").map(|x| format!("{} {} {}\n", x.source, x.op, faultline::report::slowdown::fmt_pct(x))).collect();
-    let get = |src: &str, op: &str| {
-        s.slowdown.iter().find(|x| x.source == src && x.op == op && x.metric == "mean_us").unwrap_or_else(|| panic!("no {src} {op} row:\n{table}"))
-    };
+    let layers = Layers::new(&s.slowdown);
     // every layer is there
     for (src, op) in [
         ("syscall", "read"),
@@ -412,22 +446,9 @@ faults: [{name: slow, type: delay, delay: 1ms, op: read, hold: device}]
         ("daemon", "read"),
         ("daemon", "write"),
     ] {
-        assert_eq!(get(src, op).pairs, 4, "{src} {op}:\n{table}");
+        assert_eq!(layers.get(src, op).pairs, 4, "{src} {op}:\n{}", layers.table);
     }
-    // the held delay, where it is held
-    let daemon = get("daemon", "read");
-    assert!(daemon.distinguishable && (daemon.injected - daemon.baseline - 1000.0).abs() < 50.0, "daemon read: not the 1 ms held:\n{table}");
-    for (src, op) in [("block_service", "read"), ("driver", "fuse:read"), ("daemon", "read")] {
-        let x = get(src, op);
-        assert!(x.injected >= 1000.0 && x.slowdown > 0.0, "{src} {op}: injected mean {:.0} µs, below the held 1 ms:\n{table}", x.injected);
-    }
-    // the writes cannot hold it
-    for (src, op) in [("block_service", "write"), ("driver", "fuse:write"), ("daemon", "write")] {
-        let x = get(src, op);
-        assert!(x.injected < 1000.0, "{src} {op}: injected mean {:.0} µs: the read delay reached the writes:\n{table}", x.injected);
-    }
-    let w = get("daemon", "write");
-    assert!((w.injected - w.baseline).abs() < 100.0, "daemon write moved with a delay held on reads only:\n{table}");
+    layers.assert_read_delay_held_in_the_device();
     // the report leads with the slowdown and tells where the time went
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("class=\"lead-latency\"") && html.contains("layers: where the time went"), "report without the per-layer lead");
@@ -439,10 +460,8 @@ faults: [{name: slow, type: delay, delay: 1ms, op: read, hold: device}]
 /// setup as the paired-runs test above (a 1 ms delay held in the device on every read, one
 /// thread), its four pairs from windows of one run. Every window of the run has the monitor's
 /// figures over exactly the workload's measured span (the same `from_s`, `to_s`); every layer
-/// gives slowdown rows from the window pairs; the daemon's read service time grows by the
-/// held 1 ms in the armed windows (every read held there, none in the unarmed ones), the
-/// block and FUSE read times at least by it, and the write requests, which never wait behind
-/// a held read, stay below it (the daemon's within 100 µs of the unarmed windows'). Each
+/// gives slowdown rows from the window pairs, the held 1 ms where it is held (every read in the
+/// armed windows, none in the unarmed ones; `Layers::assert_read_delay_held_in_the_device`). Each
 /// workload read of a window is a `pread` the syscall layer timed inside the read's own
 /// interval, so the syscall layer counts at least as many reads in that window (more: the
 /// monitor's own reads of sysfs run in the same process).
@@ -512,15 +531,7 @@ faults: [{name: slow, type: delay, delay: 1ms, op: read, hold: device}]
         }
     }
     assert!(daemon_windows >= 6, "{daemon_windows} of 8 windows with the daemon's figures: {:?}", m.notes);
-    let table: String = s
-        .slowdown
-        .iter()
-        .filter(|x| x.metric == "mean_us")
-        .map(|x| format!("{} {} {} ({} pairs)\n", x.source, x.op, faultline::report::slowdown::fmt_pct(x), x.pairs))
-        .collect();
-    let get = |src: &str, op: &str| {
-        s.slowdown.iter().find(|x| x.source == src && x.op == op && x.metric == "mean_us").unwrap_or_else(|| panic!("no {src} {op} row:\n{table}"))
-    };
+    let layers = Layers::new(&s.slowdown);
     for (src, op) in [
         ("syscall", "read"),
         ("fs", "ext4_sync_file"),
@@ -530,28 +541,17 @@ faults: [{name: slow, type: delay, delay: 1ms, op: read, hold: device}]
         ("driver", "fuse:read"),
         ("driver", "fuse:write"),
     ] {
-        assert_eq!(get(src, op).pairs, 4, "{src} {op}:\n{table}");
+        assert_eq!(layers.get(src, op).pairs, 4, "{src} {op}:\n{}", layers.table);
     }
-    assert!(get("journal", "commit").pairs >= 1, "{table}");
+    assert!(layers.get("journal", "commit").pairs >= 1, "{}", layers.table);
     for op in ["read", "write"] {
-        assert!(get("daemon", op).pairs >= 3, "daemon {op}:\n{table}");
+        assert!(layers.get("daemon", op).pairs >= 3, "daemon {op}:\n{}", layers.table);
     }
-    let daemon = get("daemon", "read");
-    assert!(daemon.distinguishable && (daemon.injected - daemon.baseline - 1000.0).abs() < 50.0, "daemon read: not the 1 ms held:\n{table}");
-    for (src, op) in [("block_service", "read"), ("driver", "fuse:read"), ("daemon", "read")] {
-        let x = get(src, op);
-        assert!(x.injected >= 1000.0 && x.slowdown > 0.0 && x.distinguishable, "{src} {op}: armed mean {:.0} µs:\n{table}", x.injected);
-    }
+    layers.assert_read_delay_held_in_the_device();
     // the read calls wait for it too (their mean also holds reads of unwritten blocks, which
     // reach no device, and the monitor's own reads of sysfs: not a floor of 1 ms)
-    let sys = get("syscall", "read");
-    assert!(sys.slowdown > 0.0 && sys.distinguishable, "syscall read:\n{table}");
-    for (src, op) in [("block_service", "write"), ("driver", "fuse:write"), ("daemon", "write")] {
-        let x = get(src, op);
-        assert!(x.injected < 1000.0, "{src} {op}: armed mean {:.0} µs: the read delay reached the writes:\n{table}", x.injected);
-    }
-    let w = get("daemon", "write");
-    assert!((w.injected - w.baseline).abs() < 100.0, "daemon write moved with a delay held on reads only:\n{table}");
+    let sys = layers.get("syscall", "read");
+    assert!(sys.slowdown > 0.0 && sys.distinguishable, "syscall read:\n{}", layers.table);
     // the rows reach results.json, slowdown.csv and the report's "where the time went"
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(json["setups"][0]["repetitions"][0]["monitor"]["windows"].as_array().map(|a| a.len()), Some(8));

@@ -111,6 +111,19 @@ impl Cutter {
 }
 
 /// "at 2s", "after 5000 ops", "after 40 flushes".
+/// The start of a crash phase. A cut whose trigger never came due is recorded as such with a
+/// note and ends the phase (`None`); a cut that fired prints the phase line (`what`: where the
+/// power went) and is handed back to be checked.
+pub(crate) fn begin(rec: rm::CrashRecord, r: &mut super::pipeline::Rep, o: &mut super::pipeline::Outcome, what: &str) -> Option<rm::CrashRecord> {
+    if !rec.fired {
+        r.notes.push(format!("{}: its trigger ({}) never came due during the workload: no power cut", rec.fault, rec.trigger));
+        o.crash = Some(rec);
+        return None;
+    }
+    r.phase(&format!("crash + check ({} cut{what} at {:.3} s)", rec.model.map(|m| m.to_string()).unwrap_or_default(), rec.t_s));
+    Some(rec)
+}
+
 pub(crate) fn trigger_text(t: CutTrigger) -> String {
     match t {
         CutTrigger::At(d) => format!("at {}", crate::spec::units::format_duration(d)),

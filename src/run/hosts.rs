@@ -509,13 +509,7 @@ impl Placement for Namespaces<'_> {
     /// and the durability oracle rereads every block the client wrote over NBD, from the
     /// client's host, through a client of its own (nothing cached above the target's disk).
     fn crash(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
-        let Some(mut rec) = self.crash.take() else { return Ok(()) };
-        if !rec.fired {
-            r.notes.push(format!("{}: its trigger ({}) never came due during the workload: no power cut", rec.fault, rec.trigger));
-            o.crash = Some(rec);
-            return Ok(());
-        }
-        r.phase(&format!("crash + check ({} cut of the target at {:.3} s)", rec.model.map(|m| m.to_string()).unwrap_or_default(), rec.t_s));
+        let Some(mut rec) = self.crash.take().and_then(|rec| super::crash::begin(rec, r, o, " of the target")) else { return Ok(()) };
         let t = Instant::now();
         let disk = self.disk.as_ref().context("a power cut needs faultline's target")?;
         disk.power_on()?;

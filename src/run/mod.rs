@@ -378,13 +378,7 @@ impl Placement for Local {
     /// (its journal replays) and unmounts, its check runs, it mounts again, and the oracle
     /// and the application's check read what survived.
     fn crash(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
-        let Some(mut rec) = self.crash.take() else { return Ok(()) };
-        if !rec.fired {
-            r.notes.push(format!("{}: its trigger ({}) never came due during the workload: no power cut", rec.fault, rec.trigger));
-            o.crash = Some(rec);
-            return Ok(());
-        }
-        r.phase(&format!("crash + check ({} cut at {:.3} s)", rec.model.map(|m| m.to_string()).unwrap_or_default(), rec.t_s));
+        let Some(mut rec) = self.crash.take().and_then(|rec| crash::begin(rec, r, o, "")) else { return Ok(()) };
         let t = Instant::now();
         let cut = r.setup.power_cut.as_ref().expect("a cut fired");
         let built = self.built.as_mut().expect("built before the crash");
@@ -516,6 +510,15 @@ fn start_monitor(r: &mut Rep, built: &Built, windows: Option<Arc<crate::monitor:
     if exp.monitor.mode == MonitorMode::Off {
         return Ok(None);
     }
+    // per-window histograms are hash maps allocated as used, which tracing programs may only
+    // hold from Linux 6.1 (earlier kernels warn in their log, or refuse on PREEMPT_RT)
+    let windows = match crate::sys::kernel_version() {
+        Some(v) if windows.is_some() && v < (6, 1) => {
+            r.notes.push(format!("monitor: no per-window figures: they need Linux 6.1+, this is {}.{}; the monitor's figures are the whole run's", v.0, v.1));
+            None
+        }
+        _ => windows,
+    };
     let block = match crate::monitor::BlockMonitor::start(&built.devices, exp.monitor.interval, windows.clone()) {
         Ok(m) => m,
         Err(e) if exp.monitor.mode == MonitorMode::Auto => {

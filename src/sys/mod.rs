@@ -13,6 +13,17 @@ pub mod netns;
 pub mod process;
 pub mod timer;
 
+/// The running kernel's release as (major, minor), from /proc/sys/kernel/osrelease
+/// ("6.18.0-1-amd64" is (6, 18)); `None` when it cannot be read.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    parse_release(&std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?)
+}
+
+fn parse_release(s: &str) -> Option<(u32, u32)> {
+    let mut it = s.trim().split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
 /// The size of a file or block device in bytes (a device's size is where a seek to its end lands).
 pub fn file_size(p: &std::path::Path) -> anyhow::Result<u64> {
     use anyhow::Context;
@@ -117,4 +128,15 @@ pub fn drop_page_cache(dev: &std::path::Path) -> anyhow::Result<()> {
     // SAFETY: our open fd; BLKFLSBUF takes no argument
     unsafe { blkflsbuf(f.as_raw_fd()) }.with_context(|| format!("cannot drop the page cache of {} (BLKFLSBUF)", dev.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn kernel_releases_parse_to_major_minor() {
+        assert_eq!(super::parse_release("6.18.0-1-amd64\n"), Some((6, 18)));
+        assert_eq!(super::parse_release("5.15.0-91-generic"), Some((5, 15)));
+        assert_eq!(super::parse_release("6.1"), Some((6, 1)));
+        assert_eq!(super::parse_release("garbage"), None);
+    }
 }
