@@ -320,6 +320,11 @@ fn bad_power_cuts_are_refused_with_their_place() {
 /// A personality under a cut: `faultline run` with `reps` repetitions; each repetition's crash
 /// record.
 fn personality_cut(tag: &str, stack: &str, workload: &str, model: &str, when: &str, reps: u32) -> Vec<Value> {
+    crashes(&personality_run(tag, stack, workload, model, when, reps))
+}
+
+/// `personality_cut`'s run: the whole results.json.
+fn personality_run(tag: &str, stack: &str, workload: &str, model: &str, when: &str, reps: u32) -> Value {
     let run = RunDir::new(&format!("crash-{tag}"));
     let tmp = tempfile::tempdir().unwrap();
     let yaml = format!(
@@ -348,7 +353,7 @@ faults:\n  - {{type: power-cut, model: {model}, seed: 7, when: {when}}}\n"
     }
     assert!(out.contains("; entries: checked"), "{out}");
     assert!(run.leftovers().is_empty(), "{tag}: {:?}", run.leftovers());
-    cs
+    res
 }
 
 /// ext4 and xfs honour flushes: after a cut every entry and block varmail made durable (file
@@ -410,4 +415,53 @@ fn varmail_on_ext4_without_barriers_loses_durable_entries() {
     let lost = |c: &Value, k: &str| c["oracle"][k].as_u64().unwrap_or(0);
     let failing = cs.iter().filter(|c| lost(c, "files_lost") + lost(c, "durable_lost") > 0).count();
     assert!(failing >= 2, "durable losses in {failing} of 3 runs: {cs:#?}");
+}
+
+/// varmail's rewrite as an atomic replace (`replace: true`: temp file written and fsynced,
+/// renamed over the message, directory fsynced): after a lose-all cut every rename that was
+/// durable is there with its fsynced content, no destination is missing or holds its old
+/// version, and no renamed-away temp is back.
+fn replace_keeps_every_durable_rename(fs: &str) {
+    let tag = format!("varmail-replace-{fs}");
+    let res = personality_run(&tag, fs, "personality: varmail, scale: 0.2, threads: 4, fsync_dir: true, replace: true", "lose-all", "{after_ops: 4000}", 1);
+    let c = &crashes(&res)[0];
+    assert_eq!(c["mount"], "ok", "{tag}: {c:#}");
+    assert_eq!(c["check"]["verdict"], "clean", "{tag}: {:#}", c["check"]);
+    no_failures(c, &tag);
+    let (e, r) = (&c["oracle"]["entries"], &c["oracle"]["entries"]["renamed"]);
+    assert_eq!((n(e, "durable_lost"), n(e, "reappeared"), n(r, "durable_lost")), (0, 0, 0), "{tag}: {e}");
+    // the workload renamed (its own flowop), and the oracle checked durable renames
+    let renames = n(&res["setups"][0]["repetitions"][0]["flowops"]["renamefile"], "ops");
+    assert!(renames > 50, "{tag}: {renames} renames before the cut");
+    assert!(n(r, "checked") > 10 && n(r, "durable_kept") > 0, "{tag}: {r}");
+    let sum: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "durable_lost"].iter().map(|k| n(r, k)).sum();
+    assert_eq!(sum, n(r, "checked"), "{tag}: {r}");
+}
+
+#[test]
+fn varmail_replace_on_ext4_lose_all_keeps_every_durable_rename() {
+    replace_keeps_every_durable_rename("ext4");
+}
+
+#[test]
+fn varmail_replace_on_xfs_lose_all_keeps_every_durable_rename() {
+    replace_keeps_every_durable_rename("xfs");
+}
+
+/// The negative control of the replace: ext4 `barrier=0` sends no flush, so after a lose-all
+/// cut the renames the workload made durable (directory fsynced after them) are gone with the
+/// rest: the oracle must count durable rename losses in most runs.
+#[test]
+fn varmail_replace_on_ext4_without_barriers_loses_durable_renames() {
+    let cs = personality_cut(
+        "varmail-replace-nobarrier",
+        "{fs: ext4, mount: [barrier=0]}",
+        "personality: varmail, scale: 0.2, threads: 4, fsync_dir: true, replace: true",
+        "lose-all",
+        "{after_ops: 4000}",
+        3,
+    );
+    let lost = |c: &Value| c["oracle"]["entries"]["renamed"]["durable_lost"].as_u64().unwrap_or(0);
+    let failing = cs.iter().filter(|c| lost(c) > 0).count();
+    assert!(failing >= 2, "durable renames lost in {failing} of 3 runs: {cs:#?}");
 }

@@ -180,14 +180,22 @@ pub fn section(h: &mut String, reps: &[Repetition]) {
                         Some(e) => {
                             let bad = n.files_lost + e.reappeared > 0;
                             format!(
-                                "<td{}>{} <span title=\"directory entries: checked, durable kept, unsynced kept, unsynced lost, reappeared\">(entries {}: {}/{}/{}, {} reappeared)</span></td>",
+                                "<td{}>{} <span title=\"directory entries: checked, durable kept, unsynced kept, unsynced lost, reappeared\">(entries {}: {}/{}/{}, {} reappeared)</span>{}</td>",
                                 if bad { " class=\"bad\"" } else { "" },
                                 n.files_lost,
                                 e.checked,
                                 e.durable_kept,
                                 e.unsynced_kept,
                                 e.unsynced_lost,
-                                e.reappeared
+                                e.reappeared,
+                                if e.renamed.checked > 0 {
+                                    format!(
+                                        " <span title=\"rename destinations: checked, durable lost, durable kept\">(renamed {}: {} lost, {} durable kept)</span>",
+                                        e.renamed.checked, e.renamed.durable_lost, e.renamed.durable_kept
+                                    )
+                                } else {
+                                    String::new()
+                                }
                             )
                         }
                         None => red(n.files_lost),
@@ -267,6 +275,14 @@ pub fn summary(r: &Results) -> String {
                         "; entries: checked {} durable-lost {} reappeared {} unsynced-lost {} unsynced-kept {} durable-kept {}",
                         e.checked, e.durable_lost, e.reappeared, e.unsynced_lost, e.unsynced_kept, e.durable_kept
                     );
+                    let r = &e.renamed;
+                    if r.checked > 0 {
+                        let _ = write!(
+                            out,
+                            "; renamed: checked {} durable-lost {} unsynced-lost {} unsynced-kept {} durable-kept {}",
+                            r.checked, r.durable_lost, r.unsynced_lost, r.unsynced_kept, r.durable_kept
+                        );
+                    }
                 }
             }
             if let Some(a) = &c.app_check {

@@ -113,7 +113,8 @@ pub struct Repetition {
     /// it was off or unavailable (the notes say why) and in files written before it existed.
     pub monitor: Option<MonitorResults>,
     /// Personality workloads: per flowop type (filebench's names: createfile, writewholefile,
-    /// appendfilerand, openfile, readwholefile, closefile, deletefile, statfile, fsync).
+    /// appendfilerand, openfile, readwholefile, closefile, deletefile, statfile, fsync; and
+    /// faultline's renamefile with varmail's `replace`).
     pub flowops: BTreeMap<String, FlowopStats>,
     /// Personality workloads: flowops that found no file to work on (see docs/workload.md).
     pub flowops_skipped: u64,

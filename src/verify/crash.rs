@@ -77,6 +77,25 @@ pub struct EntryCounts {
     /// A path durably absent (a durable delete, or never created) is there and no create
     /// followed: a failure.
     pub reappeared: u64,
+    /// The destinations of renames among the paths checked (their durable state came by a
+    /// rename, or a rename onto them followed it), by the same states.
+    #[serde(default)]
+    pub renamed: RenameCounts,
+}
+
+/// The paths a rename replaced, by entry state (also counted in `EntryCounts`'s own fields).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenameCounts {
+    pub checked: u64,
+    /// Durably the renamed version (the rename was durable), found, no change after.
+    pub durable_kept: u64,
+    /// A later rename's (or create's, delete's) state.
+    pub unsynced_kept: u64,
+    /// The durable state (the previous version) although a rename followed.
+    pub unsynced_lost: u64,
+    /// A durable file gone (a durable rename's destination, or a durable file a rename was
+    /// replacing): a failure.
+    pub durable_lost: u64,
 }
 
 impl OracleCounts {
@@ -282,93 +301,120 @@ fn record(rep: &mut OracleReport, file: Option<usize>, block: u64, durable_id: O
 
 /// A personality's files after a cut (docs/crash.md, "Directory entries"). Per path that was
 /// durable or changed: is it there; if so, which version may it be (the durable one, or one a
-/// create after it made) explains what it holds with the fewest failures, then the most
+/// create or rename after it made) explains what it holds with the fewest failures, then the most
 /// blocks kept: its blocks are classified as that version's, and blocks of the file that
 /// version never wrote must read as zeros (a created file holds nothing else), else they are
 /// `garbage`. Blocks are counted for the version found; a path absent as allowed counts none.
+/// The destinations of renames are counted again in `EntryCounts::renamed`.
 pub fn verify_entries(o: &EntryOracle, dir: &Path, seed: u64, torn_ok: bool) -> Result<OracleReport> {
     let g = o.lock();
     let mut rep = OracleReport::default();
     let mut ec = EntryCounts::default();
     let mut buf = AlignedBuf::new(BLOCK);
     for (i, (p, name)) in g.paths.iter().zip(&o.names).enumerate() {
-        let changed = !p.pending.is_empty();
-        let path = dir.join(name);
-        let found = match super::open_uncached(&path) {
-            Ok((f, _)) => {
-                let len = f.metadata().with_context(|| format!("cannot stat {}", path.display()))?.len();
-                Some(Ok((f, len)))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => Some(Err(e.raw_os_error().unwrap_or(libc::EIO))),
-        };
-        let Some(found) = found else {
-            match p.durable {
-                Some(d) if !p.pending_delete() => {
-                    ec.checked += 1;
-                    ec.durable_lost += 1;
-                    rep.counts.files_lost += 1;
-                    entry_failure(&mut rep, i, name, BlockState::EntryLost, "missing");
-                    let v = &p.versions[&d];
-                    for b in v.blocks() {
-                        let (dur, later) = v.block(b);
-                        let got = Read::Absent("missing");
-                        let s = classify(&got, dur, &later, seed, torn_ok);
-                        record_at(&mut rep, i, name, b, dur, &got, s);
-                    }
-                }
-                None if !changed => {}
-                // absent as it durably was, though created since
-                None => {
-                    ec.checked += 1;
-                    ec.unsynced_lost += 1;
-                }
-                // a delete after the durable state was kept
-                Some(_) => {
-                    ec.checked += 1;
-                    ec.unsynced_kept += 1;
-                }
-            }
-            continue;
-        };
-        ec.checked += 1;
-        let cands = p.candidates();
-        if cands.is_empty() {
-            ec.reappeared += 1;
-            entry_failure(&mut rep, i, name, BlockState::EntryReappeared, "present");
-            continue;
+        let before = ec;
+        entry(p, i, name, dir, seed, torn_ok, &mut buf, &mut rep, &mut ec)?;
+        if p.renamed() && ec.checked > before.checked {
+            let r = &mut ec.renamed;
+            r.checked += 1;
+            r.durable_kept += ec.durable_kept - before.durable_kept;
+            r.unsynced_kept += ec.unsynced_kept - before.unsynced_kept;
+            r.unsynced_lost += ec.unsynced_lost - before.unsynced_lost;
+            r.durable_lost += ec.durable_lost - before.durable_lost;
         }
-        let mut best: Option<(u64, OracleReport)> = None;
-        for c in cands {
-            let local = version_report(&found, &p.versions[&c], i, name, seed, torn_ok, &mut buf);
-            let score = |r: &OracleReport| (r.counts.failures(), u64::MAX - (r.counts.durable_kept + r.counts.unsynced_kept + r.counts.torn));
-            if best.as_ref().is_none_or(|(_, b)| score(&local) < score(b)) {
-                best = Some((c, local));
-            }
-        }
-        let (version, local) = best.expect("at least one candidate");
-        if Some(version) == p.durable {
-            if changed {
-                ec.unsynced_lost += 1;
-            } else {
-                ec.durable_kept += 1;
-            }
-        } else {
-            ec.unsynced_kept += 1;
-        }
-        let c = local.counts;
-        rep.counts.checked += c.checked;
-        rep.counts.durable_kept += c.durable_kept;
-        rep.counts.unsynced_kept += c.unsynced_kept;
-        rep.counts.unsynced_lost += c.unsynced_lost;
-        rep.counts.durable_lost += c.durable_lost;
-        rep.counts.garbage += c.garbage;
-        rep.counts.torn += c.torn;
-        let room = LISTED.saturating_sub(rep.failures.len());
-        rep.failures.extend(local.failures.into_iter().take(room));
     }
     rep.counts.entries = Some(ec);
     Ok(rep)
+}
+
+/// One path of `verify_entries`: its entry state into `ec`, its blocks into `rep`.
+#[allow(clippy::too_many_arguments)]
+fn entry(
+    p: &crate::workload::entries::PathRecord,
+    i: usize,
+    name: &Path,
+    dir: &Path,
+    seed: u64,
+    torn_ok: bool,
+    buf: &mut AlignedBuf,
+    rep: &mut OracleReport,
+    ec: &mut EntryCounts,
+) -> Result<()> {
+    let changed = !p.pending.is_empty();
+    let path = dir.join(name);
+    let found = match super::open_uncached(&path) {
+        Ok((f, _)) => {
+            let len = f.metadata().with_context(|| format!("cannot stat {}", path.display()))?.len();
+            Some(Ok((f, len)))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => Some(Err(e.raw_os_error().unwrap_or(libc::EIO))),
+    };
+    let Some(found) = found else {
+        match p.durable {
+            Some(d) if !p.pending_delete() => {
+                ec.checked += 1;
+                ec.durable_lost += 1;
+                rep.counts.files_lost += 1;
+                entry_failure(rep, i, name, BlockState::EntryLost, "missing");
+                let v = &p.versions[&d];
+                for b in v.blocks() {
+                    let (dur, later) = v.block(b);
+                    let got = Read::Absent("missing");
+                    let s = classify(&got, dur, &later, seed, torn_ok);
+                    record_at(rep, i, name, b, dur, &got, s);
+                }
+            }
+            None if !changed => {}
+            // absent as it durably was, though created since
+            None => {
+                ec.checked += 1;
+                ec.unsynced_lost += 1;
+            }
+            // a delete after the durable state was kept
+            Some(_) => {
+                ec.checked += 1;
+                ec.unsynced_kept += 1;
+            }
+        }
+        return Ok(());
+    };
+    ec.checked += 1;
+    let cands = p.candidates();
+    if cands.is_empty() {
+        ec.reappeared += 1;
+        entry_failure(rep, i, name, BlockState::EntryReappeared, "present");
+        return Ok(());
+    }
+    let mut best: Option<(u64, OracleReport)> = None;
+    for c in cands {
+        let local = version_report(&found, &p.versions[&c], i, name, seed, torn_ok, buf);
+        let score = |r: &OracleReport| (r.counts.failures(), u64::MAX - (r.counts.durable_kept + r.counts.unsynced_kept + r.counts.torn));
+        if best.as_ref().is_none_or(|(_, b)| score(&local) < score(b)) {
+            best = Some((c, local));
+        }
+    }
+    let (version, local) = best.expect("at least one candidate");
+    if Some(version) == p.durable {
+        if changed {
+            ec.unsynced_lost += 1;
+        } else {
+            ec.durable_kept += 1;
+        }
+    } else {
+        ec.unsynced_kept += 1;
+    }
+    let c = local.counts;
+    rep.counts.checked += c.checked;
+    rep.counts.durable_kept += c.durable_kept;
+    rep.counts.unsynced_kept += c.unsynced_kept;
+    rep.counts.unsynced_lost += c.unsynced_lost;
+    rep.counts.durable_lost += c.durable_lost;
+    rep.counts.garbage += c.garbage;
+    rep.counts.torn += c.torn;
+    let room = LISTED.saturating_sub(rep.failures.len());
+    rep.failures.extend(local.failures.into_iter().take(room));
+    Ok(())
 }
 
 /// The blocks of a present file classified as `v`'s (see `verify_entries`); `found` is the
@@ -584,6 +630,69 @@ mod tests {
                 assert!(states.contains(&(Some(e.names[i].display().to_string()), st)), "{st:?} of {}: {states:?}", e.names[i].display());
             }
         }
+    }
+
+    /// varmail with `replace: true` and `fsync_dir`, followed as for a power cut (none comes):
+    /// renames become durable entries and every path is found in its last state; then the
+    /// classic failures of a replace are each seen: a durably renamed file truncated to zero
+    /// (ext4's "zero-length file after a crash"), one gone, and a renamed-away temp back.
+    #[test]
+    fn a_replace_workload_s_renames_are_followed_and_their_losses_seen() {
+        use crate::workload::Maps;
+        let dir = tempfile::tempdir().unwrap();
+        let y = format!(
+            "workload:\n  personality: varmail\n  dir: {}\n  scale: 0.05\n  threads: 4\n  ops: 3000\n  fsync_dir: true\n  replace: true\n",
+            dir.path().display()
+        );
+        let w = crate::spec::workload::parse_workload(&y, "t.yaml", None).unwrap();
+        let mut maps = Maps::new(&w).unwrap();
+        maps.track_durability().unwrap();
+        let res = crate::workload::run(&w, &maps, None, None).unwrap();
+        assert!(res.errors.is_empty(), "{:?}", res.errors);
+        let renames = res.flowops["renamefile"].ops;
+        assert!(renames > 50, "{renames} renames in 3000 flowops");
+        assert!(res.flowops.contains_key("writewholefile"), "{:?}", res.flowops.keys());
+        let maps = res.maps.unwrap();
+        let e = maps.durability.as_ref().unwrap().entries.as_ref().unwrap();
+        let n = e.names.len() / 2;
+        let rep = verify_crash(&maps, false).unwrap();
+        let (c, ec) = (rep.counts, rep.counts.entries.unwrap());
+        assert_eq!((c.failures(), ec.durable_lost, ec.reappeared), (0, 0, 0), "{c:?} {:?}", rep.failures);
+        let r = ec.renamed;
+        assert!(r.checked > 5 && r.durable_kept > 5, "{r:?}");
+        assert_eq!(r.checked, r.durable_kept + r.unsynced_kept + r.unsynced_lost + r.durable_lost, "{r:?}");
+        // no temp is left: each rename took its temp away, and the directory fsync after it
+        // made that durable
+        let temps = std::fs::read_dir(dir.path().join(e.names[0].parent().unwrap()))
+            .unwrap()
+            .filter(|d| d.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
+            .count();
+        assert_eq!(temps, 0);
+        // two destinations of durable renames with durable content, and a temp renamed away
+        let (zeroed, gone, temp) = {
+            let g = e.lock();
+            let d: Vec<usize> = (0..n)
+                .filter(|&i| {
+                    g.paths[i].pending.is_empty()
+                        && g.paths[i].durable_renamed
+                        && g.paths[i].durable.is_some_and(|v| !g.paths[i].versions[&v].durable.is_empty())
+                })
+                .collect();
+            let t = (n..2 * n).find(|&i| g.paths[i].pending.is_empty() && g.paths[i].durable.is_none() && g.paths[i - n].durable_renamed).unwrap();
+            (d[0], d[1], t)
+        };
+        std::fs::OpenOptions::new().write(true).open(dir.path().join(&e.names[zeroed])).unwrap().set_len(0).unwrap();
+        std::fs::remove_file(dir.path().join(&e.names[gone])).unwrap();
+        std::fs::write(dir.path().join(&e.names[temp]), b"back").unwrap();
+        let after = verify_crash(&maps, false).unwrap();
+        let (c, ec) = (after.counts, after.counts.entries.unwrap());
+        assert_eq!((ec.durable_lost, ec.renamed.durable_lost, ec.reappeared), (1, 1, 1), "{ec:?}");
+        assert!(c.durable_lost >= 2, "the emptied file's durable blocks and the removed one's: {c:?}");
+        let states: Vec<(Option<String>, BlockState, String)> = after.failures.iter().map(|f| (f.path.clone(), f.state, f.found.clone())).collect();
+        let name = |i: usize| Some(e.names[i].display().to_string());
+        assert!(states.contains(&(name(zeroed), BlockState::DurableLost, "short".into())), "{states:?}");
+        assert!(states.contains(&(name(gone), BlockState::EntryLost, "missing".into())), "{states:?}");
+        assert!(states.contains(&(name(temp), BlockState::EntryReappeared, "present".into())), "{states:?}");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The durability oracle's record of a personality's files (docs/crash.md, "Directory
 //! entries"): per path, which entry state was acknowledged durable (the file exists as one
-//! version, or is absent) and the entry changes made after it (creates, deletes); per version
-//! (an inode: one create of the path), which content was acknowledged durable and what was
-//! only written.
+//! version, or is absent) and the entry changes made after it (creates, deletes, renames); per
+//! version (an inode: one create of the path, or one rename onto it), which content was
+//! acknowledged durable and what was only written.
 //!
 //! The rules (ALICE's and CrashMonkey's "file and parent fsynced"):
 //! - a write of a version is durable once an fsync of that version's file, started after the
@@ -13,6 +13,14 @@
 //!   durable, per path of the directory, the last change that completed before it started (a
 //!   create still needs its file's fsync); a change that becomes durable settles every change
 //!   of the path before it;
+//! - a rename removes the source's entry (a delete of the source path) and replaces the
+//!   destination's (the destination names the source's version, a new one for its path; the
+//!   previous one is gone once the rename is durable). It is durable once an fsync of the
+//!   destination's directory, and of the source's if it differs, each started after the rename
+//!   completed, returned success before the cut began. Its content stays the version's: durable
+//!   as far as that file was fsynced (before or after the rename). Until then the destination
+//!   may hold its previous state or the renamed version, never nothing if it was a durable file
+//!   (POSIX: a rename replaces the destination atomically);
 //! - the preallocated file set is synced (`syncfs`) before the timed phase: its entries and
 //!   contents are durable, and the paths not created are durably absent.
 //!
@@ -79,12 +87,31 @@ pub enum Change {
     Delete {
         seq: u64,
     },
+    /// Slot `from` was renamed over the path, which now names version `generation` (the
+    /// source's version as it was at the rename). `dir_synced`: as for a create, of the path's
+    /// directory; `from_dir_synced`: an fsync of the source's directory started after the
+    /// rename and returned success before the cut (true at once when it is the same directory).
+    Rename {
+        generation: u64,
+        seq: u64,
+        from: usize,
+        dir_synced: bool,
+        from_dir_synced: bool,
+    },
 }
 
 impl Change {
     fn seq(&self) -> u64 {
         match self {
-            Change::Create { seq, .. } | Change::Delete { seq } => *seq,
+            Change::Create { seq, .. } | Change::Delete { seq } | Change::Rename { seq, .. } => *seq,
+        }
+    }
+
+    /// The version the path names after this change (None: a delete).
+    pub fn generation(&self) -> Option<u64> {
+        match self {
+            Change::Create { generation, .. } | Change::Rename { generation, .. } => Some(*generation),
+            Change::Delete { .. } => None,
         }
     }
 }
@@ -96,19 +123,24 @@ pub struct PathRecord {
     pub durable: Option<u64>,
     /// Entry changes after the durable state, in order.
     pub pending: Vec<Change>,
-    /// The versions that may still be found: the durable one and those of pending creates.
+    /// The versions that may still be found: the durable one and those of pending creates
+    /// and renames.
     pub versions: BTreeMap<u64, Version>,
+    /// The durable state came by a rename onto the path.
+    pub durable_renamed: bool,
 }
 
 impl PathRecord {
     /// The versions a present file may be, the durable one first.
     pub fn candidates(&self) -> Vec<u64> {
         let mut c: Vec<u64> = self.durable.into_iter().collect();
-        c.extend(self.pending.iter().filter_map(|p| match p {
-            Change::Create { generation, .. } => Some(*generation),
-            Change::Delete { .. } => None,
-        }));
+        c.extend(self.pending.iter().filter_map(Change::generation));
         c
+    }
+
+    /// Whether a rename onto the path made its durable state or is pending.
+    pub fn renamed(&self) -> bool {
+        self.durable_renamed || self.pending.iter().any(|p| matches!(p, Change::Rename { .. }))
     }
 
     /// Whether a pending change deleted the path.
@@ -119,19 +151,19 @@ impl PathRecord {
     /// Changes through `pending[k]` are durable: the path's durable state is what `pending[k]`
     /// left, and versions no state can name any more are dropped.
     fn settle(&mut self, k: usize) {
-        self.durable = match self.pending[k] {
-            Change::Create { generation, .. } => Some(generation),
-            Change::Delete { .. } => None,
-        };
+        self.durable = self.pending[k].generation();
+        self.durable_renamed = matches!(self.pending[k], Change::Rename { .. });
         self.pending.drain(..=k);
         let keep = self.candidates();
         self.versions.retain(|g, _| keep.contains(g));
     }
 
-    /// The last create whose file and directory were both fsynced becomes durable.
+    /// The last create whose file and directory were both fsynced, or rename whose
+    /// directories were, becomes durable.
     fn resolve(&mut self) {
         let k = self.pending.iter().rposition(|p| match p {
             Change::Create { generation, dir_synced, .. } => *dir_synced && self.versions.get(generation).is_some_and(|v| v.file_synced),
+            Change::Rename { dir_synced, from_dir_synced, .. } => *dir_synced && *from_dir_synced,
             Change::Delete { .. } => false,
         });
         if let Some(k) = k {
@@ -217,6 +249,28 @@ impl EntryOracle {
         v.pending.extend(ids.iter().enumerate().map(|(k, id)| VersionWrite { block: first + k as u64, id: *id, seq, failed: !ok }));
     }
 
+    /// Slot `from`'s version `generation` was renamed over slot `to` (the rename returned; `to`
+    /// may have existed or not): `from` is deleted, and `to` names the version as its
+    /// `to_generation` (new for `to`'s record), its content record copied from `from`'s.
+    /// Later writes and fsyncs of that file are `to`'s (`to`, `to_generation`); `from`'s copy,
+    /// which a cut before the rename is durable may still show there, stays as it was at the
+    /// rename (a workload writes the file before renaming it). `from == to` (a rename that
+    /// changes nothing) records nothing.
+    pub fn renamed(&self, from: usize, generation: u64, to: usize, to_generation: u64) {
+        if from == to {
+            return;
+        }
+        let mut g = self.lock();
+        g.seq += 1;
+        let seq = g.seq;
+        let v = g.paths[from].versions.get(&generation).cloned().unwrap_or_default();
+        g.paths[from].pending.push(Change::Delete { seq });
+        let same = self.dir_of[from] == self.dir_of[to];
+        let p = &mut g.paths[to];
+        p.versions.insert(to_generation, v);
+        p.pending.push(Change::Rename { generation: to_generation, seq, from, dir_synced: false, from_dir_synced: same });
+    }
+
     /// Before an fsync of version `generation` of slot `i`: the writes it can cover.
     pub fn file_sync_start(&self, i: usize, generation: u64) -> u64 {
         self.lock().paths[i].versions.get(&generation).map_or(0, |v| v.writes)
@@ -254,20 +308,45 @@ impl EntryOracle {
 
     /// That directory fsync returned success: per path of the directory, its last change
     /// before `snap` is in the directory's durable state (a delete at once, a create once its
-    /// file is fsynced too).
+    /// file is fsynced too, a rename from another directory once that one is fsynced too);
+    /// and renames out of this directory into another one before `snap` have their source
+    /// side durable.
     pub fn dir_synced(&self, i: usize, snap: u64) {
         if self.off() {
             return;
         }
+        let d = self.dir_of[i];
         let mut g = self.lock();
-        for &j in &self.dirs[self.dir_of[i]] {
+        for &j in &self.dirs[d] {
             let p = &mut g.paths[j];
             let Some(k) = p.pending.iter().rposition(|c| c.seq() <= snap) else { continue };
-            if let Change::Create { dir_synced, .. } = &mut p.pending[k] {
-                *dir_synced = true;
+            match &mut p.pending[k] {
+                Change::Create { dir_synced, .. } | Change::Rename { dir_synced, .. } => {
+                    *dir_synced = true;
+                    p.resolve();
+                }
+                Change::Delete { .. } => p.settle(k),
+            }
+        }
+        if self.dirs.len() < 2 {
+            return;
+        }
+        for (j, p) in g.paths.iter_mut().enumerate() {
+            if self.dir_of[j] == d {
+                continue;
+            }
+            let mut hit = false;
+            for c in &mut p.pending {
+                if let Change::Rename { seq, from, from_dir_synced, .. } = c
+                    && *seq <= snap
+                    && self.dir_of[*from] == d
+                {
+                    *from_dir_synced = true;
+                    hit = true;
+                }
+            }
+            if hit {
                 p.resolve();
-            } else {
-                p.settle(k);
             }
         }
     }
@@ -280,10 +359,8 @@ impl EntryOracle {
         }
         let mut g = self.lock();
         for p in &mut g.paths {
-            if let Some(gen_) = p.pending.iter().rev().find_map(|c| match c {
-                Change::Create { generation, .. } => Some(*generation),
-                Change::Delete { .. } => None,
-            }) && let Some(v) = p.versions.get_mut(&gen_)
+            if let Some(gen_) = p.pending.iter().rev().find_map(Change::generation)
+                && let Some(v) = p.versions.get_mut(&gen_)
             {
                 v.file_synced = true;
             }
@@ -370,6 +447,91 @@ mod tests {
         let g = o.lock();
         assert_eq!((g.paths[0].durable, g.paths[0].candidates()), (None, vec![1]));
         assert!(!g.paths[0].versions[&1].file_synced);
+    }
+
+    /// The atomic replace: a temp file written and fsynced, renamed over a durable file, the
+    /// directory fsynced. A directory fsync that started before the rename credits nothing;
+    /// one started after it makes the destination durably the new version (the old one can no
+    /// longer be found) and the source durably absent.
+    #[test]
+    fn a_rename_is_durable_once_a_directory_fsync_started_after_it_returned() {
+        let o = oracle(&["d/a", "d/a.tmp", "e/b"]);
+        o.created(0, 1);
+        o.wrote(0, 1, 0, &[10], true);
+        o.synced_all();
+        o.created(1, 1);
+        o.wrote(1, 1, 0, &[20, 21], true);
+        let s = o.file_sync_start(1, 1);
+        o.file_synced(1, 1, s);
+        // a directory fsync that started before the rename and returned after it
+        let early = o.dir_sync_start();
+        o.renamed(1, 1, 0, 2);
+        o.dir_synced(0, early);
+        {
+            let g = o.lock();
+            let (a, t) = (&g.paths[0], &g.paths[1]);
+            assert_eq!((a.durable, a.candidates()), (Some(1), vec![1, 2]), "the old version or the renamed one");
+            assert!(a.renamed() && !a.pending_delete(), "the destination is never durably absent");
+            assert_eq!(a.versions[&2].block(1), (Some(21), vec![]), "the temp's fsynced content came with it");
+            // the early fsync made the temp's create durable (its last change before it), not
+            // its removal by the rename
+            assert_eq!((t.durable, t.pending.len(), t.pending_delete()), (Some(1), 1, true));
+        }
+        // the other directory's fsync changes nothing here
+        let d = o.dir_sync_start();
+        o.dir_synced(2, d);
+        assert_eq!(o.lock().paths[0].durable, Some(1));
+        let d = o.dir_sync_start();
+        o.dir_synced(1, d);
+        let g = o.lock();
+        let (a, t) = (&g.paths[0], &g.paths[1]);
+        assert_eq!((a.durable, a.durable_renamed, a.pending.len()), (Some(2), true, 0));
+        assert!(!a.versions.contains_key(&1), "the replaced version can no longer be found");
+        assert_eq!((t.durable, t.candidates(), t.versions.len()), (None, vec![], 0), "the source is durably absent");
+    }
+
+    /// A rename is credited without an fsync of the renamed file (its entry is the
+    /// directory's); the content stays as durable as that file's own fsyncs made it.
+    #[test]
+    fn a_durable_rename_of_an_unsynced_file_keeps_its_content_unsynced() {
+        let o = oracle(&["a", "a.tmp"]);
+        o.created(1, 1);
+        o.wrote(1, 1, 0, &[5], true);
+        o.renamed(1, 1, 0, 1);
+        let d = o.dir_sync_start();
+        o.dir_synced(0, d);
+        let g = o.lock();
+        assert_eq!((g.paths[0].durable, g.paths[0].durable_renamed), (Some(1), true));
+        assert_eq!(g.paths[0].versions[&1].block(0), (None, vec![5]), "never fsynced: zeros or 5 may be found");
+    }
+
+    /// Across directories both must be fsynced after the rename, in either order; a sync that
+    /// returns after the power went credits nothing.
+    #[test]
+    fn a_rename_across_directories_needs_both_and_late_syncs_credit_nothing() {
+        for source_first in [false, true] {
+            let o = oracle(&["d/a", "e/x"]);
+            o.created(1, 1);
+            o.renamed(1, 1, 0, 1);
+            // slot 1 is in the source's directory, slot 0 in the destination's
+            let (first, second) = if source_first { (1, 0) } else { (0, 1) };
+            let s = o.dir_sync_start();
+            o.dir_synced(first, s);
+            assert_eq!(o.lock().paths[0].durable, None, "one directory of two (source first: {source_first})");
+            let s = o.dir_sync_start();
+            o.dir_synced(second, s);
+            let g = o.lock();
+            assert_eq!((g.paths[0].durable, g.paths[1].durable, g.paths[1].pending.len()), (Some(1), None, 0), "source first: {source_first}");
+        }
+        let o = oracle(&["a", "b"]);
+        o.created(1, 1);
+        o.renamed(1, 1, 0, 1);
+        let s = o.dir_sync_start();
+        o.power_off.store(true, SeqCst);
+        o.dir_synced(0, s);
+        let g = o.lock();
+        assert_eq!((g.paths[0].durable, g.paths[0].candidates()), (None, vec![1]));
+        assert_eq!(g.paths[1].candidates(), vec![1], "the source may still be there");
     }
 
     #[test]

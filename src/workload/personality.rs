@@ -6,7 +6,8 @@
 //!
 //! Files are picked like filebench's `fileset_pick`: in rotation over the existing (or the
 //! not existing) files of the set, skipping busy ones; a file is busy only while a thread
-//! creates, opens, deletes or stats it, so several threads may hold one file open.
+//! creates, opens, deletes, stats or (varmail's `replace`) replaces it, so several threads may
+//! hold one file open.
 //!
 //! Content map: per file, the content id of each 4 KiB block (`Live`). File sizes and appends
 //! are multiples of 4 KiB, so every write covers whole blocks. Writes to one file are
@@ -48,10 +49,14 @@ pub enum Kind {
     DeleteFile,
     StatFile,
     Fsync,
+    /// faultline's (not filebench's): `replace: true`'s atomic replace of the file open on the
+    /// descriptor (a temp file written whole, fsynced, renamed over it); its latency is the
+    /// rename's, the temp's create, writes and fsyncs count as theirs.
+    RenameFile,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::CreateFile,
         Kind::WriteWholeFile,
         Kind::AppendFileRand,
@@ -61,6 +66,7 @@ impl Kind {
         Kind::DeleteFile,
         Kind::StatFile,
         Kind::Fsync,
+        Kind::RenameFile,
     ];
 
     /// filebench's flowop name.
@@ -75,6 +81,7 @@ impl Kind {
             Kind::DeleteFile => "deletefile",
             Kind::StatFile => "statfile",
             Kind::Fsync => "fsync",
+            Kind::RenameFile => "renamefile",
         }
     }
 
@@ -98,8 +105,10 @@ pub struct Flowop {
     pub fd: usize,
 }
 
-/// The flowop sequence of each thread, as in filebench's workloads/*.f.
-pub fn flowops(p: Personality) -> Vec<Flowop> {
+/// The flowop sequence of each thread, as in filebench's workloads/*.f; `replace` (varmail):
+/// the rewrite of the message just read (its second appendfilerand + fsync) is a `renamefile`
+/// (an atomic replace, `Worker::replace`).
+pub fn flowops(p: Personality, replace: bool) -> Vec<Flowop> {
     use Kind::*;
     let f = |kind, fd| Flowop { kind, set: 0, fd };
     match p {
@@ -125,22 +134,37 @@ pub fn flowops(p: Personality) -> Vec<Flowop> {
             v.push(Flowop { kind: AppendFileRand, set: 1, fd: 2 });
             v
         }
-        Personality::Varmail => vec![
-            f(DeleteFile, 0),
-            f(CreateFile, 1),
-            f(AppendFileRand, 1),
-            f(Fsync, 1),
-            f(CloseFile, 1),
-            f(OpenFile, 1),
-            f(ReadWholeFile, 1),
-            f(AppendFileRand, 1),
-            f(Fsync, 1),
-            f(CloseFile, 1),
-            f(OpenFile, 1),
-            f(ReadWholeFile, 1),
-            f(CloseFile, 1),
-        ],
+        Personality::Varmail => {
+            let mut v = vec![f(DeleteFile, 0), f(CreateFile, 1), f(AppendFileRand, 1), f(Fsync, 1), f(CloseFile, 1), f(OpenFile, 1), f(ReadWholeFile, 1)];
+            if replace {
+                v.push(f(RenameFile, 1));
+            } else {
+                v.extend([f(AppendFileRand, 1), f(Fsync, 1)]);
+            }
+            v.extend([f(CloseFile, 1), f(OpenFile, 1), f(ReadWholeFile, 1), f(CloseFile, 1)]);
+            v
+        }
     }
+}
+
+/// The flowop types a sequence's results report: its own, and those a `renamefile` also
+/// performs (the temp's create, whole-file write and fsync).
+pub fn reported(seq: &[Flowop]) -> Vec<Kind> {
+    let mut k: Vec<Kind> = seq.iter().map(|f| f.kind).collect();
+    if k.contains(&Kind::RenameFile) {
+        k.extend([Kind::CreateFile, Kind::WriteWholeFile, Kind::Fsync]);
+    }
+    k.sort_unstable();
+    k.dedup();
+    k
+}
+
+/// The temp file of `replace` beside `path`: its name with `.tmp` appended (file set names are
+/// numbers, so it names no file of the set).
+pub fn temp_name(path: &std::path::Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".tmp");
+    PathBuf::from(s)
 }
 
 /// An append's size: filebench's `appendfilerand` draws uniformly in [0, iosize); here
@@ -151,7 +175,7 @@ pub fn append_size(rng: &mut SmallRng, max: u64) -> u64 {
 }
 
 /// What the map knows of one file: the content id of each 4 KiB block (None: a failed
-/// write, unknown), and the generation (bumped by each create and delete, under this lock
+/// write, unknown), and the generation (bumped by each create, delete and replace, under this lock
 /// and while the file is busy; `Shared::generation` mirrors it so an open need not wait for
 /// the lock while a writer holds it).
 #[derive(Default)]
@@ -187,6 +211,9 @@ struct Shared<'a> {
     layout: Layout,
     live: Vec<Mutex<Live>>,
     generation: Vec<AtomicU64>,
+    /// `replace`: per file, the versions its temp file had so far (the oracle's generations of
+    /// the temp's path, slot `entries + i`).
+    temp_generation: Vec<AtomicU64>,
     picks: Mutex<Picks>,
     stream: Stream,
     seed: u64,
@@ -255,6 +282,28 @@ impl Shared<'_> {
         l.generation += 1;
         self.generation[i].store(l.generation, Relaxed);
         l.generation
+    }
+
+    /// Make file `i` busy if it still is the file a descriptor opened (it exists, at
+    /// `generation`), waiting while another thread holds it busy, as `pick_wait` does.
+    fn claim(&self, i: usize, generation: u64) -> bool {
+        let t0 = Instant::now();
+        loop {
+            {
+                let mut p = self.picks.lock().unwrap();
+                if !p.exists[i] || self.generation[i].load(Relaxed) != generation {
+                    return false;
+                }
+                if !p.busy[i] {
+                    p.busy[i] = true;
+                    return true;
+                }
+            }
+            if self.stopping() || t0.elapsed() >= Duration::from_secs(1) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     }
 
     fn release(&self, i: usize, exists: bool) {
@@ -441,6 +490,7 @@ impl<'s, 'a> Worker<'s, 'a> {
             },
             Kind::DeleteFile => self.delete(fo),
             Kind::StatFile => self.stat(fo),
+            Kind::RenameFile => self.replace(fo),
             Kind::Fsync => match &self.fds[fo.fd] {
                 Some(fd) => {
                     let sh = self.sh;
@@ -653,6 +703,135 @@ impl<'s, 'a> Worker<'s, 'a> {
         }
     }
 
+    /// `replace: true`: rewrite the file open on descriptor `fo.fd` as applications replace a
+    /// file atomically: its content (as mapped) plus an append written whole to a new temp
+    /// file beside it, the temp fsynced, renamed over the file, and with `fsync_dir` the
+    /// directory fsynced. The file stays busy throughout (no other thread deletes or replaces
+    /// it meanwhile); one deleted or re-created since the descriptor opened it is skipped. The
+    /// descriptor keeps the old file, which the sequence's next flowop closes.
+    fn replace(&mut self, fo: Flowop) {
+        let sh = self.sh;
+        let Some((i, opened)) = self.fds[fo.fd].as_ref().map(|fd| (fd.entry, fd.generation)) else {
+            self.skipped += 1;
+            return;
+        };
+        if !sh.claim(i, opened) {
+            self.skipped += 1;
+            return;
+        }
+        self.replace_claimed(i);
+        sh.release(i, true);
+    }
+
+    fn replace_claimed(&mut self, i: usize) {
+        let sh = self.sh;
+        // the temp's slot in the oracle: after the file set's
+        let t = sh.layout.entries.len() + i;
+        let (target, tmp) = (sh.path(i), temp_name(&sh.path(i)));
+        let size = sh.live[i].lock().unwrap().blocks.len() as u64 * CONTENT_BLOCK + append_size(&mut self.rng, sh.p.meanappendsize);
+        let t0 = Instant::now();
+        // O_EXCL: a temp left by a replace whose clean-up failed is an error, not reused
+        let r = options(sh.w.o_direct()).write(true).create_new(true).open(&tmp);
+        let lat = t0.elapsed();
+        let file = match r {
+            Ok(f) => f,
+            Err(e) => return self.fail("create", Some(i), 0, 0, &e),
+        };
+        let tg = sh.temp_generation[i].fetch_add(1, Relaxed) + 1;
+        if let Some(o) = &sh.oracle {
+            o.created(t, tg);
+        }
+        self.flowop_done(Kind::CreateFile, lat, 0);
+        let mut blocks: Vec<Option<u64>> = Vec::with_capacity((size / CONTENT_BLOCK) as usize);
+        let (mut off, mut wlat) = (0, Duration::ZERO);
+        while off < size {
+            let n = sh.p.iosize.min(size - off);
+            let n0 = sh.draw_ids(n, &mut self.ids);
+            fill(sh.seed, &self.ids, &mut self.buf[..n as usize]);
+            if let Some(obs) = sh.observer {
+                // the temp's writes are the file's (it becomes the file)
+                obs.before_write(&WriteEvent {
+                    written_before: n0 * CONTENT_BLOCK,
+                    ops_before: sh.progress.ops.load(Relaxed),
+                    elapsed: sh.start.elapsed(),
+                    file: Some(i),
+                    offset: off,
+                    ids: &self.ids,
+                });
+            }
+            let t0 = Instant::now();
+            let r = file.write_all_at(&self.buf[..n as usize], off);
+            let l = t0.elapsed();
+            blocks.extend(self.ids.iter().map(|id| r.is_ok().then_some(*id)));
+            if let Some(o) = &sh.oracle {
+                o.wrote(t, tg, off / CONTENT_BLOCK, &self.ids, r.is_ok());
+            }
+            if let Err(e) = r {
+                self.fail("write", Some(i), off, n, &e);
+                return self.discard(t, &tmp);
+            }
+            self.io_done(true, l, n);
+            wlat += l;
+            off += n;
+        }
+        self.flowop_done(Kind::WriteWholeFile, wlat, size);
+        let snap = sh.oracle.as_ref().map(|o| o.file_sync_start(t, tg));
+        let t0 = Instant::now();
+        let r = file.sync_all();
+        let mut flat = t0.elapsed();
+        drop(file);
+        match (r, &sh.oracle, snap) {
+            (Err(e), _, _) => {
+                self.fail("fsync", Some(i), 0, 0, &e);
+                return self.discard(t, &tmp);
+            }
+            (Ok(()), Some(o), Some(s)) => o.file_synced(t, tg, s),
+            _ => {}
+        }
+        // under the file's map lock: a write through another thread's descriptor of the old
+        // file is mapped before the rename or (a new generation) not at all
+        let mut live = sh.live[i].lock().unwrap();
+        let t0 = Instant::now();
+        let r = std::fs::rename(&tmp, &target);
+        let rlat = t0.elapsed();
+        if let Err(e) = r {
+            drop(live);
+            self.fail("rename", Some(i), 0, 0, &e);
+            return self.discard(t, &tmp);
+        }
+        live.blocks = blocks;
+        live.generation += 1;
+        sh.generation[i].store(live.generation, Relaxed);
+        if let Some(o) = &sh.oracle {
+            o.renamed(t, tg, i, live.generation);
+        }
+        drop(live);
+        self.flowop_done(Kind::RenameFile, rlat, 0);
+        if sh.p.fsync_dir {
+            // the rename's entries (the file's and the temp's) become durable
+            let snap = sh.oracle.as_ref().map(|o| o.dir_sync_start());
+            let t0 = Instant::now();
+            let r = File::open(target.parent().unwrap_or(sh.dir.as_path())).and_then(|d| d.sync_all());
+            flat += t0.elapsed();
+            match (r, &sh.oracle, snap) {
+                (Err(e), _, _) => return self.fail("fsync", Some(i), 0, 0, &e),
+                (Ok(()), Some(o), Some(s)) => o.dir_synced(i, s),
+                _ => {}
+            }
+        }
+        self.flowop_done(Kind::Fsync, flat, 0);
+    }
+
+    /// A replace that failed before its rename: remove the temp (the next replace of the file
+    /// creates it anew).
+    fn discard(&mut self, t: usize, tmp: &std::path::Path) {
+        if std::fs::remove_file(tmp).is_ok()
+            && let Some(o) = &self.sh.oracle
+        {
+            o.deleted(t);
+        }
+    }
+
     fn delete(&mut self, fo: Flowop) {
         let sh = self.sh;
         let Some(i) = sh.pick_wait(fo.set, true) else {
@@ -818,6 +997,7 @@ pub fn run(
         dir: dir.clone(),
         live: (0..n).map(|_| Mutex::new(Live::default())).collect(),
         generation: (0..n).map(|_| AtomicU64::new(0)).collect(),
+        temp_generation: (0..n).map(|_| AtomicU64::new(0)).collect(),
         picks: Mutex::new(Picks {
             exists: vec![false; n],
             busy: vec![false; n],
@@ -837,7 +1017,14 @@ pub fn run(
         intervals: (0..w.threads).map(|_| Mutex::new(IntervalAcc::default())).collect(),
         oracle: None,
     };
-    sh.oracle = power_off.map(|off| EntryOracle::new(sh.layout.entries.iter().map(|e| e.path.clone()).collect(), off));
+    sh.oracle = power_off.map(|off| {
+        let mut names: Vec<PathBuf> = sh.layout.entries.iter().map(|e| e.path.clone()).collect();
+        // `replace`: each file's temp is a path of its own (slot `entries + i`)
+        if p.replace {
+            names.extend(sh.layout.entries.iter().map(|e| temp_name(&e.path)));
+        }
+        EntryOracle::new(names, off)
+    });
     if w.o_direct() {
         probe_direct(dir)?;
     }
@@ -849,7 +1036,8 @@ pub fn run(
     let sh = sh;
     let _ = progress.start.set(sh.start);
     let cpu0 = cpu_time();
-    let seq = flowops(p.kind);
+    let seq = flowops(p.kind, p.replace);
+    let kinds = reported(&seq);
     let done = AtomicBool::new(false);
     let (outs, timeseries, secs) = std::thread::scope(|sc| {
         let sampler = sc.spawn(|| sampler(&sh.intervals, sh.start, w.interval, &done));
@@ -901,14 +1089,14 @@ pub fn run(
         *errors.entry(format!("{}:{}", f.op, crate::spec::rule::errno_name(f.errno))).or_insert(0) += 1;
     }
     let mut flowops_out = BTreeMap::new();
-    for fo in &seq {
-        let a = &flow[fo.kind as usize];
-        flowops_out.entry(fo.kind.name().to_string()).or_insert_with(|| flowop_summary(&a.h, a.bytes, secs));
+    for k in &kinds {
+        let a = &flow[*k as usize];
+        flowops_out.insert(k.name().to_string(), flowop_summary(&a.h, a.bytes, secs));
     }
     let mut sh = sh;
     let durability = sh.oracle.take().map(super::maps::Durability::of_entries);
     let maps = final_maps(&sh, durability);
-    let named: Vec<(usize, &str)> = seq.iter().map(|fo| (super::windows::FLOWOPS + fo.kind as usize, fo.kind.name())).collect();
+    let named: Vec<(usize, &str)> = kinds.iter().map(|k| (super::windows::FLOWOPS + *k as usize, k.name())).collect();
     let windows = windows.map(|a| a.summaries(secs, w.duration, &named)).unwrap_or_default();
     Ok(WorkloadResult {
         windows,
@@ -969,22 +1157,30 @@ mod tests {
     #[test]
     fn flowop_sequences_give_the_filebench_mix() {
         let mix = |p| {
-            let s = flowops(p);
+            let s = flowops(p, false);
             (s.iter().filter(|f| f.kind.is_read()).count(), s.iter().filter(|f| f.kind.is_write()).count())
         };
         assert_eq!(mix(Personality::Fileserver), (1, 2));
         assert_eq!(mix(Personality::Webserver), (10, 1));
         assert_eq!(mix(Personality::Varmail), (2, 2));
         // varmail is fsync-heavy: one fsync per append
-        let v = flowops(Personality::Varmail);
+        let v = flowops(Personality::Varmail, false);
         assert_eq!(v.iter().filter(|f| f.kind == Kind::Fsync).count(), 2);
         // over N loops the counts scale (no flowop is conditional on the iteration)
         let n = 1000;
-        let f = flowops(Personality::Fileserver);
+        let f = flowops(Personality::Fileserver, false);
         let ops: Vec<Kind> = (0..n).flat_map(|_| f.iter().map(|x| x.kind)).collect();
         assert_eq!(ops.iter().filter(|k| **k == Kind::CreateFile).count(), n);
         assert_eq!(ops.iter().filter(|k| **k == Kind::DeleteFile).count(), n);
         assert_eq!(ops.len(), 11 * n);
+        // varmail's replace: the rewrite's append + fsync become one renamefile, which also
+        // writes (the whole temp) and fsyncs: the reported mix stays 1:1
+        let r = flowops(Personality::Varmail, true);
+        assert_eq!(r.len(), v.len() - 1);
+        assert_eq!(r.iter().filter(|f| f.kind == Kind::RenameFile).count(), 1);
+        let k = reported(&r);
+        assert!(k.contains(&Kind::WriteWholeFile) && k.contains(&Kind::Fsync) && k.contains(&Kind::RenameFile), "{k:?}");
+        assert!(!reported(&v).contains(&Kind::RenameFile));
     }
 
     #[test]

@@ -345,6 +345,7 @@ impl Personality {
             threads,
             prealloc_pct,
             fsync_dir: false,
+            replace: false,
         }
     }
 }
@@ -374,6 +375,11 @@ pub struct PersonalitySpec {
     /// directory, so created files' and deletes' directory entries can become durable (the
     /// durability oracle's rule; filebench's fsync syncs the file only).
     pub fsync_dir: bool,
+    /// `replace: true` (varmail): the rewrite of an existing message (its second
+    /// appendfilerand + fsync) is an atomic replace: a temp file beside it written whole,
+    /// fsynced, renamed over it, the directory fsynced with `fsync_dir` (faultline's, not
+    /// filebench's: the pattern whose durability the power-cut oracle checks for renames).
+    pub replace: bool,
 }
 
 impl PersonalitySpec {

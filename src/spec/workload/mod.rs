@@ -50,6 +50,8 @@ pub struct WorkloadYaml {
     pub scale: Option<Spanned<f64>>,
     /// Personality (varmail): each `fsync` flowop also fsyncs the file's directory.
     pub fsync_dir: Option<Spanned<bool>>,
+    /// Personality (varmail): a file's rewrite is an atomic replace (temp file, fsync, rename).
+    pub replace: Option<Spanned<bool>>,
 }
 
 /// `mix: {read: 70, write: 30}` (percent; one of them is enough).
@@ -116,6 +118,9 @@ pub fn resolve(y: &WorkloadYaml, source: &str, target: impl Into<Option<Where>>)
     }
     if let Some(s) = &y.fsync_dir {
         return Err(at(source, s, "fsync_dir", "belongs to `personality: varmail` (its fsync flowops); a file workload's directory is fsynced before it runs"));
+    }
+    if let Some(s) = &y.replace {
+        return Err(at(source, s, "replace", "belongs to `personality: varmail` (its rewrite of a message file); a file workload rewrites its files in place"));
     }
     let whole = |what: &str| format!("{source}: workload: {what}");
     let iface = match (y.interface.as_ref().map(|v| v.value.as_str()), &target) {
@@ -330,7 +335,7 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
     for (k, l) in not_here {
         if let Some(l) = l {
             return Err(format!(
-                "{source}:{}:{}: {k}: does not apply to `personality` (its file set, flowops and I/O sizes come from filebench's workload file); allowed with it: dir, scale, threads, duration, ops, interval, on_error, content, direct, fsync_dir",
+                "{source}:{}:{}: {k}: does not apply to `personality` (its file set, flowops and I/O sizes come from filebench's workload file); allowed with it: dir, scale, threads, duration, ops, interval, on_error, content, direct, fsync_dir, replace",
                 l.line(),
                 l.column()
             ));
@@ -378,6 +383,12 @@ fn resolve_personality(y: &WorkloadYaml, source: &str, target: Option<Where>) ->
             return Err(at(source, f, "fsync_dir", format!("{} has no fsync flowop to extend; allowed: varmail", kind.name())));
         }
         spec.fsync_dir = f.value;
+    }
+    if let Some(r) = &y.replace {
+        if kind != Personality::Varmail && r.value {
+            return Err(at(source, r, "replace", format!("{} has no rewrite of an existing file to replace; allowed: varmail", kind.name())));
+        }
+        spec.replace = r.value;
     }
     w.personality = Some(spec);
     w.fit_profile();
@@ -644,6 +655,8 @@ mod tests {
         let w = p("workload:\n  personality: varmail\n  dir: /mnt/x\n  ops: 10\n  fsync_dir: true\n").unwrap();
         assert!(w.personality.unwrap().fsync_dir);
         assert!(!p("workload:\n  personality: varmail\n  dir: /mnt/x\n  ops: 10\n").unwrap().personality.unwrap().fsync_dir);
+        assert!(p("workload:\n  personality: varmail\n  dir: /mnt/x\n  ops: 10\n  replace: true\n").unwrap().personality.unwrap().replace);
+        assert!(!p("workload:\n  personality: varmail\n  dir: /mnt/x\n  ops: 10\n").unwrap().personality.unwrap().replace);
         for (y, want) in [
             ("workload:\n  personality: mailserver\n  dir: /x\n  ops: 1\n", "allowed: fileserver, webserver, varmail"),
             ("workload:\n  personality: varmail\n  dir: /x\n  ops: 1\n  block_size: 8KiB\n", "w.yaml:5:15: block_size: does not apply to `personality`"),
@@ -655,6 +668,11 @@ mod tests {
                 "w.yaml:5:14: fsync_dir: fileserver has no fsync flowop to extend; allowed: varmail",
             ),
             ("workload:\n  dir: /x\n  ops: 1\n  fsync_dir: true\n", "w.yaml:4:14: fsync_dir: belongs to `personality: varmail`"),
+            (
+                "workload:\n  personality: webserver\n  dir: /x\n  ops: 1\n  replace: true\n",
+                "w.yaml:5:12: replace: webserver has no rewrite of an existing file to replace; allowed: varmail",
+            ),
+            ("workload:\n  dir: /x\n  ops: 1\n  replace: true\n", "w.yaml:4:12: replace: belongs to `personality: varmail`"),
         ] {
             let e = p(y).unwrap_err();
             assert!(e.contains(want), "for {y:?}\n got: {e}\nwant: {want}");
