@@ -378,3 +378,100 @@ fn kill_9_during_explore_leaves_nothing_behind() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// examples/crash-explore-varmail.yaml (varmail on ext4, every fsync flowop fsyncing the file
+/// and then its directory), on the stack `fs`.
+fn varmail_experiment(fs: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/crash-explore-varmail.yaml")).unwrap();
+    assert!(text.contains("stack: { fs: ext4 }") && text.contains("fsync_dir: true"), "keep the example and this test in step");
+    text.replace("stack: { fs: ext4 }", &format!("stack: {fs}"))
+}
+
+fn count(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn varmail_keeps_every_durable_entry_in_every_explored_state() {
+    let run = RunDir::new("crash-varmail");
+    let dir = tempfile::tempdir().unwrap();
+    let exp = dir.path().join("exp.yaml");
+    std::fs::write(&exp, varmail_experiment("{ fs: ext4 }")).unwrap();
+    let out = dir.path().join("out");
+    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "1", "--seed", "3", "-q", "--out"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let summary: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["oracle"], "entries", "{summary}");
+    eprintln!("varmail on ext4: {summary}");
+    // the record's changes, each with its mark in the log
+    let log = Log::open(&out.join("log")).unwrap();
+    let journal: Value = serde_json::from_slice(&std::fs::read(out.join("entries.json")).unwrap()).unwrap();
+    let events = journal["events"].as_array().unwrap();
+    for (k, e) in events.iter().enumerate() {
+        assert_eq!(log.entries[e["after"].as_u64().unwrap() as usize].kind, Kind::Mark(format!("n{k}")));
+    }
+    let kinds = |kind: &str| events.iter().filter(|e| e["ev"]["kind"] == kind).count();
+    assert!(kinds("created") >= 20 && kinds("deleted") >= 5 && kinds("file_synced") >= 20 && kinds("dir_synced") >= 20, "{}", events.len());
+    let synced = log.find_mark("synced").unwrap();
+    let rs = results(&out);
+    assert_eq!(rs.len() as u64, count(&summary, "states"));
+    assert!(rs.len() >= 40, "{} states", rs.len());
+    // every state's paths are counted, none broke a promise; flush boundaries and random
+    // subsets mount and check clean (a torn write may break the file system itself: the torn
+    // model's sector granularity, counted below)
+    let mut torn_failed = 0;
+    for r in &rs {
+        if r["variant"] != "torn" {
+            assert_eq!((r["mount"].as_str(), r["check"].as_str(), r["failed"].as_bool()), (Some("ok"), Some("clean"), Some(false)), "{r}");
+        }
+        if r["mount"] != "ok" || r["check"] != "clean" {
+            torn_failed += 1;
+        }
+        if r["mount"] != "ok" {
+            continue;
+        }
+        let (oc, e) = (&r["oracle"], &r["oracle"]["entries"]);
+        assert!(e.is_object(), "no entry counts: {r}");
+        assert_eq!((count(e, "durable_lost"), count(e, "reappeared"), count(oc, "durable_lost"), count(oc, "garbage")), (0, 0, 0, 0), "{r}");
+        let parts: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "durable_lost", "reappeared"].iter().map(|k| count(e, k)).sum();
+        assert_eq!(parts, count(e, "checked"), "every path checked has one state: {r}");
+        assert!(count(e, "checked") > 0, "{r}");
+    }
+    eprintln!("varmail on ext4: {torn_failed} torn states did not mount or check clean");
+    // the workload's own fsyncs are durability points: states before the final sync hold
+    // durable entries and blocks, credited by many syncs, more as the epochs go on
+    let before: Vec<&Value> =
+        rs.iter().filter(|r| (r["base_entries"].as_u64().unwrap() as usize) < synced && count(&r["oracle"]["entries"], "durable_kept") > 0).collect();
+    assert!(before.iter().filter(|r| count(&r["oracle"], "syncs_credited") >= 20 && count(&r["oracle"], "durable_ok") > 0).count() >= 5, "{before:?}");
+    let credited: Vec<u64> = rs.iter().filter(|r| r["variant"] == "boundary").map(|r| count(&r["oracle"], "syncs_credited")).collect();
+    assert!(credited.windows(2).all(|w| w[0] <= w[1]), "{credited:?}");
+    assert!(credited.last().unwrap() > credited.first().unwrap(), "{credited:?}");
+    assert_eq!(run.leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn varmail_without_barriers_loses_durable_entries_in_subsets() {
+    // ext4 mounted barrier=0 sends no flush: the workload is one epoch, every sync's mark lies
+    // inside it, and a random subset of its writes loses entries varmail had made durable
+    let run = RunDir::new("crash-varmail-nobarrier");
+    let dir = tempfile::tempdir().unwrap();
+    let exp = dir.path().join("exp.yaml");
+    std::fs::write(&exp, varmail_experiment("{ fs: ext4, mount: [barrier=0] }")).unwrap();
+    let out = dir.path().join("out");
+    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "4", "--seed", "2", "-q", "--out"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let rs = results(&out);
+    for r in &rs {
+        eprintln!("{} mount {} check {} oracle {}", r["id"], r["mount"], r["check"], r["oracle"]);
+    }
+    let lost: Vec<&Value> = rs.iter().filter(|r| count(&r["oracle"]["entries"], "durable_lost") > 0).collect();
+    assert!(!lost.is_empty(), "no state lost a durable entry");
+    for r in &lost {
+        assert_eq!(r["failed"], true, "{r}");
+        assert!(r["reasons"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains("durable entries lost")), "{r}");
+    }
+    assert!(String::from_utf8_lossy(&o.stdout).contains("durable entries lost"));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<th>Entries lost</th>"), "the report has no entry columns");
+    assert_eq!(run.leftovers(), Vec::<String>::new());
+}

@@ -2,9 +2,10 @@
 //! of the log (`states`) on one served device whose store is switched between states
 //! (`serve`, `overlay`): mount (the journal replays), the oracle, unmount, the file system's
 //! own check. Results: OUT/states.jsonl (one line per state), OUT/summary.json,
-//! OUT/failing.txt (with replay commands), OUT/explore.json (what `replay` needs), OUT/log.
+//! OUT/failing.txt (with replay commands), OUT/explore.json (what `replay` needs), OUT/log,
+//! and what the oracle needs (OUT/maps; OUT/writes.json or OUT/entries.json: `oracle`).
 
-use super::oracle::{EndOracle, FsyncOracle, Oracle, OracleCounts, StateFacts, WriteJournal};
+use super::oracle::{EndOracle, EntriesOracle, EntryJournal, FsyncOracle, LoggedEntryEvent, Oracle, OracleCounts, StateFacts, WriteJournal};
 use super::states::{self, Plan, StateId, Variant};
 use crate::disk::logwrites::Kind;
 use crate::disk::logwrites::Log;
@@ -173,6 +174,14 @@ pub fn record(exp_path: &Path, opts: &Options) -> Result<Meta> {
             error: std::sync::Mutex::new(None),
         })
     });
+    // a personality on a file system: its record of entries and versions, each change of it
+    // kept with a mark in the log after it (EntriesOracle)
+    let entry_log =
+        (w.personality.is_some() && stack.mountpoint.is_some()).then(|| Arc::new(EntryRecorder { server: server.clone(), state: Default::default() }));
+    if let Some(l) = &entry_log {
+        maps.track_durability()?;
+        maps.durability.as_mut().expect("just tracked").entry_log = Some(l.clone() as Arc<dyn crate::workload::entries::EntryLog>);
+    }
     server.mark(crate::run::MARK_START)?;
     let res = crate::workload::run(&w, &maps, observer.clone().map(|o| o as Arc<dyn crate::workload::WriteObserver>), None)?;
     if let Some(o) = &observer {
@@ -190,7 +199,25 @@ pub fn record(exp_path: &Path, opts: &Options) -> Result<Meta> {
         Some(m) => crate::sys::mount::syncfs(m)?,
         None => std::fs::OpenOptions::new().write(true).open(&server.device)?.sync_all()?,
     }
+    // the syncfs returned: the record credits everything (its event is marked after this)
+    let entries = maps.durability.as_ref().and_then(|d| d.entries.as_deref());
+    if let (Some(_), Some(e)) = (&entry_log, entries) {
+        e.synced_all();
+    }
     server.mark(MARK_SYNCED)?;
+    if let Some(l) = &entry_log {
+        let st = std::mem::take(&mut *l.state.lock().unwrap());
+        if let Some(e) = st.error {
+            bail!("marking the log after a change of the entry record: {e}");
+        }
+        let (Some(e), crate::spec::workload::config::Interface::File { dir, .. }, Some(mnt)) = (entries, &w.interface, &stack.mountpoint) else {
+            bail!("a personality on a file system kept no entry record");
+        };
+        let dir =
+            dir.strip_prefix(mnt).with_context(|| format!("the workload's directory {} is not below the mount point {}", dir.display(), mnt.display()))?;
+        let j = EntryJournal { dir: dir.to_path_buf(), names: e.names.clone(), seed: maps.seed, events: st.events };
+        std::fs::write(opts.out.join("entries.json"), serde_json::to_vec(&j)?)?;
+    }
     stack.teardown()?;
     let rec = server.record(None)?;
     server.stop()?;
@@ -233,9 +260,65 @@ impl crate::workload::WriteObserver for Journaler {
     }
 }
 
-/// The oracle for the results in `out`: per-write durability where the recording kept a
-/// write journal, else the end-of-workload one; none without content maps (a foreign log).
-fn load_oracle(out: &Path, log: &Log, meta: &Meta) -> Option<(Box<dyn Oracle>, &'static str)> {
+/// Keeps a personality record's changes (`EntryLog`), each followed by a mark `n{k}` in the
+/// log: OUT/entries.json. The mark is added with the record locked, so marks come in the
+/// record's order; per thread, the last one says where its next syscall can start at the
+/// earliest (`LoggedEntryEvent::since`).
+struct EntryRecorder {
+    server: Arc<crate::run::disks::DiskServer>,
+    state: std::sync::Mutex<EntryRecording>,
+}
+
+#[derive(Default)]
+struct EntryRecording {
+    events: Vec<LoggedEntryEvent>,
+    last: std::collections::HashMap<std::thread::ThreadId, usize>,
+    error: Option<String>,
+}
+
+impl crate::workload::entries::EntryLog for EntryRecorder {
+    fn event(&self, ev: crate::workload::entries::EntryEvent) {
+        let mut st = self.state.lock().unwrap();
+        if st.error.is_some() {
+            return;
+        }
+        let k = st.events.len();
+        match self.server.mark(&format!("n{k}")) {
+            Ok(Some(at)) => {
+                let at = at as usize;
+                let since = st.last.insert(std::thread::current().id(), at);
+                st.events.push(LoggedEntryEvent { ev, after: at, since });
+            }
+            Ok(None) => st.error = Some("the disk is not recording".into()),
+            Err(e) => st.error = Some(format!("{e:#}")),
+        }
+    }
+}
+
+/// The oracle for the results in `out`: a personality's entries where the recording kept
+/// them, per-write durability where it kept a write journal, else the end-of-workload one;
+/// none without content maps (a foreign log). A journal that does not fit the log is an error.
+fn load_oracle(out: &Path, log: &Log, meta: &Meta) -> Result<Option<(Box<dyn Oracle>, &'static str)>> {
+    let p = out.join("entries.json");
+    if p.exists() {
+        let j: EntryJournal = serde_json::from_slice(&std::fs::read(&p)?).with_context(|| format!("{} is not an entry journal of faultline", p.display()))?;
+        for (k, e) in j.events.iter().enumerate() {
+            let name = format!("n{k}");
+            if !matches!(log.entries.get(e.after).map(|x| &x.kind), Some(Kind::Mark(m)) if *m == name) {
+                bail!(
+                    "{}: event {k} names log entry {} as its mark {name}, which the log {} does not hold there",
+                    p.display(),
+                    e.after,
+                    meta.log_path(out).display()
+                );
+            }
+        }
+        return Ok(Some((Box::new(EntriesOracle::new(j)), "entries")));
+    }
+    Ok(load_block_oracle(out, log, meta))
+}
+
+fn load_block_oracle(out: &Path, log: &Log, meta: &Meta) -> Option<(Box<dyn Oracle>, &'static str)> {
     let maps = crate::workload::maps::Maps::load(&out.join("maps")).ok()?;
     let journal = std::fs::read(out.join("writes.json")).ok().and_then(|b| serde_json::from_slice::<WriteJournal>(&b).ok());
     match (journal, &maps.target) {
@@ -387,9 +470,7 @@ fn check_state(meta: &Meta, dev: &Path, mnt: &Path, plan: &Plan, horizon: usize,
         if let Some(o) = oracle {
             match o.check(&facts, root) {
                 Ok(c) => {
-                    if c.durable_lost > 0 {
-                        r.reasons.push(format!("{} durable blocks lost", c.durable_lost));
-                    }
+                    r.reasons.extend(c.reasons());
                     r.oracle = Some(c);
                 }
                 Err(e) => r.reasons.push(format!("oracle: {e:#}")),
@@ -468,7 +549,7 @@ pub fn explore(meta: &Meta, opts: &Options) -> Result<Summary> {
     let mut ids = states::enumerate(&eps, meta.first_epoch, meta.per_epoch);
     let not_checked = opts.max_states.map_or(0, |m| ids.len().saturating_sub(m));
     ids.truncate(ids.len() - not_checked);
-    let oracle = load_oracle(out, &log, meta);
+    let oracle = load_oracle(out, &log, meta)?;
     let stop = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone())?;
     signal_hook::flag::register(signal_hook::consts::SIGTERM, stop.clone())?;

@@ -2,17 +2,23 @@
 //! (`Oracle`: a state's facts and where its data is -> block counts), so a finer one (the
 //! run's durability oracle) can take its place.
 //!
-//! `FsyncOracle` knows each write's durability (one psync thread with `fsync:N` or `dsync`:
-//! the log is marked before every write). `EndOracle` knows one durability point: the `synced`
-//! mark the explorer adds once the workload returned and the file system (or device) was
+//! `EntriesOracle` follows a personality's directory entries and file versions with the run's
+//! own record (`workload::entries`) and verdict (`verify::crash::verify_entries`), rebuilt per
+//! state from the events the recording kept. `FsyncOracle` knows each write's durability (one
+//! psync thread with `fsync:N` or `dsync`: the log is marked before every write).
+//! `EndOracle` knows one durability point: the `synced` mark the explorer adds once the workload returned and the file system (or device) was
 //! synced; in a state past it every mapped block must read back as written (else
 //! `durable_lost`), before it a block that does not is `unsynced_lost` (allowed), and it does
 //! not tell garbage from an older version (`garbage` stays 0).
 
+use crate::verify::crash::EntryCounts;
+use crate::workload::entries::{EntryEvent, EntryOracle};
 use crate::workload::maps::{Maps, Target};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OracleCounts {
@@ -28,6 +34,45 @@ pub struct OracleCounts {
     pub unsynced_kept: u64,
     /// Durable and there.
     pub durable_ok: u64,
+    /// `entries`: blocks whose every 512 B sector holds one of the allowed versions' (torn
+    /// variants; the other oracles count such a block as holding a version).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub torn: u64,
+    /// `entries`: the personality's paths, as `faultline run` counts them after a cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<EntryCounts>,
+    /// `entries`: the workload's syncs (file and directory fsyncs, the syncs of the file system)
+    /// credited in this state: those whose mark lies before the end of its epoch.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub syncs_credited: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl OracleCounts {
+    /// Why these counts fail a state (none: they do not). Durable blocks lost, always; with
+    /// `entries` also what `faultline run` counts as failures: durable entries gone, durably
+    /// absent paths back, garbage blocks.
+    pub fn reasons(&self) -> Vec<String> {
+        let mut r = Vec::new();
+        if self.durable_lost > 0 {
+            r.push(format!("{} durable blocks lost", self.durable_lost));
+        }
+        if let Some(e) = &self.entries {
+            if e.durable_lost > 0 {
+                r.push(format!("{} durable entries lost", e.durable_lost));
+            }
+            if e.reappeared > 0 {
+                r.push(format!("{} durably absent paths reappeared", e.reappeared));
+            }
+            if self.garbage > 0 {
+                r.push(format!("{} garbage blocks", self.garbage));
+            }
+        }
+        r
+    }
 }
 
 /// What the oracle knows of a state.
@@ -45,6 +90,90 @@ pub struct StateFacts {
 pub trait Oracle: Send + Sync {
     /// Check the state whose files are mounted at `root` (or whose device is `root`).
     fn check(&self, facts: &StateFacts, root: &Path) -> Result<OracleCounts>;
+}
+
+/// A personality's record as the recording made it (OUT/entries.json): the record's events
+/// in order, each with the log marks that place it (`EntriesOracle`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct EntryJournal {
+    /// The workload's directory below the file system's root.
+    pub dir: PathBuf,
+    /// Path of each file slot, below `dir`.
+    pub names: Vec<PathBuf>,
+    /// The content seed.
+    pub seed: u64,
+    pub events: Vec<LoggedEntryEvent>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoggedEntryEvent {
+    pub ev: EntryEvent,
+    /// Log index of the mark `n{k}` (k: the event's index) added right after the record took
+    /// the event: after its syscall returned (a sync's flushes had completed).
+    pub after: usize,
+    /// Log index of the mark after the same thread's previous event: the event's syscall
+    /// started after it (None: the thread's first event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<usize>,
+}
+
+/// The `entries` oracle: the directory entries and file versions of a personality, checked
+/// per state as `faultline run` checks them after a cut (`verify_entries`), against the record
+/// as of the state. In a state of epoch N (horizon: the end of epoch N) the record is rebuilt
+/// from the events whose syscall may have started before the horizon (`since` before it: one
+/// that started after it left nothing in the state), with a sync credited only when its mark
+/// lies before the horizon: that mark came after every flush the sync waited for, so those
+/// flushes closed epoch N-1 or earlier and every state of epoch N holds what they made durable
+/// (FUA writes of epoch N are kept whole). A sync whose mark lies after the horizon credits
+/// nothing, as a sync that returns after a cut began credits nothing in `run`.
+pub struct EntriesOracle {
+    pub journal: EntryJournal,
+    /// The last record rebuilt, with its horizon (the states of an epoch share one).
+    cache: std::sync::Mutex<Option<(usize, EntryOracle, u64)>>,
+}
+
+impl EntriesOracle {
+    pub fn new(journal: EntryJournal) -> EntriesOracle {
+        EntriesOracle { journal, cache: std::sync::Mutex::new(None) }
+    }
+
+    /// The record as of a state whose horizon is `horizon`, and the syncs it credited.
+    pub fn record_at(&self, horizon: usize) -> (EntryOracle, u64) {
+        let o = EntryOracle::new(self.journal.names.clone(), Arc::new(AtomicBool::new(false)));
+        let mut syncs = 0;
+        for e in &self.journal.events {
+            if e.since.is_some_and(|s| s >= horizon) || (e.ev.is_sync() && e.after >= horizon) {
+                continue;
+            }
+            syncs += e.ev.is_sync() as u64;
+            e.ev.apply(&o);
+        }
+        (o, syncs)
+    }
+}
+
+impl Oracle for EntriesOracle {
+    fn check(&self, facts: &StateFacts, root: &Path) -> Result<OracleCounts> {
+        let mut cache = self.cache.lock().unwrap();
+        if cache.as_ref().is_none_or(|(h, _, _)| *h != facts.horizon) {
+            let (o, n) = self.record_at(facts.horizon);
+            *cache = Some((facts.horizon, o, n));
+        }
+        let (_, record, syncs) = cache.as_ref().expect("just built");
+        let rep = crate::verify::crash::verify_entries(record, &root.join(&self.journal.dir), self.journal.seed, facts.torn)?;
+        let c = rep.counts;
+        Ok(OracleCounts {
+            checked: c.checked,
+            durable_lost: c.durable_lost,
+            garbage: c.garbage,
+            unsynced_lost: c.unsynced_lost,
+            unsynced_kept: c.unsynced_kept,
+            durable_ok: c.durable_kept,
+            torn: c.torn,
+            entries: c.entries,
+            syncs_credited: *syncs,
+        })
+    }
 }
 
 pub struct EndOracle {
@@ -193,6 +322,36 @@ impl Oracle for FsyncOracle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_state_s_record_credits_the_syncs_marked_before_its_epoch_ended() {
+        use crate::workload::entries::EntryEvent as E;
+        let ev = |ev, after, since| LoggedEntryEvent { ev, after, since };
+        // one thread: create d/a, write it, fsync it and its directory, delete it, fsync the
+        // directory; each change marked at the log index given
+        let events = vec![
+            ev(E::Created { slot: 0, generation: 1 }, 10, None),
+            ev(E::Wrote { slot: 0, generation: 1, first: 0, ids: vec![7], ok: true }, 11, Some(10)),
+            ev(E::FileSynced { slot: 0, generation: 1, snap: 1 }, 12, Some(11)),
+            ev(E::DirSynced { slot: 0, snap: 1 }, 13, Some(12)),
+            ev(E::Deleted { slot: 0 }, 20, Some(13)),
+            ev(E::DirSynced { slot: 0, snap: 2 }, 21, Some(20)),
+        ];
+        let o = EntriesOracle::new(EntryJournal { dir: PathBuf::new(), names: vec!["d/a".into(), "d/b".into()], seed: 1, events });
+        let at = |h| {
+            let (r, n) = o.record_at(h);
+            let g = r.lock();
+            (g.paths[0].durable, g.paths[0].pending.len(), n)
+        };
+        // the directory fsync's mark is the epoch's last entry or later: not credited; the
+        // delete started after the thread's mark 13, past the state
+        assert_eq!(at(13), (None, 1, 1));
+        assert_eq!(o.record_at(13).0.lock().paths[0].versions[&1].block(0), (Some(7), vec![]), "the file fsync is credited");
+        // the directory fsync is credited; the delete may have started before the end
+        assert_eq!(at(14), (Some(1), 1, 2));
+        assert_eq!(at(21), (Some(1), 1, 2));
+        assert_eq!(at(22), (None, 0, 3), "the delete is durable");
+    }
 
     fn oracle(sync: &str, every: u64, files: &[usize]) -> FsyncOracle {
         let writes = files.iter().enumerate().map(|(i, f)| (*f, i as u64 * 4096, vec![i as u64])).collect();

@@ -147,9 +147,13 @@ pub fn render(summary: &Summary, states: &[StateResult], dir: &Path) -> String {
     if failing.is_empty() {
         h.push_str("<p>None: every state mounted, its check was clean and the oracle found nothing lost that was promised.</p>\n");
     } else {
-        h.push_str(
+        // the `entries` oracle's counts of paths, beside the blocks'
+        let entries = failing.iter().any(|r| r.oracle.as_ref().is_some_and(|o| o.entries.is_some()));
+        let _ = writeln!(
+            h,
             "<table class=\"failing\"><tr><th class=\"l\">State</th><th>Epoch</th><th class=\"l\">Variant</th><th>Kept</th><th>Lost</th><th>Torn</th>\
-<th class=\"l\">Mount</th><th class=\"l\">Check</th><th>Durable lost</th><th>Garbage</th><th>Unsynced lost</th><th class=\"l\">Why</th><th class=\"l\">Replay</th></tr>\n",
+<th class=\"l\">Mount</th><th class=\"l\">Check</th><th>Durable lost</th><th>Garbage</th><th>Unsynced lost</th>{}<th class=\"l\">Why</th><th class=\"l\">Replay</th></tr>",
+            if entries { "<th>Entries lost</th><th>Reappeared</th>" } else { "" }
         );
         let red = |v: u64| if v > 0 { format!("<td class=\"bad\">{v}</td>") } else { format!("<td>{v}</td>") };
         for r in failing.iter().take(TABLE_ROWS) {
@@ -158,10 +162,16 @@ pub fn render(summary: &Summary, states: &[StateResult], dir: &Path) -> String {
             } else {
                 format!("<td class=\"l bad\"><details><summary>{}</summary><pre>{}</pre></details></td>", esc(&r.check), esc(&r.check_output))
             };
-            let oracle = match &r.oracle {
+            let mut oracle = match &r.oracle {
                 Some(o) => format!("{}{}<td>{}</td>", red(o.durable_lost), red(o.garbage), o.unsynced_lost),
                 None => "<td>-</td><td>-</td><td>-</td>".into(),
             };
+            if entries {
+                oracle += &match r.oracle.as_ref().and_then(|o| o.entries) {
+                    Some(e) => format!("{}{}", red(e.durable_lost), red(e.reappeared)),
+                    None => "<td>-</td><td>-</td>".into(),
+                };
+            }
             let _ = writeln!(
                 h,
                 "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l{}\">{}</td>{check}{oracle}<td class=\"l\">{}</td><td class=\"l\"><code>faultline crash replay {} {}</code></td></tr>",
@@ -245,5 +255,13 @@ mod tests {
         assert!(html.contains("<title>epoch 2: 1 ok</title>"));
         let none = render(&summary, &states[..1], Path::new("/d"));
         assert!(none.contains("<p>None:"));
+        assert!(!html.contains("Entries lost"), "no entry columns without the entries oracle");
+        // the entries oracle's paths get their own columns, losses in red
+        let mut lost = state("e3-s0", 3, "ok", "clean", true);
+        let entries = crate::verify::crash::EntryCounts { checked: 9, durable_kept: 6, durable_lost: 2, reappeared: 1, ..Default::default() };
+        lost.oracle = Some(super::super::oracle::OracleCounts { checked: 20, durable_ok: 18, durable_lost: 2, entries: Some(entries), ..Default::default() });
+        let html = render(&summary, &[lost], Path::new("/d"));
+        assert!(html.contains("<th>Entries lost</th><th>Reappeared</th>"), "{html}");
+        assert!(html.contains("<td class=\"bad\">2</td><td class=\"bad\">1</td><td class=\"l\">"), "{html}");
     }
 }

@@ -27,7 +27,13 @@
 //! Events are recorded after their syscall returned and syncs' snapshots are taken before
 //! their syscall starts, both under one lock: a change or write recorded before a snapshot
 //! completed before the sync started (one that raced it is not credited: conservative).
+//!
+//! With a log (`EntryOracle::with_log`) every call that changes the record is also handed to
+//! the log as an `EntryEvent`, under the same lock and so in the record's order: `crash
+//! explore` keeps them and rebuilds the record as of each crash state (`EntryEvent::apply` on a
+//! fresh record).
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
@@ -172,6 +178,46 @@ impl PathRecord {
     }
 }
 
+/// One call that changed the record, with its arguments (`EntryLog`). Replaying a record's
+/// events in order on a fresh record (`apply`) rebuilds it; a sync left out credits nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum EntryEvent {
+    Created { slot: usize, generation: u64 },
+    Deleted { slot: usize },
+    Renamed { from: usize, generation: u64, to: usize, to_generation: u64 },
+    Wrote { slot: usize, generation: u64, first: u64, ids: Vec<u64>, ok: bool },
+    FileSynced { slot: usize, generation: u64, snap: u64 },
+    DirSynced { slot: usize, snap: u64 },
+    SyncedAll,
+}
+
+impl EntryEvent {
+    /// A sync that returned success: what it credits is durable from then on.
+    pub fn is_sync(&self) -> bool {
+        matches!(self, EntryEvent::FileSynced { .. } | EntryEvent::DirSynced { .. } | EntryEvent::SyncedAll)
+    }
+
+    /// Make the same call on `o`.
+    pub fn apply(&self, o: &EntryOracle) {
+        match self {
+            EntryEvent::Created { slot, generation } => o.created(*slot, *generation),
+            EntryEvent::Deleted { slot } => o.deleted(*slot),
+            EntryEvent::Renamed { from, generation, to, to_generation } => o.renamed(*from, *generation, *to, *to_generation),
+            EntryEvent::Wrote { slot, generation, first, ids, ok } => o.wrote(*slot, *generation, *first, ids, *ok),
+            EntryEvent::FileSynced { slot, generation, snap } => o.file_synced(*slot, *generation, *snap),
+            EntryEvent::DirSynced { slot, snap } => o.dir_synced(*slot, *snap),
+            EntryEvent::SyncedAll => o.synced_all(),
+        }
+    }
+}
+
+/// Where a record's events go as they are made. Called with the record locked: events come
+/// in the record's order, and the call delays every other change of the record.
+pub trait EntryLog: Send + Sync {
+    fn event(&self, ev: EntryEvent);
+}
+
 pub struct Inner {
     pub paths: Vec<PathRecord>,
     /// Entry changes recorded so far: a directory fsync's snapshot.
@@ -189,6 +235,8 @@ pub struct EntryOracle {
     dirs: Vec<Vec<usize>>,
     dir_of: Vec<usize>,
     inner: Mutex<Inner>,
+    /// Where the changes also go (`crash explore`), if anywhere.
+    log: Option<Arc<dyn EntryLog>>,
 }
 
 impl EntryOracle {
@@ -209,7 +257,20 @@ impl EntryOracle {
             })
             .collect();
         let paths = vec![PathRecord::default(); names.len()];
-        EntryOracle { power_off, names, dirs, dir_of, inner: Mutex::new(Inner { paths, seq: 0 }) }
+        EntryOracle { power_off, names, dirs, dir_of, inner: Mutex::new(Inner { paths, seq: 0 }), log: None }
+    }
+
+    /// The same record, handing every change to `log` as well.
+    pub fn with_log(mut self, log: Arc<dyn EntryLog>) -> EntryOracle {
+        self.log = Some(log);
+        self
+    }
+
+    /// Hand an event to the log (the caller holds the record's lock).
+    fn note(&self, ev: impl FnOnce() -> EntryEvent) {
+        if let Some(l) = &self.log {
+            l.event(ev());
+        }
     }
 
     fn off(&self) -> bool {
@@ -229,6 +290,7 @@ impl EntryOracle {
         let p = &mut g.paths[i];
         p.versions.insert(generation, Version::default());
         p.pending.push(Change::Create { generation, seq, dir_synced: false });
+        self.note(|| EntryEvent::Created { slot: i, generation });
     }
 
     /// Slot `i` was deleted (the unlink returned).
@@ -237,12 +299,16 @@ impl EntryOracle {
         g.seq += 1;
         let seq = g.seq;
         g.paths[i].pending.push(Change::Delete { seq });
+        self.note(|| EntryEvent::Deleted { slot: i });
     }
 
     /// A write of version `generation` of slot `i` returned: blocks `first..` hold `ids`
     /// (`ok`: it succeeded).
     pub fn wrote(&self, i: usize, generation: u64, first: u64, ids: &[u64], ok: bool) {
         let mut g = self.lock();
+        // logged even when the version is no longer followed here: a record rebuilt without
+        // the change that dropped it still follows it
+        self.note(|| EntryEvent::Wrote { slot: i, generation, first, ids: ids.to_vec(), ok });
         let Some(v) = g.paths[i].versions.get_mut(&generation) else { return };
         let seq = v.writes;
         v.writes += 1;
@@ -269,6 +335,7 @@ impl EntryOracle {
         let p = &mut g.paths[to];
         p.versions.insert(to_generation, v);
         p.pending.push(Change::Rename { generation: to_generation, seq, from, dir_synced: false, from_dir_synced: same });
+        self.note(|| EntryEvent::Renamed { from, generation, to, to_generation });
     }
 
     /// Before an fsync of version `generation` of slot `i`: the writes it can cover.
@@ -283,6 +350,7 @@ impl EntryOracle {
             return;
         }
         let mut g = self.lock();
+        self.note(|| EntryEvent::FileSynced { slot: i, generation, snap });
         let p = &mut g.paths[i];
         let Some(v) = p.versions.get_mut(&generation) else { return };
         v.file_synced = true;
@@ -317,6 +385,7 @@ impl EntryOracle {
         }
         let d = self.dir_of[i];
         let mut g = self.lock();
+        self.note(|| EntryEvent::DirSynced { slot: i, snap });
         for &j in &self.dirs[d] {
             let p = &mut g.paths[j];
             let Some(k) = p.pending.iter().rposition(|c| c.seq() <= snap) else { continue };
@@ -358,6 +427,7 @@ impl EntryOracle {
             return;
         }
         let mut g = self.lock();
+        self.note(|| EntryEvent::SyncedAll);
         for p in &mut g.paths {
             if let Some(gen_) = p.pending.iter().rev().find_map(Change::generation)
                 && let Some(v) = p.versions.get_mut(&gen_)
@@ -532,6 +602,93 @@ mod tests {
         let g = o.lock();
         assert_eq!((g.paths[0].durable, g.paths[0].candidates()), (None, vec![1]));
         assert_eq!(g.paths[1].candidates(), vec![1], "the source may still be there");
+    }
+
+    struct Kept(Mutex<Vec<EntryEvent>>);
+    impl EntryLog for Kept {
+        fn event(&self, ev: EntryEvent) {
+            self.0.lock().unwrap().push(ev);
+        }
+    }
+
+    /// What a record says of each path: durable version, candidates, and per candidate its
+    /// blocks' durable and later contents.
+    /// Per candidate version: its blocks, each with its durable content and the later ones.
+    type Candidates = Vec<(u64, Vec<(u64, Option<u64>, Vec<u64>)>)>;
+
+    fn view(o: &EntryOracle) -> Vec<(Option<u64>, Candidates)> {
+        let g = o.lock();
+        g.paths
+            .iter()
+            .map(|p| {
+                let vs = p
+                    .candidates()
+                    .into_iter()
+                    .map(|c| (c, p.versions[&c].blocks().into_iter().map(|b| (b, p.versions[&c].block(b).0, p.versions[&c].block(b).1)).collect()))
+                    .collect();
+                (p.durable, vs)
+            })
+            .collect()
+    }
+
+    /// An atomic replace logged and replayed on a fresh record: the same record, the rename
+    /// durable in both.
+    #[test]
+    fn a_logged_rename_replays_to_the_same_record() {
+        let kept = Arc::new(Kept(Mutex::new(vec![])));
+        let o = oracle(&["d/a", "d/a.tmp"]).with_log(kept.clone());
+        o.created(0, 1);
+        let s = o.file_sync_start(0, 1);
+        o.file_synced(0, 1, s);
+        let d = o.dir_sync_start();
+        o.dir_synced(0, d);
+        o.created(1, 1);
+        o.wrote(1, 1, 0, &[7], true);
+        let s = o.file_sync_start(1, 1);
+        o.file_synced(1, 1, s);
+        o.renamed(1, 1, 0, 2);
+        let d = o.dir_sync_start();
+        o.dir_synced(0, d);
+        let evs = kept.0.lock().unwrap().clone();
+        assert!(evs.contains(&EntryEvent::Renamed { from: 1, generation: 1, to: 0, to_generation: 2 }), "{evs:?}");
+        let evs: Vec<EntryEvent> = serde_json::from_str(&serde_json::to_string(&evs).unwrap()).unwrap();
+        let r = oracle(&["d/a", "d/a.tmp"]);
+        evs.iter().for_each(|e| e.apply(&r));
+        assert_eq!(view(&r), view(&o));
+        let g = r.lock();
+        assert_eq!((g.paths[0].durable, g.paths[0].durable_renamed, g.paths[1].durable), (Some(2), true, None));
+    }
+
+    #[test]
+    fn the_logged_events_rebuild_the_record_and_a_left_out_sync_credits_nothing() {
+        let kept = Arc::new(Kept(Mutex::new(vec![])));
+        let o = oracle(&["d/a", "d/b"]).with_log(kept.clone());
+        o.created(0, 1);
+        o.wrote(0, 1, 0, &[10, 11], true);
+        let s = o.file_sync_start(0, 1);
+        o.file_synced(0, 1, s);
+        let d = o.dir_sync_start();
+        o.dir_synced(0, d);
+        o.created(1, 1);
+        o.deleted(0);
+        o.wrote(0, 1, 2, &[12], true);
+        let d = o.dir_sync_start();
+        o.dir_synced(1, d);
+        let evs = kept.0.lock().unwrap().clone();
+        assert_eq!(evs.len(), 8);
+        assert_eq!(evs[0], EntryEvent::Created { slot: 0, generation: 1 });
+        // serialized and read back, replayed on a fresh record: the same record
+        let evs: Vec<EntryEvent> = serde_json::from_str(&serde_json::to_string(&evs).unwrap()).unwrap();
+        let r = oracle(&["d/a", "d/b"]);
+        evs.iter().for_each(|e| e.apply(&r));
+        assert_eq!(view(&r), view(&o));
+        assert_eq!(view(&r)[0].0, None, "the delete is durable");
+        // without the last directory fsync the delete is not durable: version 1 may be found
+        let r = oracle(&["d/a", "d/b"]);
+        evs[..7].iter().for_each(|e| e.apply(&r));
+        assert_eq!(r.lock().paths[0].durable, Some(1));
+        assert_eq!(r.lock().paths[0].versions[&1].block(2), (None, vec![12]));
+        assert!(evs[7].is_sync() && !evs[6].is_sync());
     }
 
     #[test]

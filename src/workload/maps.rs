@@ -55,6 +55,9 @@ pub struct Durability {
     /// A personality's files (created and deleted as it runs): their entries, versions and
     /// contents (`durable` and `unsynced` are then empty).
     pub entries: Option<Box<super::entries::EntryOracle>>,
+    /// Where a personality's record also hands its changes (`crash explore` keeps them to
+    /// rebuild the record as of each crash state); None: nowhere.
+    pub entry_log: Option<std::sync::Arc<dyn super::entries::EntryLog>>,
 }
 
 /// One write not (yet) acknowledged durable: map index, 4 KiB block, content id.
@@ -79,12 +82,12 @@ impl Durability {
                 Ok(v)
             })
             .collect::<Result<_>>()?;
-        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()), power_off: Default::default(), entries: None })
+        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()), power_off: Default::default(), entries: None, entry_log: None })
     }
 
     /// The record of a personality's run: its files' entries and versions.
     pub fn of_entries(e: super::entries::EntryOracle) -> Durability {
-        Durability { durable: Vec::new(), unsynced: Mutex::new(Vec::new()), power_off: e.power_off.clone(), entries: Some(Box::new(e)) }
+        Durability { durable: Vec::new(), unsynced: Mutex::new(Vec::new()), power_off: e.power_off.clone(), entries: Some(Box::new(e)), entry_log: None }
     }
 
     /// Content `id` of block `block` of map `map` is acknowledged durable.

@@ -33,8 +33,8 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// filebench's flowop types used by the three personalities.
@@ -974,13 +974,14 @@ fn probe_direct(dir: &std::path::Path) -> Result<()> {
 }
 
 /// Run a personality workload (`workload::run` calls this when `spec.personality` is set).
-/// `seed` is the content seed of the maps. `power_off` (a power cut is planned): follow the
-/// files' entries and contents for the durability oracle (`workload::entries`); the returned
-/// maps carry the record.
+/// `seed` is the content seed of the maps. `durability` (a power cut is planned, or `crash
+/// explore` records): follow the files' entries and contents for the durability oracle
+/// (`workload::entries`) with its `power_off` switch, handing the changes to its `entry_log`
+/// if it has one; the returned maps carry the record.
 pub fn run(
     w: &Workload,
     seed: u64,
-    power_off: Option<Arc<AtomicBool>>,
+    durability: Option<&super::maps::Durability>,
     observer: Option<&dyn WriteObserver>,
     progress: Option<&Progress>,
 ) -> Result<WorkloadResult> {
@@ -1017,13 +1018,17 @@ pub fn run(
         intervals: (0..w.threads).map(|_| Mutex::new(IntervalAcc::default())).collect(),
         oracle: None,
     };
-    sh.oracle = power_off.map(|off| {
+    sh.oracle = durability.map(|d| {
         let mut names: Vec<PathBuf> = sh.layout.entries.iter().map(|e| e.path.clone()).collect();
         // `replace`: each file's temp is a path of its own (slot `entries + i`)
         if p.replace {
             names.extend(sh.layout.entries.iter().map(|e| temp_name(&e.path)));
         }
-        EntryOracle::new(names, off)
+        let o = EntryOracle::new(names, d.power_off.clone());
+        match &d.entry_log {
+            Some(l) => o.with_log(l.clone()),
+            None => o,
+        }
     });
     if w.o_direct() {
         probe_direct(dir)?;

@@ -75,7 +75,7 @@ pub struct WorkloadResult {
 pub fn run(spec: &Workload, maps: &Maps, observer: Option<Arc<dyn WriteObserver>>, progress: Option<&Progress>) -> Result<WorkloadResult> {
     spec.check()?;
     if spec.personality.is_some() {
-        return super::personality::run(spec, maps.seed, maps.durability.as_ref().map(|d| d.power_off.clone()), observer.as_deref(), progress);
+        return super::personality::run(spec, maps.seed, maps.durability.as_ref(), observer.as_deref(), progress);
     }
     let own = Progress::new();
     let progress = progress.unwrap_or(&own);
