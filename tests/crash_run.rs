@@ -5,32 +5,22 @@
 
 mod common;
 
-use common::RunDir;
+use common::{RunDir, count as n};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-/// Run `yaml` with `faultline run` in `run`; the results.json and the run's stderr.
+/// Run `yaml` with `faultline run` in `run`: results.json, the run's output, its results
+/// directory.
 fn run_experiment(run: &RunDir, dir: &Path, yaml: &str) -> (Value, String, PathBuf) {
-    let exp = dir.join("exp.yaml");
-    std::fs::write(&exp, yaml).unwrap();
-    let out = dir.join("out");
-    let o = run.cmd(&["run"]).arg(&exp).arg("--out").arg(&out).output().unwrap();
-    let stdout = String::from_utf8_lossy(&o.stdout).to_string();
-    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(o.status.success(), "run failed:\n{stderr}\n{stdout}");
-    let res: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    (res, format!("{stdout}\n{stderr}"), out)
+    let r = run.run_ok(dir, yaml);
+    (r.results, r.text, r.out)
 }
 
 fn crashes(res: &Value) -> Vec<Value> {
     res["setups"][0]["repetitions"].as_array().unwrap().iter().map(|r| r["crash"].clone()).collect()
-}
-
-fn n(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("no `{k}` in {v}"))
 }
 
 /// The oracle's states add up to the blocks checked, and nothing broke a promise.
@@ -307,11 +297,7 @@ fn bad_power_cuts_are_refused_with_their_place() {
         ),
     ];
     for (yaml, want) in cases {
-        let exp = tmp.path().join("exp.yaml");
-        std::fs::write(&exp, yaml).unwrap();
-        let o = run.cmd(&["run"]).arg(&exp).arg("--out").arg(tmp.path().join("out")).current_dir(tmp.path()).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "{yaml}");
+        let err = run.refused(tmp.path(), yaml);
         assert!(err.contains(want), "{yaml}\n{err}");
     }
     assert!(run.leftovers().is_empty(), "{:?}", run.leftovers());

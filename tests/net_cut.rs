@@ -7,29 +7,7 @@
 
 mod common;
 
-use common::{RunDir, namespaces_of, need_net};
-use serde_json::Value;
-use std::path::Path;
-
-/// Run `yaml` with `faultline run` in `run`: the run's pid, results.json and its output.
-fn run_experiment(run: &RunDir, dir: &Path, yaml: &str) -> (u32, Value, String) {
-    let exp = dir.join("exp.yaml");
-    std::fs::write(&exp, yaml).unwrap();
-    let out = dir.join("out");
-    let child = run.cmd(&["run"]).arg(&exp).arg("--out").arg(&out).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
-    let o = child.wait_with_output().unwrap();
-    let text = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success(), "run failed:\n{text}");
-    let res: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
-    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    assert!(html.contains("class=\"chart crash-figure\"") && html.contains("<table class=\"crash\">"), "the report has no crash section");
-    (pid, res, text)
-}
-
-fn n(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("no `{k}` in {v}"))
-}
+use common::{RunDir, count as n, namespaces_of, need_net};
 
 /// One client thread writes 4 KiB blocks in sequence (each write its own block) and flushes
 /// every 24 writes: at the cut the target's cache holds the writes since the last flush.
@@ -53,7 +31,9 @@ fn a_cut_of_the_target_fails_the_client_and_loses_no_flushed_block() {
     }
     let run = RunDir::new("netcut");
     let tmp = tempfile::tempdir().unwrap();
-    let (pid, res, text) = run_experiment(&run, tmp.path(), EXPERIMENT);
+    let common::Ran { pid, results: res, text, out } = run.run_ok(tmp.path(), EXPERIMENT);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("class=\"chart crash-figure\"") && html.contains("<table class=\"crash\">"), "the report has no crash section");
     for model in ["lose-all", "keep-prefix"] {
         let s = res["setups"].as_array().unwrap().iter().find(|s| s["name"] == model).unwrap();
         let rep = &s["repetitions"][0];
@@ -112,11 +92,7 @@ fn bad_cuts_in_networked_experiments_are_refused_with_their_place() {
         ),
     ];
     for (yaml, want) in cases {
-        let exp = tmp.path().join("exp.yaml");
-        std::fs::write(&exp, yaml).unwrap();
-        let o = run.cmd(&["run"]).arg(&exp).arg("--out").arg(tmp.path().join("out")).current_dir(tmp.path()).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success(), "{yaml}");
+        let err = run.refused(tmp.path(), yaml);
         assert!(err.contains(want), "{yaml}\n{err}");
         assert!(err.contains("allowed") || err.contains("add `disk:"), "{err}");
     }

@@ -6,8 +6,9 @@
 //! own record (`workload::entries`) and verdict (`verify::crash::verify_entries`), rebuilt per
 //! state from the events the recording kept. `FsyncOracle` knows each write's durability (one
 //! psync thread with `fsync:N` or `dsync`: the log is marked before every write).
-//! `EndOracle` knows one durability point: the `synced` mark the explorer adds once the workload returned and the file system (or device) was
-//! synced; in a state past it every mapped block must read back as written (else
+//! `EndOracle` knows one durability point: the `synced` mark the explorer adds once the
+//! workload returned and the file system (or device) was synced; in a state past it every
+//! mapped block must read back as written (else
 //! `durable_lost`), before it a block that does not is `unsynced_lost` (allowed), and it does
 //! not tell garbage from an older version (`garbage` stays 0).
 

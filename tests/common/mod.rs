@@ -282,7 +282,7 @@ pub fn errno(r: std::io::Result<Vec<u8>>) -> Option<i32> {
 }
 
 pub fn count(v: &Value, key: &str) -> u64 {
-    v[key].as_u64().unwrap()
+    v[key].as_u64().unwrap_or_else(|| panic!("no `{key}` in {v}"))
 }
 
 pub mod lab;
@@ -344,6 +344,30 @@ impl RunDir {
         self.cmd(&["run"]).arg(experiment).arg("--out").arg(out).arg("-q").stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
     }
 
+    /// `faultline run` of `yaml` (written to DIR/exp.yaml, results in DIR/out), which must
+    /// succeed.
+    pub fn run_ok(&self, dir: &Path, yaml: &str) -> Ran {
+        let exp = dir.join("exp.yaml");
+        std::fs::write(&exp, yaml).unwrap();
+        let out = dir.join("out");
+        let child = self.cmd(&["run"]).arg(&exp).arg("--out").arg(&out).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let pid = child.id();
+        let o = child.wait_with_output().unwrap();
+        let text = format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert!(o.status.success(), "run failed:\n{text}");
+        let results = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+        Ran { pid, results, text, out }
+    }
+
+    /// `faultline run` of `yaml` (written to DIR/exp.yaml), which must fail: its stderr.
+    pub fn refused(&self, dir: &Path, yaml: &str) -> String {
+        let exp = dir.join("exp.yaml");
+        std::fs::write(&exp, yaml).unwrap();
+        let o = self.cmd(&["run"]).arg(&exp).arg("--out").arg(dir.join("out")).current_dir(dir).output().unwrap();
+        assert!(!o.status.success(), "not refused:\n{yaml}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    }
+
     /// `faultline cleanup` here: what it printed, and how long it took.
     pub fn cleanup(&self) -> (String, std::time::Duration) {
         let t = std::time::Instant::now();
@@ -373,6 +397,14 @@ impl RunDir {
         left.extend(std::fs::read_dir(self.0.join("runs")).into_iter().flatten().flatten().map(|e| format!("ledger: {}", e.path().display())));
         left
     }
+}
+
+/// A finished `faultline run`: its pid, results.json, stdout and stderr, results directory.
+pub struct Ran {
+    pub pid: u32,
+    pub results: Value,
+    pub text: String,
+    pub out: PathBuf,
 }
 
 impl Drop for RunDir {
