@@ -461,10 +461,12 @@ fn ext4_layers_fsync_pair_journal_and_fuse() {
     let dev = h.dev.display().to_string();
     let block = |op| res.row(&dev, "block_service", op).map_or(0, |r| r.count);
     // requests issued before the monitor started are left out of the block layer (`early`)
-    // while their FUSE requests, sent later, are timed
+    // while their FUSE requests, sent later, are timed; and one block completion in 200 (at
+    // least one) may go unseen, as in `assert_counted` (docs/monitor.md, blind spots)
     let early: u64 = res.devices.iter().map(|d| d.early).sum();
     let slack = res.missed_events + not_timed(&res) + early;
     for (f, b) in [("fuse:write", block("write")), ("fuse:read", block("read"))] {
+        let slack = slack + (count("driver", f).max(b) / 200).max(1);
         assert!(
             count("driver", f).abs_diff(b) <= slack,
             "{f}: {} FUSE requests vs {b} block requests ({slack} not timed); notes: {:?}",
