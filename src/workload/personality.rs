@@ -704,8 +704,8 @@ impl<'s, 'a> Worker<'s, 'a> {
     }
 
     /// `replace: true`: rewrite the file open on descriptor `fo.fd` as applications replace a
-    /// file atomically: its content (as mapped) plus an append written whole to a new temp
-    /// file beside it, the temp fsynced, renamed over the file, and with `fsync_dir` the
+    /// file atomically: new content of the file's size plus an append, written whole to a new
+    /// temp file beside it, the temp fsynced, renamed over the file, and with `fsync_dir` the
     /// directory fsynced. The file stays busy throughout (no other thread deletes or replaces
     /// it meanwhile); one deleted or re-created since the descriptor opened it is skipped. The
     /// descriptor keeps the old file, which the sequence's next flowop closes.
