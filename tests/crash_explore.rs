@@ -136,6 +136,23 @@ workload:
 repeat: 1
 ";
 
+/// `crash explore` of `yaml` (DIR/exp.yaml) with `--per-epoch K --seed S`, which must succeed:
+/// its results directory (DIR/out) and what it printed.
+fn explore_ok(run: &RunDir, dir: &Path, yaml: &str, per_epoch: u32, seed: u64) -> (PathBuf, String) {
+    let exp = dir.join("exp.yaml");
+    std::fs::write(&exp, yaml).unwrap();
+    let out = dir.join("out");
+    let o = run
+        .cmd(&["crash", "explore"])
+        .arg(&exp)
+        .args(["--per-epoch", &per_epoch.to_string(), "--seed", &seed.to_string(), "-q", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    (out, String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
 fn results(out: &Path) -> Vec<Value> {
     std::fs::read_to_string(out.join("states.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
@@ -158,11 +175,7 @@ fn replayed_bytes(run: &RunDir, out: &Path, id: &str) -> Vec<u8> {
 fn explore_checks_ext4_states_and_each_replays_by_id() {
     let run = RunDir::new("crash-explore");
     let dir = tempfile::tempdir().unwrap();
-    let exp = dir.path().join("exp.yaml");
-    std::fs::write(&exp, EXPERIMENT).unwrap();
-    let out = dir.path().join("out");
-    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "1", "--seed", "5", "-q", "--out"]).arg(&out).output().unwrap();
-    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let (out, _) = explore_ok(&run, dir.path(), EXPERIMENT, 1, 5);
     let summary: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     let meta: Value = serde_json::from_slice(&std::fs::read(out.join("explore.json")).unwrap()).unwrap();
     let rs = results(&out);
@@ -231,11 +244,7 @@ fn without_barriers_fsynced_blocks_are_lost_in_subsets() {
     // writes loses blocks the workload had fsynced (the disk acknowledged them volatile)
     let run = RunDir::new("crash-nobarrier");
     let dir = tempfile::tempdir().unwrap();
-    let exp = dir.path().join("exp.yaml");
-    std::fs::write(&exp, EXPERIMENT.replace("{ fs: ext4 }", "{ fs: ext4, mount: [barrier=0] }")).unwrap();
-    let out = dir.path().join("out");
-    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "3", "--seed", "2", "-q", "--out"]).arg(&out).output().unwrap();
-    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let (out, stdout) = explore_ok(&run, dir.path(), &EXPERIMENT.replace("{ fs: ext4 }", "{ fs: ext4, mount: [barrier=0] }"), 3, 2);
     let rs = results(&out);
     let lost: Vec<&Value> = rs.iter().filter(|r| r["variant"] == "subset" && r["oracle"]["durable_lost"].as_u64().unwrap_or(0) > 0).collect();
     assert!(!lost.is_empty(), "no subset lost a fsynced block: {rs:?}");
@@ -243,7 +252,7 @@ fn without_barriers_fsynced_blocks_are_lost_in_subsets() {
     // the boundary after the unmount's flush holds everything
     let last = rs.last().unwrap();
     assert_eq!((last["variant"].as_str(), last["oracle"]["durable_lost"].as_u64()), (Some("boundary"), Some(0)), "{last}");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("durable blocks lost"));
+    assert!(stdout.contains("durable blocks lost"));
     // the report leads with the states per epoch by outcome and lists each failing state with
     // its replay command; `faultline report DIR` rebuilds it from the directory
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
@@ -395,11 +404,7 @@ fn count(v: &Value, k: &str) -> u64 {
 fn varmail_keeps_every_durable_entry_in_every_explored_state() {
     let run = RunDir::new("crash-varmail");
     let dir = tempfile::tempdir().unwrap();
-    let exp = dir.path().join("exp.yaml");
-    std::fs::write(&exp, varmail_experiment("{ fs: ext4 }")).unwrap();
-    let out = dir.path().join("out");
-    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "1", "--seed", "3", "-q", "--out"]).arg(&out).output().unwrap();
-    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let (out, _) = explore_ok(&run, dir.path(), &varmail_experiment("{ fs: ext4 }"), 1, 3);
     let summary: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["oracle"], "entries", "{summary}");
     eprintln!("varmail on ext4: {summary}");
@@ -455,11 +460,7 @@ fn varmail_without_barriers_loses_durable_entries_in_subsets() {
     // inside it, and a random subset of its writes loses entries varmail had made durable
     let run = RunDir::new("crash-varmail-nobarrier");
     let dir = tempfile::tempdir().unwrap();
-    let exp = dir.path().join("exp.yaml");
-    std::fs::write(&exp, varmail_experiment("{ fs: ext4, mount: [barrier=0] }")).unwrap();
-    let out = dir.path().join("out");
-    let o = run.cmd(&["crash", "explore"]).arg(&exp).args(["--per-epoch", "4", "--seed", "2", "-q", "--out"]).arg(&out).output().unwrap();
-    assert!(o.status.success(), "explore: {}", String::from_utf8_lossy(&o.stderr));
+    let (out, stdout) = explore_ok(&run, dir.path(), &varmail_experiment("{ fs: ext4, mount: [barrier=0] }"), 4, 2);
     let rs = results(&out);
     for r in &rs {
         eprintln!("{} mount {} check {} oracle {}", r["id"], r["mount"], r["check"], r["oracle"]);
@@ -470,7 +471,7 @@ fn varmail_without_barriers_loses_durable_entries_in_subsets() {
         assert_eq!(r["failed"], true, "{r}");
         assert!(r["reasons"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains("durable entries lost")), "{r}");
     }
-    assert!(String::from_utf8_lossy(&o.stdout).contains("durable entries lost"));
+    assert!(stdout.contains("durable entries lost"));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("<th>Entries lost</th>"), "the report has no entry columns");
     assert_eq!(run.leftovers(), Vec::<String>::new());

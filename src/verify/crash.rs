@@ -566,24 +566,27 @@ mod tests {
         }
     }
 
+    /// varmail (4 threads, 3000 flowops) in `dir` with the durability record, `keys` added
+    /// to its workload: the run, which must have no error.
+    fn varmail(dir: &std::path::Path, keys: &str) -> crate::workload::WorkloadResult {
+        let y = format!("workload:\n  personality: varmail\n  dir: {}\n  scale: 0.05\n  threads: 4\n  ops: 3000\n  {keys}\n", dir.display());
+        let w = crate::spec::workload::parse_workload(&y, "t.yaml", None).unwrap();
+        let mut maps = crate::workload::Maps::new(&w).unwrap();
+        maps.track_durability().unwrap();
+        let res = crate::workload::run(&w, &maps, None, None).unwrap();
+        assert!(res.errors.is_empty(), "{:?}", res.errors);
+        res
+    }
+
     /// A real varmail run on a temporary directory, followed as for a power cut (none comes):
     /// with `fsync_dir` created files become durable entries, without it none does; every path
     /// is found in its last state (no failure); then a durable file removed, a durable block
     /// zeroed and a durably absent path created are each a failure of their own kind.
     #[test]
     fn a_personality_s_entries_and_contents_follow_its_fsyncs() {
-        use crate::workload::Maps;
         for fsync_dir in [true, false] {
             let dir = tempfile::tempdir().unwrap();
-            let y = format!(
-                "workload:\n  personality: varmail\n  dir: {}\n  scale: 0.05\n  threads: 4\n  ops: 3000\n  fsync_dir: {fsync_dir}\n",
-                dir.path().display()
-            );
-            let w = crate::spec::workload::parse_workload(&y, "t.yaml", None).unwrap();
-            let mut maps = Maps::new(&w).unwrap();
-            maps.track_durability().unwrap();
-            let res = crate::workload::run(&w, &maps, None, None).unwrap();
-            assert!(res.errors.is_empty(), "{:?}", res.errors);
+            let res = varmail(dir.path(), &format!("fsync_dir: {fsync_dir}"));
             let maps = res.maps.unwrap();
             let e = maps.durability.as_ref().unwrap().entries.as_ref().unwrap();
             let created_durable = e.lock().paths.iter().filter(|p| p.durable.is_some_and(|g| g > 1)).count();
@@ -638,17 +641,8 @@ mod tests {
     /// (ext4's "zero-length file after a crash"), one gone, and a renamed-away temp back.
     #[test]
     fn a_replace_workload_s_renames_are_followed_and_their_losses_seen() {
-        use crate::workload::Maps;
         let dir = tempfile::tempdir().unwrap();
-        let y = format!(
-            "workload:\n  personality: varmail\n  dir: {}\n  scale: 0.05\n  threads: 4\n  ops: 3000\n  fsync_dir: true\n  replace: true\n",
-            dir.path().display()
-        );
-        let w = crate::spec::workload::parse_workload(&y, "t.yaml", None).unwrap();
-        let mut maps = Maps::new(&w).unwrap();
-        maps.track_durability().unwrap();
-        let res = crate::workload::run(&w, &maps, None, None).unwrap();
-        assert!(res.errors.is_empty(), "{:?}", res.errors);
+        let res = varmail(dir.path(), "fsync_dir: true\n  replace: true");
         let renames = res.flowops["renamefile"].ops;
         assert!(renames > 50, "{renames} renames in 3000 flowops");
         assert!(res.flowops.contains_key("writewholefile"), "{:?}", res.flowops.keys());
