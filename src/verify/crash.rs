@@ -308,12 +308,11 @@ fn record(rep: &mut OracleReport, file: Option<usize>, block: u64, durable_id: O
 /// The destinations of renames are counted again in `EntryCounts::renamed`.
 pub fn verify_entries(o: &EntryOracle, dir: &Path, seed: u64, torn_ok: bool) -> Result<OracleReport> {
     let g = o.lock();
-    let mut rep = OracleReport::default();
-    let mut ec = EntryCounts::default();
-    let mut buf = AlignedBuf::new(BLOCK);
+    let mut w = EntryWalk { dir, seed, torn_ok, buf: AlignedBuf::new(BLOCK), rep: OracleReport::default(), ec: EntryCounts::default() };
     for (i, (p, name)) in g.paths.iter().zip(&o.names).enumerate() {
-        let before = ec;
-        entry(p, i, name, dir, seed, torn_ok, &mut buf, &mut rep, &mut ec)?;
+        let before = w.ec;
+        w.entry(p, i, name)?;
+        let ec = &mut w.ec;
         if p.renamed() && ec.checked > before.checked {
             let r = &mut ec.renamed;
             r.checked += 1;
@@ -323,98 +322,103 @@ pub fn verify_entries(o: &EntryOracle, dir: &Path, seed: u64, torn_ok: bool) -> 
             r.durable_lost += ec.durable_lost - before.durable_lost;
         }
     }
-    rep.counts.entries = Some(ec);
-    Ok(rep)
+    w.rep.counts.entries = Some(w.ec);
+    Ok(w.rep)
 }
 
-/// One path of `verify_entries`: its entry state into `ec`, its blocks into `rep`.
-#[allow(clippy::too_many_arguments)]
-fn entry(
-    p: &crate::workload::entries::PathRecord,
-    i: usize,
-    name: &Path,
-    dir: &Path,
+/// The walk of `verify_entries` over a directory: how blocks are classified, and the block
+/// report and entry counts so far.
+struct EntryWalk<'a> {
+    dir: &'a Path,
     seed: u64,
     torn_ok: bool,
-    buf: &mut AlignedBuf,
-    rep: &mut OracleReport,
-    ec: &mut EntryCounts,
-) -> Result<()> {
-    let changed = !p.pending.is_empty();
-    let path = dir.join(name);
-    let found = match super::open_uncached(&path) {
-        Ok((f, _)) => {
-            let len = f.metadata().with_context(|| format!("cannot stat {}", path.display()))?.len();
-            Some(Ok((f, len)))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => Some(Err(e.raw_os_error().unwrap_or(libc::EIO))),
-    };
-    let Some(found) = found else {
-        match p.durable {
-            Some(d) if !p.pending_delete() => {
-                ec.checked += 1;
-                ec.durable_lost += 1;
-                rep.counts.files_lost += 1;
-                entry_failure(rep, i, name, BlockState::EntryLost, "missing");
-                let v = &p.versions[&d];
-                for b in v.blocks() {
-                    let (dur, later) = v.block(b);
-                    let got = Read::Absent("missing");
-                    let s = classify(&got, dur, &later, seed, torn_ok);
-                    record_at(rep, i, name, b, dur, &got, s);
+    buf: AlignedBuf,
+    rep: OracleReport,
+    ec: EntryCounts,
+}
+
+impl EntryWalk<'_> {
+    /// One path: its entry state into `ec`, its blocks into `rep`.
+    fn entry(&mut self, p: &crate::workload::entries::PathRecord, i: usize, name: &Path) -> Result<()> {
+        let (seed, torn_ok) = (self.seed, self.torn_ok);
+        let changed = !p.pending.is_empty();
+        let path = self.dir.join(name);
+        let found = match super::open_uncached(&path) {
+            Ok((f, _)) => {
+                let len = f.metadata().with_context(|| format!("cannot stat {}", path.display()))?.len();
+                Some(Ok((f, len)))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => Some(Err(e.raw_os_error().unwrap_or(libc::EIO))),
+        };
+        let (rep, ec) = (&mut self.rep, &mut self.ec);
+        let Some(found) = found else {
+            match p.durable {
+                Some(d) if !p.pending_delete() => {
+                    ec.checked += 1;
+                    ec.durable_lost += 1;
+                    rep.counts.files_lost += 1;
+                    entry_failure(rep, i, name, BlockState::EntryLost, "missing");
+                    let v = &p.versions[&d];
+                    for b in v.blocks() {
+                        let (dur, later) = v.block(b);
+                        let got = Read::Absent("missing");
+                        let s = classify(&got, dur, &later, seed, torn_ok);
+                        record_at(rep, i, name, b, dur, &got, s);
+                    }
+                }
+                None if !changed => {}
+                // absent as it durably was, though created since
+                None => {
+                    ec.checked += 1;
+                    ec.unsynced_lost += 1;
+                }
+                // a delete after the durable state was kept
+                Some(_) => {
+                    ec.checked += 1;
+                    ec.unsynced_kept += 1;
                 }
             }
-            None if !changed => {}
-            // absent as it durably was, though created since
-            None => {
-                ec.checked += 1;
+            return Ok(());
+        };
+        ec.checked += 1;
+        let cands = p.candidates();
+        if cands.is_empty() {
+            ec.reappeared += 1;
+            entry_failure(rep, i, name, BlockState::EntryReappeared, "present");
+            return Ok(());
+        }
+        let mut best: Option<(u64, OracleReport)> = None;
+        for c in cands {
+            let local = version_report(&found, &p.versions[&c], i, name, seed, torn_ok, &mut self.buf);
+            let score = |r: &OracleReport| (r.counts.failures(), u64::MAX - (r.counts.durable_kept + r.counts.unsynced_kept + r.counts.torn));
+            if best.as_ref().is_none_or(|(_, b)| score(&local) < score(b)) {
+                best = Some((c, local));
+            }
+        }
+        let (version, local) = best.expect("at least one candidate");
+        let (rep, ec) = (&mut self.rep, &mut self.ec);
+        if Some(version) == p.durable {
+            if changed {
                 ec.unsynced_lost += 1;
+            } else {
+                ec.durable_kept += 1;
             }
-            // a delete after the durable state was kept
-            Some(_) => {
-                ec.checked += 1;
-                ec.unsynced_kept += 1;
-            }
-        }
-        return Ok(());
-    };
-    ec.checked += 1;
-    let cands = p.candidates();
-    if cands.is_empty() {
-        ec.reappeared += 1;
-        entry_failure(rep, i, name, BlockState::EntryReappeared, "present");
-        return Ok(());
-    }
-    let mut best: Option<(u64, OracleReport)> = None;
-    for c in cands {
-        let local = version_report(&found, &p.versions[&c], i, name, seed, torn_ok, buf);
-        let score = |r: &OracleReport| (r.counts.failures(), u64::MAX - (r.counts.durable_kept + r.counts.unsynced_kept + r.counts.torn));
-        if best.as_ref().is_none_or(|(_, b)| score(&local) < score(b)) {
-            best = Some((c, local));
-        }
-    }
-    let (version, local) = best.expect("at least one candidate");
-    if Some(version) == p.durable {
-        if changed {
-            ec.unsynced_lost += 1;
         } else {
-            ec.durable_kept += 1;
+            ec.unsynced_kept += 1;
         }
-    } else {
-        ec.unsynced_kept += 1;
+        let c = local.counts;
+        rep.counts.checked += c.checked;
+        rep.counts.durable_kept += c.durable_kept;
+        rep.counts.unsynced_kept += c.unsynced_kept;
+        rep.counts.unsynced_lost += c.unsynced_lost;
+        rep.counts.durable_lost += c.durable_lost;
+        rep.counts.garbage += c.garbage;
+        rep.counts.torn += c.torn;
+        let room = LISTED.saturating_sub(rep.failures.len());
+        rep.failures.extend(local.failures.into_iter().take(room));
+        Ok(())
     }
-    let c = local.counts;
-    rep.counts.checked += c.checked;
-    rep.counts.durable_kept += c.durable_kept;
-    rep.counts.unsynced_kept += c.unsynced_kept;
-    rep.counts.unsynced_lost += c.unsynced_lost;
-    rep.counts.durable_lost += c.durable_lost;
-    rep.counts.garbage += c.garbage;
-    rep.counts.torn += c.torn;
-    let room = LISTED.saturating_sub(rep.failures.len());
-    rep.failures.extend(local.failures.into_iter().take(room));
-    Ok(())
 }
 
 /// The blocks of a present file classified as `v`'s (see `verify_entries`); `found` is the
