@@ -4,7 +4,9 @@
 //! sshd per namespace, keys in a temp dir, host keys checked). Checks that the run works,
 //! that the hosts' series line up on the controller's clock (offsets within their bounds on
 //! one machine), that throughput equals the namespace run of the same workload, that killing a
-//! client's agent mid-run aborts or continues as documented, and that nothing is left.
+//! client's agent mid-run aborts or continues as documented, that a power cut of the target
+//! loses no flushed block and ends cleanly when its crash phase is cut short, and that nothing
+//! is left.
 
 mod common;
 
@@ -796,4 +798,82 @@ fn a_power_cut_of_the_target_through_agents_loses_no_flushed_block() {
     // unsynced losses are counted (lose-all loses every unflushed write; a cut right after a
     // flush has none, hence not per model)
     assert!(unflushed == 0 || lost > 0, "{res:#}");
+}
+
+/// The crash phase of a power cut through agents, made long by a read delay on the target's
+/// disk (the workload only writes: the reread is the only reader): losing the client's agent
+/// then (SIGKILL) fails the repetition with the host's name and the phase; Ctrl-C then ends the
+/// run as interrupted; nothing is left on either host after either.
+#[test]
+fn losing_the_client_or_ctrl_c_in_the_crash_phase_ends_the_run_cleanly() {
+    let _one = serial();
+    if !need_net(&[]) {
+        return;
+    }
+    let lab = Lab::new("pl", &["target", "c1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let mut agents = "  agents:\n".to_string();
+    for h in ["target", "c1"] {
+        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
+    }
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: cutl\nhosts:\n  clients: [c1]\n  nbd: {{timeout: 2s, retries: 1}}\n  interval: 250ms\n{agents}disk: {{size: 64MiB, write_cache: volatile}}\nmonitor: off\nworkload: {{threads: 1, pattern: sequential, block_size: 4KiB, mix: {{write: 100}}, sync: 'fsync:8', duration: 30s, rate_iops: 1000, on_error: continue}}\nfaults:\n  - {{type: delay, op: read, delay: 20ms}}\n  - {{type: power-cut, model: lose-all, when: {{at: 1s}}}}\n"
+        ),
+    )
+    .unwrap();
+    for how in ["agent", "ctrl-c"] {
+        let mut child = Command::new(bin())
+            .arg("run")
+            .arg(&file)
+            .arg("--out")
+            .arg(dir.path().join(how))
+            .env("FAULTLINE_RUN_DIR", &run_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // the phase lines on stderr: wait for the reread to start
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let mut text = String::new();
+        let t = Instant::now();
+        loop {
+            let l = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no crash phase within 60 s: {text}"));
+            text += &l;
+            text.push('\n');
+            if l.contains("crash: durability oracle (over NBD, from c1 through its agent)") {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(60), "{text}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        match how {
+            "agent" => {
+                let a = agent_pid(&lab, "c1").expect("c1's agent");
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(a), nix::sys::signal::Signal::SIGKILL).unwrap();
+            }
+            _ => nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap(),
+        }
+        let status = child.wait().unwrap();
+        reader.join().unwrap();
+        text.extend(rx.try_iter().map(|l| l + "\n"));
+        println!("{how}: {}", text.lines().rev().take(3).collect::<Vec<_>>().join(" / "));
+        assert!(!status.success(), "{how}: {text}");
+        if how == "agent" {
+            assert!(text.contains("agent on host c1 lost") && text.contains("no durability oracle (crash phase)"), "{text}");
+        } else {
+            assert!(text.contains("interrupted"), "{text}");
+        }
+        assert_nothing_left(&lab, &run_dir);
+    }
 }
