@@ -4,7 +4,9 @@
 //! sshd per namespace, keys in a temp dir, host keys checked). Checks that the run works,
 //! that the hosts' series line up on the controller's clock (offsets within their bounds on
 //! one machine), that throughput equals the namespace run of the same workload, that killing a
-//! client's agent mid-run aborts or continues as documented, and that nothing is left.
+//! client's agent mid-run aborts or continues as documented, that a power cut of the target
+//! loses no flushed block and ends cleanly when its crash phase is cut short, and that nothing
+//! is left.
 
 mod common;
 
@@ -714,4 +716,168 @@ fn performability_example_over_openssh_matches_the_namespace_run() {
         }
     }
     assert_nothing_left(&lab, &run_dir);
+}
+
+/// A power cut of the target through agents (docs/crash.md, "A power cut in a networked
+/// experiment"): faultline's disk server with a volatile cache on one lab host, the client's
+/// block workload on another, each reached by `ip netns exec`. One client thread writes 4 KiB
+/// blocks in sequence and flushes every 24 writes. Per trigger
+/// (`after_ops` from the client's interval lines, `after_flushes` from the remote disk's
+/// stats, `at` on the controller's clock) and model (`torn` travels to the client's oracle as
+/// `--crash-oracle torn`): the client's I/O fails at the cut with EIO, the
+/// target powers on through its agent, the client's own durability oracle rereads what it
+/// wrote over NBD and finds every flushed block and nothing foreign, its figures agree with the
+/// cache's; nothing is left on either host.
+#[test]
+fn a_power_cut_of_the_target_through_agents_loses_no_flushed_block() {
+    let _one = serial();
+    if !need_net(&[]) {
+        return;
+    }
+    let n = common::count;
+    let lab = Lab::new("pc", &["target", "c1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let mut agents = "  agents:\n".to_string();
+    for h in ["target", "c1"] {
+        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
+    }
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: cut\nhosts:\n  clients: [c1]\n  target: faultline\n  nbd: {{timeout: 2s, retries: 3}}\n  interval: 250ms\n{agents}disk: {{size: 64MiB, write_cache: volatile}}\nmonitor: off\nworkload: {{threads: 1, pattern: sequential, block_size: 4KiB, mix: {{write: 100}}, sync: 'fsync:24', duration: 30s, on_error: continue, content: {{profile: none, seed: 4}}}}\nsetups:\n  - name: lose-all\n    faults: [{{type: power-cut, model: lose-all, seed: 21, when: {{after_ops: 2500}}}}]\n  - name: keep-prefix\n    faults: [{{type: power-cut, model: keep-prefix, seed: 21, when: {{after_flushes: 60}}}}]\n  - name: random-subset\n    faults: [{{type: power-cut, model: random-subset, seed: 5, when: {{at: 1s}}}}]\n  - name: torn\n    faults: [{{type: power-cut, model: torn, seed: 8, when: {{after_ops: 1000}}}}]\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let o = run(&file, &out, &run_dir, None);
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{stderr}");
+    assert_nothing_left(&lab, &run_dir);
+    let res: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<table class=\"crash\">"), "the report has no crash section");
+    let mut unflushed = 0;
+    let mut lost = 0;
+    for model in ["lose-all", "keep-prefix", "random-subset", "torn"] {
+        let rep = &res["setups"].as_array().unwrap().iter().find(|s| s["name"] == model).unwrap()["repetitions"][0];
+        let c = &rep["crash"];
+        assert_eq!(c["fired"], true, "{model}: {c:#}");
+        assert!(c["check"].is_null() && c["mount"].is_null(), "{model}: a raw export has no file system to check");
+        let (k, o) = (&c["cut"], &c["oracle"]);
+        println!("{model}: cut at {} s: {k}\n  oracle: {o}\n  client: {}", c["t_s"], rep["networked"]["clients"][0]["io_errors"]);
+        assert_eq!(n(k, "kept") + n(k, "lost") + n(k, "torn"), n(k, "unflushed"), "{model}: {k}");
+        // the client saw its I/O fail at the cut, every failure EIO from the powered-off disk
+        let client = &rep["networked"]["clients"][0];
+        assert!(n(client, "failed_ios") > 0, "{model}: the client saw no error at the cut: {client}");
+        assert!(client["io_errors"].as_object().unwrap().keys().all(|e| e.ends_with(":EIO")), "{model}: {client}");
+        // after power-on (through the target's agent) the client's oracle found every flushed
+        // block and nothing foreign; the states add up
+        let sum: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage"].iter().map(|x| n(o, x)).sum();
+        assert_eq!(sum, n(o, "checked"), "{model}: {o}");
+        assert!(n(o, "durable_kept") > 500, "{model}: {o}");
+        assert_eq!((n(o, "durable_lost"), n(o, "garbage")), (0, 0), "{model}: {c:#}");
+        // a lost write reads back as what its block held before it (zeros, or its durable
+        // content once the sequence wrapped the disk, as it does by 1 s), a kept one as written
+        assert!(n(o, "unsynced_lost") >= n(k, "lost"), "{model}: {c:#}");
+        assert!(n(o, "unsynced_kept") >= n(k, "kept"), "{model}: {c:#}");
+        // each trigger came due, not before
+        match model {
+            "lose-all" => {
+                assert_eq!(n(k, "kept"), 0, "{c:#}");
+                assert!(n(o, "checked") >= 2500, "cut before the 2500th op: {o}");
+                assert!(rep["notes"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains("after_ops through agents")), "{}", rep["notes"]);
+            }
+            "keep-prefix" => assert!(n(k, "epoch") >= 60, "cut before the 60th flush: {k}"),
+            "random-subset" => assert!(c["t_s"].as_f64().unwrap() >= 1.0, "cut before 1 s: {c:#}"),
+            // the model reached the client's oracle: a block that kept some of its sectors is
+            // `torn`, not garbage (checked above)
+            _ => assert!(n(o, "checked") >= 1000, "cut before the 1000th op: {o}"),
+        }
+        assert!(rep["notes"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains("the target lost power at")), "{model}: {}", rep["notes"]);
+        unflushed += n(k, "unflushed");
+        lost += n(o, "unsynced_lost");
+    }
+    // unsynced losses are counted (lose-all loses every unflushed write; a cut right after a
+    // flush has none, hence not per model)
+    assert!(unflushed == 0 || lost > 0, "{res:#}");
+}
+
+/// The crash phase of a power cut through agents, made long by a read delay on the target's
+/// disk (the workload only writes: the reread is the only reader): losing the client's agent
+/// then (SIGKILL) fails the repetition with the host's name and the phase; Ctrl-C then ends the
+/// run as interrupted; nothing is left on either host after either.
+#[test]
+fn losing_the_client_or_ctrl_c_in_the_crash_phase_ends_the_run_cleanly() {
+    let _one = serial();
+    if !need_net(&[]) {
+        return;
+    }
+    let lab = Lab::new("pl", &["target", "c1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let mut agents = "  agents:\n".to_string();
+    for h in ["target", "c1"] {
+        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
+    }
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: cutl\nhosts:\n  clients: [c1]\n  nbd: {{timeout: 2s, retries: 1}}\n  interval: 250ms\n{agents}disk: {{size: 64MiB, write_cache: volatile}}\nmonitor: off\nworkload: {{threads: 1, pattern: sequential, block_size: 4KiB, mix: {{write: 100}}, sync: 'fsync:8', duration: 30s, rate_iops: 1000, on_error: continue}}\nfaults:\n  - {{type: delay, op: read, delay: 20ms}}\n  - {{type: power-cut, model: lose-all, when: {{at: 1s}}}}\n"
+        ),
+    )
+    .unwrap();
+    for how in ["agent", "ctrl-c"] {
+        let mut child = Command::new(bin())
+            .arg("run")
+            .arg(&file)
+            .arg("--out")
+            .arg(dir.path().join(how))
+            .env("FAULTLINE_RUN_DIR", &run_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // the phase lines on stderr: wait for the reread to start
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let stderr = child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let mut text = String::new();
+        let t = Instant::now();
+        loop {
+            let l = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| panic!("no crash phase within 60 s: {text}"));
+            text += &l;
+            text.push('\n');
+            if l.contains("crash: durability oracle (over NBD, from c1 through its agent)") {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(60), "{text}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        match how {
+            "agent" => {
+                let a = agent_pid(&lab, "c1").expect("c1's agent");
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(a), nix::sys::signal::Signal::SIGKILL).unwrap();
+            }
+            _ => nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap(),
+        }
+        let status = child.wait().unwrap();
+        reader.join().unwrap();
+        text.extend(rx.try_iter().map(|l| l + "\n"));
+        println!("{how}: {}", text.lines().rev().take(3).collect::<Vec<_>>().join(" / "));
+        assert!(!status.success(), "{how}: {text}");
+        if how == "agent" {
+            assert!(text.contains("agent on host c1 lost") && text.contains("no durability oracle (crash phase)"), "{text}");
+        } else {
+            assert!(text.contains("interrupted"), "{text}");
+        }
+        assert_nothing_left(&lab, &run_dir);
+    }
 }

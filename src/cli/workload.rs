@@ -8,6 +8,8 @@ use crate::workload::{Maps, Progress, WorkloadResult, run};
 use anyhow::{Context, Result, bail};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -99,6 +101,14 @@ pub struct WorkloadArgs {
     /// written to --out.
     #[arg(long)]
     jsonl: bool,
+    /// With --jsonl and --nbd, for a power cut of the export's disk (the agents' controller
+    /// passes it): record what each sync made durable; SIGUSR1 ends the drive (the controller
+    /// saw the client fail against the dead disk); after the result line, wait for SIGUSR2
+    /// (the disk powered on), reread every block written over a fresh NBD connection and
+    /// print what the durability oracle found as `{"oracle": {...}}`. MODEL is the cut's
+    /// survival model (`torn` allows sector-wise mixes). docs/crash.md.
+    #[arg(long, value_enum, value_name = "MODEL", requires_all = ["jsonl", "nbd"])]
+    crash_oracle: Option<crate::spec::disk::SurvivalModel>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -198,12 +208,23 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
 
 pub fn workload(a: WorkloadArgs) -> Result<()> {
     let w = build(&a)?;
+    // the signals are the controller's words from the start: one may come early (a cut due
+    // at once), and their default action would end the process and its record with it
+    let oracle = match a.crash_oracle {
+        Some(model) => {
+            let (stop, reread) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+            signal_hook::flag::register(signal_hook::consts::SIGUSR1, stop.clone())?;
+            signal_hook::flag::register(signal_hook::consts::SIGUSR2, reread.clone())?;
+            Some(CrashOracle { model, stop, reread })
+        }
+        None => None,
+    };
     if let Some(t) = a.start_at_ns {
         let now = crate::cluster::proto::now_ns();
         std::thread::sleep(Duration::from_nanos(t.saturating_sub(now)));
     }
     if a.jsonl {
-        return workload_jsonl(&w);
+        return workload_jsonl(&w, oracle.as_ref());
     }
     // every output path is checked before the workload writes anything
     if a.out.exists() && !a.out.is_dir() {
@@ -239,11 +260,24 @@ pub fn workload(a: WorkloadArgs) -> Result<()> {
     Ok(())
 }
 
+/// `--crash-oracle`: the cut's model and the controller's two words (signal flags).
+struct CrashOracle {
+    model: crate::spec::disk::SurvivalModel,
+    /// SIGUSR1: end the drive.
+    stop: Arc<AtomicBool>,
+    /// SIGUSR2: the disk is powered on, reread.
+    reread: Arc<AtomicBool>,
+}
+
 /// `--jsonl`: the workload with live per-interval lines and the result as the last line
-/// (`workload::jsonl::JsonLine`, the type run::agents reads them as).
-fn workload_jsonl(w: &Workload) -> Result<()> {
+/// (`workload::jsonl::JsonLine`, the type run::agents reads them as); with `--crash-oracle`
+/// the oracle's line after it.
+fn workload_jsonl(w: &Workload, oracle: Option<&CrashOracle>) -> Result<()> {
     use crate::workload::jsonl::{Interval, JsonLine};
-    let maps = Maps::new(w)?;
+    let mut maps = Maps::new(w)?;
+    if oracle.is_some() {
+        maps.track_durability()?;
+    }
     let progress = Progress::new();
     let done = std::sync::atomic::AtomicBool::new(false);
     let line = |l: JsonLine| {
@@ -273,12 +307,37 @@ fn workload_jsonl(w: &Workload) -> Result<()> {
                 (ops, bytes, errors) = (o, b, e);
             }
         });
+        // SIGUSR1 ends the drive as Ctrl-C would: in-flight I/Os complete, every thread hands
+        // its unsynced writes to the record
+        let stopper = oracle.map(|o| {
+            let (stop, done, progress) = (o.stop.clone(), &done, &progress);
+            sc.spawn(move || {
+                while !done.load(Relaxed) {
+                    if stop.load(Relaxed) {
+                        progress.stop.store(true, Relaxed);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        });
         let r = run(w, &maps, None, Some(&progress));
         done.store(true, std::sync::atomic::Ordering::Relaxed);
         let _ = live.join();
+        if let Some(s) = stopper {
+            let _ = s.join();
+        }
         r
     })?;
     line(JsonLine::Result { result: Box::new(res) });
+    if let Some(o) = oracle {
+        // the controller powers the disk on, then says so; until then every read would fail.
+        // (Its teardown ends this process if the word never comes.)
+        while !o.reread.load(Relaxed) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let report = crate::verify::crash::verify_crash(&maps, o.model == crate::spec::disk::SurvivalModel::Torn)?;
+        line(JsonLine::Oracle { oracle: Box::new(report) });
+    }
     Ok(())
 }
 

@@ -17,12 +17,16 @@
 //! 4. collects every line on the controller's clock (agent time minus its offset) while a
 //!    heartbeat (`time`) watches each agent; a lost agent aborts the run or is marked
 //!    (`on_agent_loss`);
-//! 5. tears down on every host; the repetition gets its `networked`, the same structures as the
+//! 5. after a power cut of the target (docs/crash.md, "A power cut in a networked
+//!    experiment"): powers its disk on through its agent and has the client's workload, which
+//!    kept its own durability record (`--crash-oracle`), reread what it wrote;
+//! 6. tears down on every host; the repetition gets its `networked`, the same structures as the
 //!    namespace run.
 //!
 //! `Agents` is this placement's part of the repetition pipeline (run::pipeline): build is
-//! steps 1-2, arm step 3, drive and collect step 4, teardown step 5.
+//! steps 1-2, arm step 3, drive and collect step 4, crash step 5, teardown step 6.
 
+use super::crash::{CutDisk, Cutter, Running, Victims};
 use super::hosts::{client_series, windows};
 use super::pipeline::{FaultControl, Outcome, Placement, Rep, arm_faults, check_windows_only, collect_faults};
 use crate::cluster::netfaults::{NetPlan, NftChain};
@@ -34,7 +38,7 @@ use crate::report::networked::{AgentLoss, ClientPoint, ClientSeries, NetworkedAg
 use crate::run::probe::HostSample;
 use crate::spec::experiment::{Experiment, Setup};
 use crate::spec::networked::{AgentChannel, HostAgent, NetworkedHosts, OnAgentLoss, TargetKind};
-use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, Pattern, Workload};
+use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, Pattern, SyncMode, Workload};
 use crate::workload::WorkloadResult;
 use crate::workload::jsonl::{Interval, JsonLine};
 use anyhow::{Context, Result, bail};
@@ -55,6 +59,8 @@ const START_LEAD: Duration = Duration::from_millis(1500);
 const START_LEAD_PER_HOST: Duration = Duration::from_millis(20);
 /// How long the target gets to listen.
 const TARGET_START_LIMIT: Duration = Duration::from_secs(30);
+/// How long a client's durability oracle may take to reread what it wrote after power-on.
+const ORACLE_LIMIT: Duration = Duration::from_secs(3600);
 
 /// One host reached through its agent.
 struct Remote {
@@ -128,6 +134,8 @@ struct Gathered {
     start_ns: HashMap<String, u64>,
     live: HashMap<String, Vec<Interval>>,
     results: HashMap<String, WorkloadResult>,
+    /// client -> what its durability oracle found after a power cut (`--crash-oracle`).
+    oracles: HashMap<String, crate::verify::crash::OracleReport>,
     /// (host, command) -> ended (exit code, signal).
     exits: HashMap<(String, String), (Option<i32>, Option<i32>)>,
     /// (host, command) -> stdout lines (the target's URI line, host faults' JSON).
@@ -163,6 +171,9 @@ fn gather(r: Arc<Remote>, events: std::sync::mpsc::Receiver<Event>, g: Shared, t
                 Ok(JsonLine::Result { result }) => {
                     g.results.insert(host.clone(), *result);
                 }
+                Ok(JsonLine::Oracle { oracle }) => {
+                    g.oracles.insert(host.clone(), *oracle);
+                }
                 // kept with its stderr: said if the workload then fails
                 Err(e) => g.stderr.entry((host.clone(), name)).or_default().push(format!("unreadable output line ({e}): {line}")),
             },
@@ -189,8 +200,10 @@ fn lose(r: &Remote, reason: &str, t_ref: &Mutex<Option<Instant>>) {
     *l = Some(AgentLoss { t_s, doing, reason: reason.to_string() });
 }
 
-/// `faultline workload` flags for the experiment's block workload against `uri`.
-fn workload_argv(fl: &str, w: &Workload, uri: &str, start_ns: u64) -> Result<Vec<String>> {
+/// `faultline workload` flags for the experiment's block workload against `uri`; `oracle`:
+/// the power cut's model, for a client whose durability record the cut's oracle reads
+/// (`--crash-oracle`).
+fn workload_argv(fl: &str, w: &Workload, uri: &str, start_ns: u64, oracle: Option<crate::spec::disk::SurvivalModel>) -> Result<Vec<String>> {
     if w.personality.is_some() {
         bail!("clients through agents run block workloads; a personality cannot be sent");
     }
@@ -228,6 +241,17 @@ fn workload_argv(fl: &str, w: &Workload, uri: &str, start_ns: u64) -> Result<Vec
     ));
     a.push(format!("--interval={}", us(w.interval)));
     a.push(format!("--seed={}", w.seed));
+    // over NBD `fsync:N` is a FLUSH every N writes and `dsync` a FUA on each write
+    a.push(format!(
+        "--sync={}",
+        match w.sync {
+            SyncMode::None => "none".to_string(),
+            SyncMode::Direct => "direct".into(),
+            SyncMode::Dsync => "dsync".into(),
+            SyncMode::Fsync(n) => format!("fsync:{n}"),
+        }
+    ));
+    a.extend(oracle.map(|m| format!("--crash-oracle={m}")));
     Ok(a)
 }
 
@@ -417,7 +441,7 @@ pub fn preflight(exp: &Experiment) -> Result<()> {
     for s in &exp.setups {
         let r = (|| -> Result<()> {
             let w = exp.workload_for_client(s, &uri).map_err(anyhow::Error::msg)?;
-            workload_argv("faultline", &w, &uri, 0)?;
+            workload_argv("faultline", &w, &uri, 0, None)?;
             for h in &s.host_faults {
                 host_fault_yaml(h)?;
             }
@@ -468,6 +492,60 @@ impl FaultControl for RemoteDisk {
     }
 }
 
+impl RemoteDisk {
+    /// Power on after a cut: the disk serves again.
+    fn power_on(&self) -> Result<()> {
+        self.target.control(&self.socket).power_on()
+    }
+}
+
+impl CutDisk for RemoteDisk {
+    /// One `stats` request through the agent.
+    fn flushes(&self) -> Result<Option<u64>> {
+        Ok(self.target.control(&self.socket).stats()?.write_cache.map(|c| c.flushes))
+    }
+    fn power_cut(&self, model: crate::disk::cache::SurvivalModel, seed: u64) -> Result<crate::disk::cache::CutReport> {
+        self.target.control(&self.socket).power_cut(model, Some(seed)).with_context(|| format!("host {}: power cut through its agent", self.target.spec.host))
+    }
+}
+
+/// A client's `faultline workload --crash-oracle` as a power cut's cutter sees it: its ops and
+/// errors are what its interval lines said so far (they come once an interval), and it is
+/// stopped with SIGUSR1 through its agent.
+struct RemoteWorkload {
+    client: Arc<Remote>,
+    gathered: Shared,
+}
+
+impl RemoteWorkload {
+    fn sum(&self, f: impl Fn(&Interval) -> u64) -> u64 {
+        self.gathered.lock().unwrap().live.get(&self.client.spec.host).map_or(0, |v| v.iter().map(f).sum())
+    }
+}
+
+impl Running for RemoteWorkload {
+    fn ops(&self) -> u64 {
+        self.sum(|l| l.ops)
+    }
+    fn errors(&self) -> u64 {
+        let g = self.gathered.lock().unwrap();
+        // the last interval's errors may come only with the result
+        match g.results.get(&self.client.spec.host) {
+            Some(r) => r.errors.values().sum(),
+            None => g.live.get(&self.client.spec.host).map_or(0, |v| v.iter().map(|l| l.errors).sum()),
+        }
+    }
+    fn stopped(&self) -> bool {
+        let g = self.gathered.lock().unwrap();
+        let h = &self.client.spec.host;
+        g.results.contains_key(h) || g.exits.contains_key(&(h.clone(), "workload".into())) || self.client.is_lost()
+    }
+    fn stop(&self) {
+        // (a workload that ended meanwhile has nothing to stop: the error is of no use)
+        let _ = self.client.call(Op::Kill { name: "workload".into(), signal: Some(libc::SIGUSR1) }, CALL_LIMIT);
+    }
+}
+
 /// The agents placement (module doc).
 pub(crate) struct Agents<'a> {
     hosts: &'a NetworkedHosts,
@@ -488,6 +566,8 @@ pub(crate) struct Agents<'a> {
     kills: Option<(Arc<AtomicBool>, std::thread::JoinHandle<Vec<crate::host::HostFaultRecord>>)>,
     target_down: Arc<AtomicBool>,
     seq0: Vec<u64>,
+    /// With a power cut: its record once the drive is over (the crash phase completes it).
+    crash: Option<crate::report::model::CrashRecord>,
 }
 
 /// What build decided and started, for arm, drive and collect.
@@ -503,6 +583,10 @@ struct Plan {
     host_yaml: Vec<String>,
     kills: Vec<crate::spec::host::HostFault>,
     net_plans: Vec<NetPlan>,
+    /// After a power cut, how long the client may run on before it is stopped: its NBD
+    /// policy's time to give up on one request, plus an interval (its errors travel in its
+    /// interval lines).
+    give_up: Duration,
 }
 
 impl<'a> Agents<'a> {
@@ -520,6 +604,7 @@ impl<'a> Agents<'a> {
             kills: None,
             target_down: Arc::new(AtomicBool::new(false)),
             seq0: Vec::new(),
+            crash: None,
         }
     }
 
@@ -540,11 +625,17 @@ impl<'a> Agents<'a> {
         let host_part = if taddr.contains(':') { format!("[{taddr}]") } else { taddr.clone() };
         let uri = format!("nbd://{host_part}:{}/{q}", hosts.port);
         let w = exp.workload_for_client(setup, &uri).map_err(anyhow::Error::msg)?;
-        if !matches!(w.interface, Interface::Nbd { .. }) {
-            bail!("the clients' workload is not an NBD workload");
-        }
+        let give_up = match &w.interface {
+            Interface::Nbd { target } => {
+                let p = &target.policy;
+                (p.timeout + p.backoff_max) * (p.retries + 1) + Duration::from_secs(1) + hosts.interval
+            }
+            _ => bail!("the clients' workload is not an NBD workload"),
+        };
+        // a power cut of faultline's target: the (one) client keeps its durability record
+        let oracle = setup.power_cut.as_ref().filter(|_| hosts.kind == TargetKind::Faultline).map(|pc| pc.model);
         // checks before anything runs: faults every host can apply, flags the workload can travel as
-        workload_argv("faultline", &w, &uri, 0)?;
+        workload_argv("faultline", &w, &uri, 0, oracle)?;
         let host_yaml: Vec<String> = setup.host_faults.iter().map(host_fault_yaml).collect::<Result<Vec<_>>>()?.into_iter().flatten().collect();
         let kills: Vec<crate::spec::host::HostFault> =
             setup.host_faults.iter().filter(|h| matches!(h.action, crate::spec::host::HostAction::Kill)).cloned().collect();
@@ -576,7 +667,7 @@ impl<'a> Agents<'a> {
         let mut groups: HashMap<String, u32> = HashMap::from([(target.spec.host.clone(), tpid)]);
         for c in &clients {
             let at = (t_start as i128 + c.offset.offset_ns as i128).max(0) as u64;
-            groups.insert(c.spec.host.clone(), c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at)?)?);
+            groups.insert(c.spec.host.clone(), c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at, oracle)?)?);
             c.set_doing("running the workload");
         }
         // the network faults of each sending host, windows from T on its clock; in place (TUN
@@ -644,7 +735,7 @@ impl<'a> Agents<'a> {
             socket: socket.clone(),
             block_size: setup.disk.disk.block_size as u64,
         });
-        self.plan = Some(Plan { target, clients, disk, target_argv, tpid, t_start, host_yaml, kills, net_plans });
+        self.plan = Some(Plan { target, clients, disk, target_argv, tpid, t_start, host_yaml, kills, net_plans, give_up });
         Ok(())
     }
 }
@@ -716,6 +807,28 @@ impl Placement for Agents<'_> {
     fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
         let (hosts, p, gathered) = (self.hosts, self.plan.as_ref().expect("built before the drive"), &self.gathered);
         let (target, clients) = (&p.target, &p.clients);
+        // a power cut of the target (the spec allows it with faultline's target and one
+        // client): the cutter watches its trigger from T on this clock; the client's own
+        // process keeps its durability record (`--crash-oracle`)
+        let mut crash_rec = None;
+        let cutter = match (&r.setup.power_cut, &p.disk) {
+            (Some(pc), Some(d)) => {
+                let seed = pc.seed.unwrap_or_else(rand::random);
+                crash_rec = Some(super::crash_record(pc, seed));
+                let disk: Arc<dyn CutDisk> = Arc::new(RemoteDisk { target: d.target.clone(), socket: d.socket.clone(), block_size: d.block_size });
+                // the client host keeps its power: it runs on into the dead target until an
+                // I/O fails, at most as long as its NBD policy takes to give up on one request
+                let victims = Victims {
+                    progress: Some(Arc::new(RemoteWorkload { client: clients[0].clone(), gathered: gathered.clone() })),
+                    until_error: Some(p.give_up),
+                    ..Default::default()
+                };
+                let t0 = self.t_ref.lock().unwrap().unwrap_or_else(Instant::now);
+                Some(Cutter::start_from(pc, seed, disk, victims, t0)?)
+            }
+            (Some(_), None) => bail!("a power cut needs `target: faultline` (the spec refuses it otherwise)"),
+            _ => None,
+        };
         let limit = Duration::from_secs(3600);
         let waited = Instant::now();
         let abort = loop {
@@ -747,6 +860,8 @@ impl Placement for Agents<'_> {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
+        // the cutter stops with the workload, whatever else failed
+        let cut = cutter.map(|c| c.finish());
         r.notes.extend(net_reports(&self.remotes, &p.net_plans, gathered));
         let kill_records = match self.kills.take() {
             Some((done, t)) => {
@@ -771,6 +886,24 @@ impl Placement for Agents<'_> {
                     bail!("client {}: its workload failed: {why}", c.spec.host);
                 }
             }
+        }
+        if let Some(mut rec) = crash_rec {
+            super::crash_fired(&mut rec, cut.transpose()?.flatten());
+            if rec.fired {
+                let g = gathered.lock().unwrap();
+                let failed: u64 = clients.iter().filter_map(|c| g.results.get(&c.spec.host)).map(|x| x.errors.values().sum::<u64>()).sum();
+                r.notes.push(format!(
+                    "the target lost power at {:.3} s (host {}, through its agent): its disk answered every request with EIO until power-on; the client ran on until an I/O failed and saw {failed} failed I/O(s)",
+                    rec.t_s, target.spec.host
+                ));
+                if let Some(crate::spec::rule::yaml::CutTrigger::AfterOps(n)) = r.setup.power_cut.as_ref().map(|c| c.trigger) {
+                    r.notes.push(format!(
+                        "after_ops through agents: the client's ops are counted from its interval lines (every {} s): the cut came at the first line that made them {n} or more",
+                        hosts.interval.as_secs_f64()
+                    ));
+                }
+            }
+            self.crash = Some(rec);
         }
         // host faults end now and print what they did
         let mut records = Vec::new();
@@ -805,8 +938,69 @@ impl Placement for Agents<'_> {
         Ok(())
     }
 
+    /// After a power cut of the target: its disk powers on through the target's agent (the
+    /// client stopped at the cut), then the client's workload, waiting since its result line,
+    /// is told to reread (SIGUSR2 through its agent): its durability oracle rereads every block
+    /// it wrote over a fresh NBD connection from the client host and prints what it found,
+    /// which becomes the record's `oracle`. A lost agent now fails the repetition, naming its host.
+    fn crash(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
+        let Some(mut rec) = self.crash.take().and_then(|rec| super::crash::begin(rec, r, o, " of the target")) else { return Ok(()) };
+        let t = Instant::now();
+        let p = self.plan.as_ref().expect("built before the crash");
+        let disk = p.disk.as_ref().context("a power cut needs faultline's target")?;
+        let (target, client) = (&p.target, &p.clients[0]);
+        fn lost(rm: &Remote) -> Option<String> {
+            rm.lost.lock().unwrap().as_ref().map(|l| format!("agent on host {} lost at {:+.1} s while {}: {}", rm.spec.host, l.t_s, l.doing, l.reason))
+        }
+        if let Some(l) = lost(target) {
+            bail!("{l}: the target's disk cannot be powered on (crash phase)");
+        }
+        target.set_doing("powering the target's disk on after the power cut");
+        disk.power_on().with_context(|| format!("host {}: cannot power the target's disk on through its agent", target.spec.host))?;
+        target.set_doing("serving the disk");
+        if let Some(l) = lost(client) {
+            bail!("{l}: no durability oracle (crash phase)");
+        }
+        client.set_doing("rereading what it wrote (durability oracle)");
+        r.phase(&format!("crash: durability oracle (over NBD, from {} through its agent)", client.spec.host));
+        client
+            .call(Op::Kill { name: "workload".into(), signal: Some(libc::SIGUSR2) }, CALL_LIMIT)
+            .with_context(|| format!("host {}: cannot tell the client's workload to reread", client.spec.host))?;
+        let key = (client.spec.host.clone(), "workload".to_string());
+        let report = loop {
+            if r.stop.load(Relaxed) {
+                bail!("interrupted");
+            }
+            for rm in [target, client] {
+                if let Some(l) = lost(rm) {
+                    bail!("{l}: no durability oracle (crash phase)");
+                }
+            }
+            {
+                let mut g = self.gathered.lock().unwrap();
+                if let Some(rep) = g.oracles.remove(&client.spec.host) {
+                    break rep;
+                }
+                if let Some((code, sig)) = g.exits.get(&key) {
+                    let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
+                    bail!("client {}: its workload ended (code {code:?}, signal {sig:?}) without the durability oracle's report: {why}", client.spec.host);
+                }
+            }
+            if t.elapsed() > ORACLE_LIMIT {
+                bail!("client {}: no durability oracle's report within {} s of power-on", client.spec.host, ORACLE_LIMIT.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        client.set_doing("waiting for the teardown");
+        rec.oracle = Some(report);
+        rec.phase_s = t.elapsed().as_secs_f64();
+        o.crash = Some(rec);
+        Ok(())
+    }
+
     fn verify(&mut self, _: &mut Rep, _: &mut Outcome) -> Result<()> {
-        // the clients' maps stay on their hosts: a networked run verifies nothing
+        // the clients' maps stay on their hosts: a networked run verifies nothing (after a
+        // power cut the client's own oracle read them back: crash)
         Ok(())
     }
 
@@ -915,7 +1109,7 @@ impl Placement for Agents<'_> {
         Ok(())
     }
 
-    /// Step 5: teardown on every host still there; a lost host gets `faultline cleanup`
+    /// Step 6: teardown on every host still there; a lost host gets `faultline cleanup`
     /// through a fresh agent (what its lost agent left).
     fn teardown(&mut self, r: &mut Rep) -> Result<()> {
         if let Some((done, t)) = self.heart.take() {

@@ -3,7 +3,7 @@
 //! it, and the application check of a `command` stack after power-on.
 
 use super::disks::DiskServer;
-use crate::disk::cache::CutReport;
+use crate::disk::cache::{CutReport, SurvivalModel};
 use crate::report::model as rm;
 use crate::spec::rule::yaml::{CutTrigger, PowerCutSpec};
 use crate::workload::Progress;
@@ -24,11 +24,58 @@ pub(crate) struct Cut {
     pub report: CutReport,
 }
 
+/// The disk a cutter cuts: one of the run's own disk servers, or a target's reached through
+/// its agent (run::agents).
+pub(crate) trait CutDisk: Send + Sync {
+    /// Flushes the volatile cache completed (None: the disk has no such cache).
+    fn flushes(&self) -> Result<Option<u64>>;
+    /// Cut the power: the cache keeps what `model` says; every request fails until power-on.
+    fn power_cut(&self, model: SurvivalModel, seed: u64) -> Result<CutReport>;
+}
+
+impl CutDisk for DiskServer {
+    fn flushes(&self) -> Result<Option<u64>> {
+        DiskServer::flushes(self)
+    }
+    fn power_cut(&self, model: SurvivalModel, seed: u64) -> Result<CutReport> {
+        DiskServer::power_cut(self, model, seed)
+    }
+}
+
+/// A running workload as the cutter sees it: a local one's `Progress`, or a client's
+/// `faultline workload` on another host (run::agents: its figures from its interval lines).
+pub(crate) trait Running: Send + Sync {
+    /// Completed ops.
+    fn ops(&self) -> u64;
+    /// Failed I/Os.
+    fn errors(&self) -> u64;
+    /// Whether it ended or was told to.
+    fn stopped(&self) -> bool;
+    /// End it: its threads let their in-flight I/Os complete and stop.
+    fn stop(&self);
+}
+
+impl Running for Progress {
+    fn ops(&self) -> u64 {
+        Progress::ops(self)
+    }
+    fn errors(&self) -> u64 {
+        Progress::errors(self)
+    }
+    fn stopped(&self) -> bool {
+        self.stop.load(Relaxed)
+    }
+    fn stop(&self) {
+        self.stop.store(true, Relaxed)
+    }
+}
+
 /// What the power took along with the disk.
 #[derive(Default, Clone)]
 pub(crate) struct Victims {
-    /// The workload's progress: its `stop` ends its threads (they have seen their errors).
-    pub progress: Option<Arc<Progress>>,
+    /// The workload: stopped once the power is gone (it has seen its errors); its ops are
+    /// `after_ops`'s count.
+    pub progress: Option<Arc<dyn Running>>,
     /// A `command` stack's process group, killed at once (SIGKILL): the application lost
     /// power too.
     pub pgid: Option<i32>,
@@ -52,7 +99,13 @@ pub(crate) struct Cutter {
 
 impl Cutter {
     /// Start watching `spec`'s trigger, counted from now (the workload's start).
-    pub(crate) fn start(spec: &PowerCutSpec, seed: u64, disk: Arc<DiskServer>, victims: Victims) -> Result<Cutter> {
+    pub(crate) fn start(spec: &PowerCutSpec, seed: u64, disk: Arc<dyn CutDisk>, victims: Victims) -> Result<Cutter> {
+        Self::start_from(spec, seed, disk, victims, Instant::now())
+    }
+
+    /// Start watching `spec`'s trigger, `at` counted from `t0` (the workload's start instant,
+    /// which may be a moment away: the agents' start instant T).
+    pub(crate) fn start_from(spec: &PowerCutSpec, seed: u64, disk: Arc<dyn CutDisk>, victims: Victims, t0: Instant) -> Result<Cutter> {
         let done = Arc::new(AtomicBool::new(false));
         let fired = Arc::new(AtomicBool::new(false));
         let flushes0 = match spec.trigger {
@@ -61,14 +114,13 @@ impl Cutter {
         };
         let (trigger, model) = (spec.trigger, spec.model);
         let (d2, f2) = (done.clone(), fired.clone());
-        let t0 = Instant::now();
         let handle = std::thread::spawn(move || -> Result<Option<Cut>> {
             loop {
                 if d2.load(Relaxed) {
                     return Ok(None);
                 }
                 let due = match trigger {
-                    CutTrigger::At(t) => t0.elapsed() >= t,
+                    CutTrigger::At(t) => Instant::now().saturating_duration_since(t0) >= t,
                     CutTrigger::AfterOps(n) => victims.progress.as_ref().is_some_and(|p| p.ops() >= n),
                     CutTrigger::AfterFlushes(n) => disk.flushes()?.unwrap_or(0).saturating_sub(flushes0) >= n,
                 };
@@ -81,7 +133,7 @@ impl Cutter {
             if let Some(off) = &victims.power_off {
                 off.store(true, std::sync::atomic::Ordering::SeqCst);
             }
-            let t_s = t0.elapsed().as_secs_f64();
+            let t_s = Instant::now().saturating_duration_since(t0).as_secs_f64();
             let errors0 = victims.progress.as_ref().map_or(0, |p| p.errors());
             let report = disk.power_cut(model, seed);
             if let Some(pg) = victims.pgid {
@@ -92,11 +144,13 @@ impl Cutter {
             if let Some(p) = &victims.progress {
                 if let Some(limit) = victims.until_error.filter(|_| report.is_ok()) {
                     let t = Instant::now();
-                    while p.errors() == errors0 && t.elapsed() < limit && !d2.load(Relaxed) && !p.stop.load(Relaxed) {
+                    while p.errors() == errors0 && t.elapsed() < limit && !d2.load(Relaxed) && !p.stopped() {
                         std::thread::sleep(POLL);
                     }
                 }
-                p.stop.store(true, Relaxed);
+                if !p.stopped() {
+                    p.stop();
+                }
             }
             Ok(Some(Cut { t_s, report: report? }))
         });

@@ -11,8 +11,9 @@
 //!    has seen its errors and stopped; the placement takes the stack down without flushing,
 //!    powers the disk on, lets the journal replay, runs the file system's check, mounts again
 //!    and classifies what survived with the durability oracle (and the application's check);
-//!    the local placement, and the namespace placement's target (power on, then the oracle
-//!    over NBD);
+//!    the local placement, and the networked placements' target (power on, then the oracle
+//!    over NBD: from the client's namespace, or, through agents, in the client's own
+//!    workload process);
 //! 5. **verify**: reread what the workload wrote and classify it (local stacks only);
 //! 6. **collect**: every disk's fault log and rule counters ([`collect_faults`]) and the
 //!    placement's own figures;

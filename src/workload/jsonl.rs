@@ -5,10 +5,11 @@
 use super::WorkloadResult;
 use serde::{Deserialize, Serialize};
 
-/// One line. Untagged: each kind is told by its keys (`start_ns`, `t_s`, `result`), the form
-/// the emitter has always printed, so controller and agent of different builds still agree.
+/// One line. Untagged: each kind is told by its keys (`start_ns`, `t_s`, `result`, `oracle`),
+/// the form the emitter has always printed, so controller and agent of different builds still
+/// agree.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(untagged, expecting = "a workload line: {\"start_ns\"}, {\"t_s\", \"ops\", \"bytes\", \"errors\"} or {\"result\"}")]
+#[serde(untagged, expecting = "a workload line: {\"start_ns\"}, {\"t_s\", \"ops\", \"bytes\", \"errors\"}, {\"result\"} or {\"oracle\"}")]
 pub enum JsonLine {
     /// The first I/O was issued at `start_ns` (CLOCK_REALTIME of the emitting host, ns since
     /// the epoch); printed once, before any interval.
@@ -17,6 +18,9 @@ pub enum JsonLine {
     Interval(Interval),
     /// The last line: the whole result (what `faultline workload` writes to result.json).
     Result { result: Box<WorkloadResult> },
+    /// `--crash-oracle`: after the result, once told to reread (SIGUSR2), what the durability
+    /// oracle found on the export (the `crash.oracle` of results.json).
+    Oracle { oracle: Box<crate::verify::crash::OracleReport> },
 }
 
 /// What a workload did over one interval.
@@ -71,6 +75,12 @@ mod tests {
         let JsonLine::Result { result } = serde_json::from_str(&text).unwrap() else { panic!("not a result: {text}") };
         assert_eq!((result.write.ops, result.retries, result.failed_ios.len(), result.failed_ios[0].op.as_ref()), (4, 2, 1, "write"));
         assert_eq!((result.errors["write:EIO"], result.timeseries[0].cpu_pct, result.nbd_client), (1, 3.0, Some(Default::default())));
+        let mut oracle = crate::verify::crash::OracleReport::default();
+        (oracle.counts.checked, oracle.counts.durable_kept, oracle.counts.unsynced_lost) = (9, 7, 2);
+        let text = JsonLine::Oracle { oracle: Box::new(oracle.clone()) }.to_line();
+        assert!(text.starts_with("{\"oracle\":{"), "{text}");
+        let JsonLine::Oracle { oracle: back } = serde_json::from_str(&text).unwrap() else { panic!("not an oracle line: {text}") };
+        assert_eq!(*back, oracle);
     }
 
     #[test]
