@@ -73,6 +73,7 @@ TRANSPORT_FREE=(
   slowdown::matrix_faults_from_several_axes_are_joined_and_baseline_parses
   slowdown::matrices_concatenate_their_setups
   crash_explore::bad_input_says_what_is_wrong
+  crash_explore::a_log_recorded_by_the_kernels_dm_log_writes_reads_and_replays_like_replay_log
   crash_explore::logs_we_write_replay_with_xfstests_replay_log
 )
 

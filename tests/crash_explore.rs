@@ -8,7 +8,7 @@ use common::{RunDir, bin, unique};
 use faultline::crash::overlay::{Overlay, OverlayStore};
 use faultline::crash::states::{self, StateId, Variant};
 use faultline::disk::Store;
-use faultline::disk::logwrites::{FUA, Kind, Log, LogWriter, replay_into};
+use faultline::disk::logwrites::{DISCARD, FLUSH, FUA, Kind, Log, LogWriter, MARK, replay_into};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
@@ -117,6 +117,220 @@ fn logs_we_write_replay_with_xfstests_replay_log() {
         assert_eq!(count("(FUA)"), ours(|e| e.fua()));
         assert_eq!(count("(DISCARD)"), ours(|e| e.kind == Kind::Discard));
     }
+}
+
+/// A file of tests/fixtures/dm-log-writes (its README.md says how they were recorded).
+fn kernel_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dm-log-writes").join(name)
+}
+
+/// The fixture `name` (gzip'd) uncompressed into `dir`, by gzip itself.
+fn gunzip_fixture(dir: &Path, name: &str) -> PathBuf {
+    let o = Command::new("gzip").arg("-dc").arg(kernel_fixture(name)).output().unwrap();
+    assert!(o.status.success(), "gzip -dc {name}: {}", String::from_utf8_lossy(&o.stderr));
+    let p = dir.join(unique(name.trim_end_matches(".gz")));
+    std::fs::write(&p, o.stdout).unwrap();
+    p
+}
+
+/// An operation of an ops file, or an entry of a dm-log-writes log: kind, byte offset, byte
+/// length, flags (a write's `n` is its place among the ops file's writes, from 1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Logged {
+    Write { n: u32, off: u64, len: u64, flags: u64 },
+    Discard { off: u64, len: u64 },
+    Flush,
+    Mark(String),
+}
+
+/// The operations of tests/fixtures/dm-log-writes/ops-SS (scripts/dm-log-writes-io.c runs them
+/// in the recording machine) and the entries the kernel's dm-log-writes
+/// (drivers/md/dm-log-writes.c) logs for them: a plain write or a discard is held from its completion until a
+/// flush completes, then logged ahead of that flush; a FUA write is logged when it completes,
+/// ahead of the writes still held, and its O_DSYNC then flushes; a mark is logged when it is
+/// sent, ahead of the writes still held; removing the target logs what it still holds, then the
+/// mark `dm-log-writes-end`.
+fn kernel_log_of_ops(ss: u32) -> (Vec<Logged>, Vec<Logged>) {
+    let text = std::fs::read_to_string(kernel_fixture(&format!("ops-{ss}"))).unwrap();
+    let (mut ops, mut n) = (vec![], 0);
+    for (i, line) in text.lines().enumerate() {
+        let w: Vec<&str> = line.split('#').next().unwrap().split_whitespace().collect();
+        let num = |k: usize| w[k].parse::<u64>().unwrap_or_else(|_| panic!("ops-{ss} line {}: {line}", i + 1));
+        ops.push(match w.as_slice() {
+            [] => continue,
+            ["write" | "fua", _, _] => {
+                n += 1;
+                Logged::Write { n, off: num(1), len: num(2), flags: if w[0] == "fua" { FUA } else { 0 } }
+            }
+            ["flush"] => Logged::Flush,
+            ["discard", _, _] => Logged::Discard { off: num(1), len: num(2) },
+            ["mark", name] => Logged::Mark(name.to_string()),
+            _ => panic!("ops-{ss} line {}: {line}", i + 1),
+        });
+    }
+    let (mut log, mut held) = (vec![], vec![]);
+    for op in &ops {
+        match op {
+            Logged::Write { flags: 0, .. } | Logged::Discard { .. } => held.push(op.clone()),
+            Logged::Write { .. } => {
+                log.push(op.clone());
+                log.append(&mut held);
+                log.push(Logged::Flush);
+            }
+            Logged::Flush => {
+                log.append(&mut held);
+                log.push(Logged::Flush);
+            }
+            Logged::Mark(_) => log.push(op.clone()),
+        }
+    }
+    log.append(&mut held);
+    log.push(Logged::Mark("dm-log-writes-end".into()));
+    (ops, log)
+}
+
+/// What scripts/dm-log-writes-io.c writes as its write `n` at [off, off+len): each 512 B
+/// sector S holds 16 records "write N sector S", left-aligned in 31 bytes, then a newline.
+fn kernel_fixture_data(n: u32, off: u64, len: u64) -> Vec<u8> {
+    (0..len / 32).flat_map(|k| format!("{:<31}\n", format!("write {n} sector {}", (off + k * 32) / 512)).into_bytes()).collect()
+}
+
+/// The device after `entries` (of `kernel_log_of_ops`) on a zeroed one of `size` bytes.
+fn kernel_fixture_image(entries: &[Logged], size: u64) -> Vec<u8> {
+    let mut img = vec![0u8; size as usize];
+    for e in entries {
+        match *e {
+            Logged::Write { n, off, len, .. } => img[off as usize..(off + len) as usize].copy_from_slice(&kernel_fixture_data(n, off, len)),
+            Logged::Discard { off, len } => img[off as usize..(off + len) as usize].fill(0),
+            _ => {}
+        }
+    }
+    img
+}
+
+#[test]
+fn a_log_recorded_by_the_kernels_dm_log_writes_reads_and_replays_like_replay_log() {
+    let dir = tempfile::tempdir().unwrap();
+    for ss in [512u32, 4096] {
+        let p = gunzip_fixture(dir.path(), &format!("log-{ss}.gz"));
+        let disk = std::fs::read(gunzip_fixture(dir.path(), &format!("data-{ss}.gz"))).unwrap();
+        let size = disk.len() as u64;
+        let log = Log::open(&p).unwrap();
+        let ps = p.to_str().unwrap();
+        let n = log.entries.len();
+        assert_eq!(log.sectorsize, ss);
+        assert_eq!(run_replay_log(&["--log", ps]).trim(), format!("Log version=1, sectorsize={ss}, entries={n}"));
+        // every entry, in order, is the one the kernel's rules make of the operations; each
+        // write holds what the recording machine wrote
+        let (ops, expect) = kernel_log_of_ops(ss);
+        let got: Vec<Logged> = log
+            .entries
+            .iter()
+            .zip(&expect)
+            .map(|(e, x)| match (&e.kind, x) {
+                (Kind::Write { .. }, Logged::Write { n, .. }) => {
+                    let mut b = vec![0u8; e.len as usize];
+                    log.data(e, 0, &mut b).unwrap();
+                    assert!(b == kernel_fixture_data(*n, e.off, e.len), "sector size {ss}: entry {} holds other data than write {n}", e.index);
+                    Logged::Write { n: *n, off: e.off, len: e.len, flags: e.flags }
+                }
+                (Kind::Write { .. }, _) => Logged::Write { n: 0, off: e.off, len: e.len, flags: e.flags },
+                (Kind::Discard, _) => Logged::Discard { off: e.off, len: e.len },
+                (Kind::Flush, _) => Logged::Flush,
+                (Kind::Mark(m), _) => Logged::Mark(m.clone()),
+            })
+            .collect();
+        assert_eq!(got, expect[..got.len()], "sector size {ss}: the log against the kernel's rules for ops-{ss}");
+        assert_eq!(n, expect.len(), "sector size {ss}: entries");
+        // flags: FUA on the FUA writes only, FLUSH on the flushes only (dm splits a preflush off
+        // its write), no METADATA (no file system wrote); a FUA write was logged ahead of a write
+        // that completed before it
+        for e in &log.entries {
+            let want = match e.kind {
+                Kind::Flush => FLUSH,
+                Kind::Discard => DISCARD,
+                Kind::Mark(_) => MARK,
+                Kind::Write { .. } => e.flags & FUA,
+            };
+            assert_eq!(e.flags, want, "sector size {ss}: entry {} flags", e.index);
+        }
+        let fua = log.entries.iter().position(|e| e.fua()).expect("a FUA write");
+        let (Logged::Write { n: nf, .. }, Logged::Write { n: nb, flags: 0, .. }) = (&got[fua], &got[fua + 1]) else { panic!("sector size {ss}: {got:?}") };
+        assert!(nb < nf, "sector size {ss}: after FUA write {nf}, expected a write that completed before it, got write {nb}");
+        // a mark sent while a write was held comes before it
+        let early = ops.iter().position(|x| *x == Logged::Mark("early".into())).unwrap();
+        assert!(matches!(ops[early - 1], Logged::Write { flags: 0, .. }), "ops-{ss}: a write before the mark early");
+        let at = log.find_mark("early").unwrap();
+        assert_eq!(got[at + 1], ops[early - 1], "sector size {ss}: the write before the mark early");
+        let v = Command::new(replay_log()).args(["--log", ps, "--replay", "/dev/null", "-v", "--limit", &n.to_string()]).output().unwrap();
+        let text = String::from_utf8_lossy(&v.stdout);
+        let count = |f: &str| text.lines().filter(|l| l.contains(f)).count();
+        assert_eq!(count("(FLUSH)"), expect.iter().filter(|x| **x == Logged::Flush).count());
+        assert_eq!(count("(FUA)"), 1);
+        assert_eq!(count("(DISCARD)"), expect.iter().filter(|x| matches!(x, Logged::Discard { .. })).count());
+        // after each mark and each prefix: replay-log's image, ours and the operations' are the
+        // same bytes
+        for x in &expect {
+            let Logged::Mark(name) = x else { continue };
+            let at = log.find_mark(name).unwrap();
+            let found = run_replay_log(&["--log", ps, "--find", "--end-mark", name]);
+            assert_eq!(found.split('@').next().unwrap(), at.to_string(), "find {name}");
+            let theirs = replay_log_image(dir.path(), &p, size, &["--end-mark", name]);
+            assert!(theirs == our_image(&log, at + 1, size), "sector size {ss}: images differ at mark {name}");
+            assert!(theirs == kernel_fixture_image(&expect[..=at], size), "sector size {ss}: at mark {name}, not what the operations wrote");
+        }
+        for limit in 1..=n {
+            let theirs = replay_log_image(dir.path(), &p, size, &["--limit", &limit.to_string()]);
+            assert!(theirs == our_image(&log, limit, size), "sector size {ss}: images differ after {limit} entries");
+            assert!(theirs == kernel_fixture_image(&expect[..limit], size), "sector size {ss}: after {limit} entries, not what the operations wrote");
+        }
+        // the whole log replayed is the data disk as the kernel left it
+        assert!(our_image(&log, n, size) == disk, "sector size {ss}: the replayed log differs from the recorded data disk");
+    }
+}
+
+#[test]
+fn a_log_recorded_by_the_kernels_dm_log_writes_explores_and_replays_by_id() {
+    let run = RunDir::new("crash-kernel-log");
+    let dir = tempfile::tempdir().unwrap();
+    let p = gunzip_fixture(dir.path(), "log-512.gz");
+    let disk = std::fs::read(gunzip_fixture(dir.path(), "data-512.gz")).unwrap();
+    let out = dir.path().join("out");
+    let o =
+        run.cmd(&["crash", "explore", "--log"]).arg(&p).args(["--stack", "raw", "--per-epoch", "2", "--seed", "7", "-q", "--out"]).arg(&out).output().unwrap();
+    assert!(o.status.success(), "explore --log: {}", String::from_utf8_lossy(&o.stderr));
+    let meta: Value = serde_json::from_slice(&std::fs::read(out.join("explore.json")).unwrap()).unwrap();
+    let size = meta["size"].as_u64().unwrap();
+    assert_eq!(size, disk.len() as u64, "the default size: the furthest write's end rounded up to 1 MiB");
+    let log = Log::open(&p).unwrap();
+    let eps = states::epochs(&log);
+    let (_, expect) = kernel_log_of_ops(512);
+    // one epoch per flush, and the writes the target still held when it was removed
+    assert_eq!(eps.len(), expect.iter().filter(|x| **x == Logged::Flush).count() + 1);
+    let rs = results(&out);
+    let boundaries: Vec<&Value> = rs.iter().filter(|r| r["variant"] == "boundary").collect();
+    assert_eq!(boundaries.len(), eps.len());
+    // each boundary state, served by `crash replay`, is replay-log's image of its prefix and
+    // what the operations had written by then; the last is the recorded data disk
+    for (k, ep) in eps.iter().enumerate() {
+        let theirs = replay_log_image(dir.path(), &p, size, &["--limit", &ep.end.to_string()]);
+        let served = replayed_bytes(&run, &out, &format!("e{k}"));
+        assert!(served == theirs, "state e{k} differs from replay-log --limit {}", ep.end);
+        assert!(served == kernel_fixture_image(&expect[..ep.end], size), "state e{k}: not what the operations wrote");
+        if k == eps.len() - 1 {
+            assert!(served == disk, "the last state differs from the recorded data disk");
+        }
+    }
+    // a subset of the FUA write's epoch keeps that write whole (it was durable when it completed)
+    let fua = log.entries.iter().position(|e| e.fua()).expect("a FUA write");
+    let fe = eps.iter().position(|ep| (ep.start..ep.end).contains(&fua)).unwrap();
+    assert!(eps[fe].writes >= 2, "the FUA write's epoch has a held write too: {:?}", eps[fe]);
+    let Logged::Write { n, off, len, .. } = expect[fua] else { panic!("entry {fua}: {:?}", expect[fua]) };
+    for k in 0..2 {
+        let served = replayed_bytes(&run, &out, &format!("e{fe}-s{k}"));
+        assert!(served[off as usize..(off + len) as usize] == kernel_fixture_data(n, off, len), "state e{fe}-s{k} lost the FUA write");
+    }
+    assert_eq!(run.leftovers(), Vec::<String>::new());
 }
 
 const EXPERIMENT: &str = "

@@ -11,9 +11,12 @@
 //! ```
 //!
 //! `sector` and `nr_sectors` count log sectors (`sectorsize` bytes, the device's logical block
-//! size in the kernel), not 512 B units. Entries are in completion order; a FLUSH entry comes
-//! after every write that completed before the flush did. replay-log refuses a header whose
-//! byte 32 is not zero unless its flags are exactly MARK, so every other header is zero padded.
+//! size in the kernel), not 512 B units. A FLUSH entry comes after every write that completed
+//! before the flush was sent. The kernel logs a write or discard only when a later flush
+//! completes, a FUA write when it completes and a mark when it is sent, so those two can come
+//! before writes that completed earlier (docs/crash.md); faultline's recorder logs each write at
+//! completion. replay-log refuses a header whose byte 32 is not zero unless its flags are
+//! exactly MARK, so every other header is zero padded.
 
 use anyhow::{Context, Result, bail};
 use std::fs::File;
