@@ -27,17 +27,19 @@ pub(crate) struct Cut {
 /// What the power took along with the disk.
 #[derive(Default, Clone)]
 pub(crate) struct Victims {
-    /// The workload's progress: its `stop` ends its threads (they have seen their errors).
-    pub progress: Option<Arc<Progress>>,
+    /// The workloads' progress (one per workload: a local run's, or each client's of a
+    /// networked experiment): `stop` ends a workload's threads (they have seen their errors);
+    /// `after_ops` counts their ops together.
+    pub progress: Vec<Arc<Progress>>,
     /// A `command` stack's process group, killed at once (SIGKILL): the application lost
     /// power too.
     pub pgid: Option<i32>,
     /// The durability oracle's switch (`Durability::power_off`): set before the power goes,
     /// so no sync that returns after the cut is credited.
     pub power_off: Option<Arc<AtomicBool>>,
-    /// A workload on another host (a networked experiment's client): it lost no power and
-    /// goes on until it has seen an I/O fail against the dead disk, then it is stopped; at
-    /// most this long after the cut (its NBD policy's time to give up on one request).
+    /// Workloads on other hosts (a networked experiment's clients): they lost no power and
+    /// each goes on until it has seen an I/O fail against the dead disk, then it is stopped;
+    /// at most this long after the cut (their NBD policy's time to give up on one request).
     pub until_error: Option<Duration>,
 }
 
@@ -69,7 +71,7 @@ impl Cutter {
                 }
                 let due = match trigger {
                     CutTrigger::At(t) => t0.elapsed() >= t,
-                    CutTrigger::AfterOps(n) => victims.progress.as_ref().is_some_and(|p| p.ops() >= n),
+                    CutTrigger::AfterOps(n) => !victims.progress.is_empty() && victims.progress.iter().map(|p| p.ops()).sum::<u64>() >= n,
                     CutTrigger::AfterFlushes(n) => disk.flushes()?.unwrap_or(0).saturating_sub(flushes0) >= n,
                 };
                 if due {
@@ -82,20 +84,31 @@ impl Cutter {
                 off.store(true, std::sync::atomic::Ordering::SeqCst);
             }
             let t_s = t0.elapsed().as_secs_f64();
-            let errors0 = victims.progress.as_ref().map_or(0, |p| p.errors());
+            let errors0: Vec<u64> = victims.progress.iter().map(|p| p.errors()).collect();
             let report = disk.power_cut(model, seed);
             if let Some(pg) = victims.pgid {
                 // SAFETY: kill takes no pointers; the group is the command's, still running
                 // (the cutter stops with the command)
                 unsafe { libc::kill(-pg, libc::SIGKILL) };
             }
-            if let Some(p) = &victims.progress {
-                if let Some(limit) = victims.until_error.filter(|_| report.is_ok()) {
-                    let t = Instant::now();
-                    while p.errors() == errors0 && t.elapsed() < limit && !d2.load(Relaxed) && !p.stop.load(Relaxed) {
-                        std::thread::sleep(POLL);
-                    }
+            // each workload on another host is stopped once it has seen its own error (or was
+            // stopped otherwise), all of them at the limit or when the workloads are over
+            if let Some(limit) = victims.until_error.filter(|_| report.is_ok()) {
+                let t = Instant::now();
+                let mut waiting: Vec<usize> = (0..victims.progress.len()).collect();
+                while !waiting.is_empty() && t.elapsed() < limit && !d2.load(Relaxed) {
+                    waiting.retain(|&i| {
+                        let p = &victims.progress[i];
+                        let seen = p.errors() != errors0[i] || p.stop.load(Relaxed);
+                        if seen {
+                            p.stop.store(true, Relaxed);
+                        }
+                        !seen
+                    });
+                    std::thread::sleep(POLL);
                 }
+            }
+            for p in &victims.progress {
                 p.stop.store(true, Relaxed);
             }
             Ok(Some(Cut { t_s, report: report? }))
