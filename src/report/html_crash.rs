@@ -150,7 +150,6 @@ pub fn section(h: &mut String, reps: &[Repetition]) {
         "<table class=\"crash\"><tr><th>Rep</th><th class=\"l\">Cut</th><th>At s</th><th>Unflushed</th><th>Kept</th><th>Lost</th><th>Torn</th>\
 <th class=\"l\">Check</th><th>Durable kept</th><th>Durable lost</th><th>Garbage</th><th>Unsynced lost</th><th>Unsynced kept</th><th>Torn blocks</th><th>Files lost</th><th class=\"l\">Application</th></tr>\n",
     );
-    let red = |v: u64| if v > 0 { format!("<td class=\"bad\">{v}</td>") } else { format!("<td>{v}</td>") };
     for (rep, c) in &cuts {
         let r = c.cut.clone().unwrap_or_default();
         let check = match (&c.check, &c.mount) {
@@ -164,46 +163,7 @@ pub fn section(h: &mut String, reps: &[Repetition]) {
             ),
             (None, _) => "<td class=\"l\">-</td>".into(),
         };
-        let oracle = match &c.oracle {
-            Some(o) => {
-                let n = &o.counts;
-                format!(
-                    "<td>{}</td>{}{}<td>{}</td><td>{}</td><td>{}</td>{}",
-                    n.durable_kept,
-                    red(n.durable_lost),
-                    red(n.garbage),
-                    n.unsynced_lost,
-                    n.unsynced_kept,
-                    n.torn,
-                    match n.entries {
-                        // a personality: its paths' entries beside the files lost
-                        Some(e) => {
-                            let bad = n.files_lost + e.reappeared > 0;
-                            format!(
-                                "<td{}>{} <span title=\"directory entries: checked, durable kept, unsynced kept, unsynced lost, reappeared\">(entries {}: {}/{}/{}, {} reappeared)</span>{}</td>",
-                                if bad { " class=\"bad\"" } else { "" },
-                                n.files_lost,
-                                e.checked,
-                                e.durable_kept,
-                                e.unsynced_kept,
-                                e.unsynced_lost,
-                                e.reappeared,
-                                if e.renamed.checked > 0 {
-                                    format!(
-                                        " <span title=\"rename destinations: checked, durable lost, durable kept\">(renamed {}: {} lost, {} durable kept)</span>",
-                                        e.renamed.checked, e.renamed.durable_lost, e.renamed.durable_kept
-                                    )
-                                } else {
-                                    String::new()
-                                }
-                            )
-                        }
-                        None => red(n.files_lost),
-                    }
-                )
-            }
-            None => "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>".into(),
-        };
+        let oracle = oracle_cells(c.oracle.as_ref());
         let app = match &c.app_check {
             Some(a) => {
                 let figs: Vec<String> = a.figures.iter().map(|(k, v)| format!("{k} {v}")).collect();
@@ -235,8 +195,67 @@ pub fn section(h: &mut String, reps: &[Repetition]) {
             r.lost,
             r.torn,
         );
+        // a networked cut with several clients: each client's slice and oracle below its cut
+        if c.clients.len() > 1 {
+            for k in &c.clients {
+                let _ = writeln!(
+                    h,
+                    "<tr class=\"client\"><td></td><td class=\"l\" colspan=\"6\">client {}: bytes {}..{} of the disk, {} failed I/O(s)</td><td class=\"l\">-</td>{}<td class=\"l\">-</td></tr>",
+                    esc(&k.host),
+                    k.offset,
+                    k.offset + k.length,
+                    k.failed_ios,
+                    oracle_cells(Some(&k.oracle))
+                );
+            }
+        }
     }
     h.push_str("</table>\n");
+}
+
+/// The oracle's cells of a table row (durable kept ... files lost), durable losses in red.
+fn oracle_cells(o: Option<&crate::verify::crash::OracleReport>) -> String {
+    let red = |v: u64| if v > 0 { format!("<td class=\"bad\">{v}</td>") } else { format!("<td>{v}</td>") };
+    match o {
+        Some(o) => {
+            let n = &o.counts;
+            format!(
+                "<td>{}</td>{}{}<td>{}</td><td>{}</td><td>{}</td>{}",
+                n.durable_kept,
+                red(n.durable_lost),
+                red(n.garbage),
+                n.unsynced_lost,
+                n.unsynced_kept,
+                n.torn,
+                match n.entries {
+                    // a personality: its paths' entries beside the files lost
+                    Some(e) => {
+                        let bad = n.files_lost + e.reappeared > 0;
+                        format!(
+                            "<td{}>{} <span title=\"directory entries: checked, durable kept, unsynced kept, unsynced lost, reappeared\">(entries {}: {}/{}/{}, {} reappeared)</span>{}</td>",
+                            if bad { " class=\"bad\"" } else { "" },
+                            n.files_lost,
+                            e.checked,
+                            e.durable_kept,
+                            e.unsynced_kept,
+                            e.unsynced_lost,
+                            e.reappeared,
+                            if e.renamed.checked > 0 {
+                                format!(
+                                    " <span title=\"rename destinations: checked, durable lost, durable kept\">(renamed {}: {} lost, {} durable kept)</span>",
+                                    e.renamed.checked, e.renamed.durable_lost, e.renamed.durable_kept
+                                )
+                            } else {
+                                String::new()
+                            }
+                        )
+                    }
+                    None => red(n.files_lost),
+                }
+            )
+        }
+        None => "<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>".into(),
+    }
 }
 
 /// One stdout line per cut for `faultline run`'s summary; empty without cuts.
@@ -269,6 +288,25 @@ pub fn summary(r: &Results) -> String {
                     "; oracle: durable-lost {} garbage {} files-lost {} unsynced-lost {} unsynced-kept {} torn {} durable-kept {}",
                     n.durable_lost, n.garbage, n.files_lost, n.unsynced_lost, n.unsynced_kept, n.torn, n.durable_kept
                 );
+                if c.clients.len() > 1 {
+                    for k in &c.clients {
+                        let n = &k.oracle.counts;
+                        let _ = write!(
+                            out,
+                            "; client {} (bytes {}..{}, {} failed I/Os): durable-lost {} garbage {} unsynced-lost {} unsynced-kept {} torn {} durable-kept {}",
+                            k.host,
+                            k.offset,
+                            k.offset + k.length,
+                            k.failed_ios,
+                            n.durable_lost,
+                            n.garbage,
+                            n.unsynced_lost,
+                            n.unsynced_kept,
+                            n.torn,
+                            n.durable_kept
+                        );
+                    }
+                }
                 if let Some(e) = &n.entries {
                     let _ = write!(
                         out,
@@ -332,6 +370,44 @@ mod tests {
         assert!(h.contains("<td class=\"bad\">3</td>") && h.matches("state-durable-lost").count() == 2, "{h}");
         assert!(h.contains("inconsistent: acked 100, lost 4"), "{h}");
         assert_eq!(section_len(&[]), 0, "no cut, no section");
+    }
+
+    /// A networked cut with two clients: a row per client below the cut's (its slice, its
+    /// failed I/Os, its oracle), the durable losses of the client that has them in red.
+    #[test]
+    fn a_cut_with_several_clients_has_a_row_per_client() {
+        let counts = |kept, lost| OracleReport {
+            counts: OracleCounts { checked: kept + lost, durable_kept: kept, durable_lost: lost, ..Default::default() },
+            failures: vec![],
+        };
+        let client = |host: &str, offset, kept, lost| crate::report::model::ClientOracle {
+            host: host.into(),
+            offset,
+            length: 32 << 20,
+            failed_ios: 3,
+            oracle: counts(kept, lost),
+        };
+        let c = CrashRecord {
+            fired: true,
+            trigger: "after 10 flushes".into(),
+            oracle: Some(counts(17, 2)),
+            clients: vec![client("a", 0, 10, 0), client("b", 32 << 20, 7, 2)],
+            ..Default::default()
+        };
+        let mut h = String::new();
+        section(&mut h, &[rep(1, c.clone())]);
+        assert_eq!(h.matches("<tr class=\"client\">").count(), 2, "{h}");
+        assert!(h.contains("client a: bytes 0..33554432 of the disk, 3 failed I/O(s)</td><td class=\"l\">-</td><td>10</td><td>0</td>"), "{h}");
+        assert!(
+            h.contains("client b: bytes 33554432..67108864 of the disk, 3 failed I/O(s)</td><td class=\"l\">-</td><td>7</td><td class=\"bad\">2</td>"),
+            "{h}"
+        );
+        // one client: its row would repeat the cut's
+        let mut one = c;
+        one.clients.truncate(1);
+        let mut h = String::new();
+        section(&mut h, &[rep(1, one)]);
+        assert!(!h.contains("class=\"client\""), "{h}");
     }
 
     fn section_len(reps: &[Repetition]) -> usize {

@@ -189,8 +189,13 @@ pub struct CrashRecord {
     pub check: Option<FsCheck>,
     /// The mount after the cut (journal replay): "ok" or why it failed.
     pub mount: Option<String>,
-    /// The durability oracle's counts (the workload's blocks), None for a command stack.
+    /// The durability oracle's counts (the workload's blocks), None for a command stack. In a
+    /// networked experiment the sum over the clients (`clients` has each one's).
     pub oracle: Option<crate::verify::crash::OracleReport>,
+    /// A networked experiment's cut: each client's slice of the target's disk, the I/Os it saw
+    /// fail, and the oracle over its own blocks (`oracle` is their sum).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub clients: Vec<ClientOracle>,
     /// The application's own check (`check:` of a command stack).
     pub app_check: Option<AppCheck>,
     /// Lines in FAULTLINE_ACKS when the power went (`acks: true`), and the file.
@@ -198,6 +203,22 @@ pub struct CrashRecord {
     pub acks_file: Option<String>,
     /// Seconds the crash + check phase took (unmount, power-on, check, mounts, oracle).
     pub phase_s: f64,
+}
+
+/// One client's part of a networked experiment's power cut.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ClientOracle {
+    /// The client host.
+    pub host: String,
+    /// Its slice of the target's disk: the first byte and the bytes its workload addressed
+    /// (no other client wrote there).
+    pub offset: u64,
+    pub length: u64,
+    /// The I/Os that failed for it (EIO once the disk lost power).
+    pub failed_ios: u64,
+    /// The oracle over the blocks it wrote (failures name the disk's blocks).
+    pub oracle: crate::verify::crash::OracleReport,
 }
 
 /// A file-system check (`e2fsck -fn`, `xfs_repair -n`, `btrfs check --readonly`).

@@ -819,7 +819,7 @@ impl Placement for Agents<'_> {
                 // the client host keeps its power: it runs on into the dead target until an
                 // I/O fails, at most as long as its NBD policy takes to give up on one request
                 let victims = Victims {
-                    progress: Some(Arc::new(RemoteWorkload { client: clients[0].clone(), gathered: gathered.clone() })),
+                    progress: vec![Arc::new(RemoteWorkload { client: clients[0].clone(), gathered: gathered.clone() })],
                     until_error: Some(p.give_up),
                     ..Default::default()
                 };

@@ -73,18 +73,19 @@ impl Running for Progress {
 /// What the power took along with the disk.
 #[derive(Default, Clone)]
 pub(crate) struct Victims {
-    /// The workload: stopped once the power is gone (it has seen its errors); its ops are
-    /// `after_ops`'s count.
-    pub progress: Option<Arc<dyn Running>>,
+    /// The workloads (one per workload: a local run's, or each client's of a networked
+    /// experiment): each is stopped once the power is gone and it has seen its errors;
+    /// `after_ops` counts their ops together.
+    pub progress: Vec<Arc<dyn Running>>,
     /// A `command` stack's process group, killed at once (SIGKILL): the application lost
     /// power too.
     pub pgid: Option<i32>,
     /// The durability oracle's switch (`Durability::power_off`): set before the power goes,
     /// so no sync that returns after the cut is credited.
     pub power_off: Option<Arc<AtomicBool>>,
-    /// A workload on another host (a networked experiment's client): it lost no power and
-    /// goes on until it has seen an I/O fail against the dead disk, then it is stopped; at
-    /// most this long after the cut (its NBD policy's time to give up on one request).
+    /// Workloads on other hosts (a networked experiment's clients): they lost no power and
+    /// each goes on until it has seen an I/O fail against the dead disk, then it is stopped;
+    /// at most this long after the cut (their NBD policy's time to give up on one request).
     pub until_error: Option<Duration>,
 }
 
@@ -121,7 +122,7 @@ impl Cutter {
                 }
                 let due = match trigger {
                     CutTrigger::At(t) => Instant::now().saturating_duration_since(t0) >= t,
-                    CutTrigger::AfterOps(n) => victims.progress.as_ref().is_some_and(|p| p.ops() >= n),
+                    CutTrigger::AfterOps(n) => !victims.progress.is_empty() && victims.progress.iter().map(|p| p.ops()).sum::<u64>() >= n,
                     CutTrigger::AfterFlushes(n) => disk.flushes()?.unwrap_or(0).saturating_sub(flushes0) >= n,
                 };
                 if due {
@@ -134,23 +135,32 @@ impl Cutter {
                 off.store(true, std::sync::atomic::Ordering::SeqCst);
             }
             let t_s = Instant::now().saturating_duration_since(t0).as_secs_f64();
-            let errors0 = victims.progress.as_ref().map_or(0, |p| p.errors());
+            let errors0: Vec<u64> = victims.progress.iter().map(|p| p.errors()).collect();
             let report = disk.power_cut(model, seed);
             if let Some(pg) = victims.pgid {
                 // SAFETY: kill takes no pointers; the group is the command's, still running
                 // (the cutter stops with the command)
                 unsafe { libc::kill(-pg, libc::SIGKILL) };
             }
-            if let Some(p) = &victims.progress {
-                if let Some(limit) = victims.until_error.filter(|_| report.is_ok()) {
-                    let t = Instant::now();
-                    while p.errors() == errors0 && t.elapsed() < limit && !d2.load(Relaxed) && !p.stopped() {
-                        std::thread::sleep(POLL);
-                    }
+            // each workload on another host is stopped once it has seen its own error (or was
+            // stopped otherwise), all of them at the limit or when the workloads are over
+            if let Some(limit) = victims.until_error.filter(|_| report.is_ok()) {
+                let t = Instant::now();
+                let mut waiting: Vec<usize> = (0..victims.progress.len()).collect();
+                while !waiting.is_empty() && t.elapsed() < limit && !d2.load(Relaxed) {
+                    waiting.retain(|&i| {
+                        let p = &victims.progress[i];
+                        let seen = p.errors() != errors0[i] || p.stopped();
+                        if seen && !p.stopped() {
+                            p.stop();
+                        }
+                        !seen
+                    });
+                    std::thread::sleep(POLL);
                 }
-                if !p.stopped() {
-                    p.stop();
-                }
+            }
+            for p in victims.progress.iter().filter(|p| !p.stopped()) {
+                p.stop();
             }
             Ok(Some(Cut { t_s, report: report? }))
         });

@@ -307,18 +307,27 @@ pub(crate) struct Namespaces<'a> {
     target: Option<Target>,
     /// The target's disk server (a faultline target).
     disk: Option<Arc<DiskServer>>,
-    /// The clients' workload against the target's URI.
-    workload: Option<(crate::workload::Workload, String)>,
+    /// Each client's workload (in `hosts.clients` order) against the target's URI.
+    workload: Option<(Vec<crate::workload::Workload>, String)>,
     seq0: Vec<u64>,
-    /// With a power cut: the client's content maps and durability record (the oracle's), and
-    /// the cut's record once the drive is over (the crash phase completes it).
-    maps: Option<crate::workload::Maps>,
+    /// With a power cut: each client's content maps and durability record (the oracle's),
+    /// and the cut's record once the drive is over (the crash phase completes it).
+    clients_cut: Vec<ClientCut>,
     crash: Option<crate::report::model::CrashRecord>,
+}
+
+/// A client's record of a power cut, for the crash phase.
+struct ClientCut {
+    host: String,
+    /// Where its slice of the target's disk starts (`Workload::base`).
+    base: u64,
+    maps: crate::workload::Maps,
+    failed_ios: u64,
 }
 
 impl<'a> Namespaces<'a> {
     pub(crate) fn new(hosts: &'a NetworkedHosts) -> Self {
-        Namespaces { hosts, net: None, target: None, disk: None, workload: None, seq0: Vec::new(), maps: None, crash: None }
+        Namespaces { hosts, net: None, target: None, disk: None, workload: None, seq0: Vec::new(), clients_cut: Vec::new(), crash: None }
     }
 }
 
@@ -343,7 +352,9 @@ impl Placement for Namespaces<'_> {
         let q = hosts.nbd_query_for(r.setup);
         let q = if q.is_empty() { q } else { format!("?{q}") };
         let uri = format!("nbd://{}:{}/{q}", th.address, hosts.port);
-        self.workload = Some((r.exp.workload_for_client(r.setup, &uri).map_err(anyhow::Error::msg)?, uri));
+        // with a power cut each client has its own slice of the disk (the same workload otherwise)
+        let ws = (0..hosts.clients.len()).map(|i| r.exp.client_workload(r.setup, &uri, i).map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?;
+        self.workload = Some((ws, uri));
         Ok(())
     }
 
@@ -358,7 +369,7 @@ impl Placement for Namespaces<'_> {
     fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
         let (hosts, setup) = (self.hosts, r.setup);
         let net = self.net.as_ref().expect("hosts built before the drive");
-        let (w, uri) = self.workload.as_ref().expect("built before the drive");
+        let (ws, uri) = self.workload.as_ref().expect("built before the drive");
         let th = net.host(&hosts.target).context("target host")?.clone();
         let t0 = Instant::now();
         for n in &setup.net_faults {
@@ -377,18 +388,18 @@ impl Placement for Namespaces<'_> {
         let progresses: Vec<Arc<Progress>> = hosts.clients.iter().map(|_| Arc::new(Progress::new())).collect();
         // looked up before the cutter starts: nothing below returns early while it watches
         let client_hosts = hosts.clients.iter().map(|c| net.host(c).context("client host").cloned()).collect::<Result<Vec<_>>>()?;
-        // a power cut of the target (the spec allows it with faultline's target and one
-        // client): the cutter watches its trigger from here, the workload's start; the client
-        // tracks what it made durable, and no sync returning after the cut counts
+        // a power cut of the target (the spec allows it with faultline's target): the cutter
+        // watches its trigger from here, the workload's start; each client tracks what it
+        // made durable in its own slice, and no sync returning after the cut counts
         let power_off = Arc::new(AtomicBool::new(false));
         let mut crash_rec = None;
         let cutter = match (&setup.power_cut, &self.disk) {
             (Some(pc), Some(disk)) => {
                 let seed = pc.seed.unwrap_or_else(rand::random);
                 crash_rec = Some(super::crash_record(pc, seed));
-                // the client host keeps its power: it runs on into the dead target until an I/O
-                // fails, at most as long as its NBD policy takes to give up on one request
-                let until_error = match &w.interface {
+                // the client hosts keep their power: each runs on into the dead target until
+                // an I/O fails, at most as long as the NBD policy takes to give up on one request
+                let until_error = match &ws[0].interface {
                     crate::workload::Interface::Nbd { target } => {
                         let p = &target.policy;
                         (p.timeout + p.backoff_max) * (p.retries + 1) + Duration::from_secs(1)
@@ -396,7 +407,7 @@ impl Placement for Namespaces<'_> {
                     _ => Duration::from_secs(10),
                 };
                 let victims = super::crash::Victims {
-                    progress: Some(progresses[0].clone()),
+                    progress: progresses.iter().map(|p| p.clone() as Arc<dyn super::crash::Running>).collect(),
                     power_off: Some(power_off.clone()),
                     until_error: Some(until_error),
                     ..Default::default()
@@ -408,7 +419,7 @@ impl Placement for Namespaces<'_> {
         };
         let track = cutter.is_some();
         let mut threads = Vec::new();
-        for (h, progress) in client_hosts.into_iter().zip(&progresses) {
+        for ((h, progress), w) in client_hosts.into_iter().zip(&progresses).zip(ws) {
             let progress = progress.clone();
             let tid = Arc::new(AtomicI32::new(0));
             probe_hosts.push(ProbeHost { name: h.name.clone(), namespace: h.namespace.clone(), client: Some((tid.clone(), progress.clone())) });
@@ -442,8 +453,8 @@ impl Placement for Namespaces<'_> {
         for (name, t) in threads {
             match t.join().map_err(|_| anyhow::anyhow!("client {name}: its thread panicked")).and_then(|r| r) {
                 Ok((r, m)) => {
+                    client_maps.push((name.clone(), m));
                     results.push((name, r));
-                    client_maps.push(m);
                 }
                 Err(e) => {
                     first_err.get_or_insert(e.context(format!("client {name}")));
@@ -466,15 +477,24 @@ impl Placement for Namespaces<'_> {
         let cut = cut?.flatten();
         if let Some(mut rec) = crash_rec {
             super::crash_fired(&mut rec, cut);
+            let failed: Vec<u64> = results.iter().map(|(_, x)| x.errors.values().sum::<u64>()).collect();
             if rec.fired {
-                let failed: u64 = results.iter().map(|(_, x)| x.errors.values().sum::<u64>()).sum();
-                r.notes.push(format!(
-                    "the target lost power at {:.3} s: its disk answered every request with EIO until power-on; the client ran on until an I/O failed and saw {failed} failed I/O(s)",
-                    rec.t_s
-                ));
+                let saw = match failed.as_slice() {
+                    [one] => format!("the client ran on until an I/O failed and saw {one} failed I/O(s)"),
+                    _ => format!(
+                        "each client ran on until an I/O failed: {}",
+                        results.iter().zip(&failed).map(|((n, _), f)| format!("{n} saw {f} failed I/O(s)")).collect::<Vec<_>>().join(", ")
+                    ),
+                };
+                r.notes.push(format!("the target lost power at {:.3} s: its disk answered every request with EIO until power-on; {saw}", rec.t_s));
             }
             self.crash = Some(rec);
-            self.maps = client_maps.into_iter().next().flatten();
+            self.clients_cut = client_maps
+                .into_iter()
+                .zip(ws)
+                .zip(failed)
+                .filter_map(|(((host, m), w), failed_ios)| m.map(|maps| ClientCut { host, base: w.base, maps, failed_ios }))
+                .collect();
         }
         let mut networked = NetworkedRun {
             hosts: net
@@ -506,27 +526,37 @@ impl Placement for Namespaces<'_> {
     }
 
     /// After a power cut of the target: its disk powers on (the clients stopped at the cut),
-    /// and the durability oracle rereads every block the client wrote over NBD, from the
-    /// client's host, through a client of its own (nothing cached above the target's disk).
+    /// and the durability oracle rereads every block each client wrote over NBD, from that
+    /// client's host, through a client of its own (nothing cached above the target's disk),
+    /// in the client's slice. The record's oracle is the sum; `clients` has each one's.
     fn crash(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
         let Some(mut rec) = self.crash.take().and_then(|rec| super::crash::begin(rec, r, o, " of the target")) else { return Ok(()) };
         let t = Instant::now();
         let disk = self.disk.as_ref().context("a power cut needs faultline's target")?;
         disk.power_on()?;
-        if let Some(maps) = &self.maps {
+        if !self.clients_cut.is_empty() {
             let net = self.net.as_ref().expect("hosts built before the crash");
-            let ns = net.host(&self.hosts.clients[0]).context("client host")?.namespace.clone();
-            r.phase("crash: durability oracle (over NBD, from the client host)");
+            r.phase(&format!("crash: durability oracle (over NBD, from each of {} client host(s))", self.clients_cut.len()));
             let torn = rec.model == Some(crate::disk::cache::SurvivalModel::Torn);
-            let report = std::thread::scope(|sc| {
-                sc.spawn(|| -> Result<_> {
-                    enter(&ns)?;
-                    crate::verify::crash::verify_crash(maps, torn)
-                })
-                .join()
-                .map_err(|_| anyhow::anyhow!("the oracle's thread panicked"))
-            })??;
-            rec.oracle = Some(report);
+            for c in &self.clients_cut {
+                let ns = net.host(&c.host).context("client host")?.namespace.clone();
+                let report = std::thread::scope(|sc| {
+                    sc.spawn(|| -> Result<_> {
+                        enter(&ns)?;
+                        crate::verify::crash::verify_crash(&c.maps, torn)
+                    })
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the oracle's thread panicked"))
+                })??;
+                rec.clients.push(crate::report::model::ClientOracle {
+                    host: c.host.clone(),
+                    offset: c.base,
+                    length: c.maps.maps.iter().map(|m| m.len()).sum::<u64>() * crate::spec::workload::config::CONTENT_BLOCK,
+                    failed_ios: c.failed_ios,
+                    oracle: report,
+                });
+            }
+            rec.oracle = Some(crate::verify::crash::OracleReport::sum(rec.clients.iter().map(|c| &c.oracle)));
         }
         rec.phase_s = t.elapsed().as_secs_f64();
         o.crash = Some(rec);

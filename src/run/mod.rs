@@ -790,7 +790,7 @@ fn drive_workload(
             let seed = pc.seed.unwrap_or_else(rand::random);
             crash_rec = Some(crash_record(pc, seed));
             let victims =
-                crash::Victims { progress: Some(progress.clone()), power_off: maps.durability.as_ref().map(|d| d.power_off.clone()), ..Default::default() };
+                crash::Victims { progress: vec![progress.clone()], power_off: maps.durability.as_ref().map(|d| d.power_off.clone()), ..Default::default() };
             Some(crash::Cutter::start(pc, seed, built.disks[pc.disk].clone(), victims)?)
         }
         None => None,

@@ -652,6 +652,10 @@ pub fn parse_experiment(text: &str, source: &str) -> Result<Experiment, String> 
     };
     // validate the workload for every setup now, not after disks were built
     for s in &exp.setups {
+        // a networked power cut: the clients' slices of the disk hold their workloads
+        if exp.hosts.is_some() && s.power_cut.is_some() && (exp.workload.is_some() || s.workload.is_some()) {
+            exp.client_workload(s, "nbd://10.77.0.1:10809/", 0)?;
+        }
         if exp.workload.is_some() || s.workload.is_some() {
             let w = exp.workload_for(s, std::path::Path::new("/dev/null"))?;
             if let Some(p) = &exp.windows {

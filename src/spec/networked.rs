@@ -434,9 +434,10 @@ pub(crate) fn check_setup(s: &super::experiment::Setup, hosts: Option<&Networked
 }
 
 /// A power cut of the target host (docs/crash.md, "A power cut in a networked experiment"):
-/// faultline's own disk server (it holds the volatile cache the model applies to), one client
-/// (the oracle follows one client's writes; through agents its record stays in its own
-/// workload process on its host).
+/// faultline's own disk server (it holds the volatile cache the model applies to). Any number
+/// of clients on namespace hosts: each writes its own slice of the disk
+/// (`Experiment::client_workload`); one through agents (its record stays in its own workload
+/// process on its host).
 fn check_power_cut(c: &super::rule::yaml::PowerCutSpec, setup: &str, h: &NetworkedHosts) -> Result<(), String> {
     let at = format!("{}: {}: setup `{setup}`", c.at, c.label);
     if let TargetKind::Command(cmd) = &h.kind {
@@ -451,20 +452,24 @@ fn check_power_cut(c: &super::rule::yaml::PowerCutSpec, setup: &str, h: &Network
             h.clients.join(", ")
         ));
     }
-    if h.clients.len() != 1 {
-        return Err(format!(
-            "{at}: a power cut needs exactly one client host (this experiment has {}: {}): the durability oracle follows one client's writes, and clients running the same workload write the same blocks, so which content was made durable last is not known (allowed: `hosts: {{clients: [NAME]}}`)",
-            h.clients.len(),
-            h.clients.join(", ")
-        ));
-    }
     Ok(())
 }
 
 impl super::experiment::Experiment {
-    /// The workload a client host runs in `setup`: the experiment's block workload, sent
-    /// over NBD to `uri` (`interface: nbd`).
+    /// The workload the first client host runs in `setup` (`client_workload` of client 0).
     pub fn workload_for_client(&self, setup: &super::experiment::Setup, uri: &str) -> Result<super::workload::Workload, String> {
+        self.client_workload(setup, uri, 0)
+    }
+
+    /// The workload client host `client` (its index in `hosts: {clients}`) runs in `setup`:
+    /// the experiment's block workload, sent over NBD to `uri` (`interface: nbd`). Without a
+    /// power cut every client addresses the whole export. With one, each client must be the
+    /// only writer of its blocks (the oracle follows one writer per block), so the disk is cut
+    /// into one slice per client (`client_slices`): the client's offset 0 is its slice's first
+    /// byte (`Workload::base`), it addresses `span` bytes of it (default: all of it), and with
+    /// several clients client i's content seed is the workload's seed + i, so one client's
+    /// content found in another's slice is `garbage`, not a match.
+    pub fn client_workload(&self, setup: &super::experiment::Setup, uri: &str, client: usize) -> Result<super::workload::Workload, String> {
         let Some(w) = setup.workload.as_ref().or(self.workload.as_ref()) else {
             return Err(format!("{}: setup `{}` has no workload", self.source, setup.name));
         };
@@ -485,14 +490,65 @@ impl super::experiment::Experiment {
         w.value.interface = Some(span("nbd".into()));
         w.value.target = Some(span(uri.to_string()));
         w.value.device = None;
-        w.value.span = None;
+        let user_span = w.value.span.take();
         if w.value.interval.is_none()
             && let Some(h) = &self.hosts
         {
             w.value.interval = Some(Spanned { value: Dur(h.interval), referenced: w.referenced, defined: w.defined });
         }
-        super::workload::resolve(&w.value, &self.source, None)
+        let mut out = super::workload::resolve(&w.value, &self.source, None)?;
+        let (Some(h), Some(_)) = (&self.hosts, &setup.power_cut) else { return Ok(out) };
+        let n = h.clients.len();
+        let slice = client_slice(setup.disk.size(), n, out.block_size).map_err(|e| format!("{}: setup `{}`: {e}", self.source, setup.name))?;
+        let len = match &user_span {
+            Some(s) if s.value.0 > slice => {
+                return Err(format!(
+                    "{}:{}:{}: workload: span: {} is larger than each client's slice of the disk: with a power cut each of the {n} client(s) writes only its own slice ({} / {n}, in whole blocks of {} = {}); allowed: at most {}, or leave `span` out (each client addresses its whole slice)",
+                    self.source,
+                    s.referenced.line(),
+                    s.referenced.column(),
+                    super::units::format_size(s.value.0),
+                    super::units::format_size(setup.disk.size()),
+                    super::units::format_size(out.block_size),
+                    super::units::format_size(slice),
+                    super::units::format_size(slice),
+                ));
+            }
+            Some(s) => s.value.0,
+            None => slice,
+        };
+        if len / out.block_size < out.threads as u64 {
+            return Err(format!(
+                "{}: setup `{}`: each client's {} of the disk holds {} block(s) of {}, fewer than its {} threads; allowed: at least one block per thread (a larger disk, a larger `span`, fewer clients or threads)",
+                self.source,
+                setup.name,
+                super::units::format_size(len),
+                len / out.block_size,
+                super::units::format_size(out.block_size),
+                out.threads
+            ));
+        }
+        out.base = client as u64 * slice;
+        out.span = Some(len);
+        if n > 1 {
+            out.seed = out.seed.wrapping_add(client as u64);
+        }
+        Ok(out)
     }
+}
+
+/// The bytes of each client's slice of a `size`-byte disk shared by `clients` writers with a
+/// power cut: an equal part, in whole workload blocks (so every slice starts on a block of
+/// the workload and of the disk).
+pub fn client_slice(size: u64, clients: usize, block_size: u64) -> Result<u64, String> {
+    if size == 0 {
+        return Err("a power cut in a networked experiment cuts the disk into one slice per client and needs its size (allowed: `disk: {size: ...}`)".into());
+    }
+    let slice = size / clients.max(1) as u64 / block_size * block_size;
+    if slice == 0 {
+        return Err(format!("the disk ({size} bytes) has less than one block of {block_size} per client ({clients})"));
+    }
+    Ok(slice)
 }
 
 #[cfg(test)]
@@ -606,8 +662,8 @@ mod tests {
         assert_eq!(f[1].rule.window, Some(Window { from: Duration::from_secs(120), to: None }));
     }
 
-    /// A power cut of the target host: faultline's target, namespace hosts, one client; each
-    /// refusal names the cut's place, what is wrong and what is allowed.
+    /// A power cut of the target host: faultline's target, namespace hosts, any number of
+    /// clients; each refusal names the cut's place, what is wrong and what is allowed.
     #[test]
     fn power_cuts_of_the_target_host() {
         let cut = "faults:\n  - {type: power-cut, model: keep-prefix, when: {after_flushes: 20}}\n";
@@ -625,10 +681,6 @@ mod tests {
                 "e.yaml:6:5: fault #1: setup `t`: a power cut needs `target: faultline`",
             ),
             (
-                "name: t\nhosts: {clients: [a, b]}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
-                "e.yaml:6:5: fault #1: setup `t`: a power cut needs exactly one client host (this experiment has 2: a, b)",
-            ),
-            (
                 "name: t\nhosts: {clients: [a, b], agents: {target: {ssh: root@s, address: 10.0.0.5}, a: {ssh: root@a}, b: {ssh: root@b}}}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
                 "e.yaml:6:5: fault #1: setup `t`: a power cut through `agents:` needs exactly one client host (this experiment has 2: a, b)",
             ),
@@ -639,6 +691,48 @@ mod tests {
             assert!(err.starts_with(want), "{err}");
             assert!(err.contains("allowed") || err.contains("add `disk: {write_cache: volatile}`"), "{err}");
         }
+    }
+
+    /// With a power cut each client writes its own slice of the disk: equal parts in whole
+    /// workload blocks, client i from i x slice, its own content seed, a `span` inside it
+    /// kept, a larger one refused at its place. Without a cut every client addresses the
+    /// whole export with the same workload.
+    #[test]
+    fn several_clients_of_a_cut_each_write_their_own_slice() {
+        let cut = "faults:\n  - {type: power-cut, model: lose-all, when: {after_ops: 100}}\n";
+        let head = |clients: &str, w: &str| {
+            format!(
+                "name: t\nhosts: {{clients: [{clients}]}}\ndisk: {{size: 64MiB, write_cache: volatile}}\nworkload: {{block_size: 8KiB, sync: 'fsync:8', duration: 5s, content: {{seed: 7}}{w}}}\n"
+            )
+        };
+        let uri = "nbd://10.77.0.1:10809/";
+        let slices = |text: &str, n: usize| {
+            let e = parse_experiment(text, "e.yaml").unwrap();
+            (0..n).map(|i| e.client_workload(&e.setups[0], uri, i).map(|w| (w.base, w.span, w.seed)).unwrap()).collect::<Vec<_>>()
+        };
+        assert_eq!(slices(&format!("{}{cut}", head("a, b", "")), 2), [(0, Some(32 << 20), 7), (32 << 20, Some(32 << 20), 8)]);
+        // three clients: a third of the disk each, in whole 8 KiB blocks, none past its end
+        let s = slices(&format!("{}{cut}", head("a, b, c", "")), 3);
+        let slice = (64u64 << 20) / 3 / 8192 * 8192;
+        assert_eq!(s, [(0, Some(slice), 7), (slice, Some(slice), 8), (2 * slice, Some(slice), 9)]);
+        assert!(s.windows(2).all(|p| p[0].0 + p[0].1.unwrap() <= p[1].0) && 3 * slice <= 64 << 20);
+        // one client: the whole disk, the workload's own seed
+        assert_eq!(slices(&format!("{}{cut}", head("a", "")), 1), [(0, Some(64 << 20), 7)]);
+        // a span is each client's bytes from the start of its slice
+        assert_eq!(slices(&format!("{}{cut}", head("a, b", ", span: 1MiB")), 2), [(0, Some(1 << 20), 7), (32 << 20, Some(1 << 20), 8)]);
+        let err = parse_experiment(&format!("{}{cut}", head("a, b", ", span: 40MiB")), "e.yaml").unwrap_err();
+        assert!(
+            err.starts_with("e.yaml:4:")
+                && err.contains("span: 40MiB is larger than each client's slice of the disk")
+                && err.contains("allowed: at most 32MiB"),
+            "{err}"
+        );
+        // without a cut nothing changes: the whole export, the same seed, for every client
+        assert_eq!(slices(&head("a, b", ", span: 40MiB"), 2), [(0, None, 7), (0, None, 7)]);
+        // the example: two clients, 16 MiB at the start of each half of a 1 GiB disk
+        let ex = slices(include_str!("../../examples/crash-target.yaml"), 2);
+        assert_eq!(ex.iter().map(|s| (s.0, s.1)).collect::<Vec<_>>(), [(0, Some(16 << 20)), (512 << 20, Some(16 << 20))]);
+        assert_eq!(ex[1].2, ex[0].2 + 1);
     }
 
     /// A setup's `nbd:` overrides the experiment's `hosts: {nbd: ...}` key by key, in

@@ -98,7 +98,47 @@ pub struct RenameCounts {
     pub durable_lost: u64,
 }
 
+impl OracleReport {
+    /// The reports of several workloads as one: counts added, failures listed in turn (at
+    /// most 100).
+    pub fn sum<'a>(reports: impl IntoIterator<Item = &'a OracleReport>) -> OracleReport {
+        let mut out = OracleReport::default();
+        for r in reports {
+            out.counts.add_all(&r.counts);
+            out.failures.extend(r.failures.iter().take(LISTED - out.failures.len().min(LISTED)).cloned());
+        }
+        out
+    }
+}
+
 impl OracleCounts {
+    /// Add another workload's counts to these.
+    pub fn add_all(&mut self, o: &OracleCounts) {
+        self.checked += o.checked;
+        self.durable_kept += o.durable_kept;
+        self.unsynced_kept += o.unsynced_kept;
+        self.unsynced_lost += o.unsynced_lost;
+        self.durable_lost += o.durable_lost;
+        self.garbage += o.garbage;
+        self.torn += o.torn;
+        self.files_lost += o.files_lost;
+        if let Some(e) = &o.entries {
+            let m = self.entries.get_or_insert_default();
+            m.checked += e.checked;
+            m.durable_kept += e.durable_kept;
+            m.unsynced_kept += e.unsynced_kept;
+            m.unsynced_lost += e.unsynced_lost;
+            m.durable_lost += e.durable_lost;
+            m.reappeared += e.reappeared;
+            let (a, b) = (&mut m.renamed, &e.renamed);
+            a.checked += b.checked;
+            a.durable_kept += b.durable_kept;
+            a.unsynced_kept += b.unsynced_kept;
+            a.unsynced_lost += b.unsynced_lost;
+            a.durable_lost += b.durable_lost;
+        }
+    }
+
     /// Blocks and files whose state breaks a durability promise.
     pub fn failures(&self) -> u64 {
         self.durable_lost + self.garbage + self.files_lost + self.entries.map_or(0, |e| e.reappeared)
@@ -237,11 +277,15 @@ pub fn verify_crash(maps: &Maps, torn_ok: bool) -> Result<OracleReport> {
             }
         }
         // the export through a fresh client (no cache above the server's disk): a networked
-        // experiment's target after power-on
-        Target::Nbd { target } => {
+        // experiment's target after power-on. The workload's region starts at `base`: the
+        // blocks are read there, and failures name the export's blocks
+        Target::Nbd { target, base } => {
             let c = crate::nbd::client::Client::connect(target).with_context(|| format!("cannot reach {target} to read what survived"))?;
-            let len = c.size();
-            one(&mut |b, off| c.read(off, b), len, d, 0, &later[0], maps.seed, torn_ok, None, &mut buf, &mut rep);
+            let len = c.size().saturating_sub(*base);
+            one(&mut |b, off| c.read(base + off, b), len, d, 0, &later[0], maps.seed, torn_ok, None, &mut buf, &mut rep);
+            for f in &mut rep.failures {
+                f.block += base / BLOCK as u64;
+            }
         }
     }
     Ok(rep)
@@ -487,6 +531,34 @@ fn entry_failure(rep: &mut OracleReport, i: usize, name: &Path, state: BlockStat
 mod tests {
     use super::*;
     use std::os::unix::fs::FileExt;
+
+    /// Several clients' reports as one: every count added (entries too), failures in turn,
+    /// at most 100 listed.
+    #[test]
+    fn reports_sum_count_by_count() {
+        let f = |block| OracleFailure { file: None, path: None, block, state: BlockState::DurableLost, durable_id: Some(1), found: "zeros".into() };
+        let a = OracleReport {
+            counts: OracleCounts { checked: 10, durable_kept: 6, unsynced_lost: 2, durable_lost: 2, ..Default::default() },
+            failures: vec![f(1), f(2)],
+        };
+        let b = OracleReport {
+            counts: OracleCounts {
+                checked: 200,
+                durable_kept: 50,
+                garbage: 150,
+                entries: Some(EntryCounts { checked: 3, reappeared: 1, ..Default::default() }),
+                ..Default::default()
+            },
+            failures: (100..200).map(f).collect(),
+        };
+        let s = OracleReport::sum([&a, &b]);
+        let c = s.counts;
+        assert_eq!((c.checked, c.durable_kept, c.unsynced_lost, c.durable_lost, c.garbage), (210, 56, 2, 2, 150));
+        assert_eq!(c.entries.map(|e| (e.checked, e.reappeared)), Some((3, 1)));
+        assert_eq!(c.failures(), a.counts.failures() + b.counts.failures());
+        assert_eq!(s.failures.len(), LISTED);
+        assert_eq!((s.failures[0].block, s.failures[1].block, s.failures[2].block, s.failures[99].block), (1, 2, 100, 197));
+    }
 
     fn content(id: u64) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK];

@@ -157,12 +157,21 @@ impl ReadAt for crate::nbd::client::Client {
     }
 }
 
-/// Verify an NBD export against its content map (`interface: nbd`), reread through NBD.
-pub fn verify_nbd(target: &crate::spec::nbd::NbdTarget, map: &ContentMap) -> Result<VerifyReport> {
+/// A reader whose offset 0 is byte `.1` of another (a workload's region of an export).
+struct Shifted<'a>(&'a dyn ReadAt, u64);
+impl ReadAt for Shifted<'_> {
+    fn read_exact_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        self.0.read_exact_at(buf, self.1 + off)
+    }
+}
+
+/// Verify an NBD export against its content map (`interface: nbd`), reread through NBD; the
+/// map's offset 0 is byte `base` of the export (`Workload::base`).
+pub fn verify_nbd(target: &crate::spec::nbd::NbdTarget, base: u64, map: &ContentMap) -> Result<VerifyReport> {
     let c = crate::nbd::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?;
     let index: HashMap<u128, (usize, u64)> = expected_index(&[map], map.seed).into_iter().map(|(h, (_, b))| (h, (usize::MAX, b))).collect();
     let mut t = Tally::default();
-    check(&c, c.size(), map, usize::MAX, &index, &mut t);
+    check(&Shifted(&c, base), c.size().saturating_sub(base), map, usize::MAX, &index, &mut t);
     Ok(VerifyReport { counts: t.n, bad: t.bad, files: vec![] })
 }
 
@@ -259,7 +268,7 @@ fn open_uncached(p: &Path) -> std::io::Result<(File, &'static str)> {
 pub fn verify(maps: &Maps) -> Result<VerifyReport> {
     match &maps.target {
         Target::Block { device } => verify_device(device, &maps.maps[0]),
-        Target::Nbd { target } => verify_nbd(target, &maps.maps[0]),
+        Target::Nbd { target, base } => verify_nbd(target, *base, &maps.maps[0]),
         Target::File { dir, names } => {
             let refs: Vec<&ContentMap> = maps.maps.iter().collect();
             let index = expected_index(&refs, maps.seed);

@@ -21,9 +21,12 @@ pub enum Target {
         dir: PathBuf,
         names: Vec<String>,
     },
-    /// An NBD export (`interface: nbd`), by its URI.
+    /// An NBD export (`interface: nbd`), by its URI; the workload's offset 0 is byte `base`
+    /// of the export (`Workload::base`).
     Nbd {
         target: crate::spec::nbd::NbdTarget,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        base: u64,
     },
 }
 
@@ -138,12 +141,12 @@ impl Maps {
             }
             Interface::Nbd { target } => {
                 let size = crate::nbd::client::Client::connect(target).with_context(|| format!("cannot reach {target}"))?.size();
-                let span = w.span.unwrap_or(size);
-                if span > size {
-                    bail!("span {span} is larger than {target} ({size} bytes)");
+                let span = w.span.unwrap_or(size.saturating_sub(w.base));
+                if w.base.checked_add(span).is_none_or(|end| end > size) {
+                    bail!("span {span} from byte {} is larger than {target} ({size} bytes)", w.base);
                 }
                 Ok(Maps {
-                    target: Target::Nbd { target: target.clone() },
+                    target: Target::Nbd { target: target.clone(), base: w.base },
                     seed: w.seed,
                     maps: vec![ContentMap::try_new(span / CONTENT_BLOCK, CONTENT_BLOCK as u32, w.seed)?],
                     durability: None,
@@ -219,3 +222,7 @@ impl Maps {
 }
 
 pub use crate::sys::file_size as device_size;
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}

@@ -123,7 +123,10 @@ fn issue_nbd(wk: &mut Worker, c: &crate::nbd::client::Client, op: &Op, buf: &mut
     // `sync: dsync` is durable at completion (the oracle counts it so): over NBD that is a FUA
     // write (or a write and a flush where the server takes no FUA)
     let fua = wk.sh.w.sync == crate::spec::workload::config::SyncMode::Dsync;
-    let io = |buf: &mut [u8]| if op.is_write { c.write(op.offset, buf, fua) } else { c.read(op.offset, buf) };
+    // the request goes to the workload's region of the export (`Workload::base`); what is
+    // recorded (maps, errors) stays in the workload's own offsets
+    let off = op.offset + wk.sh.w.base;
+    let io = |buf: &mut [u8]| if op.is_write { c.write(off, buf, fua) } else { c.read(off, buf) };
     let first = io(buf);
     let res = if first.is_err() { wk.retry(first, || io(buf)) } else { first };
     if wk.complete(op, ids, res, op.t0.elapsed()) {

@@ -155,6 +155,11 @@ pub struct Workload {
     pub interval: Duration,
     /// Block interface: bytes of the device used from offset 0 (default: all of it).
     pub span: Option<u64>,
+    /// `interface: nbd`: where the workload's offset 0 lies on the export (not a YAML key).
+    /// Every request goes `base` bytes further; the content maps, the durability record and
+    /// the oracle's reread keep the workload's own offsets. A networked experiment's power cut
+    /// gives each client its own slice of the target's disk this way (docs/crash.md).
+    pub base: u64,
     /// Duplicate profile of the written content, and the seed of content and patterns.
     pub profile: Profile,
     pub seed: u64,
@@ -187,6 +192,7 @@ impl Workload {
             on_error: ErrorPolicy::Continue,
             interval: Duration::from_secs(1),
             span: None,
+            base: 0,
             profile: Profile::none(),
             seed: 1,
             personality: None,
