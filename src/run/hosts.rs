@@ -468,6 +468,16 @@ impl Placement for Namespaces<'_> {
         let _ = watcher.join();
         let host_records = host_sched.map(|h| h.stop()).unwrap_or_default();
         let links = net.show().unwrap_or_default();
+        // a route that reached the relay after a window opened: that window's first packets
+        // took the kernel's path and missed its rules, so its figures are not the fault's
+        for l in links["links"].as_array().into_iter().flatten().filter(|l| l["late_switches"].as_u64().is_some_and(|n| n > 0)) {
+            r.notes.push(format!(
+                "network: the link {} -> {} reached the relay {} time(s) only after a rule's window had opened (a stalled machine): the first packets of that window missed its rules",
+                l["from"].as_str().unwrap_or_default(),
+                l["to"].as_str().unwrap_or_default(),
+                l["late_switches"]
+            ));
+        }
         if let Some(e) = first_err {
             return Err(e);
         }
