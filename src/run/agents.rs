@@ -1026,7 +1026,7 @@ impl Placement for Agents<'_> {
 
     fn verify(&mut self, _: &mut Rep, _: &mut Outcome) -> Result<()> {
         // the clients' maps stay on their hosts: a networked run verifies nothing (after a
-        // power cut the client's own oracle read them back: crash)
+        // power cut each client's own oracle read them back: crash)
         Ok(())
     }
 
