@@ -5,8 +5,8 @@
 //! that the hosts' series line up on the controller's clock (offsets within their bounds on
 //! one machine), that throughput equals the namespace run of the same workload, that killing a
 //! client's agent mid-run aborts or continues as documented, that a power cut of the target
-//! loses no flushed block and ends cleanly when its crash phase is cut short, and that nothing
-//! is left.
+//! loses no flushed block (one client, and two clients with a slice of the disk and an oracle
+//! each) and ends cleanly when its crash phase is cut short, and that nothing is left.
 
 mod common;
 
@@ -802,6 +802,106 @@ fn a_power_cut_of_the_target_through_agents_loses_no_flushed_block() {
     // unsynced losses are counted (lose-all loses every unflushed write; a cut right after a
     // flush has none, hence not per model)
     assert!(unflushed == 0 || lost > 0, "{res:#}");
+}
+
+/// A power cut of the target through agents with two clients (docs/crash.md, "Several
+/// clients: one slice of the disk each"): each client's `faultline workload` gets its half of
+/// the disk (`--base`, `--span`) and its own content seed on its command line, writes 4 KiB
+/// blocks in sequence from the start of its half at 1000 writes/s and flushes every 24 writes;
+/// each is stopped once it has seen its own I/O fail, rereads its half after power-on and
+/// prints its own oracle. `lost-writes` is the negative control: the target's disk acknowledges
+/// the writes to the first LOST bytes of the second half and stores nothing, so the second
+/// client's oracle must find exactly those blocks durable-lost (flushed long before the cut)
+/// and the first client's none. The crash record has both clients, in `hosts: {clients}`
+/// order, and their sum; nothing is left on any host.
+#[test]
+fn two_clients_of_a_cut_through_agents_each_keep_their_own_slice_and_oracle() {
+    let _one = serial();
+    if !need_net(&[]) {
+        return;
+    }
+    const DISK: u64 = 64 << 20;
+    const LOST: u64 = 256 << 10;
+    let n = common::count;
+    let lab = Lab::new("pm", &["target", "c1", "c2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    let mut agents = "  agents:\n".to_string();
+    // the clients' agents listed in the other order: the slices follow `clients:`
+    for h in ["target", "c2", "c1"] {
+        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
+    }
+    let file = dir.path().join("e.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "name: cut2\nhosts:\n  clients: [c1, c2]\n  target: faultline\n  nbd: {{timeout: 2s, retries: 3}}\n  interval: 250ms\n{agents}disk: {{size: 64MiB, write_cache: volatile}}\nmonitor: off\nworkload: {{threads: 1, pattern: sequential, block_size: 4KiB, mix: {{write: 100}}, sync: 'fsync:24', rate_iops: 1000, duration: 30s, on_error: continue, content: {{profile: none, seed: 4}}}}\nsetups:\n  - name: lose-all\n    faults: [{{type: power-cut, model: lose-all, seed: 21, when: {{after_ops: 5000}}}}]\n  - name: keep-prefix\n    faults: [{{type: power-cut, model: keep-prefix, seed: 21, when: {{after_flushes: 120}}}}]\n  - name: lost-writes\n    faults:\n      - {{type: lost-write, target: {{offset: 32MiB, length: 256KiB}}}}\n      - {{type: power-cut, model: lose-all, seed: 21, when: {{after_ops: 5000}}}}\n"
+        ),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let o = run(&file, &out, &run_dir, None);
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{text}");
+    assert_nothing_left(&lab, &run_dir);
+    let res: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let slice = DISK / 2;
+    for model in ["lose-all", "keep-prefix", "lost-writes"] {
+        let rep = &res["setups"].as_array().unwrap().iter().find(|s| s["name"] == model).unwrap()["repetitions"][0];
+        let c = &rep["crash"];
+        assert_eq!(c["fired"], true, "{model}: {c:#}");
+        let k = &c["cut"];
+        assert_eq!(n(k, "kept") + n(k, "lost") + n(k, "torn"), n(k, "unflushed"), "{model}: {k}");
+        let clients = c["clients"].as_array().unwrap_or_else(|| panic!("{model}: no per-client records: {c:#}"));
+        let hosts: Vec<&str> = clients.iter().map(|k| k["host"].as_str().unwrap()).collect();
+        assert_eq!(hosts, ["c1", "c2"], "{model}");
+        let series: Vec<&str> = rep["networked"]["clients"].as_array().unwrap().iter().map(|s| s["host"].as_str().unwrap()).collect();
+        assert_eq!(series, ["c1", "c2"], "{model}");
+        // the slices: halves of the disk, in `clients:` order, not overlapping
+        for (i, k) in clients.iter().enumerate() {
+            assert_eq!((n(k, "offset"), n(k, "length")), (i as u64 * slice, slice), "{model}: {k}");
+        }
+        assert!(n(&clients[0], "offset") + n(&clients[0], "length") <= n(&clients[1], "offset"), "{model}: overlap");
+        // the cut's oracle is the clients' sum, key by key
+        for key in ["checked", "durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage", "files_lost"] {
+            let sum: u64 = clients.iter().map(|k| n(&k["oracle"], key)).sum();
+            assert_eq!(n(&c["oracle"], key), sum, "{model}: {key}: {c:#}");
+        }
+        for (i, k) in clients.iter().enumerate() {
+            let (o, host) = (&k["oracle"], hosts[i]);
+            let mut brief = k.clone();
+            brief["oracle"].as_object_mut().unwrap().remove("failures");
+            println!("{model}: {host}: {brief}");
+            // each client saw its own I/O fail at the cut (EIO), the count its series has
+            let series = &rep["networked"]["clients"][i];
+            assert!(n(k, "failed_ios") > 0, "{model}: {host} saw no error: {k}");
+            assert_eq!(n(k, "failed_ios"), n(series, "failed_ios"), "{model}: {host}");
+            assert!(series["io_errors"].as_object().unwrap().keys().all(|e| e.ends_with(":EIO")), "{model}: {series}");
+            assert!(
+                rep["notes"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains(&format!("{host} saw {} failed I/O(s)", n(k, "failed_ios")))),
+                "{model}: {}",
+                rep["notes"]
+            );
+            let states: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage"].iter().map(|x| n(o, x)).sum();
+            assert_eq!(states, n(o, "checked"), "{model}: {host}: {o}");
+            assert!(n(o, "durable_kept") > 100, "{model}: {host}: {o}");
+            // nothing foreign: the other client's content (its seed) in this slice would be garbage
+            assert_eq!(n(o, "garbage"), 0, "{model}: {host}: {o}");
+            let lost = if model == "lost-writes" && i == 1 { LOST / 4096 } else { 0 };
+            assert_eq!(n(o, "durable_lost"), lost, "{model}: {host}: {o}");
+            // failures name the disk's blocks: inside the second slice, where the rule was
+            for f in o["failures"].as_array().into_iter().flatten() {
+                let b = n(f, "block") * 4096;
+                assert!(b >= slice && b < slice + LOST && f["state"] == "durable-lost" && f["found"] == "zeros", "{model}: {host}: {f}");
+            }
+        }
+        if model == "lose-all" {
+            assert_eq!(n(k, "kept"), 0, "{c:#}");
+        }
+        assert!(html.contains(&format!("client c2: bytes {slice}..{DISK} of the disk")), "{model}: the report has no per-client row");
+        assert!(text.contains(&format!("; client c2 (bytes {slice}..{DISK}, ")), "{text}");
+    }
 }
 
 /// The crash phase of a power cut through agents, made long by a read delay on the target's

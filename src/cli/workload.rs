@@ -54,6 +54,11 @@ pub struct WorkloadArgs {
     /// Block interface: bytes of the device used from offset 0.
     #[arg(long, value_parser = size_arg)]
     span: Option<u64>,
+    /// NBD interface: the byte of the export where the workload's offset 0 lies (default 0):
+    /// every request goes BASE bytes further, and --span counts from it. A networked power
+    /// cut gives each client its own slice of the disk this way (docs/crash.md).
+    #[arg(long, value_parser = size_arg, requires = "nbd")]
+    base: Option<u64>,
     /// Stop after this many operations.
     #[arg(long)]
     ops: Option<u64>,
@@ -171,6 +176,12 @@ fn build(a: &WorkloadArgs) -> Result<Workload> {
         (w.size, w.ops, w.duration) = (a.size.or(w.size), a.ops.or(w.ops), a.duration.or(w.duration));
     }
     w.span = a.span.or(w.span);
+    if let Some(b) = a.base {
+        if !matches!(w.interface, Interface::Nbd { .. }) {
+            bail!("--base places the workload on an NBD export (--nbd); a device or a directory is used from its offset 0");
+        }
+        w.base = b;
+    }
     w.rate_iops = a.rate_iops.or(w.rate_iops);
     if a.layout {
         if !matches!(w.interface, Interface::File { .. }) || w.personality.is_some() {

@@ -18,8 +18,9 @@
 //!    heartbeat (`time`) watches each agent; a lost agent aborts the run or is marked
 //!    (`on_agent_loss`);
 //! 5. after a power cut of the target (docs/crash.md, "A power cut in a networked
-//!    experiment"): powers its disk on through its agent and has the client's workload, which
-//!    kept its own durability record (`--crash-oracle`), reread what it wrote;
+//!    experiment"): powers its disk on through its agent and has each client's workload, which
+//!    kept its own durability record (`--crash-oracle`) of its own slice of the disk, reread
+//!    what it wrote;
 //! 6. tears down on every host; the repetition gets its `networked`, the same structures as the
 //!    namespace run.
 //!
@@ -200,9 +201,10 @@ fn lose(r: &Remote, reason: &str, t_ref: &Mutex<Option<Instant>>) {
     *l = Some(AgentLoss { t_s, doing, reason: reason.to_string() });
 }
 
-/// `faultline workload` flags for the experiment's block workload against `uri`; `oracle`:
-/// the power cut's model, for a client whose durability record the cut's oracle reads
-/// (`--crash-oracle`).
+/// `faultline workload` flags for a client's block workload (`Experiment::client_workload`:
+/// with a power cut its slice of the disk as `--base`/`--span` and its content seed) against
+/// `uri`; `oracle`: the power cut's model, for a client whose durability record the cut's
+/// oracle reads (`--crash-oracle`).
 fn workload_argv(fl: &str, w: &Workload, uri: &str, start_ns: u64, oracle: Option<crate::spec::disk::SurvivalModel>) -> Result<Vec<String>> {
     if w.personality.is_some() {
         bail!("clients through agents run block workloads; a personality cannot be sent");
@@ -231,6 +233,8 @@ fn workload_argv(fl: &str, w: &Workload, uri: &str, start_ns: u64, oracle: Optio
     a.extend(w.duration.map(|d| format!("--duration={}", us(d))));
     a.extend(w.rate_iops.map(|s| format!("--rate-iops={s}")));
     a.extend(w.span.map(|s| format!("--span={s}")));
+    // the slice's first byte on the export (a power cut's client); 0 is the default
+    a.extend((w.base > 0).then(|| format!("--base={}", w.base)));
     a.push(format!(
         "--on-error={}",
         match w.on_error {
@@ -573,7 +577,10 @@ pub(crate) struct Agents<'a> {
 /// What build decided and started, for arm, drive and collect.
 struct Plan {
     target: Arc<Remote>,
+    /// In `hosts: {clients}` order.
     clients: Vec<Arc<Remote>>,
+    /// Each client's workload (its slice of the disk with a power cut).
+    workloads: Vec<Workload>,
     /// The target's disk (a faultline target).
     disk: Option<RemoteDisk>,
     target_argv: Vec<String>,
@@ -583,7 +590,7 @@ struct Plan {
     host_yaml: Vec<String>,
     kills: Vec<crate::spec::host::HostFault>,
     net_plans: Vec<NetPlan>,
-    /// After a power cut, how long the client may run on before it is stopped: its NBD
+    /// After a power cut, how long each client may run on before it is stopped: its NBD
     /// policy's time to give up on one request, plus an interval (its errors travel in its
     /// interval lines).
     give_up: Duration,
@@ -618,24 +625,29 @@ impl<'a> Agents<'a> {
         let (hosts, setup, exp) = (self.hosts, r.setup, r.exp);
         let remotes = self.remotes.clone();
         let target = remotes.iter().find(|r| r.role == "target").context("no agent for the target")?.clone();
-        let clients: Vec<Arc<Remote>> = remotes.iter().filter(|r| r.role == "client").cloned().collect();
+        // in `hosts: {clients}` order: client i's workload is `client_workload(.., i)` (with a
+        // power cut, its slice of the disk), as in the namespace run
+        let mut clients: Vec<Arc<Remote>> = remotes.iter().filter(|r| r.role == "client").cloned().collect();
+        clients.sort_by_key(|c| hosts.clients.iter().position(|h| *h == c.spec.host));
         let taddr = target.spec.address.clone().context("the target needs `address`")?;
         let q = hosts.nbd_query_for(setup);
         let q = if q.is_empty() { q } else { format!("?{q}") };
         let host_part = if taddr.contains(':') { format!("[{taddr}]") } else { taddr.clone() };
         let uri = format!("nbd://{host_part}:{}/{q}", hosts.port);
-        let w = exp.workload_for_client(setup, &uri).map_err(anyhow::Error::msg)?;
-        let give_up = match &w.interface {
+        let ws = (0..clients.len()).map(|i| exp.client_workload(setup, &uri, i).map_err(anyhow::Error::msg)).collect::<Result<Vec<_>>>()?;
+        let give_up = match &ws.first().context("no client host")?.interface {
             Interface::Nbd { target } => {
                 let p = &target.policy;
                 (p.timeout + p.backoff_max) * (p.retries + 1) + Duration::from_secs(1) + hosts.interval
             }
             _ => bail!("the clients' workload is not an NBD workload"),
         };
-        // a power cut of faultline's target: the (one) client keeps its durability record
+        // a power cut of faultline's target: each client keeps its durability record
         let oracle = setup.power_cut.as_ref().filter(|_| hosts.kind == TargetKind::Faultline).map(|pc| pc.model);
-        // checks before anything runs: faults every host can apply, flags the workload can travel as
-        workload_argv("faultline", &w, &uri, 0, oracle)?;
+        // checks before anything runs: faults every host can apply, flags the workloads can travel as
+        for w in &ws {
+            workload_argv("faultline", w, &uri, 0, oracle)?;
+        }
         let host_yaml: Vec<String> = setup.host_faults.iter().map(host_fault_yaml).collect::<Result<Vec<_>>>()?.into_iter().flatten().collect();
         let kills: Vec<crate::spec::host::HostFault> =
             setup.host_faults.iter().filter(|h| matches!(h.action, crate::spec::host::HostAction::Kill)).cloned().collect();
@@ -665,9 +677,9 @@ impl<'a> Agents<'a> {
         let lead = START_LEAD + START_LEAD_PER_HOST * remotes.len() as u32;
         let t_start = now_ns() + lead.as_nanos() as u64 + 2 * max_err;
         let mut groups: HashMap<String, u32> = HashMap::from([(target.spec.host.clone(), tpid)]);
-        for c in &clients {
+        for (c, w) in clients.iter().zip(&ws) {
             let at = (t_start as i128 + c.offset.offset_ns as i128).max(0) as u64;
-            groups.insert(c.spec.host.clone(), c.spawn("workload", workload_argv(&c.spec.faultline, &w, &uri, at, oracle)?)?);
+            groups.insert(c.spec.host.clone(), c.spawn("workload", workload_argv(&c.spec.faultline, w, &uri, at, oracle)?)?);
             c.set_doing("running the workload");
         }
         // the network faults of each sending host, windows from T on its clock; in place (TUN
@@ -735,7 +747,7 @@ impl<'a> Agents<'a> {
             socket: socket.clone(),
             block_size: setup.disk.disk.block_size as u64,
         });
-        self.plan = Some(Plan { target, clients, disk, target_argv, tpid, t_start, host_yaml, kills, net_plans, give_up });
+        self.plan = Some(Plan { target, clients, workloads: ws, disk, target_argv, tpid, t_start, host_yaml, kills, net_plans, give_up });
         Ok(())
     }
 }
@@ -807,19 +819,20 @@ impl Placement for Agents<'_> {
     fn drive(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
         let (hosts, p, gathered) = (self.hosts, self.plan.as_ref().expect("built before the drive"), &self.gathered);
         let (target, clients) = (&p.target, &p.clients);
-        // a power cut of the target (the spec allows it with faultline's target and one
-        // client): the cutter watches its trigger from T on this clock; the client's own
-        // process keeps its durability record (`--crash-oracle`)
+        // a power cut of the target (the spec allows it with faultline's target): the cutter
+        // watches its trigger from T on this clock; each client's own process keeps the
+        // durability record of its slice (`--crash-oracle`)
         let mut crash_rec = None;
         let cutter = match (&r.setup.power_cut, &p.disk) {
             (Some(pc), Some(d)) => {
                 let seed = pc.seed.unwrap_or_else(rand::random);
                 crash_rec = Some(super::crash_record(pc, seed));
                 let disk: Arc<dyn CutDisk> = Arc::new(RemoteDisk { target: d.target.clone(), socket: d.socket.clone(), block_size: d.block_size });
-                // the client host keeps its power: it runs on into the dead target until an
-                // I/O fails, at most as long as its NBD policy takes to give up on one request
+                // the client hosts keep their power: each runs on into the dead target until one
+                // of its I/Os fails, at most as long as its NBD policy takes to give up on one
+                // request, and is stopped then
                 let victims = Victims {
-                    progress: vec![Arc::new(RemoteWorkload { client: clients[0].clone(), gathered: gathered.clone() })],
+                    progress: clients.iter().map(|c| Arc::new(RemoteWorkload { client: c.clone(), gathered: gathered.clone() }) as Arc<dyn Running>).collect(),
                     until_error: Some(p.give_up),
                     ..Default::default()
                 };
@@ -891,14 +904,11 @@ impl Placement for Agents<'_> {
             super::crash_fired(&mut rec, cut.transpose()?.flatten());
             if rec.fired {
                 let g = gathered.lock().unwrap();
-                let failed: u64 = clients.iter().filter_map(|c| g.results.get(&c.spec.host)).map(|x| x.errors.values().sum::<u64>()).sum();
-                r.notes.push(format!(
-                    "the target lost power at {:.3} s (host {}, through its agent): its disk answered every request with EIO until power-on; the client ran on until an I/O failed and saw {failed} failed I/O(s)",
-                    rec.t_s, target.spec.host
-                ));
+                let failed: Vec<(String, u64)> = clients.iter().map(|c| (c.spec.host.clone(), failed_ios(&g, &c.spec.host))).collect();
+                r.notes.push(super::crash::lost_power_note(rec.t_s, &format!(" (host {}, through its agent)", target.spec.host), &failed));
                 if let Some(crate::spec::rule::yaml::CutTrigger::AfterOps(n)) = r.setup.power_cut.as_ref().map(|c| c.trigger) {
                     r.notes.push(format!(
-                        "after_ops through agents: the client's ops are counted from its interval lines (every {} s): the cut came at the first line that made them {n} or more",
+                        "after_ops through agents: the clients' ops are counted from their interval lines (every {} s): the cut came at the first line that made their sum {n} or more",
                         hosts.interval.as_secs_f64()
                     ));
                 }
@@ -938,17 +948,18 @@ impl Placement for Agents<'_> {
         Ok(())
     }
 
-    /// After a power cut of the target: its disk powers on through the target's agent (the
-    /// client stopped at the cut), then the client's workload, waiting since its result line,
+    /// After a power cut of the target: its disk powers on through the target's agent (every
+    /// client stopped at the cut), then each client's workload, waiting since its result line,
     /// is told to reread (SIGUSR2 through its agent): its durability oracle rereads every block
-    /// it wrote over a fresh NBD connection from the client host and prints what it found,
-    /// which becomes the record's `oracle`. A lost agent now fails the repetition, naming its host.
+    /// it wrote in its slice over a fresh NBD connection from its host and prints what it
+    /// found. The record gets each client's (`clients`) and their sum (`oracle`), as the
+    /// namespace run builds them. A lost agent now fails the repetition, naming its host.
     fn crash(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
         let Some(mut rec) = self.crash.take().and_then(|rec| super::crash::begin(rec, r, o, " of the target")) else { return Ok(()) };
         let t = Instant::now();
         let p = self.plan.as_ref().expect("built before the crash");
         let disk = p.disk.as_ref().context("a power cut needs faultline's target")?;
-        let (target, client) = (&p.target, &p.clients[0]);
+        let (target, clients) = (&p.target, &p.clients);
         fn lost(rm: &Remote) -> Option<String> {
             rm.lost.lock().unwrap().as_ref().map(|l| format!("agent on host {} lost at {:+.1} s while {}: {}", rm.spec.host, l.t_s, l.doing, l.reason))
         }
@@ -958,41 +969,56 @@ impl Placement for Agents<'_> {
         target.set_doing("powering the target's disk on after the power cut");
         disk.power_on().with_context(|| format!("host {}: cannot power the target's disk on through its agent", target.spec.host))?;
         target.set_doing("serving the disk");
-        if let Some(l) = lost(client) {
+        if let Some(l) = clients.iter().find_map(|c| lost(c)) {
             bail!("{l}: no durability oracle (crash phase)");
         }
-        client.set_doing("rereading what it wrote (durability oracle)");
-        r.phase(&format!("crash: durability oracle (over NBD, from {} through its agent)", client.spec.host));
-        client
-            .call(Op::Kill { name: "workload".into(), signal: Some(libc::SIGUSR2) }, CALL_LIMIT)
-            .with_context(|| format!("host {}: cannot tell the client's workload to reread", client.spec.host))?;
-        let key = (client.spec.host.clone(), "workload".to_string());
-        let report = loop {
+        let names = clients.iter().map(|c| c.spec.host.as_str()).collect::<Vec<_>>().join(", ");
+        let their = if clients.len() == 1 { "its agent" } else { "their agents" };
+        r.phase(&format!("crash: durability oracle (over NBD, from {names} through {their})"));
+        // every client rereads its own slice at once (separate hosts, separate blocks)
+        for c in clients {
+            c.set_doing("rereading what it wrote (durability oracle)");
+            c.call(Op::Kill { name: "workload".into(), signal: Some(libc::SIGUSR2) }, CALL_LIMIT)
+                .with_context(|| format!("host {}: cannot tell the client's workload to reread", c.spec.host))?;
+        }
+        let mut reports: Vec<Option<crate::verify::crash::OracleReport>> = vec![None; clients.len()];
+        while reports.iter().any(|x| x.is_none()) {
             if r.stop.load(Relaxed) {
                 bail!("interrupted");
             }
-            for rm in [target, client] {
+            for rm in std::iter::once(target).chain(clients) {
                 if let Some(l) = lost(rm) {
                     bail!("{l}: no durability oracle (crash phase)");
                 }
             }
             {
                 let mut g = self.gathered.lock().unwrap();
-                if let Some(rep) = g.oracles.remove(&client.spec.host) {
-                    break rep;
-                }
-                if let Some((code, sig)) = g.exits.get(&key) {
-                    let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
-                    bail!("client {}: its workload ended (code {code:?}, signal {sig:?}) without the durability oracle's report: {why}", client.spec.host);
+                for (c, rep) in clients.iter().zip(reports.iter_mut()).filter(|(_, x)| x.is_none()) {
+                    let key = (c.spec.host.clone(), "workload".to_string());
+                    if let Some(x) = g.oracles.remove(&c.spec.host) {
+                        *rep = Some(x);
+                        c.set_doing("waiting for the teardown");
+                    } else if let Some((code, sig)) = g.exits.get(&key) {
+                        let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
+                        bail!("client {}: its workload ended (code {code:?}, signal {sig:?}) without the durability oracle's report: {why}", c.spec.host);
+                    }
                 }
             }
             if t.elapsed() > ORACLE_LIMIT {
-                bail!("client {}: no durability oracle's report within {} s of power-on", client.spec.host, ORACLE_LIMIT.as_secs());
+                let late: Vec<&str> = clients.iter().zip(&reports).filter(|(_, x)| x.is_none()).map(|(c, _)| c.spec.host.as_str()).collect();
+                bail!("client(s) {}: no durability oracle's report within {} s of power-on", late.join(", "), ORACLE_LIMIT.as_secs());
             }
             std::thread::sleep(Duration::from_millis(20));
-        };
-        client.set_doing("waiting for the teardown");
-        rec.oracle = Some(report);
+        }
+        let g = self.gathered.lock().unwrap();
+        let records = clients
+            .iter()
+            .zip(&p.workloads)
+            .zip(reports)
+            .map(|((c, w), x)| super::crash::client_oracle(&c.spec.host, w, failed_ios(&g, &c.spec.host), x.expect("every report came")))
+            .collect();
+        drop(g);
+        super::crash::set_client_oracles(&mut rec, records);
         rec.phase_s = t.elapsed().as_secs_f64();
         o.crash = Some(rec);
         Ok(())
@@ -1000,7 +1026,7 @@ impl Placement for Agents<'_> {
 
     fn verify(&mut self, _: &mut Rep, _: &mut Outcome) -> Result<()> {
         // the clients' maps stay on their hosts: a networked run verifies nothing (after a
-        // power cut the client's own oracle read them back: crash)
+        // power cut each client's own oracle read them back: crash)
         Ok(())
     }
 
@@ -1356,6 +1382,11 @@ fn wait_target(target: &Remote, client: &Remote, hosts: &NetworkedHosts, addr: &
     bail!("host {}: the target did not listen on port {} within {} s", target.spec.host, hosts.port, TARGET_START_LIMIT.as_secs())
 }
 
+/// The I/Os that failed for a client: its result's errors (0 without a result).
+fn failed_ios(g: &Gathered, host: &str) -> u64 {
+    g.results.get(host).map_or(0, |x| x.errors.values().sum())
+}
+
 /// A lost client's series from its live lines (ops per interval; no latency).
 fn live_series(host: &str, live: &[Interval], shift: f64, interval: Duration) -> ClientSeries {
     let secs = interval.as_secs_f64().max(1e-3);
@@ -1372,5 +1403,29 @@ fn live_series(host: &str, live: &[Interval], shift: f64, interval: Duration) ->
             .map(|l| ClientPoint { t_s: l.t_s + shift, iops: l.ops as f64 / secs, mib_s: l.bytes as f64 / secs / 1048576.0, ..Default::default() })
             .collect(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With a power cut each remote client's command line carries its slice (`--base`,
+    /// `--span`), its content seed and the cut's model; client 0's slice starts at byte 0 and
+    /// needs no `--base`.
+    #[test]
+    fn each_client_of_a_cut_gets_its_slice_and_seed_on_its_command_line() {
+        let text = "name: t\nhosts: {clients: [a, b], agents: {target: {ssh: root@s, address: 10.0.0.5}, a: {ssh: root@a}, b: {ssh: root@b}}}\ndisk: {size: 64MiB, write_cache: volatile}\nworkload: {block_size: 4KiB, duration: 5s, content: {seed: 4}}\nfaults:\n  - {type: power-cut, model: torn, when: {after_ops: 100}}\n";
+        let e = crate::spec::experiment::parse_experiment(text, "e.yaml").unwrap();
+        let uri = "nbd://10.0.0.5:10809/";
+        let argv = |i: usize| {
+            let w = e.client_workload(&e.setups[0], uri, i).unwrap();
+            workload_argv("faultline", &w, uri, 7, Some(crate::spec::disk::SurvivalModel::Torn)).unwrap()
+        };
+        let has = |a: &[String], f: &str| a.iter().any(|x| x == f);
+        let (a, b) = (argv(0), argv(1));
+        assert!(!a.iter().any(|x| x.starts_with("--base")) && has(&a, "--span=33554432") && has(&a, "--seed=4"), "{a:?}");
+        assert!(has(&b, "--base=33554432") && has(&b, "--span=33554432") && has(&b, "--seed=5"), "{b:?}");
+        assert!(has(&b, "--crash-oracle=torn") && has(&b, "--start-at-ns=7"), "{b:?}");
     }
 }

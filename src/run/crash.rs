@@ -174,6 +174,40 @@ impl Cutter {
     }
 }
 
+/// One client's part of a networked experiment's power cut: its slice of the target's disk
+/// (`w.base`, and the bytes its content maps cover: `span` in whole content blocks), the I/Os
+/// it saw fail and what its oracle found. Both placements build it here (namespaces: the
+/// oracle ran in this process; agents: the client's own workload printed it).
+pub(crate) fn client_oracle(
+    host: &str,
+    w: &crate::spec::workload::config::Workload,
+    failed_ios: u64,
+    oracle: crate::verify::crash::OracleReport,
+) -> rm::ClientOracle {
+    use crate::spec::workload::config::CONTENT_BLOCK;
+    rm::ClientOracle { host: host.to_string(), offset: w.base, length: w.span.unwrap_or(0) / CONTENT_BLOCK * CONTENT_BLOCK, failed_ios, oracle }
+}
+
+/// A networked cut's record gets its clients (in `hosts: {clients}` order) and, as its
+/// `oracle`, their sum (the figure and the columns read as for one disk).
+pub(crate) fn set_client_oracles(rec: &mut rm::CrashRecord, clients: Vec<rm::ClientOracle>) {
+    rec.clients = clients;
+    rec.oracle = Some(crate::verify::crash::OracleReport::sum(rec.clients.iter().map(|c| &c.oracle)));
+}
+
+/// The note of a networked cut that fired: when the target lost power (`where_`: e.g. its
+/// host and path, may be empty) and what each client (host, failed I/Os) saw.
+pub(crate) fn lost_power_note(t_s: f64, where_: &str, failed: &[(String, u64)]) -> String {
+    let saw = match failed {
+        [(_, one)] => format!("the client ran on until an I/O failed and saw {one} failed I/O(s)"),
+        _ => format!(
+            "each client ran on until an I/O failed: {}",
+            failed.iter().map(|(n, f)| format!("{n} saw {f} failed I/O(s)")).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    format!("the target lost power at {t_s:.3} s{where_}: its disk answered every request with EIO until power-on; {saw}")
+}
+
 /// "at 2s", "after 5000 ops", "after 40 flushes".
 /// The start of a crash phase. A cut whose trigger never came due is recorded as such with a
 /// note and ends the phase (`None`); a cut that fired prints the phase line (`what`: where the

@@ -319,8 +319,8 @@ pub(crate) struct Namespaces<'a> {
 /// A client's record of a power cut, for the crash phase.
 struct ClientCut {
     host: String,
-    /// Where its slice of the target's disk starts (`Workload::base`).
-    base: u64,
+    /// Its workload (its slice of the target's disk: `base`, `span`).
+    w: crate::workload::Workload,
     maps: crate::workload::Maps,
     failed_ios: u64,
 }
@@ -487,23 +487,16 @@ impl Placement for Namespaces<'_> {
         let cut = cut?.flatten();
         if let Some(mut rec) = crash_rec {
             super::crash_fired(&mut rec, cut);
-            let failed: Vec<u64> = results.iter().map(|(_, x)| x.errors.values().sum::<u64>()).collect();
+            let failed: Vec<(String, u64)> = results.iter().map(|(n, x)| (n.clone(), x.errors.values().sum::<u64>())).collect();
             if rec.fired {
-                let saw = match failed.as_slice() {
-                    [one] => format!("the client ran on until an I/O failed and saw {one} failed I/O(s)"),
-                    _ => format!(
-                        "each client ran on until an I/O failed: {}",
-                        results.iter().zip(&failed).map(|((n, _), f)| format!("{n} saw {f} failed I/O(s)")).collect::<Vec<_>>().join(", ")
-                    ),
-                };
-                r.notes.push(format!("the target lost power at {:.3} s: its disk answered every request with EIO until power-on; {saw}", rec.t_s));
+                r.notes.push(super::crash::lost_power_note(rec.t_s, "", &failed));
             }
             self.crash = Some(rec);
             self.clients_cut = client_maps
                 .into_iter()
                 .zip(ws)
                 .zip(failed)
-                .filter_map(|(((host, m), w), failed_ios)| m.map(|maps| ClientCut { host, base: w.base, maps, failed_ios }))
+                .filter_map(|(((host, m), w), (_, failed_ios))| m.map(|maps| ClientCut { host, w: w.clone(), maps, failed_ios }))
                 .collect();
         }
         let mut networked = NetworkedRun {
@@ -548,6 +541,7 @@ impl Placement for Namespaces<'_> {
             let net = self.net.as_ref().expect("hosts built before the crash");
             r.phase(&format!("crash: durability oracle (over NBD, from each of {} client host(s))", self.clients_cut.len()));
             let torn = rec.model == Some(crate::disk::cache::SurvivalModel::Torn);
+            let mut clients = Vec::new();
             for c in &self.clients_cut {
                 let ns = net.host(&c.host).context("client host")?.namespace.clone();
                 let report = std::thread::scope(|sc| {
@@ -558,15 +552,9 @@ impl Placement for Namespaces<'_> {
                     .join()
                     .map_err(|_| anyhow::anyhow!("the oracle's thread panicked"))
                 })??;
-                rec.clients.push(crate::report::model::ClientOracle {
-                    host: c.host.clone(),
-                    offset: c.base,
-                    length: c.maps.maps.iter().map(|m| m.len()).sum::<u64>() * crate::spec::workload::config::CONTENT_BLOCK,
-                    failed_ios: c.failed_ios,
-                    oracle: report,
-                });
+                clients.push(super::crash::client_oracle(&c.host, &c.w, c.failed_ios, report));
             }
-            rec.oracle = Some(crate::verify::crash::OracleReport::sum(rec.clients.iter().map(|c| &c.oracle)));
+            super::crash::set_client_oracles(&mut rec, clients);
         }
         rec.phase_s = t.elapsed().as_secs_f64();
         o.crash = Some(rec);

@@ -435,21 +435,14 @@ pub(crate) fn check_setup(s: &super::experiment::Setup, hosts: Option<&Networked
 
 /// A power cut of the target host (docs/crash.md, "A power cut in a networked experiment"):
 /// faultline's own disk server (it holds the volatile cache the model applies to). Any number
-/// of clients on namespace hosts: each writes its own slice of the disk
-/// (`Experiment::client_workload`); one through agents (its record stays in its own workload
-/// process on its host).
+/// of clients, on namespace hosts or through agents: each writes its own slice of the disk
+/// (`Experiment::client_workload`; through agents it travels as `--base`/`--span`/`--seed`
+/// and each client's record stays in its own workload process on its host).
 fn check_power_cut(c: &super::rule::yaml::PowerCutSpec, setup: &str, h: &NetworkedHosts) -> Result<(), String> {
     let at = format!("{}: {}: setup `{setup}`", c.at, c.label);
     if let TargetKind::Command(cmd) = &h.kind {
         return Err(format!(
             "{at}: a power cut needs `target: faultline`: faultline's disk server holds the volatile write cache whose unflushed writes the cut loses; the command target (`{cmd}`) serves a disk of its own that faultline cannot cut (allowed: `hosts: {{target: faultline}}` with `disk: {{write_cache: volatile}}`)"
-        ));
-    }
-    if !h.agents.is_empty() && h.clients.len() != 1 {
-        return Err(format!(
-            "{at}: a power cut through `agents:` needs exactly one client host (this experiment has {}: {}): each client's record of what it made durable stays in its own workload process on its host, and the controller reads back one (allowed: `hosts: {{clients: [NAME], agents: ...}}`)",
-            h.clients.len(),
-            h.clients.join(", ")
         ));
     }
     Ok(())
@@ -671,18 +664,18 @@ mod tests {
         let e = parse_experiment(&format!("{one}{cut}"), "e.yaml").unwrap();
         let c = e.setups[0].power_cut.as_ref().unwrap();
         assert_eq!((c.at.as_str(), c.model), ("e.yaml:6:5", crate::spec::disk::SurvivalModel::KeepPrefix));
-        // through agents too, with one client
+        // through agents too, with one client or several (each its own slice, as on namespace hosts)
         let agents = "name: t\nhosts: {clients: [client], agents: {target: {ssh: root@s, address: 10.0.0.5}, client: {ssh: root@c}}}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n";
         let e = parse_experiment(&format!("{agents}{cut}"), "e.yaml").unwrap();
         assert!(e.setups[0].power_cut.is_some() && !e.hosts.as_ref().unwrap().agents.is_empty());
+        let two = "name: t\nhosts: {clients: [a, b], agents: {target: {ssh: root@s, address: 10.0.0.5}, a: {ssh: root@a}, b: {ssh: root@b}}}\ndisk: {size: 64MiB, write_cache: volatile}\nworkload: {duration: 5s, content: {seed: 3}}\n";
+        let e = parse_experiment(&format!("{two}{cut}"), "e.yaml").unwrap();
+        let ws: Vec<_> = (0..2).map(|i| e.client_workload(&e.setups[0], "nbd://10.0.0.5:10809/", i).unwrap()).collect();
+        assert_eq!(ws.iter().map(|w| (w.base, w.span, w.seed)).collect::<Vec<_>>(), [(0, Some(32 << 20), 3), (32 << 20, Some(32 << 20), 4)]);
         let bad = [
             (
                 "name: t\nhosts: {clients: [client], target: {command: 'nbdkit -f -p $FAULTLINE_PORT memory 1G'}}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
                 "e.yaml:6:5: fault #1: setup `t`: a power cut needs `target: faultline`",
-            ),
-            (
-                "name: t\nhosts: {clients: [a, b], agents: {target: {ssh: root@s, address: 10.0.0.5}, a: {ssh: root@a}, b: {ssh: root@b}}}\ndisk: {write_cache: volatile}\nworkload: {duration: 5s}\n",
-                "e.yaml:6:5: fault #1: setup `t`: a power cut through `agents:` needs exactly one client host (this experiment has 2: a, b)",
             ),
             ("name: t\nhosts: {clients: [client]}\nworkload: {duration: 5s}\n\n", "e.yaml:6:5: fault #1: a power cut needs a disk with a volatile write cache"),
         ];
