@@ -281,10 +281,10 @@ struct CrashOracle {
 }
 
 /// `--jsonl`: the workload with live per-interval lines and the result as the last line
-/// (`workload::jsonl::JsonLine`, the type run::agents reads them as); with `--crash-oracle`
+/// (`cluster::jsonl::JsonLine`, the type run::agents reads them as); with `--crash-oracle`
 /// the oracle's line after it.
 fn workload_jsonl(w: &Workload, oracle: Option<&CrashOracle>) -> Result<()> {
-    use crate::workload::jsonl::{Interval, JsonLine};
+    use crate::cluster::jsonl::{Interval, JsonLine};
     let mut maps = Maps::new(w)?;
     if oracle.is_some() {
         maps.track_durability()?;

@@ -489,7 +489,9 @@ fn check_state(meta: &Meta, dev: &Path, mnt: &Path, plan: &Plan, horizon: usize,
                 Ok(()) => {
                     r.mount = "ok".into();
                     run_oracle(mnt, &mut r);
-                    if let Err(e) = unmount(mnt) {
+                    // the check must read the file system as the unmount left it (see
+                    // wait_unclaimed: a mount copied into another namespace keeps it alive)
+                    if let Err(e) = unmount(mnt).and_then(|()| crate::stack::fs::wait_unclaimed(dev)) {
                         r.reasons.push(format!("unmount: {e:#}"));
                     }
                 }

@@ -30,6 +30,7 @@
 use super::crash::{CutDisk, Cutter, Running, Victims};
 use super::hosts::{client_series, windows};
 use super::pipeline::{FaultControl, Outcome, Placement, Rep, arm_faults, check_windows_only, collect_faults};
+use crate::cluster::jsonl::{Interval, JsonLine};
 use crate::cluster::netfaults::{NetPlan, NftChain};
 use crate::cluster::proto::{Event, Op, now_ns};
 use crate::cluster::{Agent, Channel, ClockOffset, install};
@@ -41,7 +42,6 @@ use crate::spec::experiment::{Experiment, Setup};
 use crate::spec::networked::{AgentChannel, HostAgent, NetworkedHosts, OnAgentLoss, TargetKind};
 use crate::spec::workload::config::{ErrorPolicy, Interface, IoEngine, Pattern, SyncMode, Workload};
 use crate::workload::WorkloadResult;
-use crate::workload::jsonl::{Interval, JsonLine};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::collections::HashMap;

@@ -10,7 +10,6 @@ pub mod direct;
 pub mod entries;
 pub mod files;
 pub mod fileset;
-pub mod jsonl;
 pub mod maps;
 pub mod op;
 pub mod pattern;

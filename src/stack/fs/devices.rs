@@ -55,9 +55,12 @@ pub fn release_on_device(dev: &Path) -> Vec<String> {
 }
 
 /// A file system unmounted lazily (or just now) releases its device asynchronously, when the
-/// last reference goes; mkfs would then refuse the device as "in use by the system". Wait
-/// (up to 10 s) until the device can be opened exclusively, i.e. nothing holds it.
-pub(super) fn wait_unclaimed(dev: &Path) -> Result<()> {
+/// last reference goes: so does one whose mount was copied into a mount namespace made while
+/// it was mounted (`ip netns exec`, `unshare -m`; with private propagation the unmount here does
+/// not reach the copy, which keeps the file system alive, its journal unwritten, until that
+/// namespace ends). mkfs would refuse such a device, and a check would read a live file system.
+/// Wait (up to 10 s) until the device can be opened exclusively, i.e. nothing holds it.
+pub fn wait_unclaimed(dev: &Path) -> Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let t = Instant::now();
     loop {
@@ -67,9 +70,8 @@ pub(super) fn wait_unclaimed(dev: &Path) -> Result<()> {
                 std::thread::sleep(Duration::from_millis(50));
             }
             Err(e) => {
-                return Err(
-                    anyhow::Error::new(e).context(format!("{} is held by something else (a mounted file system?); mkfs would refuse it", dev.display()))
-                );
+                return Err(anyhow::Error::new(e)
+                    .context(format!("{} is still held (a mounted file system, or a copy of its mount in another mount namespace)", dev.display())));
             }
         }
     }

@@ -10,8 +10,8 @@ pub use crate::spec::stack::{FsKind, StackSpec};
 use crate::stack::command::{self, CommandEnv, CommandOutcome, CommandSpec};
 pub use dedup::{DedupReport, Extent, FIEMAP_EXTENT_SHARED, extents, shared_bytes};
 pub use dedupe_range::BlockDedupReport;
-use devices::{LIVE, wait_unclaimed};
-pub use devices::{is_own_device, release_on_device, unmount_fs};
+use devices::LIVE;
+pub use devices::{is_own_device, release_on_device, unmount_fs, wait_unclaimed};
 pub use health::{DeviceStats, parse_device_stats};
 
 mod dedup;
@@ -275,6 +275,10 @@ impl BuiltStack {
     pub fn unmount_kept(&mut self) -> Result<()> {
         if self.unmount()? {
             bail!("{} was busy: unmounted lazily; the check would race it", self.mountpoint.as_ref().map(|m| m.display().to_string()).unwrap_or_default());
+        }
+        // the check must read the file system as the unmount left it, not a live one
+        for d in &self.devices {
+            wait_unclaimed(d).context("after the replay mount's unmount the file system stayed alive")?;
         }
         self.forget_btrfs();
         Ok(())

@@ -2,7 +2,7 @@
 //! agents' controller (run::agents) reads from every client. One type for the emitter and the
 //! reader, so a field renamed on one side is a compile error, not a silent zero on the other.
 
-use super::WorkloadResult;
+use crate::workload::WorkloadResult;
 use serde::{Deserialize, Serialize};
 
 /// One line. Untagged: each kind is told by its keys (`start_ns`, `t_s`, `result`, `oracle`),
