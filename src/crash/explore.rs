@@ -182,7 +182,10 @@ pub fn record(exp_path: &Path, opts: &Options) -> Result<Meta> {
         maps.track_durability()?;
         maps.durability.as_mut().expect("just tracked").entry_log = Some(l.clone() as Arc<dyn crate::workload::entries::EntryLog>);
     }
-    server.mark(crate::run::MARK_START)?;
+    let start = server.mark(crate::run::MARK_START)?;
+    if let Some(l) = &entry_log {
+        l.state.lock().unwrap().start = start.map(|i| i as usize);
+    }
     let res = crate::workload::run(&w, &maps, observer.clone().map(|o| o as Arc<dyn crate::workload::WriteObserver>), None)?;
     if let Some(o) = &observer {
         if let Some(e) = o.error.lock().unwrap().take() {
@@ -273,6 +276,9 @@ struct EntryRecorder {
 struct EntryRecording {
     events: Vec<LoggedEntryEvent>,
     last: std::collections::HashMap<std::thread::ThreadId, usize>,
+    /// The log index of the workload's start mark: every thread's first change started after
+    /// it (None: no start mark, the first change is kept in every state).
+    start: Option<usize>,
     error: Option<String>,
 }
 
@@ -286,7 +292,7 @@ impl crate::workload::entries::EntryLog for EntryRecorder {
         match self.server.mark(&format!("n{k}")) {
             Ok(Some(at)) => {
                 let at = at as usize;
-                let since = st.last.insert(std::thread::current().id(), at);
+                let since = st.last.insert(std::thread::current().id(), at).or(st.start);
                 st.events.push(LoggedEntryEvent { ev, after: at, since });
             }
             Ok(None) => st.error = Some("the disk is not recording".into()),

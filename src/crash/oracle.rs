@@ -113,7 +113,8 @@ pub struct LoggedEntryEvent {
     /// the event: after its syscall returned (a sync's flushes had completed).
     pub after: usize,
     /// Log index of the mark after the same thread's previous event: the event's syscall
-    /// started after it (None: the thread's first event).
+    /// started after it; for the thread's first event, the workload's start mark (None: no
+    /// such mark, the event is kept in every state).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since: Option<usize>,
 }
