@@ -386,10 +386,7 @@ fn net_faults_use_nftables_and_delay_the_user_space_engine() {
     let lab = Lab::new("n", &["target", "c1", "c2"]);
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let mut agents = "  agents:\n".to_string();
-    for h in ["target", "c1", "c2"] {
-        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
-    }
+    let agents = lab.exec_agents_yaml(&["target", "c1", "c2"], bin());
     let base = format!("name: n\nhosts:\n  clients: [c1, c2]\n  interval: 250ms\n{agents}disk: {{size: 64MiB}}\nmonitor: off\n{}", workload());
     let file = dir.path().join("e.yaml");
     std::fs::write(&file, format!("{base}net_faults:\n  - {{from: c1, to: target, both: true, partition: true, window: {{from: 1s, to: 2s}}}}\n")).unwrap();
@@ -561,10 +558,7 @@ fn ctrl_c_and_kill9_of_the_controller_leave_nothing() {
     let lab = Lab::new("k", &["target", "c1"]);
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let mut agents = "  agents:\n".to_string();
-    for h in ["target", "c1"] {
-        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
-    }
+    let agents = lab.exec_agents_yaml(&["target", "c1"], bin());
     let file = dir.path().join("e.yaml");
     std::fs::write(
         &file,
@@ -738,10 +732,7 @@ fn a_power_cut_of_the_target_through_agents_loses_no_flushed_block() {
     let lab = Lab::new("pc", &["target", "c1"]);
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let mut agents = "  agents:\n".to_string();
-    for h in ["target", "c1"] {
-        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
-    }
+    let agents = lab.exec_agents_yaml(&["target", "c1"], bin());
     let file = dir.path().join("e.yaml");
     std::fs::write(
         &file,
@@ -826,11 +817,8 @@ fn two_clients_of_a_cut_through_agents_each_keep_their_own_slice_and_oracle() {
     let lab = Lab::new("pm", &["target", "c1", "c2"]);
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let mut agents = "  agents:\n".to_string();
     // the clients' agents listed in the other order: the slices follow `clients:`
-    for h in ["target", "c2", "c1"] {
-        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
-    }
+    let agents = lab.exec_agents_yaml(&["target", "c2", "c1"], bin());
     let file = dir.path().join("e.yaml");
     std::fs::write(
         &file,
@@ -917,10 +905,7 @@ fn losing_the_client_or_ctrl_c_in_the_crash_phase_ends_the_run_cleanly() {
     let lab = Lab::new("pl", &["target", "c1"]);
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
-    let mut agents = "  agents:\n".to_string();
-    for h in ["target", "c1"] {
-        agents += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {}}}\n", lab.ns(h), lab.addr(h), bin());
-    }
+    let agents = lab.exec_agents_yaml(&["target", "c1"], bin());
     let file = dir.path().join("e.yaml");
     std::fs::write(
         &file,

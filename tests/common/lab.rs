@@ -46,6 +46,15 @@ impl Lab {
     pub fn addr(&self, host: &str) -> &str {
         &self.hosts.iter().find(|h| h.0 == host).expect("lab host").2
     }
+    /// The `agents:` block of an experiment reaching `hosts` (in this order) by `ip netns
+    /// exec`, each running the faultline at `faultline`.
+    pub fn exec_agents_yaml(&self, hosts: &[&str], faultline: &str) -> String {
+        let mut a = "  agents:\n".to_string();
+        for h in hosts {
+            a += &format!("    {h}: {{exec: [ip, netns, exec, {}], address: {}, faultline: {faultline}}}\n", self.ns(h), self.addr(h));
+        }
+        a
+    }
     /// Pids of processes in a host's namespace.
     pub fn pids(&self, host: &str) -> Vec<i32> {
         let out = Command::new("ip").args(["netns", "pids", self.ns(host)]).output().unwrap();
