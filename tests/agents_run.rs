@@ -753,30 +753,11 @@ fn a_power_cut_of_the_target_through_agents_loses_no_flushed_block() {
     let mut lost = 0;
     for model in ["lose-all", "keep-prefix", "random-subset", "torn"] {
         let rep = &res["setups"].as_array().unwrap().iter().find(|s| s["name"] == model).unwrap()["repetitions"][0];
+        let (k, o) = common::cut::assert_one_client_cut(model, rep, 500);
         let c = &rep["crash"];
-        assert_eq!(c["fired"], true, "{model}: {c:#}");
-        assert!(c["check"].is_null() && c["mount"].is_null(), "{model}: a raw export has no file system to check");
-        let (k, o) = (&c["cut"], &c["oracle"]);
-        println!("{model}: cut at {} s: {k}\n  oracle: {o}\n  client: {}", c["t_s"], rep["networked"]["clients"][0]["io_errors"]);
-        assert_eq!(n(k, "kept") + n(k, "lost") + n(k, "torn"), n(k, "unflushed"), "{model}: {k}");
-        // the client saw its I/O fail at the cut, every failure EIO from the powered-off disk
-        let client = &rep["networked"]["clients"][0];
-        assert!(n(client, "failed_ios") > 0, "{model}: the client saw no error at the cut: {client}");
-        assert!(client["io_errors"].as_object().unwrap().keys().all(|e| e.ends_with(":EIO")), "{model}: {client}");
-        // after power-on (through the target's agent) the client's oracle found every flushed
-        // block and nothing foreign; the states add up
-        let sum: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage"].iter().map(|x| n(o, x)).sum();
-        assert_eq!(sum, n(o, "checked"), "{model}: {o}");
-        assert!(n(o, "durable_kept") > 500, "{model}: {o}");
-        assert_eq!((n(o, "durable_lost"), n(o, "garbage")), (0, 0), "{model}: {c:#}");
-        // a lost write reads back as what its block held before it (zeros, or its durable
-        // content once the sequence wrapped the disk, as it does by 1 s), a kept one as written
-        assert!(n(o, "unsynced_lost") >= n(k, "lost"), "{model}: {c:#}");
-        assert!(n(o, "unsynced_kept") >= n(k, "kept"), "{model}: {c:#}");
         // each trigger came due, not before
         match model {
             "lose-all" => {
-                assert_eq!(n(k, "kept"), 0, "{c:#}");
                 assert!(n(o, "checked") >= 2500, "cut before the 2500th op: {o}");
                 assert!(rep["notes"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains("after_ops through agents")), "{}", rep["notes"]);
             }
@@ -786,7 +767,6 @@ fn a_power_cut_of_the_target_through_agents_loses_no_flushed_block() {
             // `torn`, not garbage (checked above)
             _ => assert!(n(o, "checked") >= 1000, "cut before the 1000th op: {o}"),
         }
-        assert!(rep["notes"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains("the target lost power at")), "{model}: {}", rep["notes"]);
         unflushed += n(k, "unflushed");
         lost += n(o, "unsynced_lost");
     }
@@ -813,7 +793,6 @@ fn two_clients_of_a_cut_through_agents_each_keep_their_own_slice_and_oracle() {
     }
     const DISK: u64 = 64 << 20;
     const LOST: u64 = 256 << 10;
-    let n = common::count;
     let lab = Lab::new("pm", &["target", "c1", "c2"]);
     let dir = tempfile::tempdir().unwrap();
     let run_dir = dir.path().join("run");
@@ -834,61 +813,9 @@ fn two_clients_of_a_cut_through_agents_each_keep_their_own_slice_and_oracle() {
     assert_nothing_left(&lab, &run_dir);
     let res: Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
-    let slice = DISK / 2;
     for model in ["lose-all", "keep-prefix", "lost-writes"] {
         let rep = &res["setups"].as_array().unwrap().iter().find(|s| s["name"] == model).unwrap()["repetitions"][0];
-        let c = &rep["crash"];
-        assert_eq!(c["fired"], true, "{model}: {c:#}");
-        let k = &c["cut"];
-        assert_eq!(n(k, "kept") + n(k, "lost") + n(k, "torn"), n(k, "unflushed"), "{model}: {k}");
-        let clients = c["clients"].as_array().unwrap_or_else(|| panic!("{model}: no per-client records: {c:#}"));
-        let hosts: Vec<&str> = clients.iter().map(|k| k["host"].as_str().unwrap()).collect();
-        assert_eq!(hosts, ["c1", "c2"], "{model}");
-        let series: Vec<&str> = rep["networked"]["clients"].as_array().unwrap().iter().map(|s| s["host"].as_str().unwrap()).collect();
-        assert_eq!(series, ["c1", "c2"], "{model}");
-        // the slices: halves of the disk, in `clients:` order, not overlapping
-        for (i, k) in clients.iter().enumerate() {
-            assert_eq!((n(k, "offset"), n(k, "length")), (i as u64 * slice, slice), "{model}: {k}");
-        }
-        assert!(n(&clients[0], "offset") + n(&clients[0], "length") <= n(&clients[1], "offset"), "{model}: overlap");
-        // the cut's oracle is the clients' sum, key by key
-        for key in ["checked", "durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage", "files_lost"] {
-            let sum: u64 = clients.iter().map(|k| n(&k["oracle"], key)).sum();
-            assert_eq!(n(&c["oracle"], key), sum, "{model}: {key}: {c:#}");
-        }
-        for (i, k) in clients.iter().enumerate() {
-            let (o, host) = (&k["oracle"], hosts[i]);
-            let mut brief = k.clone();
-            brief["oracle"].as_object_mut().unwrap().remove("failures");
-            println!("{model}: {host}: {brief}");
-            // each client saw its own I/O fail at the cut (EIO), the count its series has
-            let series = &rep["networked"]["clients"][i];
-            assert!(n(k, "failed_ios") > 0, "{model}: {host} saw no error: {k}");
-            assert_eq!(n(k, "failed_ios"), n(series, "failed_ios"), "{model}: {host}");
-            assert!(series["io_errors"].as_object().unwrap().keys().all(|e| e.ends_with(":EIO")), "{model}: {series}");
-            assert!(
-                rep["notes"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains(&format!("{host} saw {} failed I/O(s)", n(k, "failed_ios")))),
-                "{model}: {}",
-                rep["notes"]
-            );
-            let states: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage"].iter().map(|x| n(o, x)).sum();
-            assert_eq!(states, n(o, "checked"), "{model}: {host}: {o}");
-            assert!(n(o, "durable_kept") > 100, "{model}: {host}: {o}");
-            // nothing foreign: the other client's content (its seed) in this slice would be garbage
-            assert_eq!(n(o, "garbage"), 0, "{model}: {host}: {o}");
-            let lost = if model == "lost-writes" && i == 1 { LOST / 4096 } else { 0 };
-            assert_eq!(n(o, "durable_lost"), lost, "{model}: {host}: {o}");
-            // failures name the disk's blocks: inside the second slice, where the rule was
-            for f in o["failures"].as_array().into_iter().flatten() {
-                let b = n(f, "block") * 4096;
-                assert!(b >= slice && b < slice + LOST && f["state"] == "durable-lost" && f["found"] == "zeros", "{model}: {host}: {f}");
-            }
-        }
-        if model == "lose-all" {
-            assert_eq!(n(k, "kept"), 0, "{c:#}");
-        }
-        assert!(html.contains(&format!("client c2: bytes {slice}..{DISK} of the disk")), "{model}: the report has no per-client row");
-        assert!(text.contains(&format!("; client c2 (bytes {slice}..{DISK}, ")), "{text}");
+        common::cut::assert_two_client_cut(model, rep, ["c1", "c2"], DISK, if model == "lost-writes" { LOST } else { 0 }, &text, &html);
     }
 }
 

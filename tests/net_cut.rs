@@ -39,30 +39,7 @@ fn a_cut_of_the_target_fails_the_client_and_loses_no_flushed_block() {
     for model in ["lose-all", "keep-prefix"] {
         let s = res["setups"].as_array().unwrap().iter().find(|s| s["name"] == model).unwrap();
         let rep = &s["repetitions"][0];
-        let c = &rep["crash"];
-        assert_eq!(c["fired"], true, "{model}: {c:#}");
-        assert!(c["check"].is_null() && c["mount"].is_null(), "{model}: a raw export has no file system to check");
-        // the cache's figures are whole
-        let (k, o) = (&c["cut"], &c["oracle"]);
-        assert_eq!(n(k, "kept") + n(k, "lost") + n(k, "torn"), n(k, "unflushed"), "{model}: {k}");
-        // the client saw its I/O fail at the cut (EIO from the powered-off disk, after its retries)
-        let client = &rep["networked"]["clients"][0];
-        assert!(n(client, "failed_ios") > 0, "{model}: the client saw no error at the cut: {client}");
-        assert!(rep["networked"]["clients"][0]["io_errors"].as_object().unwrap().keys().all(|e| e.ends_with(":EIO")), "{model}: {client}");
-        // after power-on: every flushed block is there, nothing foreign; the states add up
-        let sum: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage"].iter().map(|x| n(o, x)).sum();
-        assert_eq!(sum, n(o, "checked"), "{model}: {o}");
-        assert!(n(o, "durable_kept") > 1000, "{model}: {o}");
-        assert_eq!((n(o, "durable_lost"), n(o, "garbage")), (0, 0), "{model}: {c:#}");
-        // each lost write was its own block, which reads back as before it (zeros); each kept
-        // one reads back as written
-        assert!(n(o, "unsynced_lost") >= n(k, "lost"), "{model}: {c:#}");
-        assert!(n(o, "unsynced_kept") >= n(k, "kept"), "{model}: {c:#}");
-        if model == "lose-all" {
-            assert_eq!(n(k, "kept"), 0, "{c:#}");
-        }
-        // the cut is counted as the workload's errors, not as silent corruption
-        assert!(rep["notes"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains("the target lost power at")), "{model}: {:?}", rep["notes"]);
+        common::cut::assert_one_client_cut(model, rep, 1000);
     }
     // unsynced losses are counted somewhere across the two models (lose-all loses every
     // unflushed write; a cut right after a flush has none, hence not per model)
@@ -101,7 +78,6 @@ setups:
 "#;
 const DISK: u64 = 64 << 20;
 const LOST: u64 = 256 << 10;
-const STATES: [&str; 8] = ["checked", "durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage", "files_lost"];
 
 #[test]
 fn two_clients_of_a_cut_each_keep_their_own_slice_and_oracle() {
@@ -115,49 +91,7 @@ fn two_clients_of_a_cut_each_keep_their_own_slice_and_oracle() {
     for model in ["lose-all", "keep-prefix", "lost-writes"] {
         let s = res["setups"].as_array().unwrap().iter().find(|s| s["name"] == model).unwrap();
         let rep = &s["repetitions"][0];
-        let c = &rep["crash"];
-        assert_eq!(c["fired"], true, "{model}: {c:#}");
-        let clients = c["clients"].as_array().unwrap_or_else(|| panic!("{model}: no per-client records: {c:#}"));
-        let hosts: Vec<&str> = clients.iter().map(|k| k["host"].as_str().unwrap()).collect();
-        assert_eq!(hosts, ["client", "client-2"], "{model}");
-        // the slices: halves of the disk, in host order, not overlapping
-        let slice = DISK / 2;
-        for (i, k) in clients.iter().enumerate() {
-            assert_eq!((n(k, "offset"), n(k, "length")), (i as u64 * slice, slice), "{model}: {k}");
-        }
-        assert!(n(&clients[0], "offset") + n(&clients[0], "length") <= n(&clients[1], "offset"), "{model}: overlap");
-        // the sum is the clients' totals, key by key
-        for key in STATES {
-            let sum: u64 = clients.iter().map(|k| n(&k["oracle"], key)).sum();
-            assert_eq!(n(&c["oracle"], key), sum, "{model}: {key}: {c:#}");
-        }
-        for (i, k) in clients.iter().enumerate() {
-            let o = &k["oracle"];
-            let host = hosts[i];
-            // each client saw its I/O fail at the cut, the same count as its series says
-            assert!(n(k, "failed_ios") > 0, "{model}: {host} saw no error: {k}");
-            assert_eq!(n(k, "failed_ios"), n(&rep["networked"]["clients"][i], "failed_ios"), "{model}: {host}");
-            assert!(
-                rep["notes"].as_array().unwrap().iter().any(|x| x.as_str().unwrap().contains(&format!("{host} saw {} failed I/O(s)", n(k, "failed_ios")))),
-                "{model}: {:?}",
-                rep["notes"]
-            );
-            let states: u64 = ["durable_kept", "unsynced_kept", "unsynced_lost", "torn", "durable_lost", "garbage"].iter().map(|x| n(o, x)).sum();
-            assert_eq!(states, n(o, "checked"), "{model}: {host}: {o}");
-            assert!(n(o, "durable_kept") > 100, "{model}: {host}: {o}");
-            // nothing foreign in any slice: the other client's content (another seed) would be garbage
-            assert_eq!(n(o, "garbage"), 0, "{model}: {host}: {o}");
-            let lost = if model == "lost-writes" && i == 1 { LOST / 4096 } else { 0 };
-            assert_eq!(n(o, "durable_lost"), lost, "{model}: {host}: {o}");
-            // failures name the disk's blocks: inside the client's slice, where the rule was
-            for f in o["failures"].as_array().into_iter().flatten() {
-                let b = n(f, "block") * 4096;
-                assert!(b >= slice && b < slice + LOST && f["state"] == "durable-lost" && f["found"] == "zeros", "{model}: {host}: {f}");
-            }
-        }
-        let row = format!("client client-2: bytes {slice}..{DISK} of the disk");
-        assert!(html.contains(&row), "{model}: the report has no per-client row");
-        assert!(text.contains(&format!("; client client-2 (bytes {slice}..{DISK}, ")), "{text}");
+        common::cut::assert_two_client_cut(model, rep, ["client", "client-2"], DISK, if model == "lost-writes" { LOST } else { 0 }, &text, &html);
     }
     assert!(html.matches("<tr class=\"client\">").count() == 6, "two rows per cut");
     assert!(namespaces_of(pid).is_empty(), "namespaces left: {:?}", namespaces_of(pid));

@@ -285,6 +285,7 @@ pub fn count(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("no `{key}` in {v}"))
 }
 
+pub mod cut;
 pub mod lab;
 
 /// True if the program is on PATH.
