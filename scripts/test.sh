@@ -79,10 +79,18 @@ TRANSPORT_FREE=(
 
 # Tests whose every disk names its transport: each of actions' tests runs as NAME::classic,
 # NAME::ring and NAME::ring_per_cpu; delay's over `transports()`; the paired slowdown study
-# over classic /dev/fuse (`ring: off`).
+# over classic /dev/fuse (`ring: off`); the minute-long PostgreSQL recipes and the latency
+# model's timing tests each over one transport (half classic, half io_uring where the kernel
+# has it: `common::ring_where_available`).
 TRANSPORT_PINNED=(
   actions
+  crash_recipes::postgres_fsync_on_keeps_every_acknowledged_transaction_under_every_model
+  crash_recipes::postgres_fsync_off_reports_what_each_model_lost
   delay
+  latency_model::fixed_service_time_and_size_term
+  latency_model::one_channel_queues_requests
+  latency_model::held_delay_queues_the_reads_behind_it
+  latency_model::calibrate_recovers_a_known_model
   power_cut::each_model_keeps_what_it_says_over_the_loop_device
   power_cut::the_page_cache_above_the_device_does_not_leak_pre_cut_data
   slowdown::paired_runs_alternate_and_show_the_write_slowdown

@@ -9,6 +9,10 @@
 //! The experiments use the examples' own command lines, which find the scripts through
 //! faultline's working directory (/proc/$PPID/cwd), so `faultline run` runs in the repository
 //! root here.
+//!
+//! The PostgreSQL pair takes a minute each, so each runs over one transport (scripts/test.sh's
+//! TRANSPORT_PINNED): fsync=on over classic /dev/fuse (every kernel has it), fsync=off over
+//! FUSE over io_uring where the kernel has it; the others run over both (the suite's passes).
 
 mod common;
 use common::{RunDir, skip, which};
@@ -19,11 +23,13 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const MODELS: [&str; 5] = ["lose-all", "keep-prefix", "random-subset", "torn", "reorder"];
 
 /// One setup per survival model, each with one cut `at` into the run and a fixed seed (a
-/// failing model is then reproducible).
-fn experiment(name: &str, command: &str, check: &str, mount: &[&str], at: &str) -> String {
+/// failing model is then reproducible). `ring`: the disk's transport (`ring:`), None for the
+/// default (the suite's pass decides).
+fn experiment(name: &str, command: &str, check: &str, mount: &[&str], at: &str, ring: Option<&str>) -> String {
+    let ring = ring.map(|r| format!(", ring: {r}")).unwrap_or_default();
     let mut y = format!(
         "name: {name}
-disk: {{ size: 512MiB, store: ram, write_cache: volatile }}
+disk: {{ size: 512MiB, store: ram, write_cache: volatile{ring} }}
 monitor: off
 stack:
   fs: ext4
@@ -50,6 +56,7 @@ fn example_has(file: &str, line: &str) {
 
 /// `faultline run` of `yaml` in the repository root: its exit status and results.json.
 fn run(rd: &RunDir, yaml: &str) -> (bool, Value, String) {
+    common::check_pinned("its experiment's disk", yaml.contains("ring: "));
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("exp.yaml");
     std::fs::write(&f, yaml).unwrap();
@@ -152,7 +159,7 @@ fn sqlite(sync: &str) -> String {
     let command = format!("exec python3 /proc/$PPID/cwd/examples/crash/sqlite.py write --sync {sync}");
     example_has("crash-sqlite.yaml", &command);
     example_has("crash-sqlite.yaml", SQLITE_CHECK);
-    experiment(&format!("sqlite-{sync}"), &command, SQLITE_CHECK, &[], "2s")
+    experiment(&format!("sqlite-{sync}"), &command, SQLITE_CHECK, &[], "2s", None)
 }
 
 fn need_python_sqlite() -> bool {
@@ -191,7 +198,8 @@ fn postgres(fsync: &str) -> String {
     example_has("crash-postgres.yaml", &command);
     example_has("crash-postgres.yaml", PG_CHECK);
     // initdb and the server's start take the first seconds
-    experiment(&format!("postgres-fsync-{fsync}"), &command, PG_CHECK, &[], "10s")
+    let ring = if fsync == "on" { "off" } else { common::ring_where_available() };
+    experiment(&format!("postgres-fsync-{fsync}"), &command, PG_CHECK, &[], "10s", Some(ring))
 }
 
 fn need_postgres() -> bool {
@@ -245,7 +253,7 @@ fn files(barrier: &str) -> String {
     example_has("crash-ext4-barrier.yaml", FILES_WRITE);
     example_has("crash-ext4-barrier.yaml", FILES_CHECK);
     example_has("crash-ext4-barrier.yaml", &format!("mount: [{barrier}]"));
-    experiment(&format!("ext4-{}", barrier.replace('=', "-")), FILES_WRITE, FILES_CHECK, &[barrier], "2s")
+    experiment(&format!("ext4-{}", barrier.replace('=', "-")), FILES_WRITE, FILES_CHECK, &[barrier], "2s", None)
 }
 
 #[test]

@@ -2,7 +2,10 @@
 //! own stats: a fixed service time, the size term, channels, an empirical table, populate, and
 //! bad model files. Timing comparisons are always against the same disk without the model in
 //! the same test, on low percentiles (the machine is shared; the tail is its noise), with
-//! tolerances that the difference cannot meet without the model.
+//! tolerances that the difference cannot meet without the model. The model is the same over
+//! either transport, so the four timing tests each run over one (scripts/test.sh's
+//! TRANSPORT_PINNED): two over classic /dev/fuse, two over FUSE over io_uring where the kernel
+//! has it.
 
 mod common;
 use common::*;
@@ -78,10 +81,10 @@ fn fixed_service_time_and_size_term() {
         return;
     }
     // same disk settings, without and with the model; reads of 4 KiB and 128 KiB
-    let s = serve_with(None, &[]);
+    let s = serve_with(None, &["--ring", "off"]);
     let (b4, b128) = (fio(&s.dev, "randread", "4k", 1, 3), fio(&s.dev, "randread", "128k", 1, 3));
     s.stop();
-    let s = serve_with(Some("read: {distribution: fixed, mean: 50us, per_kib: 1us}\n"), &[]);
+    let s = serve_with(Some("read: {distribution: fixed, mean: 50us, per_kib: 1us}\n"), &["--ring", "off"]);
     let (m4, m128) = (fio(&s.dev, "randread", "4k", 1, 3), fio(&s.dev, "randread", "128k", 1, 3));
     let st = model_stats(&s);
     s.stop();
@@ -116,10 +119,11 @@ fn one_channel_queues_requests() {
         return;
     }
     let service = 200.0;
-    let s = serve_with(Some("read: 200us\n"), &[]);
+    let ring = ["--ring", ring_where_available()];
+    let s = serve_with(Some("read: 200us\n"), &ring);
     let free = fio(&s.dev, "randread", "4k", 4, 3);
     s.stop();
-    let s = serve_with(Some("read: 200us\nchannels: 1\n"), &[]);
+    let s = serve_with(Some("read: 200us\nchannels: 1\n"), &ring);
     let one = fio(&s.dev, "randread", "4k", 4, 3);
     let st = model_stats(&s);
     s.stop();
@@ -149,11 +153,11 @@ fn held_delay_queues_the_reads_behind_it() {
     }
     let (delay_us, every, qd) = (1000.0, 10.0, 8.0);
     let rules = |hold: &str| format!("rules:\n  - {{type: delay, op: read, delay: 1ms, hold: {hold}, pattern: {{interval: {{every: 10}}}}}}\n");
-    let s = Serve::start_args(&["--size", "256MiB"], &rules("path"));
+    let s = Serve::start_args(&["--size", "256MiB", "--ring", "off"], &rules("path"));
     let path = fio(&s.dev, "randread", "4k", qd as u32, 3);
     let pst = s.call(json!({"cmd": "stats"}));
     s.stop();
-    let s = Serve::start_args(&["--size", "256MiB"], &rules("device"));
+    let s = Serve::start_args(&["--size", "256MiB", "--ring", "off"], &rules("device"));
     let held = fio(&s.dev, "randread", "4k", qd as u32, 3);
     let hst = s.call(json!({"cmd": "stats"}));
     s.stop();
@@ -280,7 +284,7 @@ fn calibrate_recovers_a_known_model() {
         return;
     }
     let known = "read: {distribution: empirical, percentiles: {p0: 80us, p50: 100us, p90: 150us, p100: 300us}}\n";
-    let s = serve_with(Some(known), &[]);
+    let s = serve_with(Some(known), &["--ring", ring_where_available()]);
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("fitted.yaml");
     let out = Command::new(bin()).arg("calibrate").arg(&s.dev).args(["--runtime", "3", "--size", "128MiB", "-o"]).arg(&out_path).output().unwrap();

@@ -341,10 +341,12 @@ impl Engine {
         (self.start.elapsed().as_micros() as u64).saturating_sub(self.epoch_us.load(Relaxed))
     }
 
-    /// Start a new epoch: windows, `after` counts and log times measure from now. An experiment
-    /// calls this when its workload starts, so mkfs and mount do not count.
-    pub fn reset_epoch(&self) {
-        self.epoch_us.store(self.start.elapsed().as_micros() as u64, Relaxed);
+    /// Start a new epoch: windows, `after` counts and log times measure from now plus `lead`
+    /// (until then the clock reads 0). An experiment calls this when its workload starts, so
+    /// mkfs and mount do not count; with a start agreed ahead on another host (agents), the
+    /// rules go in before it and the clock starts at it.
+    pub fn reset_epoch(&self, lead: std::time::Duration) {
+        self.epoch_us.store((self.start.elapsed() + lead).as_micros() as u64, Relaxed);
         self.requests.store(0, Relaxed);
         self.bytes.store(0, Relaxed);
     }
@@ -896,6 +898,25 @@ mod tests {
         let fired: Vec<bool> = (0..7).map(|_| e.plan(Op::Write, 0, 512, None).errno.is_some()).collect();
         assert_eq!(fired, vec![false, false, false, false, false, true, true]);
         assert!(e.plan(Op::Read, 0, 512, None).is_clean());
+    }
+
+    /// An epoch that starts ahead: its clock reads 0 until then, so a rule armed now with a
+    /// window from 0 fires at once and one from the epoch's first second does not.
+    #[test]
+    fn an_epoch_started_ahead_reads_zero_until_it_begins() {
+        let e = eng();
+        e.reset_epoch(Duration::from_millis(300));
+        assert_eq!(e.elapsed_us(), 0);
+        let mut now = Rule::new(Action::Error { errno: libc::EIO }, &[Op::Read], Target::Any);
+        now.window = Some(Window { from: Duration::ZERO, to: Some(Duration::from_secs(1)) });
+        let mut later = Rule::new(Action::Error { errno: libc::EIO }, &[Op::Write], Target::Any);
+        later.window = Some(Window { from: Duration::from_millis(1), to: None });
+        e.add(vec![now, later]);
+        assert_eq!(e.plan(Op::Read, 0, 512, None).errno, Some(libc::EIO));
+        assert!(e.plan(Op::Write, 0, 512, None).is_clean());
+        std::thread::sleep(Duration::from_millis(320));
+        assert!(e.elapsed_us() > 0);
+        assert_eq!(e.plan(Op::Write, 0, 512, None).errno, Some(libc::EIO));
     }
 
     #[test]

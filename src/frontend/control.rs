@@ -33,8 +33,13 @@ pub enum Request {
     Add { rules: String },
     /// Arm rules as `fault::Rule` serializes them (as `list` prints them). Reply: `Armed`.
     Arm { rules: Vec<Rule> },
-    /// Restart the fault clock and request counters (a run's workload starts). Reply: `Epoch`.
-    ResetEpoch,
+    /// Restart the fault clock and request counters (a run's workload starts); with `at_ns`
+    /// the clock starts at that CLOCK_REALTIME instant of the server's host (a start agreed
+    /// ahead: the rules can go in before it) and reads 0 until then. Reply: `Epoch`.
+    ResetEpoch {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_ns: Option<u64>,
+    },
     /// What the server was started with. Reply: `ServerInfo`.
     Info,
     /// The armed rules with their counters. Reply: `[RuleStatus]`.
@@ -206,8 +211,9 @@ fn handle(req: Request, disk: &Disk, nbd_server: Option<&ServerCounters>, info: 
             serde_json::to_value(armed(rules)?)?
         }
         Request::Arm { rules } => serde_json::to_value(armed(rules)?)?,
-        Request::ResetEpoch => {
-            disk.engine().reset_epoch();
+        Request::ResetEpoch { at_ns } => {
+            let lead = at_ns.map_or(Duration::ZERO, |at| Duration::from_nanos(at.saturating_sub(crate::cluster::proto::now_ns())));
+            disk.engine().reset_epoch(lead);
             if let Some(l) = disk.latency() {
                 l.reset();
             }
@@ -302,9 +308,10 @@ impl<T: Transport> Client<T> {
         Ok(self.call::<Armed>(&Request::Arm { rules })?.ids)
     }
 
-    /// Restart the fault clock; returns the log's sequence number at that moment.
-    pub fn reset_epoch(&self) -> Result<u64> {
-        Ok(self.call::<Epoch>(&Request::ResetEpoch)?.log_total)
+    /// Restart the fault clock, now or at `at_ns` (CLOCK_REALTIME on the server's host);
+    /// returns the log's sequence number when asked.
+    pub fn reset_epoch(&self, at_ns: Option<u64>) -> Result<u64> {
+        Ok(self.call::<Epoch>(&Request::ResetEpoch { at_ns })?.log_total)
     }
 
     pub fn info(&self) -> Result<ServerInfo> {
@@ -387,7 +394,8 @@ mod tests {
     fn request_wire_forms() {
         let cases = [
             (r#"{"cmd":"add","rules":"rules: []"}"#, Request::Add { rules: "rules: []".into() }),
-            (r#"{"cmd":"reset_epoch"}"#, Request::ResetEpoch),
+            (r#"{"cmd":"reset_epoch"}"#, Request::ResetEpoch { at_ns: None }),
+            (r#"{"cmd":"reset_epoch","at_ns":5}"#, Request::ResetEpoch { at_ns: Some(5) }),
             (r#"{"cmd":"remove","ids":[1,2]}"#, Request::Remove { ids: vec![1, 2] }),
             (r#"{"cmd":"log","since":3,"max":10}"#, Request::Log { since: 3, max: 10 }),
             (r#"{"cmd":"stats"}"#, Request::Stats),

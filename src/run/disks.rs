@@ -149,9 +149,9 @@ impl DiskServer {
         self.client.stats()
     }
 
-    /// Restart the fault clock; returns the log's sequence number at that moment.
+    /// Restart the fault clock now; returns the log's sequence number at that moment.
     pub fn reset_epoch(&self) -> Result<u64> {
-        self.client.reset_epoch()
+        self.client.reset_epoch(None)
     }
 
     /// Cut the disk's power (docs/crash.md): its volatile cache applies `model`, then every

@@ -154,7 +154,7 @@ fn record(r: Rep, o: Outcome, took: Duration) -> rm::Repetition {
 /// target's reached through its agent (run::agents).
 pub(crate) trait FaultControl {
     fn block_size(&self) -> u64;
-    /// Restart the fault clock; returns the log's sequence number at that moment.
+    /// Restart the fault clock now; returns the log's sequence number at that moment.
     fn reset_epoch(&self) -> Result<u64>;
     fn arm(&self, rules: Vec<Rule>) -> Result<()>;
     fn list(&self) -> Result<Vec<RuleStatus>>;
@@ -190,6 +190,12 @@ impl FaultControl for DiskServer {
 /// [`collect_faults`] reads) and the faults placed by workload progress, for the scheduler.
 pub(crate) fn arm_faults(disks: &[&dyn FaultControl], faults: &[FaultSpec]) -> Result<(Vec<u64>, Vec<FaultSpec>)> {
     let seq0: Vec<u64> = disks.iter().map(|d| d.reset_epoch()).collect::<Result<_>>()?;
+    Ok((seq0, arm_static(disks, faults)?))
+}
+
+/// Arm the static faults on their disks (the fault clocks already restarted); returns the
+/// faults placed by workload progress.
+pub(crate) fn arm_static(disks: &[&dyn FaultControl], faults: &[FaultSpec]) -> Result<Vec<FaultSpec>> {
     let (static_faults, scheduled) = super::schedule::split(faults);
     for f in static_faults {
         let Some(d) = disks.get(f.disk) else {
@@ -197,7 +203,7 @@ pub(crate) fn arm_faults(disks: &[&dyn FaultControl], faults: &[FaultSpec]) -> R
         };
         d.arm(vec![f.rule.clone()])?;
     }
-    Ok((seq0, scheduled))
+    Ok(scheduled)
 }
 
 /// Networked placements arm faults by time only: a fault placed by workload progress needs

@@ -93,6 +93,13 @@ pub fn transports() -> Vec<&'static str> {
     }
 }
 
+/// The `--ring` value of a pinned test (TRANSPORT_PINNED) that runs over one transport and
+/// takes FUSE over io_uring where the kernel has it: "on" there, else "off" (classic
+/// /dev/fuse), so it runs on every kernel. Its partner tests pin "off".
+pub fn ring_where_available() -> &'static str {
+    if ring_unavailable().is_none() { "on" } else { "off" }
+}
+
 /// For a test scripts/test.sh lists in TRANSPORT_PINNED (which its second pass, over classic
 /// /dev/fuse, leaves out): it sets FAULTLINE_TEST_PINNED for them in the first pass, and then
 /// every disk they serve must name its transport (`pinned`), or the first pass did not run

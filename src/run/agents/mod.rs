@@ -12,8 +12,9 @@
 //!    --start-at-ns T`), all waiting for one instant T, a prober on every host
 //!    (`faultline agent --probe`), and the network faults' helper on every sending host
 //!    (`faultline agent --net-faults`, cluster::netfaults: in place before T, windows from T);
-//! 3. at T (every agent ready) arms the faults: the disk's clock restarts and its rules go in,
-//!    host faults start on the target's agent;
+//! 3. arms the faults (every agent ready): the disk's rules go in before T, its clock starting
+//!    at T on the target's clock (`reset_epoch` with `at_ns`); at T host faults start on the
+//!    target's agent;
 //! 4. collects every line on the controller's clock (agent time minus its offset) while a
 //!    heartbeat (`time`) watches each agent; a lost agent aborts the run or is marked
 //!    (`on_agent_loss`);
@@ -37,7 +38,7 @@ mod remote;
 mod target;
 
 use super::hosts::{client_series, windows};
-use super::pipeline::{FaultControl, Outcome, Placement, Rep, arm_faults, check_windows_only, collect_faults};
+use super::pipeline::{FaultControl, Outcome, Placement, Rep, arm_static, check_windows_only, collect_faults};
 use crate::cluster::Agent;
 use crate::cluster::jsonl::Interval;
 use crate::cluster::proto::{Op, now_ns};
@@ -329,20 +330,24 @@ impl Placement for Agents<'_> {
         self.start(r)
     }
 
-    /// Step 3, at T (every agent ready): the disk's clock restarts and its rules go in, host
-    /// faults start on the target's agent.
+    /// Step 3 (every agent ready): the disk's rules go in before T, its clock starting at T;
+    /// at T host faults start on the target's agent.
     fn arm(&mut self, r: &mut Rep) -> Result<()> {
         let p = self.plan.as_ref().expect("built before arm");
         // every agent reported ready (its spawns answered); a loss before T aborts whatever the policy
         if let Some(rm) = self.remotes.iter().find(|r| r.is_lost()) {
             bail!("agent on host {} was lost before the start", rm.spec.host);
         }
+        // the disk's rules go in before T, its clock starting at T on the target's clock: the
+        // clients' first I/Os at T meet them (armed at T through the agent, they came late)
+        if let Some(d) = &p.disk {
+            let at = (p.t_start as i128 + p.target.offset.offset_ns as i128).max(0) as u64;
+            self.seq0 = vec![d.reset_epoch_at(at)?];
+            arm_static(&[d as &dyn FaultControl], &r.setup.faults)?;
+        }
         let t0 = Instant::now() + Duration::from_nanos(p.t_start.saturating_sub(now_ns()));
         *self.t_ref.lock().unwrap() = Some(t0);
         std::thread::sleep(t0.saturating_duration_since(Instant::now()));
-        if let Some(d) = &p.disk {
-            self.seq0 = arm_faults(&[d as &dyn FaultControl], &r.setup.faults)?.0;
-        }
         let target = &p.target;
         if !p.host_yaml.is_empty() {
             let mut argv = vec![target.spec.faultline.clone(), "host".into(), "--pid".into(), p.tpid.to_string(), "--json".into()];

@@ -26,7 +26,7 @@ impl FaultControl for RemoteDisk {
         self.block_size
     }
     fn reset_epoch(&self) -> Result<u64> {
-        self.target.control(&self.socket).reset_epoch()
+        self.target.control(&self.socket).reset_epoch(None)
     }
     fn arm(&self, rules: Vec<Rule>) -> Result<()> {
         self.target.control(&self.socket).arm(rules).map(drop)
@@ -43,6 +43,11 @@ impl FaultControl for RemoteDisk {
 }
 
 impl RemoteDisk {
+    /// Restart the fault clock at `at_ns` (CLOCK_REALTIME on the target's host): the rules
+    /// can then go in before the clients' agreed start, and their first I/Os meet them.
+    pub(super) fn reset_epoch_at(&self, at_ns: u64) -> Result<u64> {
+        self.target.control(&self.socket).reset_epoch(Some(at_ns))
+    }
     /// Power on after a cut: the disk serves again.
     pub(super) fn power_on(&self) -> Result<()> {
         self.target.control(&self.socket).power_on()
