@@ -79,13 +79,12 @@ TRANSPORT_FREE=(
 
 # Tests whose every disk names its transport: each of actions' tests runs as NAME::classic,
 # NAME::ring and NAME::ring_per_cpu; delay's over `transports()`; the paired slowdown study
-# over classic /dev/fuse (`ring: off`); the minute-long PostgreSQL recipes and the latency
-# model's timing tests each over one transport (half classic, half io_uring where the kernel
-# has it: `common::ring_where_available`).
+# over classic /dev/fuse (`ring: off`); the crash recipes (a minute each for PostgreSQL) and
+# the latency model's timing tests each over one transport (half classic, half io_uring where
+# the kernel has it: `common::ring_where_available`).
 TRANSPORT_PINNED=(
   actions
-  crash_recipes::postgres_fsync_on_keeps_every_acknowledged_transaction_under_every_model
-  crash_recipes::postgres_fsync_off_reports_what_each_model_lost
+  crash_recipes
   delay
   latency_model::fixed_service_time_and_size_term
   latency_model::one_channel_queues_requests

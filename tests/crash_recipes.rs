@@ -10,9 +10,11 @@
 //! faultline's working directory (/proc/$PPID/cwd), so `faultline run` runs in the repository
 //! root here.
 //!
-//! The PostgreSQL pair takes a minute each, so each runs over one transport (scripts/test.sh's
-//! TRANSPORT_PINNED): fsync=on over classic /dev/fuse (every kernel has it), fsync=off over
-//! FUSE over io_uring where the kernel has it; the others run over both (the suite's passes).
+//! Each recipe runs over one transport (scripts/test.sh's TRANSPORT_PINNED: the PostgreSQL
+//! pair takes a minute each), each pair split between them: one over classic /dev/fuse, the
+//! other over FUSE over io_uring where the kernel has it (`ring_where_available`), so both
+//! transports carry a recipe whose guarantee is asserted: SQLite FULL and ext4 barrier=1 over
+//! io_uring, PostgreSQL fsync=on over classic.
 
 mod common;
 use common::{RunDir, skip, which};
@@ -23,13 +25,11 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const MODELS: [&str; 5] = ["lose-all", "keep-prefix", "random-subset", "torn", "reorder"];
 
 /// One setup per survival model, each with one cut `at` into the run and a fixed seed (a
-/// failing model is then reproducible). `ring`: the disk's transport (`ring:`), None for the
-/// default (the suite's pass decides).
-fn experiment(name: &str, command: &str, check: &str, mount: &[&str], at: &str, ring: Option<&str>) -> String {
-    let ring = ring.map(|r| format!(", ring: {r}")).unwrap_or_default();
+/// failing model is then reproducible), over the transport `ring` (`ring:`).
+fn experiment(name: &str, command: &str, check: &str, mount: &[&str], at: &str, ring: &str) -> String {
     let mut y = format!(
         "name: {name}
-disk: {{ size: 512MiB, store: ram, write_cache: volatile{ring} }}
+disk: {{ size: 512MiB, store: ram, write_cache: volatile, ring: {ring} }}
 monitor: off
 stack:
   fs: ext4
@@ -159,7 +159,8 @@ fn sqlite(sync: &str) -> String {
     let command = format!("exec python3 /proc/$PPID/cwd/examples/crash/sqlite.py write --sync {sync}");
     example_has("crash-sqlite.yaml", &command);
     example_has("crash-sqlite.yaml", SQLITE_CHECK);
-    experiment(&format!("sqlite-{sync}"), &command, SQLITE_CHECK, &[], "2s", None)
+    let ring = if sync == "full" { common::ring_where_available() } else { "off" };
+    experiment(&format!("sqlite-{sync}"), &command, SQLITE_CHECK, &[], "2s", ring)
 }
 
 fn need_python_sqlite() -> bool {
@@ -199,7 +200,7 @@ fn postgres(fsync: &str) -> String {
     example_has("crash-postgres.yaml", PG_CHECK);
     // initdb and the server's start take the first seconds
     let ring = if fsync == "on" { "off" } else { common::ring_where_available() };
-    experiment(&format!("postgres-fsync-{fsync}"), &command, PG_CHECK, &[], "10s", Some(ring))
+    experiment(&format!("postgres-fsync-{fsync}"), &command, PG_CHECK, &[], "10s", ring)
 }
 
 fn need_postgres() -> bool {
@@ -253,7 +254,8 @@ fn files(barrier: &str) -> String {
     example_has("crash-ext4-barrier.yaml", FILES_WRITE);
     example_has("crash-ext4-barrier.yaml", FILES_CHECK);
     example_has("crash-ext4-barrier.yaml", &format!("mount: [{barrier}]"));
-    experiment(&format!("ext4-{}", barrier.replace('=', "-")), FILES_WRITE, FILES_CHECK, &[barrier], "2s", None)
+    let ring = if barrier == "barrier=1" { common::ring_where_available() } else { "off" };
+    experiment(&format!("ext4-{}", barrier.replace('=', "-")), FILES_WRITE, FILES_CHECK, &[barrier], "2s", ring)
 }
 
 #[test]

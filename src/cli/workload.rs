@@ -231,7 +231,7 @@ pub fn workload(a: WorkloadArgs) -> Result<()> {
         None => None,
     };
     if let Some(t) = a.start_at_ns {
-        let now = crate::cluster::proto::now_ns();
+        let now = crate::sys::now_ns();
         std::thread::sleep(Duration::from_nanos(t.saturating_sub(now)));
     }
     if a.jsonl {
@@ -302,7 +302,7 @@ fn workload_jsonl(w: &Workload, oracle: Option<&CrashOracle>) -> Result<()> {
             }
             let Some(start) = progress.start.get() else { return };
             // the first I/O's instant on this host's clock
-            let start_ns = crate::cluster::proto::now_ns().saturating_sub(start.elapsed().as_nanos() as u64);
+            let start_ns = crate::sys::now_ns().saturating_sub(start.elapsed().as_nanos() as u64);
             line(JsonLine::Start { start_ns });
             let (mut ops, mut bytes, mut errors) = (0, 0, 0);
             for k in 1.. {

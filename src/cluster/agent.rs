@@ -5,9 +5,10 @@
 //! host ends them if the agent is killed; when stdin closes (the controller or its channel is
 //! gone) or on `shutdown` the agent ends them itself and exits.
 
-use super::proto::{Event, FromAgent, Hello, Op, PROTOCOL, Request, Response, now_ns};
+use super::proto::{Event, FromAgent, Hello, Op, PROTOCOL, Request, Response};
 use crate::frontend::control::{Socket, Transport};
 use crate::sys::ledger::LedgerFile;
+use crate::sys::now_ns;
 use anyhow::{Context, Result};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

@@ -5,7 +5,8 @@
 //! config, nothing of ours to secure), `ip netns exec NAME`, `kubectl exec -i POD --`, `docker
 //! exec -i C`. The agent is `faultline agent --stdio` run through it.
 
-use super::proto::{Event, FromAgent, Hello, Op, PROTOCOL, Request, Response, now_ns};
+use super::proto::{Event, FromAgent, Hello, Op, PROTOCOL, Request, Response};
+use crate::sys::now_ns;
 use anyhow::{Context, Result, bail};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};

@@ -12,9 +12,9 @@
 //! `faultline cleanup` on the host removes them after a kill -9; on SIGINT/SIGTERM it removes
 //! them itself and prints one JSON line: what each path did (the engine's per-link counters).
 
-use crate::cluster::proto::now_ns;
 use crate::spec::net::NetRule;
 use crate::sys::ledger::LedgerFile;
+use crate::sys::now_ns;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::json;

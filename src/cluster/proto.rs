@@ -77,11 +77,6 @@ pub enum FromAgent {
     Event(Event),
 }
 
-/// CLOCK_REALTIME in ns since the epoch.
-pub fn now_ns() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -212,7 +212,7 @@ fn handle(req: Request, disk: &Disk, nbd_server: Option<&ServerCounters>, info: 
         }
         Request::Arm { rules } => serde_json::to_value(armed(rules)?)?,
         Request::ResetEpoch { at_ns } => {
-            let lead = at_ns.map_or(Duration::ZERO, |at| Duration::from_nanos(at.saturating_sub(crate::cluster::proto::now_ns())));
+            let lead = at_ns.map_or(Duration::ZERO, |at| Duration::from_nanos(at.saturating_sub(crate::sys::now_ns())));
             disk.engine().reset_epoch(lead);
             if let Some(l) = disk.latency() {
                 l.reset();

@@ -129,7 +129,7 @@ pub fn stream(interval: Duration, groups: &[i32], socket: Option<&str>, count: O
         let req = requests();
         let d = |a: u64, b: u64| a.saturating_sub(b);
         let s = HostSample {
-            t_ns: crate::cluster::proto::now_ns(),
+            t_ns: crate::sys::now_ns(),
             sys: HostCounters {
                 cpu_user_pct: (c.0 - last_cpu.0).max(0.0) / dt * 100.0,
                 cpu_system_pct: (c.1 - last_cpu.1).max(0.0) / dt * 100.0,

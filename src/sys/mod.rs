@@ -1,7 +1,7 @@
 //! Operating-system plumbing every layer above may use, and which uses none of them: the
 //! resource ledger and run directory, mounts and mountinfo, loop devices and their sysfs
-//! knobs, processes, the FUSE control file system, time limits for calls that may hang, and a precise
-//! timer queue.
+//! knobs, processes, the FUSE control file system, time limits for calls that may hang, a precise
+//! timer queue, and the wall clock hosts agree instants on.
 
 pub mod cgroup;
 pub mod fusectl;
@@ -12,6 +12,12 @@ pub mod mount;
 pub mod netns;
 pub mod process;
 pub mod timer;
+
+/// CLOCK_REALTIME in ns since the epoch: the clock instants agreed between hosts are on (an
+/// agents run's start, a disk's fault clock started ahead).
+pub fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
 
 /// The running kernel's release as (major, minor), from /proc/sys/kernel/osrelease
 /// ("6.18.0-1-amd64" is (6, 18)); `None` when it cannot be read.
