@@ -110,7 +110,7 @@ fn windows_loss_delay_and_retries_are_realized_and_nothing_is_left() {
     // throughput: the intervals well inside the window carried nothing; well after, again
     let pts = st["clients"][0]["points"].as_array().unwrap();
     let at = |a: f64, b: f64| pts.iter().filter(|p| f(&p["t_s"]) > a && f(&p["t_s"]) <= b).map(|p| f(&p["mib_s"])).collect::<Vec<_>>();
-    // unless the run says the route reached the relay late (a stalled machine: the window's
+    // unless the run says the route reached the relay late (the window's
     // first packets took the kernel's path), and says so in its notes
     let late: u64 = st["links"]["links"].as_array().unwrap().iter().map(|l| l["late_switches"].as_u64().unwrap()).sum();
     if late == 0 {
@@ -118,12 +118,14 @@ fn windows_loss_delay_and_retries_are_realized_and_nothing_is_left() {
     } else {
         let notes = setup(&r, "partition")["repetitions"][0]["notes"].to_string();
         assert!(notes.contains("only after a rule's window had opened"), "{late} late route switch(es) and no note: {notes}");
-        eprintln!("partition: {late} late route switch(es) (a stalled machine); data in the window: {:?}", at(2.5, 3.75));
+        eprintln!("partition: {late} late route switch(es); data in the window: {:?}; links: {}", at(2.5, 3.75), st["links"]);
     }
     assert!(at(1.0, 2.0).iter().all(|m| *m > 0.0), "no data before the partition: {:?}", at(1.0, 2.0));
     assert!(at(0.0, 7.5).iter().skip(24).any(|m| *m > 0.0), "no data after the partition");
     let ws = &st["window_stats"][0];
-    assert!(f(&ws["ratio"]) < 0.2, "partition window ratio {}", ws["ratio"]);
+    // (a late switch let the window's first packets through: the run says its figures are not
+    // the fault's, so its ratio is not checked; the switch's lateness is in the links)
+    assert!(late > 0 || f(&ws["ratio"]) < 0.2, "partition window ratio {}", ws["ratio"]);
     assert!(ws["timeouts"].as_u64().unwrap() + ws["retries"].as_u64().unwrap() > 0, "the partition cost no timeout or retry: {ws}");
 
     // delay 2 ms each way: every NBD request waits at least 4 ms inside the window

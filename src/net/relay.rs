@@ -146,8 +146,11 @@ struct Link {
     /// The sender's route to the receiver points at the relay (always, without a bypass).
     via_relay: AtomicBool,
     /// Switches to the relay that came after a rule's window had opened (`BYPASS_LEAD` was
-    /// not enough: a stalled machine), so the window's first packets missed the rule.
+    /// not enough), so the window's first packets missed the rule; how late the latest was
+    /// (µs past the window's start), and the slowest route change (µs, one `ip` run).
     late_switches: AtomicU64,
+    late_switch_max_us: AtomicU64,
+    route_change_max_us: AtomicU64,
 }
 
 struct Pending {
@@ -210,6 +213,8 @@ impl Relay {
                 late: Mutex::new(hdrhistogram::Histogram::new_with_bounds(1, 120_000_000_000, 2).unwrap()),
                 pending: AtomicU64::new(0),
                 late_switches: AtomicU64::new(0),
+                late_switch_max_us: AtomicU64::new(0),
+                route_change_max_us: AtomicU64::new(0),
                 via_relay: AtomicBool::new(ports[li / n].bypass.get(li % n).is_none_or(|b| b.is_none())),
             })
             .collect();
@@ -364,6 +369,8 @@ impl Relay {
                     "rules": l.rules.load().iter().map(|r| r.id).collect::<Vec<_>>(),
                     "path": if l.via_relay.load(Relaxed) { "relay" } else { "veth" },
                     "late_switches": l.late_switches.load(Relaxed),
+                    "late_switch_max_us": l.late_switch_max_us.load(Relaxed),
+                    "route_change_max_us": l.route_change_max_us.load(Relaxed),
                     "bypass_packets": s.ports[a].bypass[b].as_ref().and_then(|d| st.get(d.dev.as_str())).map(|v| v["tx"]["packets"].clone()),
                 }));
             }
@@ -466,14 +473,24 @@ fn reconcile(s: &Shared) -> Result<Option<Instant>> {
             if want != l.via_relay.load(Relaxed) {
                 let args: Vec<&str> = if want { &bp.to_relay } else { &bp.direct }.iter().map(String::as_str).collect();
                 let via = if want { "the relay" } else { bp.dev.as_str() };
+                let asked = Instant::now();
                 match crate::sys::netns::ip(&args) {
                     Ok(()) => {
                         l.via_relay.store(want, Relaxed);
+                        let done = Instant::now();
+                        l.route_change_max_us.fetch_max((done - asked).as_micros() as u64, Relaxed);
                         // a window that opened (later than when its rule was set) before the
                         // route was in place
-                        let done = Instant::now();
-                        if want && l.rules.load().iter().any(|r| r.window.is_some_and(|w| !w.from.is_zero() && r.set_at + w.from < done && r.active(done))) {
+                        let late = l
+                            .rules
+                            .load()
+                            .iter()
+                            .filter(|r| r.window.is_some_and(|w| !w.from.is_zero() && r.set_at + w.from < done && r.active(done)))
+                            .map(|r| done - (r.set_at + r.window.map_or(Duration::ZERO, |w| w.from)))
+                            .max();
+                        if let Some(by) = late.filter(|_| want) {
                             l.late_switches.fetch_add(1, Relaxed);
+                            l.late_switch_max_us.fetch_max(by.as_micros() as u64, Relaxed);
                         }
                     }
                     Err(e) => err = Some(e.context(format!("cannot route {} -> {} via {via}", s.ports[a].name, s.ports[b].name))),

@@ -471,11 +471,14 @@ impl Placement for Namespaces<'_> {
         // a route that reached the relay after a window opened: that window's first packets
         // took the kernel's path and missed its rules, so its figures are not the fault's
         for l in links["links"].as_array().into_iter().flatten().filter(|l| l["late_switches"].as_u64().is_some_and(|n| n > 0)) {
+            let ms = |k: &str| l[k].as_f64().unwrap_or(0.0) / 1000.0;
             r.notes.push(format!(
-                "network: the link {} -> {} reached the relay {} time(s) only after a rule's window had opened (a stalled machine): the first packets of that window missed its rules",
+                "network: the link {} -> {} reached the relay {} time(s) only after a rule's window had opened, up to {:.0} ms late (its slowest route change took {:.0} ms): the first packets of that window missed its rules",
                 l["from"].as_str().unwrap_or_default(),
                 l["to"].as_str().unwrap_or_default(),
-                l["late_switches"]
+                l["late_switches"],
+                ms("late_switch_max_us"),
+                ms("route_change_max_us")
             ));
         }
         if let Some(e) = first_err {
