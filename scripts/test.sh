@@ -240,7 +240,12 @@ pass() {
   local s; s=$(wc -l <"$skips")
   local bad; bad=$(grep -h "^test: .* exited" "$dir"/*.log || true)
   if [ -n "$bad" ]; then
-    grep -h -B2 -A30 "^failures:$" "$dir"/*.log >&2 || true
+    # each failing binary's failures whole (a test's message may be a long JSON record), up
+    # to 400 lines per binary
+    for log in "$dir"/*.log; do
+      grep -q "^failures:$" "$log" && awk '/^failures:$/ { on = 1 } on && n++ < 400 { print } /^test result:/ { on = 0 }' "$log" >&2
+    done
+    true
     echo "$bad" >&2
   fi
   # what the suite's faultline processes left: loop devices over files under its run

@@ -55,6 +55,11 @@ pub struct Durability {
     /// nothing (a real cut stops the application with the disk; a file system may still
     /// answer an fsync with success without reaching the dead disk), so none is credited.
     pub power_off: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The syncs go through a file system, so `power_off` applies. A block device's (an NBD
+    /// export's) sync is the disk's own word: the disk's cache fails every flush once the
+    /// power is off, so a sync that succeeded flushed wholly before the cut, even if it
+    /// returns after `power_off` was set, and its writes are in the durable state.
+    pub syncs_through_fs: bool,
     /// A personality's files (created and deleted as it runs): their entries, versions and
     /// contents (`durable` and `unsynced` are then empty).
     pub entries: Option<Box<super::entries::EntryOracle>>,
@@ -85,12 +90,19 @@ impl Durability {
                 Ok(v)
             })
             .collect::<Result<_>>()?;
-        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()), power_off: Default::default(), entries: None, entry_log: None })
+        Ok(Durability { durable, unsynced: Mutex::new(Vec::new()), power_off: Default::default(), syncs_through_fs: true, entries: None, entry_log: None })
     }
 
     /// The record of a personality's run: its files' entries and versions.
     pub fn of_entries(e: super::entries::EntryOracle) -> Durability {
-        Durability { durable: Vec::new(), unsynced: Mutex::new(Vec::new()), power_off: e.power_off.clone(), entries: Some(Box::new(e)), entry_log: None }
+        Durability {
+            durable: Vec::new(),
+            unsynced: Mutex::new(Vec::new()),
+            power_off: e.power_off.clone(),
+            syncs_through_fs: true,
+            entries: Some(Box::new(e)),
+            entry_log: None,
+        }
     }
 
     /// Content `id` of block `block` of map `map` is acknowledged durable.
@@ -180,7 +192,13 @@ impl Maps {
 
     /// Track durability (the oracle) for this workload's writes.
     pub fn track_durability(&mut self) -> Result<()> {
-        self.durability = Some(Durability::new(self.maps.iter().map(|m| m.len()))?);
+        let mut d = Durability::new(self.maps.iter().map(|m| m.len()))?;
+        d.syncs_through_fs = match &self.target {
+            Target::Nbd { .. } => false,
+            Target::Block { device } => !std::fs::metadata(device).is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type())),
+            Target::File { .. } => true,
+        };
+        self.durability = Some(d);
         Ok(())
     }
 

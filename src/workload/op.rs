@@ -304,7 +304,7 @@ impl<'s, 'a> Worker<'s, 'a> {
         let m = op.file.unwrap_or(0);
         let first = op.offset / CONTENT_BLOCK;
         for (i, id) in ids[..(op.len / CONTENT_BLOCK) as usize].iter().enumerate() {
-            if !failed && self.sh.w.sync == SyncMode::Dsync && !d.power_off.load(std::sync::atomic::Ordering::SeqCst) {
+            if !failed && self.sh.w.sync == SyncMode::Dsync && !self.late(d) {
                 d.set_durable(m, first + i as u64, *id);
             } else {
                 self.pending.push(super::maps::Pending { map: m as u32, block: first + i as u64, id: *id, failed });
@@ -316,7 +316,7 @@ impl<'s, 'a> Worker<'s, 'a> {
     /// write of it this thread completed before is durable.
     pub fn synced(&mut self, file: Option<usize>) {
         let Some(d) = &self.sh.maps.durability else { return };
-        if d.power_off.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.late(d) {
             return;
         }
         self.pending.retain(|p| {
@@ -326,6 +326,12 @@ impl<'s, 'a> Worker<'s, 'a> {
             d.set_durable(p.map as usize, p.block, p.id);
             false
         });
+    }
+
+    /// A sync that succeeds now promises nothing: the power is going and the sync went
+    /// through a file system (`Durability::syncs_through_fs`).
+    fn late(&self, d: &super::maps::Durability) -> bool {
+        d.syncs_through_fs && d.power_off.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The thread ends: what it wrote and never synced goes to the oracle's record.
