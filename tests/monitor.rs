@@ -114,9 +114,9 @@ fn assert_counted(got: (u64, u64), want: (u64, u64), m: &MonitorResults, what: &
     let unseen = (want.0 / 200).max(1);
     assert!(
         got.0 <= want.0 && short <= m.missed_events + lost + unseen && want.1 - got.1.min(want.1) == short * 4096 && got.1 <= want.1,
-        "{what}: monitor {got:?} vs {want:?} ({} events skipped by the kernel, {lost} requests not timed; completion events the program ran for, dataless: {:?})\n{}notes: {:?}",
+        "{what}: monitor {got:?} vs {want:?} ({} events skipped by the kernel, {lost} requests not timed; completion events the program ran for, dataless, the kernel's completed requests: {:?})\n{}notes: {:?}",
         m.missed_events,
-        m.devices.iter().map(|d| (d.completions_seen, d.dataless)).collect::<Vec<_>>(),
+        m.devices.iter().map(|d| (d.completions_seen, d.dataless, &d.kernel_completed)).collect::<Vec<_>>(),
         m.table(),
         m.notes
     );
@@ -163,6 +163,14 @@ fn block_counts_equal_fio_and_the_daemon() {
     println!("{}", res.table());
     let row = |op| res.row(&dev, "block_service", op).cloned().unwrap_or_default();
     let missed = res.missed_events;
+    // the kernel's own count: every write fio made, nothing else wrote (its private node)
+    let kernel = &res.devices[0].kernel_completed;
+    assert_eq!(kernel.get("write").copied(), Some(w.0), "the kernel's completed requests {kernel:?} vs fio's {w:?} writes");
+    // a request the program did not see is noted
+    let counted = row("write").count + row("read").count;
+    if kernel.get("read").is_some_and(|r| r + w.0 > counted + not_timed(&res) + res.devices[0].early) {
+        assert!(res.notes.iter().any(|n| n.contains("more than the block program saw")), "no note of the unseen: {:?}", res.notes);
+    }
     assert_counted((row("write").count, row("write").bytes), w, &res, "block writes vs fio's");
     assert_counted((row("read").count, row("read").bytes), r, &res, "block reads vs fio's");
     let d = &res.devices[0];

@@ -10,6 +10,7 @@ use super::window::Windows;
 use anyhow::{Context, Result, anyhow, bail};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags};
+use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -224,6 +225,45 @@ impl Inflight {
     }
 }
 
+/// The kernel's completed-request counters of a device (`/sys/dev/block/M:m/stat`: reads,
+/// writes, discards, flushes; counted where the queue keeps I/O statistics).
+struct DiskStat([u64; 4]);
+
+impl DiskStat {
+    fn read(d: &Watched) -> Option<DiskStat> {
+        let text = std::fs::read_to_string(format!("/sys/dev/block/{}:{}/stat", d.major, d.minor)).ok()?;
+        let f: Vec<u64> = text.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        // fields 1, 5, 12 and 15 (1-based): each op's I/Os completed (older kernels lack the
+        // last two: 0)
+        Some(DiskStat([0, 4, 11, 14].map(|i| f.get(i).copied().unwrap_or(0))))
+    }
+
+    /// Completed since `before`, by op (the ops that completed any).
+    fn since(&self, before: &DiskStat) -> BTreeMap<String, u64> {
+        ["read", "write", "discard", "flush"]
+            .iter()
+            .zip(self.0.iter().zip(before.0.iter()))
+            .map(|(op, (a, b))| (op.to_string(), a.saturating_sub(*b)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// A note when the kernel completed more reads and writes in the programs' span than the
+/// block program ran for (counted, or seen and left out: issued before attach, no issue
+/// time): completions the kernel did not run the program for (docs/monitor.md, blind spots).
+fn unseen_note(d: &DeviceResults) -> Option<String> {
+    let kernel: u64 = ["read", "write"].iter().filter_map(|op| d.kernel_completed.get(*op)).sum();
+    let counted: u64 = d.layers.iter().filter(|l| l.layer == "block_service" && (l.op == "read" || l.op == "write")).map(|l| l.count).sum();
+    let unseen = kernel.saturating_sub(counted + d.early + d.unmatched + d.untracked);
+    (unseen > 0).then(|| {
+        format!(
+            "{}: the kernel completed {kernel} reads and writes while the monitor ran, {unseen} more than the block program saw: at least as many requests are missing from its figures",
+            d.device
+        )
+    })
+}
+
 /// How often the queue depth is sampled (its maximum and histogram; the mean comes from the
 /// service times, exactly): a tenth of the interval, from 10 to 100 ms. Each sample wakes the
 /// loader's thread, which is most of what the monitor costs in user space.
@@ -268,6 +308,9 @@ fn run(
         notes.push("a watched device has no writeback throttling (no kernel issue stamps): issue times stored by an issue program".into());
     }
     let attach = flavor.name();
+    // the kernel's own completed-request counts, read inside the programs' span (after attach,
+    // before detach): any request they hold that the programs did not count was not seen
+    let kernel0: Vec<Option<DiskStat>> = devs.iter().map(DiskStat::read).collect();
     let _ = ready.send(Ok(attach));
     let mut reader = SlotReader::new(devs.len(), interval);
     let mut depth = vec![DepthSampler::default(); devs.len()];
@@ -301,6 +344,7 @@ fn run(
             }
         }
     }
+    let kernel1: Vec<Option<DiskStat>> = devs.iter().map(DiskStat::read).collect();
     drop(links);
     let duration = started.elapsed();
     let missed = recursion_misses(complete_prog(&skel, flavor)) + recursion_misses(issue_prog(&skel, flavor));
@@ -344,6 +388,10 @@ fn run(
             iv.depth_mean = littles_law(iv.ops.values().map(|o| o.count as f64 * o.service_mean_us).sum(), len_us);
         }
         let mut dr = device_results(&skel, i, d, series, &depth[i])?;
+        if let (Some(a), Some(b)) = (&kernel0[i], &kernel1[i]) {
+            dr.kernel_completed = b.since(a);
+            out.notes.extend(unseen_note(&dr));
+        }
         let busy_us = dr.layers.iter().filter(|l| l.layer == "block_service").map(|l| l.count as f64 * l.mean_us).sum();
         dr.depth.mean = littles_law(busy_us, duration.as_secs_f64() * 1e6);
         out.devices.push(dr);
@@ -517,6 +565,7 @@ fn device_results(skel: &BlockSkel<'_>, i: usize, d: &Watched, series: Vec<Inter
         dataless: ds.get(6).copied().unwrap_or(0),
         series,
         daemon: Default::default(),
+        kernel_completed: Default::default(),
     })
 }
 

@@ -163,6 +163,11 @@ pub struct DeviceResults {
     /// completion the kernel never ran it for.
     pub completions_seen: u64,
     pub dataless: u64,
+    /// The kernel's own count of the requests the device completed while the programs were
+    /// attached, by op (`/sys/dev/block/M:m/stat`; empty where it keeps none): more reads and
+    /// writes than the block program saw are noted (docs/monitor.md, blind spots).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub kernel_completed: BTreeMap<String, u64>,
     pub series: Vec<Interval>,
     /// The disk daemon's own figures for the device over the monitored span, by op (`faultline
     /// run` on its disks; empty elsewhere): its part of `block_service`.

@@ -564,12 +564,6 @@ impl Placement for Namespaces<'_> {
         Ok(())
     }
 
-    fn verify(&mut self, _: &mut Rep, _: &mut Outcome) -> Result<()> {
-        // the clients' maps stay in their threads: a networked run verifies nothing (after a
-        // power cut the oracle read them back: crash)
-        Ok(())
-    }
-
     fn collect(&mut self, r: &mut Rep, o: &mut Outcome) -> Result<()> {
         if let Some(d) = &self.disk {
             (o.faults, o.rules) = super::pipeline::collect_faults(&[&**d as &dyn FaultControl], &self.seq0, &mut r.notes)?;

@@ -49,8 +49,8 @@ use crate::spec::workload::config::{Interface, Workload};
 use crate::sys::now_ns;
 use anyhow::{Context, Result, bail};
 use argv::{host_fault_yaml, workload_argv};
-use net::{NetPlan, net_reports, nft_table, plan_net_faults};
-use remote::{Gathered, Remote, Shared, channel_of, connect_all, failed_ios, gather, lose};
+use net::{NetPlan, net_reports, nft_table, plan_net_faults, wait_net_ready};
+use remote::{Gathered, Remote, Shared, channel_of, connect_all, failed_ios, gather, heartbeat};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -60,9 +60,6 @@ use target::{RemoteDisk, kill_target, wait_target};
 
 /// Time each call to an agent gets (a heartbeat's answer, a spawn, a control request).
 pub(super) const CALL_LIMIT: Duration = Duration::from_secs(10);
-/// How often the heartbeat asks each agent the time, and how long it waits for the answer.
-const HEARTBEAT: Duration = Duration::from_millis(500);
-const HEARTBEAT_LIMIT: Duration = Duration::from_secs(3);
 /// From choosing the start instant to it: time to spawn every workload and prober and for
 /// the workloads to connect and wait (plus `START_LEAD_PER_HOST` per host: spawns go one by one).
 const START_LEAD: Duration = Duration::from_millis(1500);
@@ -245,23 +242,7 @@ impl<'a> Agents<'a> {
             self.nft_hosts.push(p.host.clone());
             r.spawn("net-faults", vec![r.spec.faultline.clone(), "agent".into(), "--net-faults".into(), serde_json::to_string(&plan)?])?;
         }
-        for p in &net_plans {
-            let key = (p.host.clone(), "net-faults".to_string());
-            let t = Instant::now();
-            loop {
-                {
-                    let g = self.gathered.lock().unwrap();
-                    if g.stdout.get(&key).is_some_and(|v| v.iter().any(|l| l == "ready")) {
-                        break;
-                    }
-                    if g.exits.contains_key(&key) || t.elapsed() > CALL_LIMIT {
-                        let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
-                        bail!("host {}: cannot apply its network faults: {why}", p.host);
-                    }
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
+        wait_net_ready(&net_plans, &self.gathered)?;
         r.notes.extend(net_paths.iter().map(|p| format!("network: {p}")));
         // probers everywhere, each also sampling its host's server or workload process group
         let interval = format!("{}us", hosts.interval.as_micros());
@@ -274,29 +255,7 @@ impl<'a> Agents<'a> {
             rm.spawn("probe", argv)?;
         }
         // the heartbeat watches every agent from here on
-        let done = Arc::new(AtomicBool::new(false));
-        let heart = {
-            let (rs, done, t_ref) = (remotes.clone(), done.clone(), self.t_ref.clone());
-            std::thread::spawn(move || {
-                while !done.load(Relaxed) {
-                    for r in &rs {
-                        if r.is_lost() || done.load(Relaxed) {
-                            continue;
-                        }
-                        let alive = r.agent.lock().unwrap().alive();
-                        if !alive {
-                            lose(r, "its channel closed", &t_ref);
-                        } else if let Err(e) = r.call(Op::Time, HEARTBEAT_LIMIT) {
-                            lose(r, &format!("it stopped answering ({e:#})"), &t_ref);
-                            // a hung agent is let go: its channel ends, and with it what it ran
-                            r.agent.lock().unwrap().kill_channel();
-                        }
-                    }
-                    std::thread::sleep(HEARTBEAT);
-                }
-            })
-        };
-        self.heart = Some((done, heart));
+        self.heart = Some(heartbeat(remotes.clone(), self.t_ref.clone()));
         let disk = (hosts.kind == TargetKind::Faultline).then(|| RemoteDisk {
             target: target.clone(),
             socket: socket.clone(),
@@ -304,6 +263,69 @@ impl<'a> Agents<'a> {
         });
         self.plan = Some(Plan { target, clients, workloads: ws, disk, target_argv, tpid, t_start, host_yaml, kills, net_plans, give_up });
         Ok(())
+    }
+
+    /// Wait for every client's workload to end (its result, its exit, or its agent lost);
+    /// why the run must stop instead, if it must.
+    fn await_clients(&self, r: &Rep) -> Option<String> {
+        let (hosts, p, gathered) = (self.hosts, self.plan.as_ref().expect("built before the drive"), &self.gathered);
+        let (target, clients) = (&p.target, &p.clients);
+        let limit = Duration::from_secs(3600);
+        let waited = Instant::now();
+        loop {
+            if r.stop.load(Relaxed) {
+                return Some("interrupted".to_string());
+            }
+            if hosts.on_agent_loss == OnAgentLoss::Abort
+                && let Some(l) = self.remotes.iter().find_map(|r| r.loss_text())
+            {
+                return Some(format!("{l} (on_agent_loss: abort)"));
+            }
+            if target.is_lost() {
+                return Some(format!("agent on the target host {} lost: nothing left to measure", target.spec.host));
+            }
+            let g = gathered.lock().unwrap();
+            if let Some(((h, _), (code, sig))) = g.exits.iter().find(|((h, n), _)| h == &target.spec.host && n == "target" && !self.target_down.load(Relaxed)) {
+                let why = g.stderr.get(&(h.clone(), "target".into())).map(|v| v.join(" | ")).unwrap_or_default();
+                return Some(format!("the target on {h} ended during the run (code {code:?}, signal {sig:?}): {why}"));
+            }
+            let ended =
+                clients.iter().all(|c| c.is_lost() || g.results.contains_key(&c.spec.host) || g.exits.contains_key(&(c.spec.host.clone(), "workload".into())));
+            drop(g);
+            if ended {
+                return None;
+            }
+            if waited.elapsed() > limit {
+                return Some("the clients did not finish within an hour".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The target's host faults end now and print what they did.
+    fn end_host_faults(&self, r: &mut Rep) -> Vec<crate::host::HostFaultRecord> {
+        let (p, gathered) = (self.plan.as_ref().expect("built before the drive"), &self.gathered);
+        let target = &p.target;
+        let mut records = Vec::new();
+        if !p.host_yaml.is_empty() {
+            let _ = target.call(Op::Kill { name: "host-faults".into(), signal: Some(libc::SIGINT) }, CALL_LIMIT);
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(10) && !gathered.lock().unwrap().exits.contains_key(&(target.spec.host.clone(), "host-faults".into())) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let key = (target.spec.host.clone(), "host-faults".to_string());
+            let g = gathered.lock().unwrap();
+            let text = g.stdout.get(&key).map(|v| v.join("\n")).unwrap_or_default();
+            match serde_json::from_str::<Vec<crate::host::HostFaultRecord>>(&text) {
+                Ok(r) => records = r,
+                Err(e) => r.notes.push(format!(
+                    "host faults on {}: no records ({e}): {}",
+                    target.spec.host,
+                    g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default()
+                )),
+            }
+        }
+        records
     }
 }
 
@@ -387,36 +409,7 @@ impl Placement for Agents<'_> {
             (Some(_), None) => bail!("a power cut needs `target: faultline` (the spec refuses it otherwise)"),
             _ => (None, None),
         };
-        let limit = Duration::from_secs(3600);
-        let waited = Instant::now();
-        let abort = loop {
-            if r.stop.load(Relaxed) {
-                break Some("interrupted".to_string());
-            }
-            if hosts.on_agent_loss == OnAgentLoss::Abort
-                && let Some(l) = self.remotes.iter().find_map(|r| r.loss_text())
-            {
-                break Some(format!("{l} (on_agent_loss: abort)"));
-            }
-            if target.is_lost() {
-                break Some(format!("agent on the target host {} lost: nothing left to measure", target.spec.host));
-            }
-            let g = gathered.lock().unwrap();
-            if let Some(((h, _), (code, sig))) = g.exits.iter().find(|((h, n), _)| h == &target.spec.host && n == "target" && !self.target_down.load(Relaxed)) {
-                let why = g.stderr.get(&(h.clone(), "target".into())).map(|v| v.join(" | ")).unwrap_or_default();
-                break Some(format!("the target on {h} ended during the run (code {code:?}, signal {sig:?}): {why}"));
-            }
-            let ended =
-                clients.iter().all(|c| c.is_lost() || g.results.contains_key(&c.spec.host) || g.exits.contains_key(&(c.spec.host.clone(), "workload".into())));
-            drop(g);
-            if ended {
-                break None;
-            }
-            if waited.elapsed() > limit {
-                break Some("the clients did not finish within an hour".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let abort = self.await_clients(r);
         // the cutter stops with the workload, whatever else failed
         let cut = cutter.map(|c| c.finish());
         r.notes.extend(net_reports(&self.remotes, &p.net_plans, gathered));
@@ -459,26 +452,7 @@ impl Placement for Agents<'_> {
             }
             self.crash = Some(rec);
         }
-        // host faults end now and print what they did
-        let mut records = Vec::new();
-        if !p.host_yaml.is_empty() {
-            let _ = target.call(Op::Kill { name: "host-faults".into(), signal: Some(libc::SIGINT) }, CALL_LIMIT);
-            let t = Instant::now();
-            while t.elapsed() < Duration::from_secs(10) && !gathered.lock().unwrap().exits.contains_key(&(target.spec.host.clone(), "host-faults".into())) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let key = (target.spec.host.clone(), "host-faults".to_string());
-            let g = gathered.lock().unwrap();
-            let text = g.stdout.get(&key).map(|v| v.join("\n")).unwrap_or_default();
-            match serde_json::from_str::<Vec<crate::host::HostFaultRecord>>(&text) {
-                Ok(r) => records = r,
-                Err(e) => r.notes.push(format!(
-                    "host faults on {}: no records ({e}): {}",
-                    target.spec.host,
-                    g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default()
-                )),
-            }
-        }
+        let mut records = self.end_host_faults(r);
         records.extend(kill_records);
         if records.iter().any(|r| !r.restarted.is_empty()) {
             // a new server: its log starts again
@@ -504,12 +478,6 @@ impl Placement for Agents<'_> {
         super::crash::set_client_oracles(&mut rec, records);
         rec.phase_s = t.elapsed().as_secs_f64();
         o.crash = Some(rec);
-        Ok(())
-    }
-
-    fn verify(&mut self, _: &mut Rep, _: &mut Outcome) -> Result<()> {
-        // the clients' maps stay on their hosts: a networked run verifies nothing (after a
-        // power cut each client's own oracle read them back: crash)
         Ok(())
     }
 

@@ -119,6 +119,29 @@ pub(super) fn plan_net_faults(setup: &Setup, hosts: &NetworkedHosts, remotes: &[
     Ok((plans, paths))
 }
 
+/// Wait until each sending host's network faults say `ready` (in place before T); one that
+/// ends or is silent for `CALL_LIMIT` fails the run with its stderr.
+pub(super) fn wait_net_ready(plans: &[NetPlan], gathered: &Shared) -> Result<()> {
+    for p in plans {
+        let key = (p.host.clone(), "net-faults".to_string());
+        let t = Instant::now();
+        loop {
+            {
+                let g = gathered.lock().unwrap();
+                if g.stdout.get(&key).is_some_and(|v| v.iter().any(|l| l == "ready")) {
+                    break;
+                }
+                if g.exits.contains_key(&key) || t.elapsed() > CALL_LIMIT {
+                    let why = g.stderr.get(&key).map(|v| v.join(" | ")).unwrap_or_default();
+                    bail!("host {}: cannot apply its network faults: {why}", p.host);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn nft_table(tag: &str) -> String {
     format!("faultline_{}", tag.replace('-', "_"))
 }

@@ -13,6 +13,7 @@ use crate::workload::WorkloadResult;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -199,4 +200,34 @@ pub(super) fn connect_all(hosts: &NetworkedHosts) -> Result<Vec<Arc<Remote>>> {
 /// The I/Os that failed for a client: its result's errors (0 without a result).
 pub(super) fn failed_ios(g: &Gathered, host: &str) -> u64 {
     g.results.get(host).map_or(0, |x| x.errors.values().sum())
+}
+
+/// How often the heartbeat asks each agent the time, and how long it waits for the answer.
+const HEARTBEAT: Duration = Duration::from_millis(500);
+const HEARTBEAT_LIMIT: Duration = Duration::from_secs(3);
+
+/// The heartbeat: asks every agent the time every `HEARTBEAT` until its flag is set; an agent
+/// whose channel closed or that does not answer within `HEARTBEAT_LIMIT` is lost (a hung one
+/// is let go: its channel ends, and with it what it ran).
+pub(super) fn heartbeat(remotes: Vec<Arc<Remote>>, t_ref: Arc<Mutex<Option<Instant>>>) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+    let done = Arc::new(AtomicBool::new(false));
+    let d2 = done.clone();
+    let t = std::thread::spawn(move || {
+        while !d2.load(Relaxed) {
+            for r in &remotes {
+                if r.is_lost() || d2.load(Relaxed) {
+                    continue;
+                }
+                let alive = r.agent.lock().unwrap().alive();
+                if !alive {
+                    lose(r, "its channel closed", &t_ref);
+                } else if let Err(e) = r.call(Op::Time, HEARTBEAT_LIMIT) {
+                    lose(r, &format!("it stopped answering ({e:#})"), &t_ref);
+                    r.agent.lock().unwrap().kill_channel();
+                }
+            }
+            std::thread::sleep(HEARTBEAT);
+        }
+    });
+    (done, t)
 }
