@@ -72,18 +72,16 @@ TRANSPORT_FREE=(
   slowdown::matrix_expands_to_named_merged_setups_in_order
   slowdown::matrix_faults_from_several_axes_are_joined_and_baseline_parses
   slowdown::matrices_concatenate_their_setups
-  crash_explore::bad_input_says_what_is_wrong
-  crash_explore::a_log_recorded_by_the_kernels_dm_log_writes_reads_and_replays_like_replay_log
-  crash_explore::logs_we_write_replay_with_xfstests_replay_log
 )
 
 # Tests whose every disk names its transport: each of actions' tests runs as NAME::classic,
 # NAME::ring and NAME::ring_per_cpu; delay's over `transports()`; the paired slowdown study
-# over classic /dev/fuse (`ring: off`); the crash recipes (a minute each for PostgreSQL) and
-# the latency model's timing tests each over one transport (half classic, half io_uring where
-# the kernel has it: `common::ring_where_available`).
+# over classic /dev/fuse (`ring: off`); the crash recipes (a minute each for PostgreSQL), the
+# crash explorations and the latency model's timing tests each over one transport (half
+# classic, half io_uring where the kernel has it: `common::ring_where_available`).
 TRANSPORT_PINNED=(
   actions
+  crash_explore
   crash_recipes
   delay
   latency_model::fixed_service_time_and_size_term

@@ -296,12 +296,18 @@ fn a_log_recorded_by_the_kernels_dm_log_writes_explores_and_replays_by_id() {
     let p = gunzip_fixture(dir.path(), "log-512.gz");
     let disk = std::fs::read(gunzip_fixture(dir.path(), "data-512.gz")).unwrap();
     let out = dir.path().join("out");
-    let o =
-        run.cmd(&["crash", "explore", "--log"]).arg(&p).args(["--stack", "raw", "--per-epoch", "2", "--seed", "7", "-q", "--out"]).arg(&out).output().unwrap();
+    let o = run
+        .cmd(&["crash", "explore", "--log"])
+        .arg(&p)
+        .args(["--stack", "raw", "--ring", common::ring_where_available(), "--per-epoch", "2", "--seed", "7", "-q", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "explore --log: {}", String::from_utf8_lossy(&o.stderr));
     let meta: Value = serde_json::from_slice(&std::fs::read(out.join("explore.json")).unwrap()).unwrap();
     let size = meta["size"].as_u64().unwrap();
     assert_eq!(size, disk.len() as u64, "the default size: the furthest write's end rounded up to 1 MiB");
+    assert_eq!(meta["ring"], common::ring_where_available(), "the states' transport, for replay");
     let log = Log::open(&p).unwrap();
     let eps = states::epochs(&log);
     let (_, expect) = kernel_log_of_ops(512);
@@ -352,7 +358,15 @@ repeat: 1
 
 /// `crash explore` of `yaml` (DIR/exp.yaml) with `--per-epoch K --seed S`, which must succeed:
 /// its results directory (DIR/out) and what it printed.
+/// `yaml` with its disk served over `ring` (scripts/test.sh runs this binary once, each test
+/// over the transport it names: both are covered).
+fn over(yaml: &str, ring: &str) -> String {
+    assert!(yaml.contains("disk: { size: 64MiB, store: ram }"), "keep the experiments and over() in step");
+    yaml.replacen("disk: { size: 64MiB, store: ram }", &format!("disk: {{ size: 64MiB, store: ram, ring: {ring} }}"), 1)
+}
+
 fn explore_ok(run: &RunDir, dir: &Path, yaml: &str, per_epoch: u32, seed: u64) -> (PathBuf, String) {
+    common::check_pinned("its experiment's disk", yaml.contains("ring: "));
     let exp = dir.join("exp.yaml");
     std::fs::write(&exp, yaml).unwrap();
     let out = dir.join("out");
@@ -389,7 +403,7 @@ fn replayed_bytes(run: &RunDir, out: &Path, id: &str) -> Vec<u8> {
 fn explore_checks_ext4_states_and_each_replays_by_id() {
     let run = RunDir::new("crash-explore");
     let dir = tempfile::tempdir().unwrap();
-    let (out, _) = explore_ok(&run, dir.path(), EXPERIMENT, 1, 5);
+    let (out, _) = explore_ok(&run, dir.path(), &over(EXPERIMENT, common::ring_where_available()), 1, 5);
     let summary: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     let meta: Value = serde_json::from_slice(&std::fs::read(out.join("explore.json")).unwrap()).unwrap();
     let rs = results(&out);
@@ -397,6 +411,7 @@ fn explore_checks_ext4_states_and_each_replays_by_id() {
     let log = Log::open(&out.join("log")).unwrap();
     let eps = states::epochs(&log);
     let first = meta["first_epoch"].as_u64().unwrap() as usize;
+    assert_eq!(meta["ring"], common::ring_where_available(), "the experiment's disk's transport");
     // every flush boundary from the workload's epoch on was checked, plus subsets and torn ones
     let boundaries: Vec<&Value> = rs.iter().filter(|r| r["variant"] == "boundary").collect();
     assert_eq!(boundaries.len(), eps.len() - first);
@@ -458,7 +473,7 @@ fn without_barriers_fsynced_blocks_are_lost_in_subsets() {
     // writes loses blocks the workload had fsynced (the disk acknowledged them volatile)
     let run = RunDir::new("crash-nobarrier");
     let dir = tempfile::tempdir().unwrap();
-    let (out, stdout) = explore_ok(&run, dir.path(), &EXPERIMENT.replace("{ fs: ext4 }", "{ fs: ext4, mount: [barrier=0] }"), 3, 2);
+    let (out, stdout) = explore_ok(&run, dir.path(), &over(&EXPERIMENT.replace("{ fs: ext4 }", "{ fs: ext4, mount: [barrier=0] }"), "off"), 3, 2);
     let rs = results(&out);
     let lost: Vec<&Value> = rs.iter().filter(|r| r["variant"] == "subset" && r["oracle"]["durable_lost"].as_u64().unwrap_or(0) > 0).collect();
     assert!(!lost.is_empty(), "no subset lost a fsynced block: {rs:?}");
@@ -486,7 +501,7 @@ fn a_foreign_log_is_explored_with_log_and_stack() {
     let run = RunDir::new("crash-foreign");
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("rec.log");
-    let mut s = run.cmd(&["serve", "--size", "32MiB"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut s = run.cmd(&["serve", "--size", "32MiB", "--ring", "off"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(s.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let dev = line.trim().to_string();
@@ -510,7 +525,7 @@ fn a_foreign_log_is_explored_with_log_and_stack() {
     let o = run
         .cmd(&["crash", "explore", "--log"])
         .arg(&log)
-        .args(["--stack", "ext4", "--size", "32MiB", "--start-mark", "made", "-q", "--out"])
+        .args(["--stack", "ext4", "--size", "32MiB", "--ring", "off", "--start-mark", "made", "-q", "--out"])
         .arg(&out)
         .output()
         .unwrap();
@@ -563,6 +578,11 @@ fn bad_input_says_what_is_wrong() {
     std::fs::write(&exp, EXPERIMENT.replace("{ fs: ext4 }", "{ fs: btrfs, raid1: true }")).unwrap();
     let e = err(&["crash", "explore", exp.to_str().unwrap(), "--out", dir.path().join("o").to_str().unwrap()]);
     assert!(e.contains("raid1") || e.contains("btrfs-raid1"), "{e}");
+    // an experiment's transport is its disk's: --ring only with --log
+    let e = err(&["crash", "explore", exp.to_str().unwrap(), "--ring", "off"]);
+    assert!(e.contains("--log"), "{e}");
+    let e = err(&["crash", "explore", "--log", dir.path().join("log").to_str().unwrap(), "--stack", "raw", "--ring", "sometimes"]);
+    assert!(e.contains("sometimes") && e.contains("auto") && e.contains("off"), "{e}");
 }
 
 #[test]
@@ -570,7 +590,7 @@ fn kill_9_during_explore_leaves_nothing_behind() {
     let run = RunDir::new("crash-kill9");
     let dir = tempfile::tempdir().unwrap();
     let exp = dir.path().join("exp.yaml");
-    std::fs::write(&exp, EXPERIMENT.replace("ops: 24", "ops: 60")).unwrap();
+    std::fs::write(&exp, over(&EXPERIMENT.replace("ops: 24", "ops: 60"), "off")).unwrap();
     let out = dir.path().join("out");
     let mut c = run
         .cmd(&["crash", "explore"])
@@ -618,7 +638,7 @@ fn count(v: &Value, k: &str) -> u64 {
 fn varmail_keeps_every_durable_entry_in_every_explored_state() {
     let run = RunDir::new("crash-varmail");
     let dir = tempfile::tempdir().unwrap();
-    let (out, _) = explore_ok(&run, dir.path(), &varmail_experiment("{ fs: ext4 }"), 1, 3);
+    let (out, _) = explore_ok(&run, dir.path(), &over(&varmail_experiment("{ fs: ext4 }"), common::ring_where_available()), 1, 3);
     let summary: Value = serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["oracle"], "entries", "{summary}");
     eprintln!("varmail on ext4: {summary}");
@@ -674,7 +694,7 @@ fn varmail_without_barriers_loses_durable_entries_in_subsets() {
     // inside it, and a random subset of its writes loses entries varmail had made durable
     let run = RunDir::new("crash-varmail-nobarrier");
     let dir = tempfile::tempdir().unwrap();
-    let (out, stdout) = explore_ok(&run, dir.path(), &varmail_experiment("{ fs: ext4, mount: [barrier=0] }"), 4, 2);
+    let (out, stdout) = explore_ok(&run, dir.path(), &over(&varmail_experiment("{ fs: ext4, mount: [barrier=0] }"), "off"), 4, 2);
     let rs = results(&out);
     for r in &rs {
         eprintln!("{} mount {} check {} oracle {}", r["id"], r["mount"], r["check"], r["oracle"]);

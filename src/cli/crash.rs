@@ -5,6 +5,7 @@ use crate::crash::explore::{self, Meta, Options};
 use crate::crash::serve::{self, Source};
 use crate::crash::states::{self, StateId, Variant};
 use crate::disk::logwrites::Log;
+use crate::spec::disk::RingMode;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -42,6 +43,9 @@ enum CrashCmd {
         /// With --log: mount options for the states (comma separated).
         #[arg(long, default_value = "")]
         mount: String,
+        /// With --log: the served states' FUSE transport (an experiment's is its disk's `ring`).
+        #[arg(long, value_enum, requires = "log", default_value = "auto")]
+        ring: RingMode,
         /// With --log: explore from the epoch holding this mark on (default: every epoch).
         #[arg(long)]
         start_mark: Option<String>,
@@ -79,6 +83,8 @@ enum CrashCmd {
         block_size: u32,
         #[arg(long)]
         seed: u64,
+        #[arg(long, value_enum)]
+        ring: RingMode,
         #[arg(long)]
         owned_by: u32,
     },
@@ -86,7 +92,7 @@ enum CrashCmd {
 
 pub fn crash(a: CrashArgs) -> Result<()> {
     match a.cmd {
-        CrashCmd::Explore { experiment, log, stack, size, block_size, mount, start_mark, per_epoch, seed, out, max_states, quiet } => {
+        CrashCmd::Explore { experiment, log, stack, size, block_size, mount, ring, start_mark, per_epoch, seed, out, max_states, quiet } => {
             let seed = seed.unwrap_or_else(rand::random);
             let name = match (&experiment, &log) {
                 (Some(e), _) | (None, Some(e)) => e.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "log".into()),
@@ -133,6 +139,7 @@ pub fn crash(a: CrashArgs) -> Result<()> {
                         first_epoch,
                         synced_entry: None,
                         source: l.display().to_string(),
+                        ring,
                     }
                 }
                 (None, None) => unreachable!("clap requires one"),
@@ -180,7 +187,7 @@ pub fn crash(a: CrashArgs) -> Result<()> {
                 _ => {}
             }
             drop(lg);
-            let src = Source { log: &log_path, size: meta.size, block_size: meta.block_size, seed: meta.seed };
+            let src = Source { log: &log_path, size: meta.size, block_size: meta.block_size, seed: meta.seed, ring: meta.ring };
             serve::replay(&src, id, |dev| {
                 eprintln!(
                     "faultline: state {id} of {} on {}{}; Ctrl-C to stop",
@@ -193,6 +200,8 @@ pub fn crash(a: CrashArgs) -> Result<()> {
                 )
             })
         }
-        CrashCmd::ServeStates { log, size, block_size, seed, owned_by } => serve::serve_states(&Source { log: &log, size, block_size, seed }, owned_by),
+        CrashCmd::ServeStates { log, size, block_size, seed, ring, owned_by } => {
+            serve::serve_states(&Source { log: &log, size, block_size, seed, ring }, owned_by)
+        }
     }
 }

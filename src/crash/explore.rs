@@ -9,6 +9,7 @@ use super::oracle::{EndOracle, EntriesOracle, EntryJournal, FsyncOracle, LoggedE
 use super::states::{self, Plan, StateId, Variant};
 use crate::disk::logwrites::Kind;
 use crate::disk::logwrites::Log;
+use crate::spec::disk::RingMode;
 use crate::spec::stack::{FsKind, StackSpec};
 use crate::spec::workload::config::SyncMode;
 use crate::sys::ledger::{self, LedgerFile};
@@ -44,6 +45,14 @@ pub struct Meta {
     pub synced_entry: Option<usize>,
     /// The experiment, or the foreign log, explored.
     pub source: String,
+    /// The states' disk's FUSE transport (the experiment's `disk: {ring}`, or `--ring` with a
+    /// foreign log); `replay` serves the state over it too.
+    #[serde(default = "ring_auto")]
+    pub ring: RingMode,
+}
+
+fn ring_auto() -> RingMode {
+    RingMode::Auto
 }
 
 impl Meta {
@@ -242,6 +251,7 @@ pub fn record(exp_path: &Path, opts: &Options) -> Result<Meta> {
         first_epoch: eps.iter().position(|e| e.end > start).unwrap_or(0),
         synced_entry: l.find_mark(MARK_SYNCED),
         source: exp_path.display().to_string(),
+        ring: setup.disk.front.ring,
     })
 }
 
@@ -372,6 +382,7 @@ impl StateServer {
             .arg(format!("--size={}", meta.size))
             .arg(format!("--block-size={}", meta.block_size))
             .arg(format!("--seed={}", meta.seed))
+            .arg(format!("--ring={}", meta.ring))
             .arg(format!("--owned-by={}", std::process::id()))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());

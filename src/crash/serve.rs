@@ -21,13 +21,15 @@ pub struct Source<'a> {
     pub size: u64,
     pub block_size: u32,
     pub seed: u64,
+    /// The FUSE transport.
+    pub ring: crate::spec::disk::RingMode,
 }
 
 fn serve(src: &Source, socket: Option<&Path>) -> Result<(ServedDisk, Arc<Overlay>, Log)> {
     let log = Log::open(src.log)?;
     let overlay = Overlay::new(src.size)?;
     let disk = Disk::over(Box::new(OverlayStore(overlay.clone())), src.block_size, None);
-    let served = ServedDisk::start_disk(disk, &crate::frontend::Options::default(), &Exposure::default(), socket)?;
+    let served = ServedDisk::start_disk(disk, &crate::frontend::Options { ring: src.ring, ..Default::default() }, &Exposure::default(), socket)?;
     Ok((served, overlay, log))
 }
 
