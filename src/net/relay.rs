@@ -146,8 +146,8 @@ struct Link {
     /// The sender's route to the receiver points at the relay (always, without a bypass).
     via_relay: AtomicBool,
     /// Switches to the relay that came after a rule's window had opened (`BYPASS_LEAD` was
-    /// not enough), so the window's first packets missed the rule; how late the latest was
-    /// (µs past the window's start), and the slowest route change (µs, one `ip` run).
+    /// not enough), so the window's first packets missed the rule; the latest of them (µs
+    /// past its window's start), and the slowest route change (µs, one `ip` run).
     late_switches: AtomicU64,
     late_switch_max_us: AtomicU64,
     route_change_max_us: AtomicU64,
